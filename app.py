@@ -1,0 +1,64 @@
+"""editkit: an interactive workbench for locating and editing facts in transformer language models.
+
+Run with `streamlit run app.py`. This file is the home page and the navigation; each other view is a file in
+pages/ that calls the editkit library.
+"""
+import plotly.graph_objects as go
+import streamlit as st
+
+from editkit.text import logit_lens, top_k
+from pages import ui
+
+st.set_page_config(page_title="editkit", page_icon="🔬", layout="wide")
+
+
+def home():
+    st.title("editkit")
+    st.write(
+        "Find where a language model stores a fact, look inside its feed-forward memories, and rewrite the fact "
+        "with ROME, MEMIT or PMET while watching the side effects. Pick a model in the sidebar; the embedded "
+        "Gemma 3 270M works offline."
+    )
+    lm = ui.model_picker()
+    if lm is None:
+        return
+    ui.model_card(lm)
+
+    st.subheader("Next-token prediction and logit lens")
+    st.write(
+        "The model turns a prompt into a probability for every possible next token, "
+        "p(x) = softmax(W_U · norm(h_L))[x]. The **logit lens** applies the same final norm and unembedding "
+        "to the residual stream h_l after each layer l, showing what the model 'would say' if it stopped there."
+    )
+    prompt = st.text_input("Prompt", value="The Eiffel Tower is located in the city of", key="home_prompt")
+    k = st.slider("Top tokens", 3, 20, 8, key="home_k")
+    with ui.guard("prediction"):
+        preds = top_k(lm, prompt, k)
+        lens = logit_lens(lm, prompt, k=k)
+        left, right = st.columns([1, 2])
+        with left:
+            st.dataframe(
+                [{"token": repr(p.token), "probability": round(p.prob, 4)} for p in preds],
+                hide_index=True, width="stretch",
+            )
+        with right:
+            layers = lens["layers"]
+            probs = [[t["prob"] for t in row] for row in layers]
+            text = [[t["token"] for t in row] for row in layers]
+            fig = go.Figure(go.Heatmap(
+                z=probs, text=text, texttemplate="%{text}", colorscale="Blues", zmin=0, zmax=1,
+                x=[f"#{i + 1}" for i in range(k)], y=[f"L{l}" for l in range(len(layers))],
+                hovertemplate="layer %{y}, rank %{x}<br>%{text}: p=%{z:.3f}<extra></extra>",
+                colorbar={"title": "p"},
+            ))
+            fig.update_layout(title=f"Logit lens at the last token ({lens['tokens'][-1]!r})",
+                              xaxis_title="rank", yaxis_title="layer", height=120 + 26 * len(layers),
+                              margin={"t": 40, "b": 30})
+            st.plotly_chart(fig, width="stretch")
+
+
+PAGES = [
+    st.Page(home, title="Home", icon="🏠", default=True),
+]
+
+st.navigation(PAGES).run()

@@ -1,0 +1,232 @@
+"""Architecture adapters: where each piece of a transformer lives, one table per family.
+
+Like TransformerLens's hook points, every algorithm in editkit asks the adapter for "the MLP of layer 5" or
+"the down-projection of layer 5" instead of spelling out a module path. Module paths are templates with `{}`
+for the layer index, as in kmeng01/rome's hparams (`layer_module_tmp`, `mlp_module_tmp`, `rewrite_module_tmp`).
+
+Vocabulary used throughout editkit (Geva et al. 2021; Meng et al. 2022):
+- block output  h_l           : the residual stream after layer l (a "hidden state" in causal tracing);
+- attention out a_l           : the attention module's output at layer l (before any Gemma post-norm);
+- MLP out       m_l           : the MLP module's output at layer l (before any Gemma post-norm);
+- FFN key       k = input of the down-projection (the memory coefficients, d_ff wide);
+- FFN value     W_out k = output of the down-projection (d_model wide).
+`down_weight(l)` always returns W_out shaped (d_model, d_ff), so that value = W_out @ k, whatever the storage
+(GPT-2's Conv1D stores the transpose).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from .errors import EditkitError
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    embed: str  # token embedding module (its output enters the residual stream; Gemma scales it inside)
+    blocks: str  # ModuleList of decoder blocks
+    attn: str  # attention module of block {}
+    mlp: str  # MLP module of block {}
+    down_proj: str  # last linear map of the MLP of block {}: input = key, output = value
+    final_norm: str
+    unembed: str
+    parallel: bool  # attention and MLP read the same block input (GPT-J, NeoX with parallel residual)
+    conv1d: bool = False  # GPT-2 Conv1D: weight stored as (d_ff, d_model)
+    # Gemma 2/3 normalise each sub-layer's output before adding it to the residual stream.
+    post_attn_norm: str | None = None
+    post_mlp_norm: str | None = None
+    ln_attn: str | None = None  # norm before attention
+    ln_mlp: str | None = None  # norm whose output the MLP reads
+
+
+FAMILIES: dict[str, Family] = {
+    "gpt2": Family(
+        "gpt2", "transformer.wte", "transformer.h", "transformer.h.{}.attn", "transformer.h.{}.mlp",
+        "transformer.h.{}.mlp.c_proj", "transformer.ln_f", "lm_head", parallel=False, conv1d=True,
+        ln_attn="transformer.h.{}.ln_1", ln_mlp="transformer.h.{}.ln_2",
+    ),
+    "gptj": Family(
+        "gptj", "transformer.wte", "transformer.h", "transformer.h.{}.attn", "transformer.h.{}.mlp",
+        "transformer.h.{}.mlp.fc_out", "transformer.ln_f", "lm_head", parallel=True,
+        ln_attn="transformer.h.{}.ln_1", ln_mlp="transformer.h.{}.ln_1",
+    ),
+    "gpt_neox": Family(
+        "gpt_neox", "gpt_neox.embed_in", "gpt_neox.layers", "gpt_neox.layers.{}.attention",
+        "gpt_neox.layers.{}.mlp", "gpt_neox.layers.{}.mlp.dense_4h_to_h", "gpt_neox.final_layer_norm",
+        "lm_head|embed_out", parallel=True,
+        ln_attn="gpt_neox.layers.{}.input_layernorm", ln_mlp="gpt_neox.layers.{}.post_attention_layernorm",
+    ),
+    "llama": Family(
+        "llama", "model.embed_tokens", "model.layers", "model.layers.{}.self_attn", "model.layers.{}.mlp",
+        "model.layers.{}.mlp.down_proj", "model.norm", "lm_head", parallel=False,
+        ln_attn="model.layers.{}.input_layernorm", ln_mlp="model.layers.{}.post_attention_layernorm",
+    ),
+    "gemma": Family(
+        "gemma", "model.embed_tokens", "model.layers", "model.layers.{}.self_attn", "model.layers.{}.mlp",
+        "model.layers.{}.mlp.down_proj", "model.norm", "lm_head", parallel=False,
+        post_attn_norm="model.layers.{}.post_attention_layernorm",
+        post_mlp_norm="model.layers.{}.post_feedforward_layernorm",
+        ln_attn="model.layers.{}.input_layernorm", ln_mlp="model.layers.{}.pre_feedforward_layernorm",
+    ),
+}
+
+# config.model_type -> family
+MODEL_TYPES = {
+    "gpt2": "gpt2",
+    "gptj": "gptj",
+    "gpt_neox": "gpt_neox",
+    "llama": "llama",
+    "mistral": "llama",
+    "qwen2": "llama",
+    "qwen3": "llama",
+    "gemma2": "gemma",
+    "gemma3_text": "gemma",
+    "gemma3": "gemma",
+}
+
+
+def _get(model: nn.Module, path: str) -> nn.Module:
+    """The submodule at dotted `path`; "a|b" tries a, then b (names that changed across transformers)."""
+    if "|" in path:
+        for alternative in path.split("|"):
+            try:
+                return _get(model, alternative)
+            except (EditkitError, AttributeError, IndexError):
+                continue
+        raise EditkitError(f"module '{path}' not found")
+    module = model
+    for part in path.split("."):
+        module = getattr(module, part, None) if not part.isdigit() else module[int(part)]
+        if module is None:
+            raise EditkitError(f"module '{path}' not found")
+    return module
+
+
+class Adapter:
+    """Named access to the parts of one loaded model (see module docstring)."""
+
+    def __init__(self, model: nn.Module, family: Family):
+        self.model = model
+        self.family = family
+        self.config = model.config
+        text_config = getattr(self.config, "text_config", None) or self.config
+        self.n_layers = len(self.module(family.blocks))
+        self.d_model = int(getattr(text_config, "hidden_size", None) or getattr(text_config, "n_embd"))
+        self.d_ff = self.down_weight(0).shape[1]
+        self.vocab_size = self.module(family.unembed).weight.shape[0]
+        # Gemma 2 caps logits with tanh(x / c) * c; Gemma 3 has it off.
+        self.final_softcap = getattr(text_config, "final_logit_softcapping", None)
+        n_positions = getattr(text_config, "n_positions", None) or getattr(text_config, "max_position_embeddings", None)
+        self.max_length = int(n_positions) if n_positions else 2048
+
+    # --- module lookup -------------------------------------------------------------------------------------
+    def module(self, template: str, layer: int | None = None) -> nn.Module:
+        return _get(self.model, template.format(layer) if layer is not None else template)
+
+    def name(self, part: str, layer: int | None = None) -> str:
+        """Dotted module path of `part` ('embed', 'block', 'attn', 'mlp', 'down_proj', ...) at `layer`."""
+        template = {"block": self.family.blocks + ".{}"}.get(part) or getattr(self.family, part)
+        if template is None:
+            raise EditkitError(f"{self.family.name} has no '{part}' module")
+        return template.format(layer) if "{}" in template else template
+
+    @property
+    def embed(self) -> nn.Module:
+        return self.module(self.family.embed)
+
+    def block(self, layer: int) -> nn.Module:
+        return self.module(self.family.blocks)[layer]
+
+    def attn(self, layer: int) -> nn.Module:
+        return self.module(self.family.attn, layer)
+
+    def mlp(self, layer: int) -> nn.Module:
+        return self.module(self.family.mlp, layer)
+
+    def down_proj(self, layer: int) -> nn.Module:
+        return self.module(self.family.down_proj, layer)
+
+    def post_mlp_norm(self, layer: int) -> nn.Module | None:
+        return self.module(self.family.post_mlp_norm, layer) if self.family.post_mlp_norm else None
+
+    def post_attn_norm(self, layer: int) -> nn.Module | None:
+        return self.module(self.family.post_attn_norm, layer) if self.family.post_attn_norm else None
+
+    @property
+    def final_norm(self) -> nn.Module:
+        return self.module(self.family.final_norm)
+
+    @property
+    def unembed_module(self) -> nn.Module:
+        return self.module(self.family.unembed)
+
+    # --- weights -------------------------------------------------------------------------------------------
+    def down_weight(self, layer: int) -> torch.Tensor:
+        """W_out as (d_model, d_ff): value = W_out @ key. A view of the live parameter (GPT-2: its transpose)."""
+        w = self.down_proj(layer).weight
+        return w.T if self.family.conv1d else w
+
+    def down_bias(self, layer: int) -> torch.Tensor | None:
+        return getattr(self.down_proj(layer), "bias", None)
+
+    # --- vocabulary projection -----------------------------------------------------------------------------
+    def unembed(self, h: torch.Tensor, norm: bool = True) -> torch.Tensor:
+        """Logits of residual vectors h (..., d_model): lm_head(final_norm(h)), with Gemma 2's softcap."""
+        x = self.final_norm(h) if norm else h
+        logits = self.unembed_module(x)
+        if self.final_softcap:
+            logits = torch.tanh(logits / self.final_softcap) * self.final_softcap
+        return logits
+
+    def describe(self) -> dict:
+        n_params = sum(p.numel() for p in self.model.parameters())
+        return {
+            "family": self.family.name,
+            "model_type": self.config.model_type,
+            "layers": self.n_layers,
+            "d_model": self.d_model,
+            "d_ff": self.d_ff,
+            "vocab": self.vocab_size,
+            "parameters": n_params,
+            "parallel_blocks": self.family.parallel,
+            "device": str(next(self.model.parameters()).device),
+            "dtype": str(next(self.model.parameters()).dtype).replace("torch.", ""),
+        }
+
+
+def adapter_for(model: nn.Module) -> Adapter:
+    """The adapter for `model`, or a clear error naming what is missing."""
+    model_type = getattr(model.config, "model_type", None)
+    key = MODEL_TYPES.get(model_type)
+    if key is None:
+        raise EditkitError(
+            f"unsupported architecture '{model_type}': editkit has adapters for "
+            f"{', '.join(sorted(MODEL_TYPES))}. Add a Family in editkit/adapters.py naming its embedding, "
+            "blocks, attention, MLP, down-projection, final norm and unembedding."
+        )
+    family = FAMILIES[key]
+    if key == "gpt_neox" and not getattr(model.config, "use_parallel_residual", True):
+        family = Family(**{**family.__dict__, "parallel": False})
+    missing = []
+    for field in ("embed", "blocks", "final_norm", "unembed"):
+        try:
+            _get(model, getattr(family, field))
+        except (EditkitError, AttributeError, IndexError, TypeError):
+            missing.append(f"{field} ('{getattr(family, field)}')")
+    if not missing:
+        for field in ("attn", "mlp", "down_proj", "post_attn_norm", "post_mlp_norm", "ln_attn", "ln_mlp"):
+            template = getattr(family, field)
+            if template is None:
+                continue
+            try:
+                _get(model, template.format(0))
+            except (EditkitError, AttributeError, IndexError, TypeError):
+                missing.append(f"{field} ('{template.format(0)}')")
+    if missing:
+        raise EditkitError(
+            f"model type '{model_type}' looks like family '{family.name}' but lacks: {', '.join(missing)}"
+        )
+    return Adapter(model, family)

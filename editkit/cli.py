@@ -1,0 +1,56 @@
+"""`python -m editkit <command>`: every capability from the shell, with --json for scripts.
+
+Each command lives in editkit/commands/<name>.py and defines `register(subparsers)`, which adds its parser
+and sets `func(args) -> dict | list` (the JSON result) and optionally `show(result)` (the human-readable form).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+
+from .errors import EditkitError
+
+COMMANDS = ["models", "predict"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m editkit", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in COMMANDS:
+        importlib.import_module(f"editkit.commands.{name}").register(sub)
+    return parser
+
+
+def add_model_arg(parser: argparse.ArgumentParser) -> None:
+    from .models import DEFAULT_MODEL
+
+    parser.add_argument("--model", default=DEFAULT_MODEL, help=f"model name, hub id or folder ({DEFAULT_MODEL})")
+    parser.add_argument("--trust-remote-code", action="store_true", help="allow a hub model's own code")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def load(args):
+    from .models import load_model
+
+    say = (lambda m: print(f"[editkit] {m}", file=sys.stderr))
+    return load_model(args.model, trust_remote_code=getattr(args, "trust_remote_code", False), progress=say)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        result = args.func(args)
+    except EditkitError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    if getattr(args, "json", False) or not hasattr(args, "show"):
+        print(json.dumps(result, indent=1, ensure_ascii=False))
+    else:
+        args.show(result)
+    return 0

@@ -1,0 +1,1 @@
+"""One module per CLI command (see editkit/cli.py)."""

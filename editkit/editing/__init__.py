@@ -1,0 +1,1 @@
+"""Locate-then-edit methods (ROME, MEMIT, PMET) and the machinery they share."""

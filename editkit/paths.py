@@ -1,0 +1,22 @@
+"""Where editkit keeps things: the repo's shipped assets and the on-disk cache."""
+import os
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+ASSETS = ROOT / "assets"
+DATA = ASSETS / "data"
+HPARAMS = ASSETS / "hparams"
+
+
+def cache_dir(*parts: str) -> Path:
+    """The cache folder ($EDITKIT_CACHE, default ~/.cache/editkit), created on demand."""
+    base = Path(os.environ.get("EDITKIT_CACHE") or Path.home() / ".cache" / "editkit")
+    path = base.joinpath(*parts)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def safe_name(name: str) -> str:
+    """A model id or path as a single folder name ("google/gemma" -> "google--gemma")."""
+    keep = [c if (c.isalnum() or c in "-_.") else "-" for c in name.strip().strip("/").replace("/", "--")]
+    return "".join(keep)[:120] or "model"
