@@ -12,7 +12,7 @@ import sys
 
 from .errors import EditkitError
 
-COMMANDS = ["models", "predict"]
+COMMANDS = ["models", "predict", "bench"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,53 @@
+"""ROME's known facts (assets/data/known_1000.json, MIT) and the subset a given model itself knows.
+
+Causal-tracing averages and PMET's similarity curves are computed over facts the model predicts, as in ROME:
+a fact counts as known when the model's greedy continuation of the prompt starts with the attribute.
+"""
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+
+import torch
+
+from .paths import DATA, cache_dir, safe_name
+from .text import encode
+
+
+@lru_cache(maxsize=1)
+def known_facts() -> tuple[dict, ...]:
+    return tuple(json.loads((DATA / "known_1000.json").read_text(encoding="utf-8")))
+
+
+@torch.no_grad()
+def predicted_facts(lm, n: int | None = None, batch_size: int = 32, progress=None) -> list[dict]:
+    """Known facts whose greedy next token is the first token of " " + attribute, cached per model.
+
+    Each returned fact gains `answer` (the predicted token string) and `answer_id`.
+    """
+    path = cache_dir("facts") / f"{safe_name(lm.name)}.json"
+    if path.exists():
+        try:
+            kept = json.loads(path.read_text())
+            return kept[:n] if n else kept
+        except ValueError:
+            path.unlink()
+    facts = known_facts()
+    kept = []
+    for start in range(0, len(facts), batch_size):
+        batch = facts[start:start + batch_size]
+        enc = encode(lm, [f["prompt"] for f in batch])
+        last = enc["attention_mask"].sum(1) - 1
+        body = getattr(lm.model, lm.model.base_model_prefix)
+        h = body(**enc).last_hidden_state
+        top = lm.adapter.unembed_module(h[torch.arange(len(batch)), last]).argmax(-1).tolist()
+        for fact, token_id in zip(batch, top):
+            target = lm.tok(" " + fact["attribute"].strip(), add_special_tokens=False)["input_ids"]
+            if target and target[0] == token_id:
+                kept.append({**fact, "answer": lm.tok.decode([token_id]), "answer_id": token_id})
+        if progress:
+            progress(min(start + batch_size, len(facts)) / len(facts))
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(kept, ensure_ascii=False))
+    tmp.replace(path)
+    return kept[:n] if n else kept
