@@ -1,0 +1,87 @@
+"""Teacher-forced scoring of target strings after prompts: the building block of every edit metric.
+
+For a prompt p and a target t = (t_1..t_m) (tokenized after the prompt, with its leading space),
+log P(t | p) = sum_j log P(t_j | p, t_<j). CounterFact compares these (ROME's `test_batch_prediction`),
+EasyEdit takes the argmax token accuracy (`test_prediction_acc`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .errors import EditkitError
+
+
+@dataclass
+class TargetScore:
+    logprob: float  # log P(t | p), summed over the target's tokens
+    n_tokens: int
+    token_logprobs: list[float]
+    token_hits: list[bool]  # argmax at each target position equals the target token (teacher forcing)
+
+    @property
+    def prob(self) -> float:
+        """P(t | p) as a product of token probabilities."""
+        return float(torch.tensor(self.logprob).exp())
+
+    @property
+    def mean_nll(self) -> float:
+        return -self.logprob / max(self.n_tokens, 1)
+
+    @property
+    def accuracy(self) -> float:
+        return sum(self.token_hits) / max(len(self.token_hits), 1)
+
+
+def target_ids(tok, target: str) -> list[int]:
+    """Token ids of a target as it continues a prompt (no special tokens)."""
+    if not target or not target.strip():
+        raise EditkitError("the target is empty")
+    ids = tok(target, add_special_tokens=False)["input_ids"]
+    if not ids:
+        raise EditkitError(f"target {target!r} has no tokens")
+    return ids
+
+
+@torch.no_grad()
+def score_targets(lm, prompts: list[str], targets: list[str], batch_size: int = 16) -> list[TargetScore]:
+    """Score each (prompt, target) pair; targets are given with their leading space (" Paris")."""
+    if len(prompts) != len(targets):
+        raise EditkitError("score_targets needs one target per prompt")
+    out: list[TargetScore] = []
+    for start in range(0, len(prompts), batch_size):
+        out += _score_batch(lm, prompts[start:start + batch_size], targets[start:start + batch_size])
+    return out
+
+
+def _score_batch(lm, prompts, targets):
+    tok = lm.tok
+    rows, spans = [], []
+    for prompt, target in zip(prompts, targets):
+        p_ids = tok(prompt, add_special_tokens=True)["input_ids"]
+        t_ids = target_ids(tok, target)
+        rows.append(p_ids + t_ids)
+        spans.append((len(p_ids), len(t_ids)))
+    width = max(len(r) for r in rows)
+    pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+    ids = torch.full((len(rows), width), pad, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, r in enumerate(rows):
+        ids[i, : len(r)] = torch.tensor(r)
+        mask[i, : len(r)] = 1
+    ids, mask = ids.to(lm.device), mask.to(lm.device)
+    body = getattr(lm.model, lm.model.base_model_prefix)
+    h = body(input_ids=ids, attention_mask=mask).last_hidden_state  # final norm applied
+    scores = []
+    for i, (n_p, n_t) in enumerate(spans):
+        pos = torch.arange(n_p - 1, n_p + n_t - 1, device=ids.device)
+        logits = lm.adapter.unembed_module(h[i, pos]).float()
+        if lm.adapter.final_softcap:
+            logits = torch.tanh(logits / lm.adapter.final_softcap) * lm.adapter.final_softcap
+        logp = torch.log_softmax(logits, -1)
+        tgt = ids[i, n_p: n_p + n_t]
+        tok_lp = logp.gather(1, tgt[:, None])[:, 0]
+        hits = (logits.argmax(-1) == tgt).tolist()
+        scores.append(TargetScore(float(tok_lp.sum()), n_t, tok_lp.tolist(), hits))
+    return scores
