@@ -63,6 +63,9 @@ def load_model(name: str = DEFAULT_MODEL, device: str | None = None, trust_remot
                progress: Progress | None = None) -> LM:
     """Load `name` (see module docstring) in eval mode on CUDA if present, else CPU float32."""
     say = progress or (lambda msg: None)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
     name = (name or "").strip()
     if not name:
         raise EditkitError("no model name given")
@@ -73,8 +76,8 @@ def load_model(name: str = DEFAULT_MODEL, device: str | None = None, trust_remot
         model, tok = _embedded(say)
     else:
         model, tok = _pretrained(name, trust_remote_code, say)
-    dtype = torch.float32 if dev.type == "cpu" else (torch.float16 if name != EMBEDDED else torch.float32)
-    model = model.to(device=dev, dtype=dtype).eval()
+    # float32 everywhere: the editing algebra (C^-1 solves, rank-one updates) needs it.
+    model = model.to(device=dev, dtype=torch.float32).eval()
     for p in model.parameters():
         p.requires_grad_(False)
     if tok.pad_token is None:
@@ -134,20 +137,47 @@ def _tiny(name: str):
 
 # --- hub ids and folders ------------------------------------------------------------------------------------
 def _pretrained(name: str, trust_remote_code: bool, say: Progress):
+    """A local folder, a model already in the local Hugging Face cache, or (when online) a hub download."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    where = "folder" if Path(name).exists() else "Hugging Face hub id"
-    say(f"loading {name} ({where})")
+    is_folder = Path(name).expanduser().exists()
+    if not is_folder and ("\\" in name or name.count("/") > 1 or name.startswith((".", "/", "~"))):
+        raise EditkitError(f"no model folder at '{name}'")
+    kwargs = dict(trust_remote_code=trust_remote_code)
+
+    def attempt(local_only: bool):
+        tok = AutoTokenizer.from_pretrained(name, local_files_only=local_only, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(name, local_files_only=local_only, dtype=torch.float32,
+                                                     **kwargs)
+        return model, tok
+
+    say(f"loading {name} ({'folder' if is_folder else 'Hugging Face hub id'})")
     try:
-        tok = AutoTokenizer.from_pretrained(name, trust_remote_code=trust_remote_code)
-        model = AutoModelForCausalLM.from_pretrained(name, trust_remote_code=trust_remote_code,
-                                                     dtype=torch.float32)
-    except (OSError, ValueError, EnvironmentError) as exc:
-        raise EditkitError(
-            f"could not load model '{name}' as a local folder or Hugging Face hub id "
-            f"(no such folder, unknown id, or no network): {str(exc).splitlines()[0][:300]}"
-        ) from None
-    return model, tok
+        return attempt(local_only=True)  # a folder or the local HF cache: no network needed
+    except (OSError, ValueError) as exc:
+        first_error = exc
+    if is_folder or os.environ.get("HF_HUB_OFFLINE") or not _hub_reachable():
+        why = "not a loadable model folder" if is_folder else (
+            "not in the local Hugging Face cache, and the hub cannot be reached (offline or no network)")
+        raise EditkitError(f"could not load model '{name}': {why} ({_first_line(first_error)})") from None
+    try:
+        return attempt(local_only=False)
+    except (OSError, ValueError) as exc:
+        raise EditkitError(f"could not load model '{name}' from the Hugging Face hub: {_first_line(exc)}") from None
+
+
+def _hub_reachable(host: str = "huggingface.co") -> bool:
+    import socket
+
+    try:
+        socket.getaddrinfo(host, 443)
+        return True
+    except OSError:
+        return False
+
+
+def _first_line(exc: Exception) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
 
 
 # --- the embedded model -------------------------------------------------------------------------------------

@@ -1,5 +1,8 @@
 """Shared fixtures: tiny random models of every family (fast) and the embedded Gemma 3 270M (integration)."""
 import functools
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never use the network
 
 import pytest
 
