@@ -5,7 +5,7 @@ Each benchmark lives in a module with `add_args(parser)` and `run(args) -> dict`
 import importlib
 
 BENCHES = {
-    # "trace": "editkit.tracing.bench",
+    "trace": "editkit.tracing.bench",
     # "edit": "editkit.editing.bench",
 }
 

@@ -1,0 +1,57 @@
+"""The reference algorithm, as kmeng01/rome's `trace_with_patch`: one forward of n + 1 rows per restored state.
+
+Row 0 runs clean; rows 1..n get noise on the subject embeddings; the restored state(s) in rows 1..n are overwritten
+with row 0's values at the same token; the score is the answer's softmax probability at the last position,
+averaged over rows 1..n. Slow and simple: the fast engine (engine.py) must reproduce these numbers.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..hooks import Hooks
+from .setup import TraceSetup, check_kind, corrupt_embeddings, module_for, window_layers
+
+
+@torch.no_grad()
+def trace_with_patch(lm, setup: TraceSetup, states: list[tuple[int, str, int]],
+                     frozen: list[tuple[int, str, int]] = ()) -> float:
+    """Score with `states` [(token, kind, layer)] restored from the clean row and `frozen` states held at their
+    corrupted values (ROME's trace_with_repatch, for severing)."""
+    n = setup.n
+    ids = setup.input_ids.repeat(n + 1, 1)
+    with Hooks() as hooks:
+        hooks.set_output(lm.adapter.embed, corrupt_embeddings(setup, rows=slice(1, None)))
+        by_module: dict = {}
+        for token, kind, layer in states:
+            by_module.setdefault(module_for(lm, kind, layer), []).append(token)
+        for module, tokens in by_module.items():
+            def restore(h, tokens=tokens):
+                h = h.clone()
+                h[1:, tokens] = h[0, tokens]
+                return h
+            hooks.set_output(module, restore)
+        for token, kind, layer in frozen:
+            values = setup.corrupt[f"{'block' if kind == 'hidden' else kind}.{layer}"][:, token]
+
+            def freeze(h, token=token, values=values):
+                h = h.clone()
+                h[1:, token] = values.to(h.dtype)
+                return h
+            hooks.set_output(module_for(lm, kind, layer), freeze)
+        logits = lm.model(input_ids=ids, use_cache=False).logits[:, -1].float()
+    probs = torch.softmax(logits, -1)[1:, setup.answer_id]
+    return float(probs.mean())
+
+
+def reference_trace(lm, setup: TraceSetup, kind: str, window: int = 10, progress=None) -> torch.Tensor:
+    """Scores (tokens, layers) for one kind, one forward per cell."""
+    check_kind(kind)
+    n_tokens, n_layers = setup.input_ids.shape[1], lm.adapter.n_layers
+    scores = torch.zeros(n_tokens, n_layers)
+    for t in range(n_tokens):
+        for l in range(n_layers):
+            layers = [l] if kind == "hidden" else list(window_layers(l, window, n_layers))
+            scores[t, l] = trace_with_patch(lm, setup, [(t, kind, j) for j in layers])
+        if progress:
+            progress((t + 1) / n_tokens)
+    return scores

@@ -1,0 +1,162 @@
+"""What every trace shares: tokens, subject range, answer, the noise, and the clean and corrupted runs.
+
+Notation (Meng et al. 2022, Sec. 2.1): the clean run gives P[o] (the *high* score), the corrupted run, with noise
+added to the subject-token embeddings, gives P*[o] (the *low* score); restoring a state gives P*_clean h_i^l [o].
+The indirect effect of a state is P*_clean h_i^l [o] - P*[o].
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..errors import EditkitError
+from ..hooks import Hooks, first_tensor
+from ..scoring import target_ids
+from ..text import check_prompt, find_subject_range, token_strings
+from .noise import NoiseSpec, make_noise, noise_scale
+
+KINDS = ("hidden", "mlp", "attn")
+
+
+@dataclass
+class TraceSetup:
+    """Inputs of a trace and the states of its clean and corrupted runs."""
+
+    prompt: str
+    tokens: list[str]
+    input_ids: torch.Tensor  # (1, T)
+    subject_range: tuple[int, int]
+    answer: str
+    answer_id: int
+    noise: torch.Tensor  # (n, subject tokens, d): the exact values added to (or replacing) the embeddings
+    noise_spec: NoiseSpec
+    scale: float
+    high_score: float = 0.0
+    low_score: float = 0.0
+    clean: dict | None = None  # name -> (1, T, d) clean states: "embed", "block.l", "mlp.l", "attn.l"
+    corrupt: dict | None = None  # name -> (n, T, d) corrupted states (block inputs/outputs, module outputs)
+    layer_kwargs: list | None = None  # per block: (extra positional args, keyword args) as the model calls it
+
+    @property
+    def n(self) -> int:
+        return self.noise.shape[0]
+
+
+def corrupt_embeddings(setup: TraceSetup, rows: slice = slice(None)):
+    """A function for Hooks.set_output on the embedding: noise on the subject tokens of the given rows."""
+    b, e = setup.subject_range
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        x = x.clone()
+        noise = setup.noise.to(x.device, x.dtype)
+        if setup.noise_spec.replace:
+            x[rows, b:e] = noise
+        else:
+            x[rows, b:e] += noise
+        return x
+
+    return fn
+
+
+def answer_prob(lm, h_last: torch.Tensor, answer_id: int) -> torch.Tensor:
+    """p(answer) from residual vectors at the last position (rows, d): final norm + unembedding + softmax."""
+    logits = lm.adapter.unembed(h_last).float()
+    return torch.softmax(logits, -1)[:, answer_id]
+
+
+def _names(lm) -> dict:
+    a = lm.adapter
+    mods = {"embed": a.embed}
+    for l in range(a.n_layers):
+        mods[f"block.{l}"] = a.block(l)
+        mods[f"mlp.{l}"] = a.mlp(l)
+        mods[f"attn.{l}"] = a.attn(l)
+    return mods
+
+
+@torch.no_grad()
+def prepare(lm, prompt: str, subject: str, target: str | None = None, samples: int = 10,
+            noise: NoiseSpec | None = None, seed: int = 1, occurrence: int = 0) -> TraceSetup:
+    """Validate inputs, choose the answer, draw the noise, and run the clean and corrupted passes."""
+    from .noise import parse_noise
+
+    check_prompt(lm, prompt)
+    if not isinstance(samples, int) or samples < 1 or samples > 1000:
+        raise EditkitError("samples must be an integer between 1 and 1000")
+    noise = noise or parse_noise("3s")
+    b, e = find_subject_range(lm.tok, prompt, subject, occurrence)
+    ids = lm.tok(prompt, add_special_tokens=True, return_tensors="pt")["input_ids"].to(lm.device)
+    scale = noise_scale(lm, noise)
+    unit = make_noise(seed, samples, e - b, lm.adapter.d_model, noise)
+    setup = TraceSetup(prompt, token_strings(lm, prompt), ids, (b, e), "", -1, unit * scale, noise, scale)
+
+    a = lm.adapter
+    mods = _names(lm)
+    layer_kwargs: list = [None] * a.n_layers
+
+    def keep_kwargs(l):
+        def hook(mod, args, kwargs):
+            layer_kwargs[l] = (tuple(args[1:]), dict(kwargs))
+        return hook
+
+    # Clean run: every state, the block call signatures, and the answer.
+    with Hooks() as hooks:
+        clean = hooks.capture(mods)
+        block_in = hooks.capture({"block_in.0": a.block(0)}, what="input")
+        handles = [a.block(l).register_forward_pre_hook(keep_kwargs(l), with_kwargs=True) for l in range(a.n_layers)]
+        try:
+            body = getattr(lm.model, lm.model.base_model_prefix)
+            h = body(input_ids=ids, use_cache=False).last_hidden_state
+        finally:
+            for handle in handles:
+                handle.remove()
+    logits = lm.adapter.unembed_module(h[:, -1]).float()
+    if lm.adapter.final_softcap:
+        logits = torch.tanh(logits / lm.adapter.final_softcap) * lm.adapter.final_softcap
+    if target is not None:
+        tid = target_ids(lm.tok, target if target.startswith(" ") or not target.strip() else " " + target)
+        setup.answer_id = tid[0]
+    else:
+        setup.answer_id = int(logits[0].argmax())
+    setup.answer = lm.tok.decode([setup.answer_id])
+    setup.high_score = float(torch.softmax(logits, -1)[0, setup.answer_id])
+    setup.clean = {**clean, **block_in}
+    setup.layer_kwargs = layer_kwargs
+
+    # Corrupted run: n rows with noise on the subject embeddings.
+    with Hooks() as hooks:
+        hooks.set_output(a.embed, corrupt_embeddings(setup))
+        corrupt = hooks.capture(mods)
+        corrupt_in = hooks.capture({"block_in.0": a.block(0)}, what="input")
+        body = getattr(lm.model, lm.model.base_model_prefix)
+        h = body(input_ids=ids.repeat(samples, 1), use_cache=False).last_hidden_state
+    setup.corrupt = {**corrupt, **corrupt_in}
+    setup.low_score = float(_probs_from_normed(lm, h[:, -1], setup.answer_id).mean())
+    return setup
+
+
+def _probs_from_normed(lm, h_normed: torch.Tensor, answer_id: int) -> torch.Tensor:
+    """p(answer) from final-normed residuals (what the HF body returns as last_hidden_state)."""
+    logits = lm.adapter.unembed_module(h_normed).float()
+    if lm.adapter.final_softcap:
+        logits = torch.tanh(logits / lm.adapter.final_softcap) * lm.adapter.final_softcap
+    return torch.softmax(logits, -1)[:, answer_id]
+
+
+def window_layers(layer: int, window: int, n_layers: int) -> range:
+    """ROME's window around `layer`: [l - w//2, l - (-w // 2)) clipped to the model, e.g. [l-5, l+5) for w=10."""
+    return range(max(0, layer - window // 2), min(n_layers, layer - (-window // 2)))
+
+
+def module_for(lm, kind: str, layer: int):
+    a = lm.adapter
+    return {"hidden": a.block, "mlp": a.mlp, "attn": a.attn}[kind](layer)
+
+
+def check_kind(kind: str) -> None:
+    if kind not in KINDS:
+        raise EditkitError(f"kind must be one of {', '.join(KINDS)} (or 'all'), not {kind!r}")
+
+
+__all__ = ["TraceSetup", "prepare", "answer_prob", "window_layers", "module_for", "first_tensor", "KINDS"]

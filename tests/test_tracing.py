@@ -1,0 +1,142 @@
+"""Causal tracing: the fast engine equals the reference algorithm; identities of restoration; clear errors."""
+import numpy as np
+import pytest
+import torch
+
+from editkit.errors import EditkitError
+from editkit.tracing import fast_trace, parse_noise, prepare, reference_trace, trace
+from editkit.tracing.aie import CLASSES, average_indirect_effect, token_classes
+from editkit.tracing.reference import trace_with_patch
+from editkit.tracing.severing import sever
+
+PROMPT, SUBJECT = "The Space Needle is in downtown Seattle", "Space Needle"
+
+
+@pytest.fixture
+def setup(tiny):
+    return tiny, prepare(tiny, PROMPT, SUBJECT, samples=3, noise=parse_noise("3s"))
+
+
+@pytest.mark.parametrize("kind", ["hidden", "mlp", "attn"])
+def test_fast_engine_equals_reference(setup, kind):
+    lm, s = setup
+    ref = reference_trace(lm, s, kind, window=2)
+    fast = fast_trace(lm, s, kind, window=2)
+    assert torch.allclose(fast, ref, atol=1e-5, rtol=0), float((fast - ref).abs().max())
+    assert float(ref.max() - ref.min()) > 1e-4  # the comparison is not between two constant maps
+
+
+def test_rows_before_subject_equal_low_score_exactly(setup):
+    lm, s = setup
+    b = s.subject_range[0]
+    assert b > 0
+    for kind in ("hidden", "mlp", "attn"):
+        assert (fast_trace(lm, s, kind, window=2)[:b] == s.low_score).all()
+
+
+def test_restoring_everything_reproduces_clean_run(setup):
+    lm, s = setup
+    n_tokens = s.input_ids.shape[1]
+    for layer in (0, lm.adapter.n_layers // 2, lm.adapter.n_layers - 1):
+        p = trace_with_patch(lm, s, [(t, "hidden", layer) for t in range(n_tokens)])
+        assert abs(p - s.high_score) < 1e-5
+
+
+def test_same_noise_same_scores_and_seed_matters(tiny_by_name):
+    lm = tiny_by_name("tiny-llama")
+    a = prepare(lm, PROMPT, SUBJECT, samples=4, seed=7)
+    b = prepare(lm, PROMPT, SUBJECT, samples=4, seed=7)
+    c = prepare(lm, PROMPT, SUBJECT, samples=4, seed=8)
+    assert torch.equal(a.noise, b.noise) and not torch.equal(a.noise, c.noise)
+    assert a.low_score == b.low_score
+
+
+def test_noise_variants(tiny_by_name):
+    lm = tiny_by_name("tiny-gpt2")
+    absolute = prepare(lm, PROMPT, SUBJECT, samples=2, noise=parse_noise("0.1"))
+    assert absolute.scale == 0.1 and abs(float(absolute.noise.std()) - 0.1) < 0.05
+    uniform = prepare(lm, PROMPT, SUBJECT, samples=2, noise=parse_noise("0.5", uniform=True))
+    assert float(uniform.noise.abs().max()) <= 0.5
+    replaced = prepare(lm, PROMPT, SUBJECT, samples=2, noise=parse_noise("3s", replace=True))
+    b, e = replaced.subject_range
+    assert torch.allclose(replaced.corrupt["block_in.0"][:, b:e] - replaced.clean["block_in.0"][:, b:e] * 0,
+                          replaced.corrupt["block_in.0"][:, b:e])
+    for spec in ("abc", "-1", "0", "nan", ""):
+        with pytest.raises(EditkitError):
+            parse_noise(spec)
+
+
+def test_target_changes_answer(tiny_by_name):
+    lm = tiny_by_name("tiny-gpt2")
+    r = trace(lm, PROMPT, SUBJECT, target=" the", kinds="hidden", samples=2)["hidden"]
+    assert r.answer == " the"
+    d = r.to_dict()
+    assert np.allclose(np.array(d["indirect_effect"]), np.array(d["scores"]) - d["low_score"])
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"prompt": "", "subject": "x"},
+    {"subject": "Tokyo"},
+    {"samples": 0},
+    {"window": 0},
+    {"kinds": "neurons"},
+    {"target": "   "},
+    {"noise": "lots"},
+])
+def test_invalid_inputs_are_clear_errors(tiny_by_name, kwargs):
+    lm = tiny_by_name("tiny-gpt2")
+    args = {"prompt": PROMPT, "subject": SUBJECT, "samples": 2, **kwargs}
+    with pytest.raises(EditkitError):
+        trace(lm, **args)
+
+
+def test_severing_matches_reference_repatch(setup):
+    lm, s = setup
+    out = sever(lm, s)
+    t = out["token"]
+    L = lm.adapter.n_layers
+    for l in (0, L // 2):
+        frozen = [(t, "mlp", j) for j in range(l + 1, L)]
+        ref = trace_with_patch(lm, s, [(t, "hidden", l)], frozen=frozen)
+        assert abs(out["mlp"][l] - ref) < 1e-5
+        assert abs(out["none"][l] - trace_with_patch(lm, s, [(t, "hidden", l)])) < 1e-5
+
+
+def test_token_classes():
+    c = token_classes(8, (2, 5))
+    assert c["first subject"] == [2] and c["middle subject"] == [3] and c["last subject"] == [4]
+    assert c["first subsequent"] == [5] and c["further tokens"] == [6] and c["last token"] == [7]
+    assert set(c) == set(CLASSES)
+
+
+def test_aie_runs_and_resumes(tiny_by_name, tmp_path, monkeypatch):
+    monkeypatch.setenv("EDITKIT_CACHE", str(tmp_path))
+    lm = tiny_by_name("tiny-gpt2")
+    from editkit import facts
+
+    fake = [{"known_id": i, "prompt": f"The Eiffel Tower number {i} is in", "subject": "Eiffel Tower"}
+            for i in range(3)]
+    monkeypatch.setattr("editkit.tracing.aie.predicted_facts", lambda lm: fake)
+    out = average_indirect_effect(lm, n_facts=3, samples=2, window=2)
+    assert out["n_facts"] == 3
+    ls = out["kinds"]["hidden"]["last token"]
+    assert len(ls["mean"]) == lm.adapter.n_layers and all(lo <= m <= hi for lo, m, hi in
+                                                          zip(ls["low"], ls["mean"], ls["high"]))
+    monkeypatch.setattr("editkit.tracing.aie.prepare", lambda *a, **k: pytest.fail("recomputed a cached fact"))
+    again = average_indirect_effect(lm, n_facts=3, samples=2, window=2)
+    assert again == out
+
+
+def test_space_needle_pattern_on_embedded_model(gemma):
+    """ROME's pattern: early-to-middle peak at the last subject token, the last token takes over late."""
+    r = trace(gemma, "The Space Needle is in downtown", "Space Needle", kinds="hidden")["hidden"]
+    scores = np.array(r.scores)
+    b, e = r.subject_range
+    last_subject, last = e - 1, len(r.tokens) - 1
+    assert r.answer == " Seattle" and r.tokens[last_subject] == " Needle"
+    early = scores[:, : len(scores[0]) // 2]
+    t_peak, l_peak = np.unravel_index(early.argmax(), early.shape)
+    assert t_peak == last_subject
+    late = scores[:, -3:]
+    assert (late.argmax(0) == last).all()
+    assert scores[last_subject, :8].max() - r.low_score > 0.2  # a strong effect, not noise
