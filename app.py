@@ -59,6 +59,7 @@ def home():
 
 PAGES = [
     st.Page(home, title="Home", icon="🏠", default=True),
+    st.Page("pages/causal_tracing.py", title="Causal tracing", icon="🔥"),
 ]
 
 st.navigation(PAGES).run()
