@@ -132,7 +132,7 @@ def load_patch(path: str | Path) -> tuple[WeightDelta, dict]:
         path = path.with_suffix(".safetensors")
     manifest_path = path.with_suffix(".json")
     try:
-        delta = load_file(str(path))
+        delta = {k: v.clone() for k, v in load_file(str(path)).items()}  # no mmap left behind
     except (OSError, SafetensorError, ValueError) as exc:
         raise EditkitError(f"cannot read patch {path}: {exc}") from None
     try:

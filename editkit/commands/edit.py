@@ -1,0 +1,64 @@
+"""`python -m editkit edit --method rome|memit|pmet --requests FILE [--hparams FILE] [--save-patch P] --json`."""
+import time
+
+from ..cli import add_model_arg, load
+from ..errors import EditkitError
+
+
+def register(sub):
+    p = sub.add_parser("edit", help="edit facts with ROME, MEMIT or PMET and report pre/post probabilities")
+    p.add_argument("--method", required=True, choices=["rome", "memit", "pmet"])
+    p.add_argument("--requests", required=True, help="JSON/JSONL file: editkit, CounterFact or EasyEdit records")
+    p.add_argument("--hparams", default=None, help="JSON file of hyperparameter overrides")
+    p.add_argument("--save-patch", default=None, help="write the edit as <P>.safetensors + <P>.json")
+    p.add_argument("--save-model", default=None, help="write the edited model with save_pretrained")
+    p.add_argument("--n", type=int, default=None, help="use the first N requests of the file")
+    add_model_arg(p)
+    p.set_defaults(func=run, show=show)
+
+
+def run(args):
+    from ..editing.api import run_edit
+    from ..editing.hparams import load_hparams_file
+    from ..editing.probe import edit_probabilities
+    from ..editing.requests import parse_requests
+    from ..editing.weights import applied, save_patch
+
+    requests = parse_requests(args.requests)
+    if args.n is not None:
+        if args.n < 1:
+            raise EditkitError("--n must be at least 1")
+        requests = requests[: args.n]
+    overrides = load_hparams_file(args.hparams) if args.hparams else None
+    lm = load(args)
+    pre = [edit_probabilities(lm, r) for r in requests]
+    result = run_edit(lm, args.method, requests, overrides)
+    t0 = time.perf_counter()
+    with applied(lm.model, result.delta):
+        post = [edit_probabilities(lm, r) for r in requests]
+        if args.save_model:
+            lm.model.save_pretrained(args.save_model)
+            lm.tok.save_pretrained(args.save_model)
+    out = {"model": lm.name, "method": args.method, "seconds": round(result.seconds, 2),
+           "eval_seconds": round(time.perf_counter() - t0, 2), "info": result.to_dict()["info"], "requests": []}
+    out["info"].pop("hparams", None)
+    out["hparams"] = result.info.get("hparams")
+    for r, a, b in zip(requests, pre, post):
+        out["requests"].append({"case_id": r.case_id, "rewrite": r.rewrite, "target_new": r.target_new,
+                                "target_true": r.target_true, "pre": a, "post": b})
+    if args.save_patch:
+        path = save_patch(args.save_patch, result.delta, {"model": lm.name, "method": args.method,
+                                                          "requests": [r.to_dict() for r in requests],
+                                                          "hparams": result.info.get("hparams")})
+        out["patch"] = str(path)
+    return out
+
+
+def show(out):
+    print(f"{out['method']} on {out['model']}: {out['seconds']} s")
+    for r in out["requests"]:
+        print(f"- {r['rewrite']!r}: {r['target_true']!r} -> {r['target_new']!r}")
+        for group in ("rewrite", "paraphrase", "neighborhood"):
+            for a, b in zip(r["pre"][group], r["post"][group]):
+                true = f"  p_true {a.get('p_true', float('nan')):.3f} -> {b.get('p_true', float('nan')):.3f}"
+                print(f"  [{group}] p_new {a['p_new']:.3f} -> {b['p_new']:.3f}{true}  {a['prompt'][:60]!r}")

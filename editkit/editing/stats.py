@@ -1,0 +1,127 @@
+"""Second-moment statistics C = E[k k^T] of the down-projection inputs (ROME Eq. 2's C; MEMIT Eq. 14's C_0).
+
+One streaming pass over the shipped WikiText-2 text collects every requested layer at once (the forward pass stops
+after the highest requested layer). Cached per model and layer as safetensors with a JSON provenance record
+(model, layer, corpus, token count, dtype). kmeng01/rome and EasyEdit `.npz` files can be imported.
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..corpus import NOTICE, token_chunks
+from ..errors import EditkitError
+from ..hooks import Hooks
+from ..paths import cache_dir, safe_name
+
+
+class _Stop(Exception):
+    pass
+
+
+def _paths(lm, layer: int, n_tokens: int) -> tuple[Path, Path]:
+    folder = cache_dir("stats", safe_name(lm.name))
+    stem = f"layer{layer}-wikitext2-{n_tokens}"
+    return folder / f"{stem}.safetensors", folder / f"{stem}.json"
+
+
+def _load(lm, layer, n_tokens):
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    tensor_path, meta_path = _paths(lm, layer, n_tokens)
+    if not (tensor_path.exists() and meta_path.exists()):
+        return None
+    try:
+        C = load_file(str(tensor_path))["C"].clone()  # no mmap left behind
+        meta = json.loads(meta_path.read_text())
+        if C.shape != (lm.adapter.d_ff, lm.adapter.d_ff) or not torch.isfinite(C).all():
+            raise ValueError("bad shape or values")
+        return C, meta
+    except (OSError, ValueError, KeyError, SafetensorError):
+        tensor_path.unlink(missing_ok=True)  # corrupt: recomputed
+        meta_path.unlink(missing_ok=True)
+        return None
+
+
+@torch.no_grad()
+def second_moment(lm, layers, n_tokens: int = 20000, progress=None, seq_len: int = 128) -> dict[int, torch.Tensor]:
+    """layer -> C (d_ff, d_ff), float32, on the model's device."""
+    layers = [layers] if isinstance(layers, int) else sorted(set(layers))
+    if n_tokens < 10:
+        raise EditkitError("the statistics need at least 10 tokens")
+    out, todo = {}, []
+    for l in layers:
+        hit = _load(lm, l, n_tokens)
+        if hit:
+            out[l] = hit[0].to(lm.device)
+        else:
+            todo.append(l)
+    if not todo:
+        return out
+    a = lm.adapter
+    sums = {l: torch.zeros(a.d_ff, a.d_ff, dtype=torch.float64) for l in todo}
+    count, start = 0, time.perf_counter()
+    top = max(todo)
+    body = getattr(lm.model, lm.model.base_model_prefix)
+    for chunk in token_chunks(lm.tok, n_tokens, seq_len):
+        ids = torch.tensor([chunk], device=lm.device)
+        with Hooks() as hooks:
+            keys = hooks.capture({l: a.down_proj(l) for l in todo}, what="input")
+            hooks.set_output(a.down_proj(top), lambda h: (_ for _ in ()).throw(_Stop()))
+            try:
+                body(input_ids=ids, use_cache=False)
+            except _Stop:
+                pass
+        for l in todo:
+            k = keys[l][0].float()  # (tokens, d_ff)
+            sums[l] += (k.T @ k).double().cpu()  # per-chunk float32 product, float64 running sum
+        count += ids.shape[1]
+        if progress:
+            progress(min(count / n_tokens, 1.0), f"statistics: {count:,}/{n_tokens:,} tokens")
+    seconds = time.perf_counter() - start
+    for l in todo:
+        C = (sums[l] / count).float()
+        tensor_path, meta_path = _paths(lm, l, n_tokens)
+        _save(C, {"model": lm.name, "layer": l, "module": a.name("down_proj", l), "corpus": NOTICE,
+                  "tokens": count, "dtype": "float32 (accumulated in float64)", "seconds": round(seconds, 1)},
+              tensor_path, meta_path)
+        out[l] = C.to(lm.device)
+    return out
+
+
+def _save(C, meta, tensor_path, meta_path):
+    from safetensors.torch import save_file
+
+    tmp = tensor_path.with_suffix(".tmp")
+    save_file({"C": C.contiguous().cpu()}, str(tmp))
+    tmp.replace(tensor_path)
+    tmp = meta_path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(meta, indent=1))
+    tmp.replace(meta_path)
+
+
+def provenance(lm, layer: int, n_tokens: int) -> dict | None:
+    hit = _load(lm, layer, n_tokens)
+    return hit[1] if hit else None
+
+
+def import_npz(lm, layer: int, path, n_tokens: int) -> dict:
+    """Import kmeng01/rome / EasyEdit statistics (`{layer_name}_float32_mom2_100000.npz`, keys `mom2.mom2` (sum of
+    k k^T) and `mom2.count`) as the cache entry for (layer, n_tokens)."""
+    try:
+        data = np.load(path, allow_pickle=False)
+        mom2, count = data["mom2.mom2"], float(data["mom2.count"])
+    except (OSError, ValueError, KeyError) as exc:
+        raise EditkitError(f"cannot import statistics from {path}: {exc}") from None
+    C = torch.from_numpy(np.asarray(mom2, dtype=np.float64) / count).float()
+    if C.shape != (lm.adapter.d_ff, lm.adapter.d_ff):
+        raise EditkitError(f"{path} holds a {tuple(C.shape)} matrix; this model's d_ff is {lm.adapter.d_ff}")
+    meta = {"model": lm.name, "layer": layer, "corpus": f"imported from {Path(path).name}", "tokens": int(count),
+            "dtype": str(mom2.dtype)}
+    _save(C, meta, *_paths(lm, layer, n_tokens))
+    return meta
