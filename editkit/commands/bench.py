@@ -6,7 +6,7 @@ import importlib
 
 BENCHES = {
     "trace": "editkit.tracing.bench",
-    # "edit": "editkit.editing.bench",
+    "edit": "editkit.editing.bench",
 }
 
 

@@ -20,17 +20,15 @@ def context_templates(lm, n: int = 5, length: int = 10, seed: int = 0) -> list[s
     except (OSError, ValueError):
         pass
     templates = ["{}"]
-    gen = torch.Generator().manual_seed(seed)
-    for i in range(n):
-        ids = lm.tok(STARTERS[i % len(STARTERS)], return_tensors="pt", add_special_tokens=True)["input_ids"]
-        ids = ids.to(lm.device)
-        for _ in range(length):
-            logits = lm.model(input_ids=ids, use_cache=False).logits[0, -1].float()
-            top = logits.topk(5)
-            choice = top.indices[torch.multinomial(torch.softmax(top.values, -1).cpu(), 1, generator=gen)]
-            ids = torch.cat([ids, choice.view(1, 1).to(ids.device)], 1)
-        text = lm.tok.decode(ids[0], skip_special_tokens=True)
-        templates.append(text.replace("{", " ").replace("}", " ").strip() + ". {}")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        for i in range(n):
+            batch = lm.tok(STARTERS[i % len(STARTERS)], return_tensors="pt", add_special_tokens=True).to(lm.device)
+            out = lm.model.generate(**batch, do_sample=True, top_k=5, top_p=1.0, temperature=1.0,
+                                    max_new_tokens=length, min_new_tokens=length,
+                                    pad_token_id=lm.tok.pad_token_id)
+            text = lm.tok.decode(out[0], skip_special_tokens=True)
+            templates.append(text.replace("{", " ").replace("}", " ").strip() + ". {}")
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(templates))
     tmp.replace(path)
