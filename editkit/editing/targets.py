@@ -112,6 +112,21 @@ def optimize_targets(lm, request: EditRequest, layer: int, sites: tuple[str, ...
     deltas = {s: torch.zeros(d, device=lm.device, requires_grad=True) for s in sites}
     init: dict[str, torch.Tensor] = {}
 
+    # Blocks below `layer` do not depend on the deltas: run them once, keep the residual entering block `layer` and
+    # the arguments the model passes to each later block (masks, rotary embeddings), then run only the rest.
+    block_args: dict[int, tuple] = {}
+    with Hooks() as hooks, torch.no_grad():
+        entry = hooks.capture({"h": a.block(layer)}, what="input")
+        handles = [a.block(l).register_forward_pre_hook(
+            lambda mod, args, kwargs, l=l: block_args.__setitem__(l, (tuple(args[1:]), dict(kwargs))),
+            with_kwargs=True) for l in range(layer, a.n_layers)]
+        try:
+            body(input_ids=ids, attention_mask=mask, use_cache=False)
+        finally:
+            for handle in handles:
+                handle.remove()
+    h_entry = entry["h"]
+
     def forward():
         with Hooks() as hooks:
             for s in sites:
@@ -122,10 +137,15 @@ def optimize_targets(lm, request: EditRequest, layer: int, sites: tuple[str, ...
                     h[row_t, lookup_t] = h[row_t, lookup_t] + deltas[s].to(h.dtype)
                     return h
                 hooks.set_output(site_module(lm, s, layer), add)
-            h = body(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
+            h = h_entry
+            for l in range(layer, a.n_layers):
+                args, kwargs = block_args[l]
+                out = a.block(l)(h, *args, **kwargs)
+                h = out[0] if isinstance(out, (tuple, list)) else out
+
         def logits_of(x):
-            z = a.unembed_module(x).float()
-            return torch.tanh(z / a.final_softcap) * a.final_softcap if a.final_softcap else z
+            z = a.unembed(x).float()  # final norm + unembedding (+ softcap), only where needed
+            return z
         rw = logits_of(h[torch.arange(n_rw, device=lm.device)[:, None], pos])  # (n_rw, m, V)
         kl = logits_of(h[n_rw, lookup[-1]])  # (V,)
         return rw, kl
@@ -148,7 +168,7 @@ def optimize_targets(lm, request: EditRequest, layer: int, sites: tuple[str, ...
             w = nll_weight
             if adaptive and bool((rw.argmax(-1) == tgt).all()):
                 w = 0.1 * nll_weight  # PMET: the target already wins; favour preserving the rest
-                if float(kl) <= 0.01:
+                if kl.item() <= 0.01:
                     losses.append({"step": step, "loss": (w * nll + hp["kl_factor"] * kl).item(),
                                    "nll": nll.item(), "kl": kl.item()})
                     break
@@ -157,7 +177,7 @@ def optimize_targets(lm, request: EditRequest, layer: int, sites: tuple[str, ...
                            "p_target": float(torch.exp(-nll.detach() * len(t_ids)))})
             if not torch.isfinite(loss):
                 raise EditkitError("the target optimisation diverged (loss is not finite); lower v_lr")
-            if not adaptive and float(loss) < 5e-2:
+            if not adaptive and loss.item() < 5e-2:
                 break
             if step == hp["v_num_grad_steps"] - 1:
                 break
