@@ -16,7 +16,7 @@ def _file_key(model_name: str) -> str:
     name = model_name.lower().rstrip("/").split("/")[-1]
     if name.startswith("tiny-"):
         return "tiny"
-    return name.replace("eleutherai_", "")
+    return name.replace("eleutherai_", "").removesuffix("-hf")  # meta-llama/Llama-2-7b-hf -> llama-2-7b
 
 
 def load_hparams(method: str, lm_or_name, overrides: dict | None = None) -> dict:
