@@ -174,7 +174,8 @@ class Adapter:
 
     # --- vocabulary projection -----------------------------------------------------------------------------
     def unembed(self, h: torch.Tensor, norm: bool = True) -> torch.Tensor:
-        """Logits of residual vectors h (..., d_model): lm_head(final_norm(h)), with Gemma 2's softcap."""
+        """Logits of residual vectors h (..., d_model): lm_head(final_norm(h)), with Gemma 2's softcap.
+        `norm=False` for vectors already through the final norm (an HF body's last_hidden_state)."""
         x = self.final_norm(h) if norm else h
         logits = self.unembed_module(x)
         if self.final_softcap:

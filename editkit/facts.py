@@ -40,7 +40,7 @@ def predicted_facts(lm, n: int | None = None, batch_size: int = 32, progress=Non
         last = enc["attention_mask"].sum(1) - 1
         body = getattr(lm.model, lm.model.base_model_prefix)
         h = body(**enc).last_hidden_state
-        top = lm.adapter.unembed_module(h[torch.arange(len(batch)), last]).argmax(-1).tolist()
+        top = lm.adapter.unembed(h[torch.arange(len(batch)), last], norm=False).argmax(-1).tolist()
         for fact, token_id in zip(batch, top):
             target = lm.tok(" " + fact["attribute"].strip(), add_special_tokens=False)["input_ids"]
             if target and target[0] == token_id:

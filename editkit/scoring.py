@@ -76,9 +76,7 @@ def _score_batch(lm, prompts, targets):
     scores = []
     for i, (n_p, n_t) in enumerate(spans):
         pos = torch.arange(n_p - 1, n_p + n_t - 1, device=ids.device)
-        logits = lm.adapter.unembed_module(h[i, pos]).float()
-        if lm.adapter.final_softcap:
-            logits = torch.tanh(logits / lm.adapter.final_softcap) * lm.adapter.final_softcap
+        logits = lm.adapter.unembed(h[i, pos], norm=False).float()
         logp = torch.log_softmax(logits, -1)
         tgt = ids[i, n_p: n_p + n_t]
         tok_lp = logp.gather(1, tgt[:, None])[:, 0]

@@ -99,10 +99,7 @@ def last_logits(lm, prompts: list[str] | str) -> torch.Tensor:
     body = getattr(lm.model, lm.model.base_model_prefix)
     h = body(**batch).last_hidden_state  # already through the final norm
     h_last = h[torch.arange(h.shape[0], device=h.device), last]
-    logits = lm.adapter.unembed_module(h_last)
-    if lm.adapter.final_softcap:
-        logits = torch.tanh(logits / lm.adapter.final_softcap) * lm.adapter.final_softcap
-    return logits.float()
+    return lm.adapter.unembed(h_last, norm=False).float()
 
 
 def top_k(lm, prompt: str, k: int = 5) -> list[Prediction]:

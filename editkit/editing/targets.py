@@ -143,11 +143,9 @@ def optimize_targets(lm, request: EditRequest, layer: int, sites: tuple[str, ...
                 out = a.block(l)(h, *args, **kwargs)
                 h = out[0] if isinstance(out, (tuple, list)) else out
 
-        def logits_of(x):
-            z = a.unembed(x).float()  # final norm + unembedding (+ softcap), only where needed
-            return z
-        rw = logits_of(h[torch.arange(n_rw, device=lm.device)[:, None], pos])  # (n_rw, m, V)
-        kl = logits_of(h[n_rw, lookup[-1]])  # (V,)
+        # final norm + unembedding, only where the loss looks
+        rw = a.unembed(h[torch.arange(n_rw, device=lm.device)[:, None], pos]).float()  # (n_rw, m, V)
+        kl = a.unembed(h[n_rw, lookup[-1]]).float()  # (V,)
         return rw, kl
 
     opt = torch.optim.Adam(list(deltas.values()), lr=hp["v_lr"])

@@ -111,9 +111,7 @@ def prepare(lm, prompt: str, subject: str, target: str | None = None, samples: i
         finally:
             for handle in handles:
                 handle.remove()
-    logits = lm.adapter.unembed_module(h[:, -1]).float()
-    if lm.adapter.final_softcap:
-        logits = torch.tanh(logits / lm.adapter.final_softcap) * lm.adapter.final_softcap
+    logits = lm.adapter.unembed(h[:, -1], norm=False).float()
     if target is not None:
         tid = target_ids(lm.tok, target if target.startswith(" ") or not target.strip() else " " + target)
         setup.answer_id = tid[0]
@@ -132,16 +130,8 @@ def prepare(lm, prompt: str, subject: str, target: str | None = None, samples: i
         body = getattr(lm.model, lm.model.base_model_prefix)
         h = body(input_ids=ids.repeat(samples, 1), use_cache=False).last_hidden_state
     setup.corrupt = {**corrupt, **corrupt_in}
-    setup.low_score = float(_probs_from_normed(lm, h[:, -1], setup.answer_id).mean())
+    setup.low_score = float(torch.softmax(lm.adapter.unembed(h[:, -1], norm=False).float(), -1)[:, setup.answer_id].mean())
     return setup
-
-
-def _probs_from_normed(lm, h_normed: torch.Tensor, answer_id: int) -> torch.Tensor:
-    """p(answer) from final-normed residuals (what the HF body returns as last_hidden_state)."""
-    logits = lm.adapter.unembed_module(h_normed).float()
-    if lm.adapter.final_softcap:
-        logits = torch.tanh(logits / lm.adapter.final_softcap) * lm.adapter.final_softcap
-    return torch.softmax(logits, -1)[:, answer_id]
 
 
 def window_layers(layer: int, window: int, n_layers: int) -> range:
