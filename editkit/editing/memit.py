@@ -10,8 +10,11 @@ solved as a symmetric linear system in float64 (no explicit inverse).
 Gemma 2/3: a block adds post_feedforward_layernorm(mlp(x)) to the residual, so a residual change r is not a change of
 the down-projection output. editkit maps it back through that RMSNorm: with m the current MLP output and
 y = norm(m) + r the wanted normed output, the new MLP output is m' = (y / (1 + w)) * rms(m) / rms(y / (1 + w)), i.e.
-the RMSNorm inverted up to scale, keeping the scale of m; R for the solve is then m' - m. (The achieved residual is y
-rescaled by 1 / rms(y / (1 + w)), which is 1 for r = 0 and close to it for the small per-layer residuals.)
+the RMSNorm inverted up to scale, keeping the scale of m; R for the solve is then m' - m. A post-RMSNorm output
+always has rms(y / (1 + w)) = 1, so the residual actually reached is y / rms(y / (1 + w)): the right direction, but
+the part of r that would change that scale is lost (about 12% of r in tests/test_memit_pmet.py's random case).
+Each later layer recomputes the remaining residual at layer L, which makes up part of the shortfall; optimizing the
+targets at the MLP output instead (as PMET does) would avoid the mapping altogether.
 """
 from __future__ import annotations
 
