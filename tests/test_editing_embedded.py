@@ -1,0 +1,37 @@
+"""Editing the embedded Gemma 3 270M: the acceptance cases of the editing engine."""
+import pytest
+
+from editkit.editing.api import run_edit
+from editkit.editing.hparams import load_hparams
+from editkit.editing.requests import parse_requests
+from editkit.editing.stats import second_moment
+from editkit.editing.weights import applied
+from editkit.scoring import score_targets
+from editkit.text import top_k
+
+
+@pytest.fixture(scope="module")
+def stats(gemma):
+    layers = sorted({l for m in ("rome", "memit", "pmet") for l in load_hparams(m, gemma)["layers"]})
+    return second_moment(gemma, layers, load_hparams("rome", gemma)["mom2_n_tokens"])  # one pass, cached
+
+
+def _p(lm, prompt):
+    new, true = score_targets(lm, [prompt, prompt], [" English", " French"])
+    return new.prob, true.prob
+
+
+def test_rome_darrieux_speaks_english(gemma, stats):
+    request = parse_requests({"prompt": "The mother tongue of {} is", "subject": "Danielle Darrieux",
+                              "target_new": "English", "target_true": "French"})
+    rewrite, paraphrase = request[0].rewrite, "Where Danielle Darrieux is from, people speak the language of"
+    assert _p(gemma, rewrite)[1] > _p(gemma, rewrite)[0]  # before: French wins
+    result = run_edit(gemma, "rome", request)
+    print(f"ROME edit: {result.seconds:.1f} s, ||dW||/||W|| = "
+          f"{result.info['requests'][0]['relative_norm']:.4f}")
+    with applied(gemma.model, result.delta):
+        for prompt in (rewrite, paraphrase):
+            new, true = _p(gemma, prompt)
+            assert new > true, (prompt, new, true)
+        assert top_k(gemma, "The Eiffel Tower is located in the city of", 1)[0].token == " Paris"
+    assert top_k(gemma, rewrite, 1)[0].token == " French"  # reverted
