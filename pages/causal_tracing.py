@@ -6,7 +6,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from editkit.text import guess_subject
-from editkit.tracing import parse_noise, prepare, trace
+from editkit.tracing import parse_noise, prepare, trace_setup
 from editkit.tracing.aie import CLASSES, average_indirect_effect
 from editkit.tracing.severing import sever
 from pages import ui
@@ -48,10 +48,9 @@ if submitted:
         subj = subject.strip() or guess_subject(prompt)
         spec = parse_noise(noise, uniform=uniform, replace=replace)
         bar = st.progress(0.0, text="clean and corrupted runs")
-        results = trace(lm, prompt, subj, target.strip() or None, kinds=kinds or "all", samples=int(samples),
-                        noise=spec, window=int(window), seed=int(seed),
-                        progress=lambda f, msg: bar.progress(min(f, 1.0), text=msg))
         setup = prepare(lm, prompt, subj, target.strip() or None, int(samples), spec, int(seed))
+        results = trace_setup(lm, setup, kinds=kinds or "all", window=int(window),
+                              progress=lambda f, msg: bar.progress(min(f, 1.0), text=msg))
         st.session_state["trace_results"] = {k: r.to_dict() for k, r in results.items()}
         st.session_state["trace_sever"] = sever(lm, setup)
         bar.empty()

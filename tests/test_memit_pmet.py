@@ -9,7 +9,6 @@ from editkit.editing.hparams import load_hparams
 from editkit.editing.memit import apply_memit, batch_update, residual_to_mlp_output, spread
 from editkit.editing.pmet import apply_pmet
 from editkit.editing.requests import parse_requests
-from editkit.editing.stats import second_moment
 from editkit.editing.targets import site_output
 from editkit.editing.weights import apply_delta, restore
 from editkit.paths import DATA

@@ -112,8 +112,6 @@ def test_token_classes():
 def test_aie_runs_and_resumes(tiny_by_name, tmp_path, monkeypatch):
     monkeypatch.setenv("EDITKIT_CACHE", str(tmp_path))
     lm = tiny_by_name("tiny-gpt2")
-    from editkit import facts
-
     fake = [{"known_id": i, "prompt": f"The Eiffel Tower number {i} is in", "subject": "Eiffel Tower"}
             for i in range(3)]
     monkeypatch.setattr("editkit.tracing.aie.predicted_facts", lambda lm: fake)

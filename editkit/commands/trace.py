@@ -21,13 +21,13 @@ def register(sub):
 
 
 def run(args):
-    from ..tracing import parse_noise, prepare, trace
+    from ..tracing import parse_noise, prepare, trace_setup
     from ..tracing.severing import sever
 
     lm = load(args)
     noise = parse_noise(args.noise, uniform=args.uniform, replace=args.replace)
-    results = trace(lm, args.prompt, args.subject, args.target, kinds=args.kind, samples=args.samples,
-                    noise=noise, window=args.window, seed=args.seed, engine=args.engine)
+    setup = prepare(lm, args.prompt, args.subject, args.target, args.samples, noise, args.seed)
+    results = trace_setup(lm, setup, kinds=args.kind, window=args.window, engine=args.engine)
     first = next(iter(results.values()))
     out = {
         "model": lm.name, "prompt": args.prompt, "subject": args.subject,
@@ -40,7 +40,6 @@ def run(args):
     if len(results) == 1:  # the flat form the issue names: kind, window, scores at the top level
         out.update({k: v for k, v in out["kinds"][first.kind].items()})
     if args.sever:
-        setup = prepare(lm, args.prompt, args.subject, args.target, args.samples, noise, args.seed)
         out["severing"] = sever(lm, setup)
     return out
 

@@ -23,10 +23,9 @@ import time
 
 import torch
 
-from ..hooks import Hooks
 from .result import EditResult, norm_report
 from .stats import second_moment
-from .targets import _subject_last, contexts, keys_at, optimize_targets, site_output
+from .targets import contexts, keys_at, optimize_targets, site_output
 from .weights import apply_delta, restore
 
 

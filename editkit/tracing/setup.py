@@ -32,6 +32,7 @@ class TraceSetup:
     noise: torch.Tensor  # (n, subject tokens, d): the exact values added to (or replacing) the embeddings
     noise_spec: NoiseSpec
     scale: float
+    seed: int = 1
     high_score: float = 0.0
     low_score: float = 0.0
     clean: dict | None = None  # name -> (1, T, d) clean states: "embed", "block.l", "mlp.l", "attn.l"
@@ -89,7 +90,7 @@ def prepare(lm, prompt: str, subject: str, target: str | None = None, samples: i
     ids = lm.tok(prompt, add_special_tokens=True, return_tensors="pt")["input_ids"].to(lm.device)
     scale = noise_scale(lm, noise)
     unit = make_noise(seed, samples, e - b, lm.adapter.d_model, noise)
-    setup = TraceSetup(prompt, token_strings(lm, prompt), ids, (b, e), "", -1, unit * scale, noise, scale)
+    setup = TraceSetup(prompt, token_strings(lm, prompt), ids, (b, e), "", -1, unit * scale, noise, scale, seed)
 
     a = lm.adapter
     mods = _names(lm)
