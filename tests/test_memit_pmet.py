@@ -119,3 +119,20 @@ def test_gemma_post_norm_mapping(tiny_by_name):
         out = norm((m.double() + d).float().T).T.double()
         cos = torch.nn.functional.cosine_similarity(out, base + big, dim=0)
         assert float(cos.min()) > 1 - 1e-5
+
+
+def test_gemma_mapping_survives_dead_norm_channels(tiny_by_name):
+    """Gemma 3 270M has post-norm channels with 1 + w = 0; the inversion must stay finite there."""
+    lm = tiny_by_name("tiny-gemma3")
+    norm = lm.adapter.post_mlp_norm(1)
+    original = norm.weight.detach().clone()
+    try:
+        with torch.no_grad():
+            norm.weight[:3] = -1.0
+        torch.manual_seed(0)
+        m, r = torch.randn(lm.adapter.d_model, 2), 0.1 * torch.randn(lm.adapter.d_model, 2)
+        d = residual_to_mlp_output(lm, 1, m, r)
+        assert torch.isfinite(d).all()
+    finally:
+        with torch.no_grad():
+            norm.weight.copy_(original)

@@ -10,7 +10,7 @@ solved as a symmetric linear system in float64 (no explicit inverse).
 Gemma 2/3: a block adds post_feedforward_layernorm(mlp(x)) to the residual, so a residual change r is not a change of
 the down-projection output. editkit maps it back through that RMSNorm: with m the current MLP output and
 y = norm(m) + r the wanted normed output, the new MLP output is m' = (y / (1 + w)) * rms(m) / rms(y / (1 + w)), i.e.
-the RMSNorm inverted up to scale, keeping the scale of m; R for the solve is then m' - m. A post-RMSNorm output
+the RMSNorm inverted up to scale, keeping the scale of m (channels with 1 + w = 0 keep their value); R for the solve is then m' - m. A post-RMSNorm output
 always has rms(y / (1 + w)) = 1, so the residual actually reached is y / rms(y / (1 + w)): the right direction, but
 the part of r that would change that scale is lost (about 12% of r in tests/test_memit_pmet.py's random case).
 Each later layer recomputes the remaining residual at layer L, which makes up part of the shortfall; optimizing the
@@ -49,7 +49,10 @@ def residual_to_mlp_output(lm, layer: int, m: torch.Tensor, r: torch.Tensor) -> 
     scale = (1.0 + norm.weight.detach().double())[:, None]
     m64, r64 = m.double(), r.double()
     y = m64 / _rms(m64.T, eps).T * scale + r64  # wanted normed output, (d_model, n)
-    x_dir = y / scale
+    # A channel with 1 + w = 0 (Gemma 3 270M has some) is always 0 after the norm: it cannot be steered, so it keeps
+    # the current normalized value instead of dividing by zero.
+    dead = scale.abs() < 1e-6
+    x_dir = torch.where(dead, m64 / _rms(m64.T, eps).T, y / torch.where(dead, torch.ones_like(scale), scale))
     m_new = x_dir * (_rms(m64.T, eps).T / _rms(x_dir.T, eps).T)
     return m_new - m64
 
