@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from editkit.editing.hparams import load_hparams
-from editkit.editing.memit import apply_memit, batch_update, residual_to_mlp_output, spread
+from editkit.editing.memit import apply_memit, batch_update, reachable_output, residual_to_mlp_output, spread
 from editkit.editing.pmet import apply_pmet
 from editkit.editing.requests import parse_requests
-from editkit.editing.targets import site_output
+from editkit.editing.targets import layer_state
 from editkit.editing.weights import apply_delta, restore
 from editkit.paths import DATA
 
@@ -77,7 +77,9 @@ def test_spreading_rule_first_layer(tiny, sqrt):
     requests = _requests(2)
     site = "mlp" if sqrt else "block"
     z_layer = hp["layers"][-1]
-    current = torch.stack([site_output(tiny, site, z_layer, r) for r in requests], 1)
+    layer = hp["layers"][0]
+    state = layer_state(tiny, requests, hp, layer, z_layer, site)  # the values spread reads (tested in test_targets)
+    current = state["current"]
     g = torch.Generator().manual_seed(0)
     targets = current + 0.1 * torch.randn(current.shape, generator=g)
     snap = _snapshot(tiny.model)
@@ -86,39 +88,69 @@ def test_spreading_rule_first_layer(tiny, sqrt):
     assert _same(tiny.model, snap)
     n = len(hp["layers"])
     want = (targets - current) / (math.sqrt(n) if sqrt else n)
-    layer = hp["layers"][0]
     if site == "block" and tiny.adapter.post_mlp_norm(layer) is not None:
-        m = torch.stack([site_output(tiny, "mlp", layer, r) for r in requests], 1)
-        want = residual_to_mlp_output(tiny, layer, m, want)
+        want = residual_to_mlp_output(tiny, layer, state["mlp"], want)
     torch.testing.assert_close(debug[0]["R"].double(), want.double(), rtol=1e-4, atol=1e-6)
 
 
 def test_gemma_post_norm_mapping(tiny_by_name):
-    """post_feedforward_layernorm(m + d) points exactly along norm(m) + r
-    (the reachable part of the residual target r)."""
+    """Gemma adds post_feedforward_layernorm(m) = s * m / rms(m) to the residual. The mapping hits every reachable
+    residual change exactly, and otherwise lands on the reachable output nearest to the wanted one."""
     lm = tiny_by_name("tiny-gemma3")
     norm = lm.adapter.post_mlp_norm(1)
     assert norm is not None
+    original = norm.weight.detach().clone()
     g = torch.Generator().manual_seed(0)
-    m = torch.randn(lm.adapter.d_model, 4, generator=g)
+    try:
+        with torch.no_grad():  # an uneven scale (a real model's is: Gemma 3 270M's 1 + w spans 0 to 789)
+            norm.weight.copy_(torch.rand(norm.weight.shape, generator=g) * 2.8 - 0.8)
+        _check_post_norm_mapping(lm, norm, g)
+    finally:
+        with torch.no_grad():
+            norm.weight.copy_(original)
+
+
+def _check_post_norm_mapping(lm, norm, g):
+    d_model = lm.adapter.d_model
+    s = (1 + norm.weight.detach().double())
+    m = torch.randn(d_model, 4, generator=g)
     with torch.no_grad():
         base = norm(m.T).T.double()
         zero = residual_to_mlp_output(lm, 1, m, torch.zeros_like(m))
         assert float(zero.abs().max()) < 1e-5
-        r = 1e-3 * base.norm(dim=0) * torch.randn(m.shape, generator=g).double() / math.sqrt(m.shape[0])
-        d = residual_to_mlp_output(lm, 1, m, r)
-        achieved = norm((m.double() + d).float().T).T.double() - base
-        # The normed output always has rms(out / (1 + w)) = 1 (an ellipsoid), so a residual r is reachable only up
-        # to that rescaling: the mapping gives y / rms(y / (1 + w)) with y = norm(m) + r (direction exact).
-        y = base + r
-        scale = (1 + norm.weight.double())[:, None]
-        want = y / torch.sqrt((y / scale).pow(2).mean(0, keepdim=True)) - base
-        torch.testing.assert_close(achieved, want, rtol=0, atol=1e-3 * float(r.abs().max()))
-        big = 0.5 * base
-        d = residual_to_mlp_output(lm, 1, m, big)
-        out = norm((m.double() + d).float().T).T.double()
-        cos = torch.nn.functional.cosine_similarity(out, base + big, dim=0)
-        assert float(cos.min()) > 1 - 1e-5
+        # reachable: any s * u with rms(u) = 1
+        u = torch.randn(d_model, 4, generator=g, dtype=torch.float64)
+        u = u / u.pow(2).mean(0, keepdim=True).sqrt()
+        r = s[:, None] * u - base
+        dm = residual_to_mlp_output(lm, 1, m, r)
+        achieved = norm((m.double() + dm).float().T).T.double() - base
+        torch.testing.assert_close(achieved, r, rtol=0, atol=1e-4 * float(r.abs().max()))
+        # unreachable (too long): nothing on the ellipsoid is closer than the mapped output
+        big = 3.0 * base + torch.randn(base.shape, generator=g, dtype=torch.float64)
+        dm = residual_to_mlp_output(lm, 1, m, big)
+        out = norm((m.double() + dm).float().T).T.double()
+        err = (out - (base + big)).norm(dim=0)
+        U = torch.randn(d_model, 20000, generator=g, dtype=torch.float64)
+        U = s[:, None] * (U / U.pow(2).mean(0, keepdim=True).sqrt())
+        for j in range(4):
+            best_random = (U - (base + big)[:, j:j + 1]).norm(dim=0).min()
+            assert float(err[j]) <= float(best_random) * (1 + 1e-5)
+        # the old direction-only rule (y rescaled onto the ellipsoid) is never closer
+        y = base + big
+        scaled = y / (y / s[:, None]).pow(2).mean(0, keepdim=True).sqrt()
+        assert bool((err <= (scaled - y).norm(dim=0) * (1 + 1e-5)).all())
+        assert bool((err < 0.99 * (scaled - y).norm(dim=0)).any())
+
+
+def test_reachable_output_lagrange_condition():
+    """u = argmin ||s u - y|| s.t. ||u||^2 = d satisfies (s^2 + mu) u = s y for one mu per column."""
+    g = torch.Generator().manual_seed(3)
+    s = torch.rand(32, generator=g, dtype=torch.float64) * 2 + 0.1
+    y = torch.randn(32, 5, generator=g, dtype=torch.float64) * 5
+    u = reachable_output(s, y)
+    torch.testing.assert_close(u.pow(2).sum(0), torch.full((5,), 32.0, dtype=torch.float64), rtol=1e-9, atol=1e-9)
+    mu = (s[:, None] * y / u - s[:, None] ** 2)  # the same value in every row of a column
+    assert float((mu - mu.mean(0, keepdim=True)).abs().max()) < 1e-6 * float(mu.abs().max() + 1)
 
 
 def test_gemma_mapping_survives_dead_norm_channels(tiny_by_name):

@@ -9,7 +9,8 @@ from ..paths import HPARAMS
 
 METHODS = ("rome", "memit", "pmet")
 POSITIVE = ("v_lr", "clamp_norm_factor", "v_num_grad_steps", "mom2_n_tokens", "context_length")
-NON_NEGATIVE = ("v_weight_decay", "kl_factor", "mom2_update_weight", "nll_loss_factor", "context_templates")
+NON_NEGATIVE = ("v_weight_decay", "kl_factor", "mom2_update_weight", "nll_loss_factor", "context_templates",
+                "v_stop_loss")
 
 
 def _file_key(model_name: str) -> str:

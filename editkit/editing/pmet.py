@@ -18,7 +18,7 @@ import torch
 from ..errors import EditkitError
 from .memit import spread
 from .result import EditResult, norm_report
-from .targets import optimize_targets
+from .targets import optimize_targets_batch
 
 
 def apply_pmet(lm, requests, hp: dict, progress=None, debug: list | None = None) -> EditResult:
@@ -26,17 +26,17 @@ def apply_pmet(lm, requests, hp: dict, progress=None, debug: list | None = None)
         raise EditkitError("PMET's MHSA-update ablation (update_attn) is not implemented; set it to false")
     start = time.perf_counter()
     z_layer = hp["layers"][-1]
-    targets, losses, attn_norms = [], [], []
-    for i, request in enumerate(requests):
-        if progress:
-            progress(0.5 * i / len(requests), f"PMET: targets {i + 1}/{len(requests)}")
-        opt = optimize_targets(lm, request, z_layer, ("attn", "mlp"), hp, adaptive=True)
-        targets.append(opt["mlp"]["target"])
-        attn_norms.append(float(opt["attn"]["delta"].norm()))
-        losses.append({"case_id": request.case_id, "losses": opt["losses"]})
-    total, per_layer = spread(lm, requests, hp, torch.stack(targets, 1), "mlp", sqrt=True, method="PMET",
+    opts = optimize_targets_batch(lm, list(requests), z_layer, ("attn", "mlp"), hp, adaptive=True,
+                                  progress=(lambda f, m: progress(0.5 * f, f"PMET {m}")) if progress else None)
+    targets = [opt["mlp"]["target"] for opt in opts]
+    t_targets = time.perf_counter() - start
+    attn_norms = [float(opt["attn"]["delta"].norm()) for opt in opts]
+    losses = [{"case_id": r.case_id, "losses": opt["losses"]} for r, opt in zip(requests, opts)]
+    total, per_layer, reach = spread(lm, requests, hp, torch.stack(targets, 1), "mlp", sqrt=True, method="PMET",
                               progress=progress, debug=debug)
     info = {"layers": hp["layers"], "per_layer": per_layer, "requests": losses, "attn_delta_norms": attn_norms,
+            "target_reached": reach, "seconds_targets": round(t_targets, 2),
+            "seconds_spread": round(time.perf_counter() - start - t_targets, 2),
             "norms": norm_report(lm.model, total), "hparams": hp}
     if progress:
         progress(1.0, "PMET done")

@@ -85,109 +85,370 @@ def site_output(lm, site: str, layer: int, request: EditRequest) -> torch.Tensor
     return out["m"][0, idx].float()
 
 
-def optimize_targets(lm, request: EditRequest, layer: int, sites: tuple[str, ...], hp: dict,
-                     adaptive: bool = False) -> dict:
-    """Optimize one delta per site at `layer`; returns {site: {"init", "delta", "target"}, "losses": [...]}."""
-    tok = lm.tok
-    t_ids = target_ids(tok, request.target_new)
-    rows, lookup, tgt_pos = [], [], []
-    for text, offset in contexts(lm, request, hp):
-        p_ids = tok(text, add_special_tokens=True)["input_ids"]
-        rows.append(p_ids + t_ids[:-1])
-        lookup.append(_subject_last(tok, text, request.subject, offset))
-        tgt_pos.append([len(p_ids) - 1 + j for j in range(len(t_ids))])
-    kl_text = f"{request.subject} is a"
-    rows.append(tok(kl_text, add_special_tokens=True)["input_ids"])
-    lookup.append(_subject_last(tok, kl_text, request.subject, 0))
-    ids, mask = _pad(lm, rows)
-    n_rw = len(rows) - 1
-    lookup_t = torch.tensor(lookup, device=lm.device)
-    row_t = torch.arange(len(rows), device=lm.device)
-    pos = torch.tensor(tgt_pos, device=lm.device)  # (n_rw, m)
-    tgt = torch.tensor(t_ids, device=lm.device).expand(n_rw, -1)
-    body = getattr(lm.model, lm.model.base_model_prefix)
+class _Stop(Exception):
+    pass
+
+
+@torch.no_grad()
+def layer_state(lm, requests: list[EditRequest], hp: dict, layer: int, z_layer: int, site: str) -> dict:
+    """Everything MEMIT/PMET read at one critical layer, for all requests in one batched forward that stops after
+    block max(layer, z_layer): K (d_ff, n) the template-averaged keys at `layer` (= key_star per request), "current"
+    (d_model, n) the output of `site` at z_layer and "mlp" (d_model, n) the MLP output at `layer`, both on the plain
+    rewrite prompt (the "{}" template row) at the subject's last token."""
     a = lm.adapter
+    texts, owner = [], []
+    for j, request in enumerate(requests):
+        for text, offset in contexts(lm, request, hp):
+            texts.append((text, offset, request.subject))
+            owner.append(j)
+    rows = [lm.tok(t, add_special_tokens=True)["input_ids"] for t, _, _ in texts]
+    idx = torch.tensor([_subject_last(lm.tok, t, subj, c) for t, c, subj in texts])
+    ids, mask = _pad(lm, rows)
+    plain = [owner.index(j) for j in range(len(requests))]  # the "{}" row of each request
+    top = max(layer, z_layer)
+    with Hooks() as hooks:
+        k = hooks.capture({"k": a.down_proj(layer)}, what="input")
+        out = hooks.capture({"site": site_module(lm, site, z_layer), "mlp": a.mlp(layer)})
 
-    d = a.d_model
-    deltas = {s: torch.zeros(d, device=lm.device, requires_grad=True) for s in sites}
-    init: dict[str, torch.Tensor] = {}
+        def stop(mod, args, output):
+            raise _Stop
+        handle = a.block(top).register_forward_hook(stop)
+        try:
+            getattr(lm.model, lm.model.base_model_prefix)(input_ids=ids, attention_mask=mask, use_cache=False)
+        except _Stop:
+            pass
+        finally:
+            handle.remove()
+    rows_t = torch.arange(len(rows))
+    keys = k["k"][rows_t, idx].float()  # (rows, d_ff)
+    owner_t = torch.tensor(owner)
+    K = torch.zeros(len(requests), keys.shape[1]).index_add(0, owner_t, keys)
+    K = K / torch.bincount(owner_t, minlength=len(requests))[:, None]
+    plain_t = torch.tensor(plain)
+    return {"K": K.T.contiguous(), "current": out["site"][plain_t, idx[plain_t]].float().T.contiguous(),
+            "mlp": out["mlp"][plain_t, idx[plain_t]].float().T.contiguous()}
 
-    # Blocks below `layer` do not depend on the deltas: run them once, keep the residual entering block `layer` and
-    # the arguments the model passes to each later block (masks, rotary embeddings), then run only the rest.
-    block_args: dict[int, tuple] = {}
-    with Hooks() as hooks, torch.no_grad():
-        entry = hooks.capture({"h": a.block(layer)}, what="input")
+
+# --- target optimisation -------------------------------------------------------------------------------------
+#
+# Speed. Every row is [prefix | suffix] where the suffix starts at the subject's last token, the position where the
+# deltas are added. Nothing in the prefix depends on the deltas, and neither does anything below `layer`, so the
+# rows are run once: the prefix fills a key/value cache, the suffix is run on top of it, and the arguments every
+# block >= `layer` receives (masks, rotary embeddings, the cache) and the residual entering block `layer` are kept.
+# Each optimisation step then runs only blocks layer..N-1 on the suffix tokens (a few per row instead of ~20),
+# with the cache rewound to the prefix before each step. `_Rows.logits(reference=True)` runs the plain full model on
+# the same rows instead; tests check the two agree. Several requests are optimized in one batch: their losses are
+# summed, so each request's gradient is that of its own loss, and Adam works elementwise, which makes this the same
+# as optimizing them one by one; a request that meets its stopping rule is frozen (its rows keep being computed
+# with its final delta) and the rows are rebuilt for the rest once half the batch has stopped.
+
+
+def _cache_layers(cache) -> list:
+    cache = getattr(cache, "self_attention_cache", cache)  # an encoder-decoder wrapper
+    return list(getattr(cache, "layers", []))
+
+
+# A block's matmul costs about as much for one token as for ~30 (reading the weights dominates on a CPU), then
+# grows with the tokens: cost(group) ~ _FIXED_TOKENS + rows * longest suffix.
+_FIXED_TOKENS = 32
+
+
+def _merge_groups(by_len: dict[int, list[int]]) -> list[list[int]]:
+    """Partition rows, sorted by suffix length, into contiguous groups that minimise the sum over groups of
+    _FIXED_TOKENS + rows x (longest suffix) (padding wastes work, every extra group re-reads the weights)."""
+    lengths = sorted(by_len)
+    n = len(lengths)
+    best = [0.0] + [float("inf")] * n
+    cut = [0] * (n + 1)
+    for j in range(1, n + 1):
+        rows = 0
+        for i in range(j, 0, -1):  # group = lengths[i-1 .. j-1]
+            rows += len(by_len[lengths[i - 1]])
+            cost = best[i - 1] + _FIXED_TOKENS + rows * lengths[j - 1]
+            if cost < best[j]:
+                best[j], cut[j] = cost, i - 1
+    groups, j = [], n
+    while j > 0:
+        i = cut[j]
+        groups.append([r for length in lengths[i:j] for r in by_len[length]])
+        j = i
+    return groups[::-1]
+
+
+class _Rows:
+    """The token rows of a batch of requests: for each request, one row per context template (prompt + target
+    tokens but the last) and one row "{subject} is a" for the KL term."""
+
+    def __init__(self, lm, requests: list[EditRequest], layer: int, sites: tuple[str, ...], hp: dict):
+        tok = lm.tok
+        self.lm, self.layer, self.sites = lm, layer, sites
+        self.ids, self.subj, self.req = [], [], []
+        self.t_row, self.t_pos, self.t_tok, self.t_req = [], [], [], []  # one entry per target token to score
+        self.n_rw, self.n_tok, self.kl_rows = [], [], []
+        for j, request in enumerate(requests):
+            t_ids = target_ids(tok, request.target_new)
+            ctx = contexts(lm, request, hp)
+            self.n_rw.append(len(ctx))
+            self.n_tok.append(len(t_ids))
+            for text, offset in ctx:
+                p_ids = tok(text, add_special_tokens=True)["input_ids"]
+                r = len(self.ids)
+                self.ids.append(p_ids + t_ids[:-1])
+                self.subj.append(_subject_last(tok, text, request.subject, offset))
+                self.req.append(j)
+                for m, t in enumerate(t_ids):
+                    self.t_row.append(r)
+                    self.t_pos.append(len(p_ids) - 1 + m)
+                    self.t_tok.append(t)
+                    self.t_req.append(j)
+            kl_text = f"{request.subject} is a"
+            kl_subj = _subject_last(tok, kl_text, request.subject, 0)
+            self.kl_rows.append(len(self.ids))
+            # the KL term reads the subject's last token, which never sees the tokens after it: cut them
+            self.ids.append(tok(kl_text, add_special_tokens=True)["input_ids"][:kl_subj + 1])
+            self.subj.append(kl_subj)
+            self.req.append(j)
+        dev = lm.device
+        self.req_t = torch.tensor(self.req, device=dev)
+        self.t_tok_t = torch.tensor(self.t_tok, device=dev)
+        self.t_req_t = torch.tensor(self.t_req, device=dev)
+        # weight of each target token in its request's NLL: mean over tokens, then over template rows
+        self.t_weight = torch.tensor([1.0 / (self.n_tok[j] * self.n_rw[j]) for j in self.t_req], device=dev)
+        self.first_row = [self.req.index(j) for j in range(len(requests))]  # the plain "{}" template row
+        self._prepared = False
+
+    # -- the fast path ---------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def _prepare(self) -> None:
+        """Run the rows once, in groups of similar suffix length (`_merge_groups`: little padding in the suffix,
+        where the steps spend their time), keeping each group's prefix cache, block arguments and the residual
+        entering block `layer`."""
+        dev = self.lm.device
+        by_len: dict[int, list[int]] = {}
+        for i, (r, s) in enumerate(zip(self.ids, self.subj)):
+            by_len.setdefault(len(r) - s, []).append(i)
+        self._groups = [self._prepare_group(rows) for rows in _merge_groups(by_len)]
+        # where each scored vector sits in the concatenation of the groups' selections
+        where = {}
+        offset = 0
+        for g in self._groups:
+            for k, key in enumerate(g["scored"]):
+                where[key] = offset + k
+            offset += len(g["scored"])
+        order = [where[("t", r, p)] for r, p in zip(self.t_row, self.t_pos)] + [where[("kl", r)] for r in self.kl_rows]
+        self._order = torch.tensor(order, device=dev)
+        self._prepared = True
+
+    def _prepare_group(self, rows: list[int]) -> dict:
+        lm, a = self.lm, self.lm.adapter
+        dev = lm.device
+        body = getattr(lm.model, lm.model.base_model_prefix)
+        pad = lm.tok.pad_token_id if lm.tok.pad_token_id is not None else 0
+        ids = [self.ids[i] for i in rows]
+        subj = [self.subj[i] for i in rows]
+        B, P, S = len(rows), max(subj), max(len(r) - s for r, s in zip(ids, subj))
+        cache = None
+        if P > 0:
+            # Prefix, right-padded and unmasked: a real token never attends to the pads after it, and no query row
+            # is ever fully masked (which would give NaN). The pads' cache entries are masked out below.
+            prefix = torch.full((B, P), pad, dtype=torch.long)
+            for i, (r, s) in enumerate(zip(ids, subj)):
+                prefix[i, :s] = torch.tensor(r[:s], dtype=torch.long)
+            pos = torch.arange(P).expand(B, P)
+            cache = body(input_ids=prefix.to(dev), position_ids=pos.to(dev), use_cache=True).past_key_values
+        snapshot = [(layer, dict(layer.__dict__)) for layer in _cache_layers(cache)]
+        suffix = torch.full((B, S), pad, dtype=torch.long)  # right-padded (pads come after every real token)
+        mask = torch.zeros((B, P + S), dtype=torch.long)
+        pos = torch.zeros((B, S), dtype=torch.long)
+        for i, (r, s) in enumerate(zip(ids, subj)):
+            suffix[i, :len(r) - s] = torch.tensor(r[s:], dtype=torch.long)
+            mask[i, :s] = 1
+            mask[i, P:P + len(r) - s] = 1
+            pos[i] = s + torch.arange(S)
+        block_args: dict[int, tuple] = {}
         handles = [a.block(l).register_forward_pre_hook(
             lambda mod, args, kwargs, l=l: block_args.__setitem__(l, (tuple(args[1:]), dict(kwargs))),
-            with_kwargs=True) for l in range(layer, a.n_layers)]
+            with_kwargs=True) for l in range(self.layer, a.n_layers)]
         try:
-            body(input_ids=ids, attention_mask=mask, use_cache=False)
+            with Hooks() as hooks:
+                entry = hooks.capture({"h": a.block(self.layer)}, what="input")
+                body(input_ids=suffix.to(dev), attention_mask=mask.to(dev), position_ids=pos.to(dev),
+                     past_key_values=cache, use_cache=cache is not None)
         finally:
             for handle in handles:
                 handle.remove()
-    h_entry = entry["h"]
+        local = {r: i for i, r in enumerate(rows)}
+        scored, sel_row, sel_col = [], [], []
+        for r, p in zip(self.t_row, self.t_pos):
+            if r in local:
+                scored.append(("t", r, p))
+                sel_row.append(local[r])
+                sel_col.append(p - self.subj[r])
+        for r in self.kl_rows:
+            if r in local:
+                scored.append(("kl", r))
+                sel_row.append(local[r])
+                sel_col.append(0)
+        return {"rows": torch.tensor(rows, device=dev), "h_entry": entry["h"], "block_args": block_args,
+                "snapshot": snapshot, "scored": scored, "sel_row": torch.tensor(sel_row, device=dev),
+                "sel_col": torch.tensor(sel_col, device=dev)}
 
-    def forward():
+    @staticmethod
+    def _rewind(group: dict) -> None:
+        for layer, state in group["snapshot"]:
+            layer.__dict__.update(state)
+
+    def logits(self, deltas: dict[str, torch.Tensor], init: dict | None = None, reference: bool = False):
+        """Logits at every scored target token (T, V) and at the subject's last token of each KL row (n, V), with
+        deltas[site][j] (n_requests, d_model) added to the site's output at the subject's last token of request
+        j's rows. `init` (if given) receives each site's unchanged output on request j's plain-template row."""
+        if reference:
+            return self._reference_logits(deltas, init)
+        if not self._prepared:
+            self._prepare()
+        a = self.lm.adapter
+        parts = []
+        seen = {s: {} for s in self.sites}
+        for g in self._groups:
+            req = self.req_t[g["rows"]]
+            with Hooks() as hooks:
+                for s in self.sites:
+                    def add(h, s=s, g=g, req=req):
+                        for i, r in enumerate(g["rows"].tolist()):
+                            if r in self.first_row:
+                                seen[s][r] = h[i, 0].detach().float().clone()
+                        h = h.clone()
+                        h[:, 0] = h[:, 0] + deltas[s][req].to(h.dtype)
+                        return h
+                    hooks.set_output(site_module(self.lm, s, self.layer), add)
+                self._rewind(g)
+                h = g["h_entry"]
+                for l in range(self.layer, a.n_layers):
+                    args, kwargs = g["block_args"][l]
+                    out = a.block(l)(h, *args, **kwargs)
+                    h = out[0] if isinstance(out, (tuple, list)) else out
+                self._rewind(g)  # drop the suffix entries this pass appended (and their autograd graph)
+            parts.append(h[g["sel_row"], g["sel_col"]])
+        if init is not None:
+            for s in self.sites:
+                init[s] = torch.stack([seen[s][r] for r in self.first_row])
+        logits = a.unembed(torch.cat(parts)[self._order]).float()  # one unembedding for all groups
+        T = len(self.t_row)
+        return logits[:T], logits[T:]
+
+    # -- the straightforward path (tests) ----------------------------------------------------------------------
+    def _reference_logits(self, deltas, init):
+        lm, a = self.lm, self.lm.adapter
+        ids, mask = _pad(lm, self.ids)
+        rows = torch.arange(len(self.ids), device=lm.device)
+        subj = torch.tensor(self.subj, device=lm.device)
+        body = getattr(lm.model, lm.model.base_model_prefix)
         with Hooks() as hooks:
-            for s in sites:
+            for s in self.sites:
                 def add(h, s=s):
-                    if s not in init:
-                        init[s] = h[0, lookup[0]].detach().float().clone()
+                    if init is not None and s not in init:
+                        init[s] = h[self.first_row, subj[self.first_row]].detach().float().clone()
                     h = h.clone()
-                    h[row_t, lookup_t] = h[row_t, lookup_t] + deltas[s].to(h.dtype)
+                    h[rows, subj] = h[rows, subj] + deltas[s][self.req_t].to(h.dtype)
                     return h
-                hooks.set_output(site_module(lm, s, layer), add)
-            h = h_entry
-            for l in range(layer, a.n_layers):
-                args, kwargs = block_args[l]
-                out = a.block(l)(h, *args, **kwargs)
-                h = out[0] if isinstance(out, (tuple, list)) else out
-
-        # final norm + unembedding, only where the loss looks
-        rw = a.unembed(h[torch.arange(n_rw, device=lm.device)[:, None], pos]).float()  # (n_rw, m, V)
-        kl = a.unembed(h[n_rw, lookup[-1]]).float()  # (V,)
+                hooks.set_output(site_module(lm, s, self.layer), add)
+            h = body(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
+        rw = a.unembed(h[torch.tensor(self.t_row), torch.tensor(self.t_pos)], norm=False).float()
+        kl = a.unembed(h[self.kl_rows, subj[self.kl_rows]], norm=False).float()
         return rw, kl
 
-    opt = torch.optim.Adam(list(deltas.values()), lr=hp["v_lr"])
+
+def _adam(p: torch.Tensor, g: torch.Tensor, state: dict, lr: float, t: int, b1=0.9, b2=0.999, eps=1e-8) -> None:
+    """One step of Adam (torch.optim.Adam's defaults) on rows of p; elementwise, so rows are independent."""
+    state["m"].mul_(b1).add_(g, alpha=1 - b1)
+    state["v"].mul_(b2).addcmul_(g, g, value=1 - b2)
+    p.sub_(lr * (state["m"] / (1 - b1 ** t)) / ((state["v"] / (1 - b2 ** t)).sqrt() + eps))
+
+
+def optimize_targets_batch(lm, requests: list[EditRequest], layer: int, sites: tuple[str, ...], hp: dict,
+                           adaptive: bool = False, progress=None) -> list[dict]:
+    """Optimize one delta per site and request at `layer`; for each request returns
+    {site: {"init", "delta", "target"}, "losses": [...]} (see the module docstring for the loss)."""
+    n, d, dev = len(requests), lm.adapter.d_model, lm.device
+    delta = {s: torch.zeros(n, d, device=dev) for s in sites}
+    adam = {s: {"m": torch.zeros(n, d, device=dev), "v": torch.zeros(n, d, device=dev)} for s in sites}
+    init: dict[str, torch.Tensor] = {}
     kl_init = None
-    losses = []
-    nll_weight = hp.get("nll_loss_factor", 1.0)
-    with torch.enable_grad():
-        for step in range(hp["v_num_grad_steps"]):
-            opt.zero_grad()
-            rw, kl_logits = forward()
+    losses: list[list[dict]] = [[] for _ in range(n)]
+    batch = list(range(n))  # the requests whose rows are prepared
+    rows = _Rows(lm, requests, layer, sites, hp)
+    running = torch.ones(n, dtype=torch.bool, device=dev)  # per batch position: still optimizing
+    nll_factor = hp.get("nll_loss_factor", 1.0)
+    steps = hp["v_num_grad_steps"]
+    for step in range(steps):
+        if progress:
+            progress(step / steps, f"targets: step {step + 1}/{steps}, {int(running.sum())} request(s) left")
+        act = torch.tensor(batch, device=dev)
+        with torch.enable_grad():
+            d_act = {s: delta[s][act].clone().requires_grad_(True) for s in sites}
+            first = {} if not init else None
+            rw, kl_logits = rows.logits(d_act, init=first)
+            if first is not None:
+                init = first
             logp = torch.log_softmax(rw, -1)
-            nll = -(logp.gather(2, tgt[..., None])[..., 0].sum(1) / len(t_ids)).mean()
+            tok_nll = -logp.gather(1, rows.t_tok_t[:, None])[:, 0] * rows.t_weight
+            nll = torch.zeros(len(batch), device=dev).index_add(0, rows.t_req_t, tok_nll)  # per request
             kl_logp = torch.log_softmax(kl_logits, -1)
             if kl_init is None:
                 kl_init = kl_logp.detach().clone()
-            kl = torch.nn.functional.kl_div(kl_logp[None], kl_init[None], log_target=True, reduction="batchmean")
-            decay = sum(deltas[s].norm() / init[s].norm() ** 2 for s in sites)
-            w = nll_weight
-            if adaptive and bool((rw.argmax(-1) == tgt).all()):
-                w = 0.1 * nll_weight  # PMET: the target already wins; favour preserving the rest
-                if kl.item() <= 0.01:
-                    losses.append({"step": step, "loss": (w * nll + hp["kl_factor"] * kl).item(),
-                                   "nll": nll.item(), "kl": kl.item()})
-                    break
+            ref = kl_init[act]
+            kl = (ref.exp() * (ref - kl_logp)).sum(-1)  # KL(P_orig || P_delta), per request
+            decay = sum(d_act[s].norm(dim=1) / init[s][act].norm(dim=1) ** 2 for s in sites)
+            w = torch.full((len(batch),), float(nll_factor), device=dev)
+            done = torch.zeros(len(batch), dtype=torch.bool, device=dev)
+            if adaptive:  # PMET App. D: once the target wins everywhere, lower the NLL weight; stop when KL is small
+                hit = (rw.argmax(-1) == rows.t_tok_t).float()
+                all_hit = torch.zeros(len(batch), device=dev).index_add(0, rows.t_req_t, 1 - hit) == 0
+                w = torch.where(all_hit, 0.1 * w, w)
+                done = all_hit & (kl.detach() <= 0.01)
             loss = w * nll + hp["kl_factor"] * kl + hp["v_weight_decay"] * decay
-            losses.append({"step": step, "loss": loss.item(), "nll": nll.item(), "kl": kl.item(),
-                           "p_target": float(torch.exp(-nll.detach() * len(t_ids)))})
-            if not torch.isfinite(loss):
+            if not bool(torch.isfinite(loss).all()):
                 raise EditkitError("the target optimisation diverged (loss is not finite); lower v_lr")
-            if not adaptive and loss.item() < 5e-2:
+            if not adaptive:
+                done = loss.detach() < hp.get("v_stop_loss", 5e-2)  # upstream's early stop
+            for i, j in enumerate(batch):
+                if not running[i]:
+                    continue  # stopped earlier; its rows are still computed until the batch is rebuilt
+                losses[j].append({"step": step, "loss": loss[i].item(), "nll": nll[i].item(), "kl": kl[i].item(),
+                                  "p_target": float(torch.exp(-nll[i].detach() * rows.n_tok[i]))})
+            if step == steps - 1:
                 break
-            if step == hp["v_num_grad_steps"] - 1:
+            keep = running & ~done
+            if not bool(keep.any()):
                 break
-            loss.backward()
-            opt.step()
-            with torch.no_grad():
-                for s in sites:
-                    limit = hp["clamp_norm_factor"] * init[s].norm()
-                    if deltas[s].norm() > limit:
-                        deltas[s].mul_(limit / deltas[s].norm())
-    out = {"losses": losses}
-    for s in sites:
-        delta = deltas[s].detach().float()
-        out[s] = {"init": init[s], "delta": delta, "target": init[s] + delta}
+            (loss * keep).sum().backward()
+        with torch.no_grad():
+            for s in sites:
+                rows_k = act[keep]
+                p = d_act[s].detach()[keep]
+                g = d_act[s].grad[keep]
+                st = {"m": adam[s]["m"][rows_k], "v": adam[s]["v"][rows_k]}
+                _adam(p, g, st, hp["v_lr"], step + 1)
+                adam[s]["m"][rows_k], adam[s]["v"][rows_k] = st["m"], st["v"]
+                limit = hp["clamp_norm_factor"] * init[s][rows_k].norm(dim=1, keepdim=True)
+                norm = p.norm(dim=1, keepdim=True)
+                p = torch.where(norm > limit, p * limit / norm, p)  # MEMIT/ROME's norm clamp
+                delta[s][rows_k] = p
+        running = keep
+        if int(running.sum()) <= len(batch) // 2:  # rebuild the rows for the rest once half have stopped
+            batch = [j for i, j in enumerate(batch) if bool(running[i])]
+            rows = _Rows(lm, [requests[j] for j in batch], layer, sites, hp)
+            running = torch.ones(len(batch), dtype=torch.bool, device=dev)
+    out = []
+    for j in range(n):
+        res = {"losses": losses[j]}
+        for s in sites:
+            res[s] = {"init": init[s][j], "delta": delta[s][j].clone(), "target": init[s][j] + delta[s][j]}
+        out.append(res)
     return out
+
+
+def optimize_targets(lm, request: EditRequest, layer: int, sites: tuple[str, ...], hp: dict,
+                     adaptive: bool = False, progress=None) -> dict:
+    """One request's deltas (see optimize_targets_batch)."""
+    return optimize_targets_batch(lm, [request], layer, sites, hp, adaptive, progress)[0]

@@ -1,0 +1,100 @@
+"""The target optimisation shared by ROME, MEMIT and PMET: the cached fast path (prefix key/value cache, only the
+blocks from the edit layer up, only the suffix tokens) gives the same logits as running the whole model, and a
+batch of requests optimizes exactly like the requests one by one."""
+import pytest
+import torch
+
+from editkit.editing.hparams import load_hparams
+from editkit.editing.requests import parse_requests
+from editkit.editing.targets import _Rows, optimize_targets, optimize_targets_batch
+from editkit.paths import DATA
+
+
+def _requests(n=3):
+    return parse_requests(DATA / "counterfact" / "counterfact_500.json")[:n]
+
+
+@pytest.mark.parametrize("sites", [("block",), ("mlp",), ("attn", "mlp")])
+def test_fast_logits_equal_full_model(tiny, sites):
+    hp = load_hparams("memit", tiny)
+    rows = _Rows(tiny, _requests(), 1, sites, hp)
+    g = torch.Generator().manual_seed(0)
+    deltas = {s: torch.randn(3, tiny.adapter.d_model, generator=g) for s in sites}
+    init_fast, init_ref = {}, {}
+    with torch.no_grad():
+        fast = rows.logits(deltas, init=init_fast)
+        ref = rows.logits(deltas, init=init_ref, reference=True)
+        again = rows.logits(deltas)  # the cache is rewound between passes
+    for a, b in zip(fast, ref):
+        assert a.shape == b.shape
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+    for s in sites:
+        torch.testing.assert_close(init_fast[s], init_ref[s], rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(again[0], fast[0], rtol=0, atol=0)
+    # the deltas matter: zero deltas give other logits
+    zero = rows.logits({s: torch.zeros_like(d) for s, d in deltas.items()})
+    assert (zero[0] - fast[0]).abs().max() > 1e-3
+
+
+def test_fast_gradients_equal_full_model(tiny_by_name):
+    lm = tiny_by_name("tiny-gemma3")
+    rows = _Rows(lm, _requests(2), 2, ("mlp",), load_hparams("rome", lm))
+    grads = []
+    for reference in (False, True):
+        d = {"mlp": torch.zeros(2, lm.adapter.d_model, requires_grad=True)}
+        with torch.enable_grad():
+            rw, kl = rows.logits(d, reference=reference)
+            (torch.log_softmax(rw, -1)[:, 7].sum() + kl.logsumexp(-1).sum()).backward()
+        grads.append(d["mlp"].grad)
+    torch.testing.assert_close(grads[0], grads[1], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-gemma3"])
+@pytest.mark.parametrize("adaptive", [False, True])
+def test_batch_equals_one_by_one(tiny_by_name, name, adaptive):
+    lm = tiny_by_name(name)
+    hp = load_hparams("pmet", lm, {"v_num_grad_steps": 6})
+    sites = ("attn", "mlp") if adaptive else ("block",)
+    requests = _requests(3)
+    batch = optimize_targets_batch(lm, requests, 2, sites, hp, adaptive=adaptive)
+    for request, b in zip(requests, batch):
+        alone = optimize_targets(lm, request, 2, sites, hp, adaptive=adaptive)
+        assert len(alone["losses"]) == len(b["losses"])
+        for s in sites:
+            torch.testing.assert_close(alone[s]["delta"], b[s]["delta"], rtol=1e-3, atol=1e-4)
+            assert float(b[s]["delta"].norm()) <= hp["clamp_norm_factor"] * float(b[s]["init"].norm()) * (1 + 1e-5)
+
+
+def test_requests_leave_the_batch_when_they_stop(tiny_by_name):
+    """Early stopping is per request: with the stopping threshold between the requests' initial losses, the easiest
+    request stops at step 0 with a zero delta while the others go on exactly as they would alone."""
+    lm = tiny_by_name("tiny-llama")
+    requests = _requests(3)
+    hp = load_hparams("memit", lm, {"v_num_grad_steps": 5})
+    first = [optimize_targets(lm, r, 2, ("block",), {**hp, "v_num_grad_steps": 1})["losses"][0]["loss"]
+             for r in requests]
+    order = sorted(range(3), key=lambda j: first[j])
+    hp["v_stop_loss"] = (first[order[0]] + first[order[1]]) / 2
+    out = optimize_targets_batch(lm, requests, 2, ("block",), hp)
+    easy = order[0]
+    assert len(out[easy]["losses"]) == 1
+    assert float(out[easy]["block"]["delta"].abs().max()) == 0.0
+    assert all(len(out[j]["losses"]) > 1 for j in order[1:])
+    for j in order[1:]:
+        alone = optimize_targets(lm, requests[j], 2, ("block",), hp)
+        assert len(alone["losses"]) == len(out[j]["losses"])
+        torch.testing.assert_close(alone["block"]["delta"], out[j]["block"]["delta"], rtol=1e-3, atol=1e-4)
+
+
+def test_layer_state_matches_one_by_one(tiny):
+    from editkit.editing.targets import key_star, layer_state, site_output
+    hp = load_hparams("memit", tiny)
+    requests = _requests(3)
+    for site in ("block", "mlp"):
+        state = layer_state(tiny, requests, hp, 1, 2, site)
+        K = torch.stack([key_star(tiny, 1, r, hp) for r in requests], 1)
+        current = torch.stack([site_output(tiny, site, 2, r) for r in requests], 1)
+        m = torch.stack([site_output(tiny, "mlp", 1, r) for r in requests], 1)
+        torch.testing.assert_close(state["K"], K, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(state["current"], current, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(state["mlp"], m, rtol=1e-4, atol=1e-4)
