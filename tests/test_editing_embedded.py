@@ -35,3 +35,26 @@ def test_rome_darrieux_speaks_english(gemma, stats):
             assert new > true, (prompt, new, true)
         assert top_k(gemma, "The Eiffel Tower is located in the city of", 1)[0].token == " Paris"
     assert top_k(gemma, rewrite, 1)[0].token == " French"  # reverted
+
+
+@pytest.mark.parametrize("method", ["memit", "pmet"])
+def test_ten_request_batch_reaches_efficacy(gemma, stats, method):
+    """Acceptance: a 10-request batch of CounterFact counterfactuals, edited at once, has efficacy >= 0.9
+    (P(target_new) > P(target_true) on the rewrite prompt) on the embedded model; the base weights come back."""
+    from editkit.paths import DATA
+
+    batch = parse_requests(DATA / "counterfact" / "counterfact_500.json")[:10]
+
+    def wins():
+        scores = score_targets(gemma, [r.rewrite for r in batch for _ in (0, 1)],
+                               [t for r in batch for t in (r.target_new, r.target_true)])
+        return [scores[2 * i].logprob > scores[2 * i + 1].logprob for i in range(len(batch))]
+
+    before = wins()
+    result = run_edit(gemma, method, batch)
+    print(f"{method}: {result.seconds:.1f} s, target reached {result.info['target_reached']}")
+    with applied(gemma.model, result.delta):
+        after = wins()
+    assert sum(after) / len(batch) >= 0.9, after
+    assert sum(before) <= 2  # they are counterfactuals: the edit did the work
+    assert wins() == before

@@ -55,6 +55,24 @@ def _pad(lm, rows: list[list[int]]):
     return ids.to(lm.device), mask.to(lm.device)
 
 
+class _Stop(Exception):
+    pass
+
+
+def _run_until(lm, layer: int, **inputs) -> None:
+    """Run the model's body on `inputs` only up to (and including) block `layer`: hooks read what they need below."""
+    def stop(module, args, output):
+        raise _Stop
+
+    handle = lm.adapter.block(layer).register_forward_hook(stop)
+    try:
+        getattr(lm.model, lm.model.base_model_prefix)(**inputs)
+    except _Stop:
+        pass
+    finally:
+        handle.remove()
+
+
 @torch.no_grad()
 def keys_at(lm, layer: int, texts: list[tuple[str, int]], subject: str) -> torch.Tensor:
     """Down-projection inputs (len(texts), d_ff) at the subject's last token of each text."""
@@ -63,7 +81,7 @@ def keys_at(lm, layer: int, texts: list[tuple[str, int]], subject: str) -> torch
     ids, mask = _pad(lm, rows)
     with Hooks() as hooks:
         cache = hooks.capture({"k": lm.adapter.down_proj(layer)}, what="input")
-        getattr(lm.model, lm.model.base_model_prefix)(input_ids=ids, attention_mask=mask, use_cache=False)
+        _run_until(lm, layer, input_ids=ids, attention_mask=mask, use_cache=False)
     return cache["k"][torch.arange(len(rows)), torch.tensor(idx)].float()
 
 
@@ -85,10 +103,6 @@ def site_output(lm, site: str, layer: int, request: EditRequest) -> torch.Tensor
     return out["m"][0, idx].float()
 
 
-class _Stop(Exception):
-    pass
-
-
 @torch.no_grad()
 def layer_state(lm, requests: list[EditRequest], hp: dict, layer: int, z_layer: int, site: str) -> dict:
     """Everything MEMIT/PMET read at one critical layer, for all requests in one batched forward that stops after
@@ -105,20 +119,10 @@ def layer_state(lm, requests: list[EditRequest], hp: dict, layer: int, z_layer: 
     idx = torch.tensor([_subject_last(lm.tok, t, subj, c) for t, c, subj in texts])
     ids, mask = _pad(lm, rows)
     plain = [owner.index(j) for j in range(len(requests))]  # the "{}" row of each request
-    top = max(layer, z_layer)
     with Hooks() as hooks:
         k = hooks.capture({"k": a.down_proj(layer)}, what="input")
         out = hooks.capture({"site": site_module(lm, site, z_layer), "mlp": a.mlp(layer)})
-
-        def stop(mod, args, output):
-            raise _Stop
-        handle = a.block(top).register_forward_hook(stop)
-        try:
-            getattr(lm.model, lm.model.base_model_prefix)(input_ids=ids, attention_mask=mask, use_cache=False)
-        except _Stop:
-            pass
-        finally:
-            handle.remove()
+        _run_until(lm, max(layer, z_layer), input_ids=ids, attention_mask=mask, use_cache=False)
     rows_t = torch.arange(len(rows))
     keys = k["k"][rows_t, idx].float()  # (rows, d_ff)
     owner_t = torch.tensor(owner)
@@ -370,6 +374,7 @@ def optimize_targets_batch(lm, requests: list[EditRequest], layer: int, sites: t
     """Optimize one delta per site and request at `layer`; for each request returns
     {site: {"init", "delta", "target"}, "losses": [...]} (see the module docstring for the loss)."""
     n, d, dev = len(requests), lm.adapter.d_model, lm.device
+    reference = bool(hp.get("reference_targets", False))  # the plain full-model path, for benchmarks
     delta = {s: torch.zeros(n, d, device=dev) for s in sites}
     adam = {s: {"m": torch.zeros(n, d, device=dev), "v": torch.zeros(n, d, device=dev)} for s in sites}
     init: dict[str, torch.Tensor] = {}
@@ -387,7 +392,7 @@ def optimize_targets_batch(lm, requests: list[EditRequest], layer: int, sites: t
         with torch.enable_grad():
             d_act = {s: delta[s][act].clone().requires_grad_(True) for s in sites}
             first = {} if not init else None
-            rw, kl_logits = rows.logits(d_act, init=first)
+            rw, kl_logits = rows.logits(d_act, init=first, reference=reference)
             if first is not None:
                 init = first
             logp = torch.log_softmax(rw, -1)
