@@ -12,7 +12,7 @@ import sys
 
 from .errors import EditkitError
 
-COMMANDS = ["models", "predict", "trace", "edit", "bench"]
+COMMANDS = ["models", "predict", "trace", "edit", "evaluate", "bench"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -6,7 +6,7 @@ EasyEdit takes the argmax token accuracy (`test_prediction_acc`).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -19,6 +19,7 @@ class TargetScore:
     n_tokens: int
     token_logprobs: list[float]
     token_hits: list[bool]  # argmax at each target position equals the target token (teacher forcing)
+    token_argmax: list[int] = field(default_factory=list)  # the model's argmax at each target position
 
     @property
     def prob(self) -> float:
@@ -80,6 +81,7 @@ def _score_batch(lm, prompts, targets):
         logp = torch.log_softmax(logits, -1)
         tgt = ids[i, n_p: n_p + n_t]
         tok_lp = logp.gather(1, tgt[:, None])[:, 0]
-        hits = (logits.argmax(-1) == tgt).tolist()
-        scores.append(TargetScore(float(tok_lp.sum()), n_t, tok_lp.tolist(), hits))
+        argmax = logits.argmax(-1)
+        scores.append(TargetScore(float(tok_lp.sum()), n_t, tok_lp.tolist(), (argmax == tgt).tolist(),
+                                  argmax.tolist()))
     return scores
