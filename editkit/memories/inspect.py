@@ -1,0 +1,170 @@
+"""The FFN memories active at one token position (Geva et al. 2021, §2; lm-debugger's prediction view).
+
+For layer l the FFN computes FFN(x) = sum_i m_i v_i + b with m = f(x K^T) (Geva Eq. 2): m is captured as the input
+of `adapter.down_proj(l)`, v_i is column i of W_out = `adapter.down_weight(l)`. A memory's contribution to the
+update is |m_i| * ||v_i|| (the norm of the sub-update m_i v_i), and memories are labelled `L{l}.M{i}`.
+
+Residual before and after the FFN at layer l (the logit lens reads both through the final norm and unembedding):
+- sequential blocks (GPT-2, Llama, NeoX without parallel residual): before = the residual entering the MLP's norm
+  (block input + attention update); after = the block output (before + FFN output);
+- Gemma 2/3: same, where the FFN output passes post_feedforward_layernorm before it is added, so
+  after = before + post_mlp_norm(FFN(x)) = the block output;
+- parallel blocks (GPT-J, NeoX): attention and MLP both read the block input x, so before = x and
+  after = x + FFN(ln(x)) (the attention term is left out; the block output is x + attn + FFN).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from ..errors import EditkitError
+from ..hooks import Hooks
+from ..text import check_prompt, encode, token_strings
+
+
+def label(layer: int, index: int) -> str:
+    return f"L{layer}.M{index}"
+
+
+def check_layer(lm, layer: int) -> int:
+    n = lm.adapter.n_layers
+    if not isinstance(layer, int) or not -n <= layer < n:
+        raise EditkitError(f"layer {layer} is out of range: the model has layers 0..{n - 1}")
+    return layer % n
+
+
+def check_memory(lm, index: int) -> int:
+    d_ff = lm.adapter.d_ff
+    if not isinstance(index, int) or not 0 <= index < d_ff:
+        raise EditkitError(f"memory {index} is out of range: each layer has memories 0..{d_ff - 1}")
+    return index
+
+
+def resolve_position(n_tokens: int, position: int) -> int:
+    if not -n_tokens <= position < n_tokens:
+        raise EditkitError(f"position {position} is out of range: the prompt has {n_tokens} tokens "
+                           f"(0..{n_tokens - 1}, or -1 for the last)")
+    return position % n_tokens
+
+
+def top_tokens(lm, logits: torch.Tensor, k: int) -> list[dict]:
+    probs = torch.softmax(logits.float(), -1)
+    p, i = probs.topk(min(k, probs.numel()))
+    return [{"token": lm.tok.decode([int(t)]), "token_id": int(t), "prob": float(q), "logit": float(logits[t])}
+            for q, t in zip(p, i)]
+
+
+@dataclass
+class Memory:
+    layer: int
+    index: int
+    label: str
+    coefficient: float  # m_i
+    value_norm: float  # ||v_i||
+    contribution: float  # |m_i| * ||v_i||
+    value_tokens: list[dict]  # top tokens of unembed(v_i)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class LayerLens:
+    layer: int
+    before: list[dict]  # top tokens of the residual before the FFN
+    after: list[dict]  # ... after the FFN update is added
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class MemoryView:
+    model: str
+    prompt: str
+    tokens: list[str]
+    position: int  # absolute index into tokens
+    layer: int
+    norm: bool  # final norm applied before projecting values
+    memories: list[Memory]
+    lens: list[LayerLens]
+    n_active: int  # memories with m_i > 0
+    coefficient_max: float
+    coefficient_min: float
+    definition: str = field(default="")
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        return d
+
+
+RESIDUAL_DEFINITION = {
+    False: "before = residual entering the MLP norm; after = block output (for Gemma the FFN output passes "
+           "post_feedforward_layernorm before it is added)",
+    True: "parallel block: before = block input x; after = x + FFN(ln(x)) (attention term left out)",
+}
+
+
+@torch.no_grad()
+def capture_ffn(lm, prompt: str) -> dict:
+    """One forward pass; per layer the down-projection input m and output, and the residual before/after the FFN
+    (see module docstring), all for the first (only) prompt: tensors (layers, tokens, width)."""
+    a = lm.adapter
+    L = a.n_layers
+    with Hooks() as hooks:
+        keys = hooks.capture({str(l): a.down_proj(l) for l in range(L)}, what="input")
+        outs = hooks.capture({str(l): a.down_proj(l) for l in range(L)}, what="output")
+        mlp_out = hooks.capture({str(l): a.mlp(l) for l in range(L)}, what="output")
+        blocks = hooks.capture({str(l): a.block(l) for l in range(L)}, what="output")
+        if a.family.parallel:
+            pre = hooks.capture({str(l): a.module(a.family.ln_attn, l) for l in range(L)}, what="input")
+        else:
+            pre = hooks.capture({str(l): a.module(a.family.ln_mlp, l) for l in range(L)}, what="input")
+        body = getattr(lm.model, lm.model.base_model_prefix)
+        body(**encode(lm, prompt))
+    stack = lambda c: torch.stack([c[str(l)][0] for l in range(L)])  # noqa: E731
+    before = stack(pre)
+    after = before + stack(mlp_out) if a.family.parallel else stack(blocks)
+    return {"m": stack(keys), "out": stack(outs), "before": before, "after": after}
+
+
+@torch.no_grad()
+def value_tokens(lm, layer: int, indices: list[int], k: int = 5, norm: bool = False) -> list[list[dict]]:
+    """Top tokens of each value vector v_i projected to the vocabulary: unembed(v_i) (norm: final norm first)."""
+    if not indices:
+        return []
+    W = lm.adapter.down_weight(layer)
+    V = W[:, list(indices)].T  # (n, d_model)
+    logits = lm.adapter.unembed(V, norm=norm)
+    return [top_tokens(lm, row, k) for row in logits]
+
+
+@torch.no_grad()
+def memories_at(lm, prompt: str, layer: int, position: int = -1, top: int = 10, norm: bool = False,
+                k_tokens: int = 5, lens_k: int = 5) -> MemoryView:
+    """The `top` memories of `layer` at `position` by contribution |m_i| ||v_i||, with their value tokens, and the
+    logit lens of the residual before/after the FFN at every layer (at the same position)."""
+    check_prompt(lm, prompt)
+    layer = check_layer(lm, layer)
+    if top < 1:
+        raise EditkitError("top must be at least 1")
+    tokens = token_strings(lm, prompt)
+    pos = resolve_position(len(tokens), position)
+    a = lm.adapter
+    cap = capture_ffn(lm, prompt)
+    m = cap["m"][layer, pos].float()  # (d_ff,)
+    v_norm = a.down_weight(layer).float().norm(dim=0)  # ||v_i||
+    contribution = m.abs() * v_norm
+    c, idx = contribution.topk(min(top, contribution.numel()))
+    idx = [int(i) for i in idx]
+    vt = value_tokens(lm, layer, idx, k_tokens, norm)
+    memories = [Memory(layer, i, label(layer, i), float(m[i]), float(v_norm[i]), float(ci), toks)
+                for i, ci, toks in zip(idx, c, vt)]
+    L = a.n_layers
+    res = torch.cat([cap["before"][:, pos], cap["after"][:, pos]])  # (2L, d)
+    logits = a.unembed(res, norm=True)
+    lens = [LayerLens(l, top_tokens(lm, logits[l], lens_k), top_tokens(lm, logits[L + l], lens_k))
+            for l in range(L)]
+    return MemoryView(lm.name, prompt, tokens, pos, layer, norm, memories, lens, int((m > 0).sum()),
+                      float(m.max()), float(m.min()), RESIDUAL_DEFINITION[a.family.parallel])
