@@ -1,17 +1,13 @@
-"""Edit metrics on hand-computed cases, the shipped evaluation sets, and batch / sequential evaluation on tiny
-models (resumable, base weights restored)."""
-import json
+"""Edit metrics on hand-computed cases (pure functions, no model)."""
 import math
 
 import pytest
-import torch
 
-from editkit.errors import EditkitError
-from editkit.evaluation import load_eval_set
-from editkit.evaluation.evaluate import evaluate
-from editkit.evaluation.metrics import (compare, harmonic_mean, idf_table, mean_ci, n_gram_entropy,
+from editkit.editing.requests import EditRequest
+from editkit.evaluation.datasets import EvalRecord
+from editkit.evaluation.evaluate import metrics_of, record_metrics, summarize
+from editkit.evaluation.metrics import (EditMetrics, compare, harmonic_mean, idf_table, mean_ci, n_gram_entropy,
                                         n_gram_entropy_one, tfidf_cosine, token_agreement)
-from editkit.evaluation.sequential import sequential
 
 
 def test_n_gram_entropy_by_hand():
@@ -21,8 +17,11 @@ def test_n_gram_entropy_by_hand():
     assert n_gram_entropy_one("a b a b") == pytest.approx((2 / 3 * h2 + 4 / 3 * 1.0) / 2)
     assert n_gram_entropy_one("same same same same") == 0.0  # one bigram, one trigram: no surprise
     assert n_gram_entropy(["a b a b", "same same same same"]) == pytest.approx((2 / 3 * h2 + 4 / 3) / 4)
-    # punctuation is a token: "x, y" has bigrams (x ,) (, y)
+    # punctuation is a token: "x, y" has bigrams (x ,) (, y) and one trigram
     assert n_gram_entropy_one("x, y") == pytest.approx((2 / 3 * 1.0 + 4 / 3 * 0.0) / 2)
+    # four distinct words: 3 bigrams (log2 3), 2 trigrams (1 bit)
+    assert n_gram_entropy_one("the cat sat down") == pytest.approx((2 / 3 * math.log2(3) + 4 / 3) / 2)
+    assert math.isnan(n_gram_entropy([]))
 
 
 def test_tfidf_cosine_by_hand():
@@ -33,9 +32,11 @@ def test_tfidf_cosine_by_hand():
     assert tfidf_cosine("paris france", "paris france", idf) == pytest.approx(1.0)
     assert tfidf_cosine("paris france", "rome italy", idf) == 0.0
     assert tfidf_cosine("unknown words", "paris", idf) == 0.0
-    # "paris city" vs "city": vectors (idf_p, idf_c) and (0, idf_c)
+    # "paris city" vs "city": vectors (idf_p, idf_c) and (0, idf_c); case-insensitive
     p, c = idf["paris"], idf["city"]
     assert tfidf_cosine("Paris city", "city", idf) == pytest.approx(c / math.sqrt(p * p + c * c))
+    # term counts: "paris paris city" = (2 idf_p, idf_c) against "paris" = (idf_p, 0)
+    assert tfidf_cosine("paris paris city", "paris", idf) == pytest.approx(2 * p / math.sqrt(4 * p * p + c * c))
 
 
 def test_compare_harmonic_mean_and_intervals():
@@ -43,63 +44,72 @@ def test_compare_harmonic_mean_and_intervals():
     ok, mag = compare(nll_new, nll_true, new_should_win=True)
     assert ok == 0.5
     assert mag == pytest.approx(((math.exp(-0.1) - math.exp(-1)) + (math.exp(-2) - math.exp(-1))) / 2)
-    ok, _ = compare(nll_new, nll_true, new_should_win=False)
-    assert ok == 0.5
+    ok, mag2 = compare(nll_new, nll_true, new_should_win=False)
+    assert ok == 0.5 and mag2 == pytest.approx(-mag)
     assert harmonic_mean([1.0, 0.5]) == pytest.approx(2 / 3)
+    assert harmonic_mean([1.0, 0.5, 0.25]) == pytest.approx(3 / (1 + 2 + 4))
     assert harmonic_mean([1.0, 0.0]) == 0.0
     m, ci = mean_ci([1.0, 0.0, 1.0, 0.0])
     assert m == 0.5 and ci == pytest.approx(1.96 * math.sqrt(1 / 3 / 4))
     assert token_agreement([[1, 2], [3]], [[1, 5], [3]]) == pytest.approx(2 / 3)
 
 
-def test_eval_sets_load_by_name():
-    cf = load_eval_set("counterfact", 3)
-    assert len(cf) == 3 and cf[0].request.target_true and len(cf[0].request.paraphrase_prompts) == 2
-    assert cf[0].reference_text and cf[0].request.target_new.strip() in cf[0].reference_text
-    val = load_eval_set("counterfact-val", 2)
-    assert val[0].locality and val[0].request.paraphrase_prompts
-    z = load_eval_set("zsre", 2)
-    assert z[0].request.rewrite.startswith("What") and z[0].locality
-    assert len(load_eval_set("counterfact")) == 500
-    with pytest.raises(EditkitError, match="unknown evaluation set"):
-        load_eval_set("nope")
+def _meas(rewrite, paraphrase, neighborhood, acc=(1.0,), loc=None, texts=()):
+    """A measurement as evaluate.measure returns it, from (nll_new, nll_true) pairs."""
+    g = lambda pairs, a=(): {"nll_new": [p[0] for p in pairs], "nll_true": [p[1] for p in pairs],
+                             "acc_new": list(a) or [0.0] * len(pairs)}
+    out = {"rewrite": g(rewrite, acc), "paraphrase": g(paraphrase), "neighborhood": g(neighborhood),
+           "generations": [{"prompt": "", "text": t} for t in texts]}
+    if loc is not None:
+        out["locality_argmax"], out["locality_acc"] = loc
+    return out
 
 
-def test_evaluate_runs_and_resumes(tiny_by_name, tmp_path):
-    lm = tiny_by_name("tiny-llama")
-    snap = {n: p.detach().clone() for n, p in lm.model.named_parameters()}
-    out = evaluate(lm, ["rome", "memit"], n=2, batch=2, n_gen=1, gen_tokens=8, out_dir=tmp_path,
-                   hparams={"rome": {"v_num_grad_steps": 3}, "memit": {"v_num_grad_steps": 3}})
-    assert all(torch.equal(p, snap[n]) for n, p in lm.model.named_parameters())
-    for method in ("rome", "memit"):
-        t = out["methods"][method]
-        assert t["records"] == 2
-        for key in ("pre_efficacy", "post_efficacy", "post_fluency", "post_consistency", "post_reliability"):
-            assert t[key]["mean"] is not None, key
-        lines = open(t["results_file"]).read().splitlines()
-        assert len(lines) == 2 and json.loads(lines[0])["metrics"]["post_fluency"] > 0
-    again = evaluate(lm, ["rome", "memit"], n=2, batch=2, n_gen=1, gen_tokens=8, out_dir=tmp_path,
-                     hparams={"rome": {"v_num_grad_steps": 3}, "memit": {"v_num_grad_steps": 3}})
-    assert again["methods"]["rome"]["post_efficacy"] == out["methods"]["rome"]["post_efficacy"]
-    for method in ("rome", "memit"):  # nothing recomputed: the files did not grow
-        assert len(open(again["methods"][method]["results_file"]).read().splitlines()) == 2
+def test_record_metrics_from_hand_made_log_probs():
+    req = EditRequest("The mother tongue of {} is", "Danielle Darrieux", "English", "French",
+                      paraphrase_prompts=["a", "b"], neighborhood_prompts=["c", "d"], generation_prompts=["g"])
+    rec = EvalRecord(req, reference_text="english language", locality=[("c", " French")])
+    idf = idf_table(["english language", "french people"])
+    # post: new wins on the rewrite (0.2 < 1.5), on 1 of 2 paraphrases; true wins on 1 of 2 neighbors
+    post = _meas([(0.2, 1.5)], [(0.5, 1.0), (2.0, 1.0)], [(3.0, 0.1), (0.1, 3.0)],
+                 loc=([[7, 8]], [0.5]), texts=["english language english language"])
+    pre = _meas([(1.5, 0.2)], [(1.0, 0.5), (2.0, 1.0)], [(3.0, 0.1), (3.0, 0.1)], acc=(0.0,),
+                loc=([[7, 9]], [1.0]), texts=["french people"])
+    m = metrics_of(post, rec, idf)
+    assert isinstance(m, EditMetrics) and set(m.to_dict()) >= {"efficacy", "score", "fluency", "consistency"}
+    assert m.efficacy == 1.0 and m.efficacy_magnitude == pytest.approx(math.exp(-0.2) - math.exp(-1.5))
+    assert m.generalization == 0.5 and m.specificity == 0.5
+    assert m.specificity_magnitude == pytest.approx(((math.exp(-0.1) - math.exp(-3)) +
+                                                     (math.exp(-3) - math.exp(-0.1))) / 2)
+    assert m.score == pytest.approx(harmonic_mean([1.0, 0.5, 0.5]))
+    assert m.consistency == pytest.approx(1.0) and m.reliability == 1.0
+    assert m.portability is None
+    flat = record_metrics(pre, post, rec, idf)
+    assert flat["pre_efficacy"] == 0.0 and flat["pre_score"] == 0.0 and flat["post_efficacy"] == 1.0
+    assert flat["pre_consistency"] == 0.0 and flat["locality"] == 0.5  # argmax 8 -> 9 at one of two positions
+    # no reference text / no generations: unavailable, not zero
+    bare = metrics_of(_meas([(0.2, 1.5)], [], []), EvalRecord(req), None)
+    assert bare.consistency is None and bare.fluency is None and bare.generalization is None and bare.score is None
 
 
-def test_sequential_restores_base_weights(tiny_by_name):
-    lm = tiny_by_name("tiny-gpt2")
-    snap = {n: p.detach().clone() for n, p in lm.model.named_parameters()}
-    out = sequential(lm, "rome", load_eval_set("counterfact", 3), hparams={"v_num_grad_steps": 3}, ppl_tokens=64)
-    assert [r["edit"] for r in out["rows"]] == [1, 2, 3]
-    norms = [r["max_relative_norm"] for r in out["rows"]]
-    assert all(n > 0 for n in norms) and out["base_perplexity"] > 1
-    assert all(torch.equal(p, snap[n]) for n, p in lm.model.named_parameters())
+def test_zsre_metrics_are_token_accuracies():
+    req = EditRequest("What university did {} attend?", "Watts Humphrey", "University of Michigan")
+    rec = EvalRecord(req, locality=[("nq question: x", " Hugo Weaving")], kind="zsre")
+    meas = _meas([], [], [], acc=(0.75,), loc=([[1, 2]], [0.5]))
+    meas["paraphrase"]["acc_new"] = [0.25]
+    m = metrics_of(meas, rec, None)
+    assert (m.efficacy, m.generalization, m.specificity) == (0.75, 0.25, 0.5)
+    assert m.efficacy_magnitude is None and m.score == pytest.approx(harmonic_mean([0.75, 0.25, 0.5]))
 
 
-def test_cli_evaluate(capsys, tmp_path):
-    from editkit.cli import main
-    assert main(["evaluate", "--model", "tiny-gpt2", "--methods", "rome", "--n", "1", "--gen-tokens", "5",
-                 "--out", str(tmp_path), "--json"]) == 0
-    out = json.loads(capsys.readouterr().out)
-    assert out["methods"]["rome"]["records"] == 1
-    assert main(["evaluate", "--model", "tiny-gpt2", "--methods", "rome", "--set", "nope", "--json"]) == 2
-    assert "unknown evaluation set" in capsys.readouterr().err
+def test_summarize_scales_and_table_score():
+    rows = [{"seconds": 2.0, "metrics": {"post_efficacy": 1.0, "post_generalization": 0.5, "post_specificity": 1.0,
+                                         "post_consistency": None}},
+            {"seconds": 4.0, "metrics": {"post_efficacy": 1.0, "post_generalization": 0.5, "post_specificity": 0.0,
+                                         "post_consistency": None}}]
+    s = summarize(rows)
+    assert s["records"] == 2 and s["seconds_per_request"] == 3.0
+    assert s["post_efficacy"] == {"mean": 100.0, "ci95": 0.0}
+    assert s["post_specificity"]["mean"] == 50.0
+    assert s["post_table_score"] == pytest.approx(harmonic_mean([100.0, 50.0, 50.0]))
+    assert s["post_consistency"] == {"mean": None, "ci95": None} and s["pre_table_score"] is None

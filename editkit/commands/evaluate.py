@@ -12,8 +12,11 @@ def register(sub):
     p.add_argument("--n", type=int, default=100, help="records to edit (the first N of the set)")
     p.add_argument("--batch", type=int, default=1, help="requests per edit (1 = one edit per record)")
     p.add_argument("--set", dest="set_name", default="counterfact", help="evaluation set (see --list-sets)")
-    p.add_argument("--gen-prompts", type=int, default=1, help="generation prompts per record (fluency)")
-    p.add_argument("--gen-tokens", type=int, default=40, help="tokens generated per generation prompt")
+    p.add_argument("--list-sets", action="store_true", help="list the shipped evaluation sets and exit")
+    p.add_argument("--gen-prompts", type=int, default=1,
+                   help="generation prompts per record for fluency/consistency (ROME: 10; 0 = none)")
+    p.add_argument("--gen-tokens", type=int, default=40, help="tokens sampled per generation prompt (ROME: 100)")
+    p.add_argument("--ppl-tokens", type=int, default=2048, help="WikiText tokens for perplexity (--sequential)")
     p.add_argument("--out", default=None, help="results folder (default: the editkit cache); reruns resume")
     p.add_argument("--sequential", action="store_true",
                    help="instead: apply the N edits one after another (first method) and track the damage")
@@ -22,20 +25,25 @@ def register(sub):
 
 
 def run(args):
-    from ..evaluation import evaluate, load_eval_set, sequential
+    from ..evaluation import EVAL_SETS, evaluate, load_eval_set, sequential
 
+    if args.list_sets:
+        return {"sets": {name: desc for name, (_, _, desc) in EVAL_SETS.items()}}
     methods = [m.strip().lower() for m in args.methods.split(",") if m.strip()]
     if not methods:
         raise EditkitError("give at least one method")
-    if args.n < 1 or args.batch < 1 or args.gen_prompts < 0 or args.gen_tokens < 1:
-        raise EditkitError("--n, --batch and --gen-tokens must be at least 1, --gen-prompts at least 0")
+    if args.n < 1 or args.batch < 1 or args.gen_prompts < 0 or args.gen_tokens < 1 or args.ppl_tokens < 2:
+        raise EditkitError("--n, --batch and --gen-tokens must be at least 1, --gen-prompts at least 0, "
+                           "--ppl-tokens at least 2")
+    load_eval_set(args.set_name, 1)  # an unknown set fails before the model loads
     lm = load(args)
 
     def progress(f, msg):
         print(f"[{100 * f:5.1f}%] {msg}", file=sys.stderr, flush=True)
 
     if args.sequential:
-        return sequential(lm, methods[0], load_eval_set(args.set_name, args.n), progress=progress)
+        return sequential(lm, methods[0], load_eval_set(args.set_name, args.n), ppl_tokens=args.ppl_tokens,
+                          progress=progress)
     return evaluate(lm, methods, n=args.n, batch=args.batch, set_name=args.set_name, n_gen=args.gen_prompts,
                     gen_tokens=args.gen_tokens, out_dir=args.out, progress=progress)
 
@@ -47,14 +55,23 @@ def _fmt(cell):
     return f"{cell['mean']:6.1f}" + (f" ±{ci:4.1f}" if ci is not None else "")
 
 
+def _f(x, fmt=".2f"):
+    return "-" if x is None else format(x, fmt)
+
+
 def show(out):
+    if "sets" in out:
+        for name, desc in out["sets"].items():
+            print(f"{name:20s} {desc}")
+        return
     if "rows" in out:  # sequential
-        print(f"sequential {out['method']} on {out['model']}: base perplexity {out['base_perplexity']:.2f}")
+        print(f"sequential {out['method']} on {out['model']}: base perplexity {out['base_perplexity']:.2f} "
+              f"({out['ppl_tokens']} WikiText-2 test tokens)")
         for r in out["rows"]:
             flag = f"  COLLAPSED: {r['reason']}" if r["collapsed"] else ""
-            print(f"edit {r['edit']:3d}: efficacy {r['efficacy']:.2f} generalization {r['generalization']:.2f} "
-                  f"specificity {r['specificity']:.2f} max ||dW||/||W|| {r['max_relative_norm']:.3f} "
-                  f"ppl {r['perplexity']:.2f}{flag}")
+            print(f"edit {r['edit']:3d}: efficacy {_f(r['efficacy'])} generalization {_f(r['generalization'])} "
+                  f"specificity {_f(r['specificity'])} retention {_f(r['retention'])} "
+                  f"||dW||/||W|| {r['total_relative_norm']:.3f} ppl {r['perplexity']:.2f}{flag}")
         return
     print(f"{out['model']} on {out['set']} ({out['n']} records, batch {out['batch']}); mean ± 95% half-width")
     cols = ["score", "efficacy", "generalization", "specificity", "fluency", "consistency"]
@@ -65,4 +82,8 @@ def show(out):
         pre = "".join(f"{_fmt(cell[c]('pre') if c in cell else t.get('pre_' + c)):>15s}" for c in cols)
         post = "".join(f"{_fmt(cell[c]('post') if c in cell else t.get('post_' + c)):>15s}" for c in cols)
         print(f"{'(pre-edit)':14s}{pre}")
-        print(f"{method.upper():14s}{post}   {t['seconds_per_request']:.1f}")
+        print(f"{method.upper():14s}{post}   {_f(t['seconds_per_request'], '.1f')}")
+    g = out["generation"]
+    print(f"generation: {g['n_gen']} prompt(s) x {g['gen_tokens']} tokens per record ({g['sampling']}, seed "
+          f"{g['seed']}); {out['computed_records']} record(s) computed now, the rest read from the results files")
+    print(out["notes"])

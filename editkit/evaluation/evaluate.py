@@ -1,16 +1,23 @@
 """Measure an edit: the same measurements before and after, for every method, and a PMET-Table-1-style summary.
 
 `measure(lm, record)` reads the model at its current weights (teacher-forced NLLs and argmax tokens, sampled
-generations); `compare_measurements(pre, post, record)` turns a pre/post pair into the metrics of metrics.py.
+generations); `record_metrics(pre, post, record)` turns a pre/post pair into the metrics of metrics.py.
+`edit_and_measure(lm, method, records)` edits one batch and measures it (no files: for the app);
 `evaluate(...)` runs methods over a shipped set in batches, appending one JSON line per record to a results file
 so an interrupted run resumes where it stopped.
+
+Generations (fluency, consistency): ROME samples one 100-token continuation per generation prompt (top-k 5) for
+each of the 10 prompts of a record. That is slow on a CPU, so editkit defaults to `n_gen=1` prompt and
+`gen_tokens=40` new tokens, sampled top-k 5 with a fixed seed (the same before and after the edit); the output
+states the setting. Shorter generations have lower n-gram entropy, so compare fluency only at equal settings.
+The idf of the consistency score is fit on the shipped WikiText-2 paragraphs (ROME's idf.npy is not shipped).
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import math
-import time
+import os
 from pathlib import Path
 
 import torch
@@ -22,25 +29,30 @@ from ..editing.hparams import load_hparams
 from ..errors import EditkitError
 from ..paths import cache_dir, safe_name
 from ..scoring import score_targets
-from .datasets import EvalRecord, load_eval_set
-from .metrics import compare, harmonic_mean, idf_table, mean_ci, n_gram_entropy, tfidf_cosine, token_agreement
+from .datasets import EvalRecord, as_record, load_eval_set
+from .metrics import (EditMetrics, compare, harmonic_mean, idf_table, mean_ci, n_gram_entropy, nan_to_none,
+                      tfidf_cosine, token_agreement)
 
 GEN_SEED = 0
+N_GEN = 1
+GEN_TOKENS = 40
 
 
 @torch.no_grad()
 def sample(lm, prompt: str, max_new_tokens: int, seed: int = GEN_SEED) -> str:
     """A top-k 5 sampled continuation, as ROME's generate_fast, with a fixed seed (the same before and after)."""
     batch = lm.tok(prompt, return_tensors="pt", add_special_tokens=True).to(lm.device)
+    pad = lm.tok.pad_token_id if lm.tok.pad_token_id is not None else lm.tok.eos_token_id
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         out = lm.model.generate(**batch, do_sample=True, top_k=5, top_p=1.0, temperature=1.0,
-                                max_new_tokens=max_new_tokens, pad_token_id=lm.tok.pad_token_id)
+                                max_new_tokens=max_new_tokens, pad_token_id=pad)
     return lm.tok.decode(out[0, batch["input_ids"].shape[1]:], skip_special_tokens=True)
 
 
-def measure(lm, record: EvalRecord, n_gen: int = 1, gen_tokens: int = 40) -> dict:
-    """Everything the metrics need, read at the model's current weights."""
+def measure(lm, record, n_gen: int = N_GEN, gen_tokens: int = GEN_TOKENS) -> dict:
+    """Everything the metrics need, read at the model's current weights (JSON-serializable)."""
+    record = as_record(record)
     r = record.request
     groups = {"rewrite": [r.rewrite], "paraphrase": r.paraphrase_prompts, "neighborhood": r.neighborhood_prompts}
     out: dict = {}
@@ -53,39 +65,57 @@ def measure(lm, record: EvalRecord, n_gen: int = 1, gen_tokens: int = 40) -> dic
         out[group] = {"nll_new": [s.mean_nll for s in new], "nll_true": [s.mean_nll for s in true],
                       "acc_new": [s.accuracy for s in new]}
     if record.locality:
-        scores = score_targets(lm, [p for p, _ in record.locality], [" " + a.strip() for _, a in record.locality])
+        scores = score_targets(lm, [p for p, _ in record.locality], [a for _, a in record.locality])
         out["locality_argmax"] = [s.token_argmax for s in scores]
-    gens = [r.generation_prompts[i] for i in range(min(n_gen, len(r.generation_prompts)))]
-    out["generations"] = [{"prompt": p, "text": p + sample(lm, p, gen_tokens)} for p in gens]
+        out["locality_acc"] = [s.accuracy for s in scores]
+    gens = r.generation_prompts[:max(n_gen, 0)]
+    out["generations"] = [{"prompt": p, "text": p + sample(lm, p, gen_tokens)} for p in gens] if gen_tokens else []
     return out
-
-
-def compare_measurements(pre: dict, post: dict, record: EvalRecord, idf: dict | None) -> dict:
-    """CounterFact and EasyEdit metrics of one record (see metrics.py), pre- and post-edit."""
-    m: dict = {}
-    for when, meas in (("pre", pre), ("post", post)):
-        for group, key, new_wins in (("rewrite", "efficacy", True), ("paraphrase", "generalization", True),
-                                     ("neighborhood", "specificity", False)):
-            g = meas[group]
-            ok, mag = compare(g["nll_new"], g["nll_true"], new_wins) if g["nll_true"] else (math.nan, math.nan)
-            m[f"{when}_{key}"], m[f"{when}_{key}_magnitude"] = ok, mag
-        m[f"{when}_score"] = harmonic_mean([m[f"{when}_efficacy"], m[f"{when}_generalization"],
-                                            m[f"{when}_specificity"]])
-        texts = [g["text"] for g in meas["generations"]]
-        m[f"{when}_fluency"] = n_gram_entropy(texts) if texts else math.nan
-        m[f"{when}_consistency"] = (tfidf_cosine(" ".join(texts), record.reference_text, idf)
-                                    if texts and record.reference_text and idf else math.nan)
-        m[f"{when}_reliability"] = _mean(meas["rewrite"]["acc_new"])
-        m[f"{when}_generalization_acc"] = _mean(meas["paraphrase"]["acc_new"])
-    m["locality"] = token_agreement(pre.get("locality_argmax", []), post.get("locality_argmax", [])) \
-        if pre.get("locality_argmax") else math.nan
-    # neighborhood prompts score the true answer: their agreement is the locality when no locality prompt exists
-    return m
 
 
 def _mean(values):
     return sum(values) / len(values) if values else math.nan
 
+
+def metrics_of(meas: dict, record: EvalRecord, idf: dict | None) -> EditMetrics:
+    """The metrics of one measurement (see metrics.py); None where the record lacks the data."""
+    m = EditMetrics()
+    if record.kind == "zsre":  # ROME/MEMIT zsRE: top-1 token accuracies
+        m.efficacy = _mean(meas["rewrite"]["acc_new"])
+        m.generalization = _mean(meas["paraphrase"]["acc_new"])
+        m.specificity = _mean(meas.get("locality_acc", []))
+    else:
+        for group, key, new_wins in (("rewrite", "efficacy", True), ("paraphrase", "generalization", True),
+                                     ("neighborhood", "specificity", False)):
+            g = meas[group]
+            ok, mag = compare(g["nll_new"], g["nll_true"], new_wins) if g["nll_true"] else (math.nan, math.nan)
+            setattr(m, key, ok)
+            setattr(m, f"{key}_magnitude", mag)
+    rates = [m.efficacy, m.generalization, m.specificity]
+    m.score = harmonic_mean(rates) if not any(math.isnan(x) for x in rates) else math.nan
+    texts = [g["text"] for g in meas["generations"]]
+    m.fluency = n_gram_entropy(texts) if texts else None
+    m.consistency = (tfidf_cosine(" ".join(texts), record.reference_text, idf)
+                     if texts and record.reference_text and idf else None)
+    m.reliability = _mean(meas["rewrite"]["acc_new"])
+    m.generalization_acc = _mean(meas["paraphrase"]["acc_new"])
+    for k, v in m.to_dict().items():
+        setattr(m, k, nan_to_none(v))
+    return m
+
+
+def record_metrics(pre: dict, post: dict, record, idf: dict | None) -> dict:
+    """Flat {"pre_<metric>": .., "post_<metric>": .., "locality": ..} for one record (None = unavailable).
+    Locality (EasyEdit) = share of the locality answers' positions whose argmax the edit left unchanged."""
+    record = as_record(record)
+    out = {}
+    for when, meas in (("pre", pre), ("post", post)):
+        out.update({f"{when}_{k}": v for k, v in metrics_of(meas, record, idf).to_dict().items()})
+    out["locality"] = nan_to_none(token_agreement(pre.get("locality_argmax", []), post.get("locality_argmax", [])))
+    return out
+
+
+compare_measurements = record_metrics  # the earlier name
 
 _IDF: dict = {}
 
@@ -95,6 +125,29 @@ def wikitext_idf() -> dict:
     if not _IDF:
         _IDF.update(idf_table(list(paragraphs("valid")) + list(paragraphs("test"))))
     return _IDF
+
+
+def edit_and_measure(lm, method: str, records, hparams: dict | None = None, n_gen: int = N_GEN,
+                     gen_tokens: int = GEN_TOKENS, pre: list[dict] | None = None, progress=None) -> list[dict]:
+    """Edit `records` in one batch with `method` and measure each before and after. The model is unchanged
+    afterwards. One row per record: case_id, seconds (edit time / batch size), relative_norm per edited
+    matrix, metrics (record_metrics), pre / post measurements (with the generated texts)."""
+    records = [as_record(r) for r in records]
+    if not records:
+        raise EditkitError("no records to edit")
+    idf = wikitext_idf()
+    if pre is None:
+        with isolation.session(lm):
+            pre = [measure(lm, rec, n_gen, gen_tokens) for rec in records]
+    with isolation.session(lm):
+        result = run_edit(lm, method, [r.request for r in records], hparams, progress=progress)
+    seconds = result.seconds / len(records)
+    rel = {k: v["relative_norm"] for k, v in result.info.get("norms", {}).items()}
+    with isolation.session(lm, result.delta):
+        posts = [measure(lm, rec, n_gen, gen_tokens) for rec in records]
+    return [{"method": method, "case_id": rec.request.case_id, "seconds": seconds, "relative_norm": rel,
+             "metrics": record_metrics(p, q, rec, idf), "pre": p, "post": q}
+            for rec, p, q in zip(records, pre, posts)]
 
 
 def _hash(obj) -> str:
@@ -108,44 +161,49 @@ def _read_jsonl(path: Path) -> dict:
             try:
                 row = json.loads(line)
                 done[row["key"]] = row
-            except (ValueError, KeyError):
+            except (ValueError, KeyError, TypeError):
                 continue  # a line cut by an interruption: that record is recomputed
     return done
 
 
 def _append(path: Path, row: dict) -> None:
     with path.open("a", encoding="utf-8") as f:
-        f.write(json.dumps(row, default=_json_default) + "\n")
+        f.write(json.dumps(row, default=str) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
 
 
-def _json_default(x):
-    if isinstance(x, float) and math.isnan(x):
-        return None
-    raise TypeError(type(x).__name__)
+def evaluate(lm, methods: list[str], n: int | None = 100, batch: int = 1, set_name: str = "counterfact",
+             n_gen: int = N_GEN, gen_tokens: int = GEN_TOKENS, hparams: dict | None = None,
+             out_dir: str | Path | None = None, progress=None) -> dict:
+    """Edit and measure the first `n` records of `set_name` with each method, `batch` requests per edit.
 
-
-def evaluate(lm, methods: list[str], n: int = 100, batch: int = 1, set_name: str = "counterfact",
-             n_gen: int = 1, gen_tokens: int = 40, hparams: dict | None = None, out_dir: str | Path | None = None,
-             progress=None) -> dict:
-    """Edit and measure `n` records of `set_name` with each method, `batch` requests per edit; resumable."""
-    if batch < 1:
+    `hparams` = {method: overrides}. Results go to `out_dir` (default: the editkit cache), one JSONL file per
+    (model, method, batch, set, hparams, generation setting); a rerun skips the records already there.
+    Pre-edit measurements are cached per (model, set, generation setting). Returns the summary table."""
+    if isinstance(methods, str):
+        methods = [m.strip() for m in methods.split(",") if m.strip()]
+    methods = [m.lower() for m in methods]
+    if not methods:
+        raise EditkitError("give at least one method")
+    if not isinstance(batch, int) or batch < 1:
         raise EditkitError("the batch size must be at least 1")
-    for method in methods:
-        load_hparams(method, lm, (hparams or {}).get(method))  # fail early on an unknown method / bad hparams
+    if n_gen < 0 or gen_tokens < 0:
+        raise EditkitError("the number of generation prompts and tokens cannot be negative")
+    hps = {m: load_hparams(m, lm, (hparams or {}).get(m)) for m in methods}  # fail early on bad methods/hparams
     records = load_eval_set(set_name, n)
     out_dir = Path(out_dir) if out_dir else cache_dir("evaluations", safe_name(lm.name))
     out_dir.mkdir(parents=True, exist_ok=True)
     gen = {"n_gen": n_gen, "gen_tokens": gen_tokens, "seed": GEN_SEED, "sampling": "top-k 5"}
-    idf = wikitext_idf()
-    pre_path = out_dir / f"pre-{set_name}-{_hash(gen)}.jsonl"
+    pre_path = out_dir / f"pre-{safe_name(lm.name)}-{set_name}-{_hash(gen)}.jsonl"
     pre_done = _read_jsonl(pre_path)
     total = len(methods) * len(records)
-    count = 0
+    count, computed = 0, 0
     tables = {}
     for method in methods:
-        hp = load_hparams(method, lm, (hparams or {}).get(method))
-        run_key = {"model": lm.name, "method": method, "batch": batch, "set": set_name, "hparams": hp, **gen}
-        path = out_dir / f"{method}-{set_name}-b{batch}-{_hash(run_key)}.jsonl"
+        run_key = {"model": lm.name, "method": method, "batch": batch, "set": set_name, "hparams": hps[method],
+                   **gen}
+        path = out_dir / f"{method}-{safe_name(lm.name)}-{set_name}-b{batch}-{_hash(run_key)}.jsonl"
         done = _read_jsonl(path)
         rows = []
         for start in range(0, len(records), batch):
@@ -155,49 +213,56 @@ def evaluate(lm, methods: list[str], n: int = 100, batch: int = 1, set_name: str
                 rows += [done[k] for k in keys]
                 count += len(chunk)
                 continue
+            if progress:
+                progress(count / total, f"{method}: records {start + 1}-{start + len(chunk)} of {len(records)}")
             for rec, key in zip(chunk, keys):
                 if key not in pre_done:
                     with isolation.session(lm):
                         pre_done[key] = {"key": key, "pre": measure(lm, rec, n_gen, gen_tokens)}
                     _append(pre_path, pre_done[key])
-            if progress:
-                progress(count / total, f"{method}: records {start + 1}-{start + len(chunk)} of {len(records)}")
-            with isolation.session(lm):
-                result = run_edit(lm, method, [r.request for r in chunk], (hparams or {}).get(method))
-            seconds = result.seconds / len(chunk)
-            rel = {k: v["relative_norm"] for k, v in result.info["norms"].items()}
-            with isolation.session(lm, result.delta):
-                posts = [measure(lm, rec, n_gen, gen_tokens) for rec in chunk]
-            for rec, key, post in zip(chunk, keys, posts):
-                row = {"key": key, "method": method, "case_id": rec.request.case_id, "seconds": seconds,
-                       "relative_norm": rel, "metrics": compare_measurements(pre_done[key]["pre"], post, rec, idf),
-                       "post_generations": post["generations"]}
+            out = edit_and_measure(lm, method, chunk, (hparams or {}).get(method), n_gen, gen_tokens,
+                                   pre=[pre_done[k]["pre"] for k in keys])
+            for key, row in zip(keys, out):
+                row = {"key": key, **{k: v for k, v in row.items() if k != "pre"}}
+                row["post_generations"] = row.pop("post")["generations"]
                 _append(path, row)
                 rows.append(row)
+            computed += len(chunk)
             count += len(chunk)
         tables[method] = summarize(rows)
         tables[method]["results_file"] = str(path)
     if progress:
         progress(1.0, "evaluation done")
+    kind = records[0].kind
     return {"model": lm.name, "set": set_name, "n": len(records), "batch": batch, "generation": gen,
-            "consistency_reference": "the records' attribute prompts completed with target_new (see datasets.py)",
-            "methods": tables}
+            "computed_records": computed, "metric_family": kind, "notes": NOTES[kind], "methods": tables}
 
+
+NOTES = {
+    "counterfact": "rates and magnitudes x100 as in ROME/MEMIT/PMET; efficacy/generalization/specificity = "
+                   "P(new) > P(true) on rewrite/paraphrase, P(true) > P(new) on neighborhood prompts, from mean "
+                   "per-token NLLs; Score = harmonic mean of the three mean rates; fluency = weighted bi-/tri-gram "
+                   "entropy x100 of the generations (setting in 'generation'); consistency = TF-IDF cosine x100 of "
+                   "the generations and the record's attribute prompts completed with target_new (idf from "
+                   "WikiText-2), not ROME's Wikipedia snippets, so not comparable with published values; None = "
+                   "unavailable for this set; portability: no shipped set has portability prompts",
+    "zsre": "rates x100: efficacy/generalization = top-1 token accuracy of the new answer after the question / "
+            "its rephrase, specificity = token accuracy of the NQ answer on the unrelated question (ROME/MEMIT "
+            "zsRE); no generation prompts, so no fluency or consistency",
+}
 
 TABLE = [("score", "Score"), ("efficacy", "Efficacy"), ("generalization", "Generalization"),
          ("specificity", "Specificity"), ("fluency", "Fluency"), ("consistency", "Consistency")]
 
 
 def summarize(rows: list[dict]) -> dict:
-    """Mean and 95% half-width of each metric over records, pre and post (x100 for rates, as the papers)."""
-    out = {"records": len(rows), "seconds_per_request": mean_ci([r["seconds"] for r in rows])[0]}
+    """Mean and 95% half-width of each metric over records, pre and post (x100, as in the papers' tables), the
+    table Score (harmonic mean of the mean rates, PMET Table 1) and the mean edit seconds per request."""
+    out = {"records": len(rows), "seconds_per_request": mean_ci([r["seconds"] for r in rows])[0] if rows else None}
     keys = sorted({k for r in rows for k in r["metrics"]})
     for k in keys:
-        scale = 100.0  # rates in %, n-gram entropy and TF-IDF cosine x 100, as ROME/MEMIT/PMET tables
         m, ci = mean_ci([r["metrics"][k] for r in rows if r["metrics"].get(k) is not None])
-        out[k] = {"mean": m * scale if not math.isnan(m) else None,
-                  "ci95": ci * scale if not math.isnan(ci) else None}
-    # Score per record is a harmonic mean; the table's Score is the harmonic mean of the mean rates (as PMET)
+        out[k] = {"mean": None if math.isnan(m) else 100.0 * m, "ci95": None if math.isnan(ci) else 100.0 * ci}
     for when in ("pre", "post"):
         parts = [out.get(f"{when}_{k}", {}).get("mean") for k in ("efficacy", "generalization", "specificity")]
         out[f"{when}_table_score"] = harmonic_mean(parts) if all(p is not None for p in parts) else None

@@ -12,13 +12,16 @@ Consistency: cosine of TF-IDF vectors (raw counts x smooth idf, as sklearn's Tfi
 generations and reference text about target_new.
 EasyEdit token accuracies (teacher forcing): reliability / generalization = share of target_new tokens that are
 the argmax after the rewrite / paraphrase prompts; locality = share of the locality answer's positions whose argmax
-is unchanged by the edit; portability = token accuracy on portability prompts.
+is unchanged by the edit; portability = token accuracy on portability prompts (no shipped set has them).
+zsRE (ROME/MEMIT): efficacy, generalization and specificity are those top-1 token accuracies (of the new answer on
+the question and its rephrase, of the NQ answer on the unrelated question); no magnitudes.
 """
 from __future__ import annotations
 
 import math
 import re
 from collections import Counter
+from dataclasses import asdict, dataclass
 
 WORD = re.compile(r"\w+|[^\w\s]")  # words and punctuation, like nltk.word_tokenize for plain text
 TFIDF_TOKEN = re.compile(r"(?u)\b\w\w+\b")  # sklearn's default token pattern (lowercased)
@@ -108,3 +111,28 @@ def mean_ci(values: list[float]) -> tuple[float, float]:
         return m, float("nan")
     var = sum((v - m) ** 2 for v in values) / (len(values) - 1)
     return m, 1.96 * math.sqrt(var / len(values))
+
+
+@dataclass
+class EditMetrics:
+    """One record's metrics at one state of the weights (pre- or post-edit). Rates and accuracies in [0, 1],
+    magnitudes are probability differences, fluency in bits; None = not available for this record."""
+    efficacy: float | None = None  # ES (CounterFact) or rewrite token accuracy (zsRE)
+    efficacy_magnitude: float | None = None  # EM
+    generalization: float | None = None  # PS or rephrase token accuracy
+    generalization_magnitude: float | None = None  # PM
+    specificity: float | None = None  # NS or loc-answer token accuracy
+    specificity_magnitude: float | None = None  # NM
+    score: float | None = None  # harmonic mean of the three rates
+    fluency: float | None = None  # weighted bi-/tri-gram entropy of the generations
+    consistency: float | None = None  # TF-IDF cosine of the generations and the reference text
+    reliability: float | None = None  # EasyEdit rewrite_acc
+    generalization_acc: float | None = None  # EasyEdit rephrase_acc
+    portability: float | None = None  # EasyEdit portability (no shipped set has portability prompts)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def nan_to_none(x):
+    return None if x is None or (isinstance(x, float) and math.isnan(x)) else x

@@ -1,10 +1,15 @@
 """Sequential editing stress: edits applied one after another, each computed at the weights the previous ones left.
 
-After edit k: efficacy, generalization and specificity over edits 1..k (do the earlier edits survive?), the total
-||Delta W|| / ||W|| per edited matrix, and perplexity on held-out WikiText-2 test text. The model is said to
-collapse when perplexity exceeds `collapse_factor` times the base perplexity or the efficacy over the edits so far
-falls below 0.5 (the failure mode of many sequential ROME edits, Gupta et al. 2024). The base weights are restored
-bitwise at the end.
+Inside one `isolation.session`, edit k is computed by run_edit at the weights with edits 1..k-1 applied and pushed
+on an EditHistory. After edit k: efficacy, generalization and specificity over edits 1..k (CounterFact rates,
+metrics.compare), retention = the share of the earlier edits (1..k-1) that succeeded right after they were made
+and still succeed, the relative norm ||Delta W||_F / ||W||_F of the accumulated update per edited matrix and over
+all of them together, and perplexity on the first `ppl_tokens` tokens of WikiText-2's test split.
+
+`collapsed` is set, with the reason, when perplexity exceeds `collapse_factor` (default 2) times the base
+perplexity, or retention falls below `retention_floor` (default 0.5): the two failure modes of many sequential
+ROME edits (Gupta et al. 2024; EasyEdit issue #18, "editing capacity is around 100"). The history is undone at
+the end, so the base weights are restored bitwise (also on errors).
 """
 from __future__ import annotations
 
@@ -16,71 +21,90 @@ from .. import isolation
 from ..corpus import token_chunks
 from ..editing.api import run_edit
 from ..editing.weights import EditHistory, combined
-from .datasets import EvalRecord
+from ..errors import EditkitError
+from ..scoring import score_targets
+from .datasets import as_record
 from .metrics import compare
+
+PPL_TOKENS = 2048
 
 
 @torch.no_grad()
-def perplexity(lm, n_tokens: int = 512, seq_len: int = 256) -> float:
+def perplexity(lm, n_tokens: int = PPL_TOKENS, seq_len: int = 512) -> float:
     """exp(mean NLL) of the next token over the first n_tokens of WikiText-2's test split."""
-    body = lm.model
     nll, count = 0.0, 0
     for chunk in token_chunks(lm.tok, n_tokens, seq_len, split="test"):
         ids = torch.tensor([chunk], device=lm.device)
-        logits = body(input_ids=ids).logits[0, :-1].float()
+        logits = lm.model(input_ids=ids).logits[0, :-1].float()
         nll += float(torch.nn.functional.cross_entropy(logits, ids[0, 1:], reduction="sum"))
         count += ids.shape[1] - 1
     return math.exp(nll / max(count, 1))
 
 
-def _rates(lm, records: list[EvalRecord]) -> dict:
-    from ..scoring import score_targets
-    out = {}
-    for key, group, new_wins in (("efficacy", "rewrite", True), ("generalization", "paraphrase", True),
-                                 ("specificity", "neighborhood", False)):
-        wins = []
-        for rec in records:
-            r = rec.request
-            prompts = [r.rewrite] if group == "rewrite" else getattr(r, f"{group}_prompts")
-            if not prompts or not r.target_true:
-                continue
-            new = score_targets(lm, prompts, [r.target_new] * len(prompts))
-            true = score_targets(lm, prompts, [r.target_true] * len(prompts))
-            ok, _ = compare([s.mean_nll for s in new], [s.mean_nll for s in true], new_wins)
-            wins.append(ok)
-        out[key] = sum(wins) / len(wins) if wins else math.nan
-    return out
+def _wins(lm, record, group: str) -> float:
+    """The CounterFact rate of one record on one prompt group at the current weights (nan without data)."""
+    r = record.request
+    prompts = {"rewrite": [r.rewrite], "paraphrase": r.paraphrase_prompts,
+               "neighborhood": r.neighborhood_prompts}[group]
+    if not prompts or not r.target_true:
+        return math.nan
+    new = score_targets(lm, prompts, [r.target_new] * len(prompts))
+    true = score_targets(lm, prompts, [r.target_true] * len(prompts))
+    return compare([s.mean_nll for s in new], [s.mean_nll for s in true], group != "neighborhood")[0]
 
 
-def sequential(lm, method: str, records: list[EvalRecord], hparams: dict | None = None,
-               collapse_factor: float = 2.0, ppl_tokens: int = 512, progress=None) -> dict:
-    """Apply the records' edits one by one; returns the base perplexity and one row per edit."""
-    rows = []
+def _mean(values):
+    values = [v for v in values if not math.isnan(v)]
+    return sum(values) / len(values) if values else None
+
+
+def sequential(lm, method: str, requests, hparams: dict | None = None, collapse_factor: float = 2.0,
+               retention_floor: float = 0.5, ppl_tokens: int = PPL_TOKENS, progress=None) -> dict:
+    """Apply the edits of `requests` (EditRequests, EvalRecords or request dicts) one by one with `method`.
+    Returns {"model", "method", "base_perplexity", "collapse_factor", "retention_floor", "ppl_tokens",
+    "rows": [one dict per edit], "collapsed_at": first collapsed edit or None}."""
+    records = [as_record(r) for r in requests]
+    if not records:
+        raise EditkitError("no requests to apply")
+    if collapse_factor <= 1 or not 0 <= retention_floor <= 1 or ppl_tokens < 2:
+        raise EditkitError("collapse_factor must exceed 1, retention_floor lie in [0, 1], ppl_tokens be >= 2")
+    rows, took = [], []
     with isolation.session(lm):
         base_ppl = perplexity(lm, ppl_tokens)
+        params = dict(lm.model.named_parameters())
         history = EditHistory(lm.model)
         try:
             for k, rec in enumerate(records, 1):
                 if progress:
                     progress((k - 1) / len(records), f"{method}: edit {k}/{len(records)}")
-                result = run_edit(lm, method, [rec.request], hparams)
+                result = run_edit(lm, method, [rec.request], hparams)  # at the weights with edits 1..k-1
                 history.push(result.delta, {"case_id": rec.request.case_id})
                 total = combined([r.delta for r in history.records])
-                params = dict(lm.model.named_parameters())
-                rel = {n: float(d.norm() / (params[n].detach() - d).norm()) for n, d in total.items()}
-                rates = _rates(lm, records[:k])
+                base = {n: params[n].detach() - d for n, d in total.items()}
+                rel = {n: float(d.norm() / base[n].norm()) for n, d in total.items()}
+                total_rel = math.sqrt(sum(float(d.norm()) ** 2 for d in total.values())) / \
+                    math.sqrt(sum(float(w.norm()) ** 2 for w in base.values()))
+                rates = {g: [_wins(lm, r, g) for r in records[:k]] for g in ("rewrite", "paraphrase", "neighborhood")}
+                took.append(rates["rewrite"][-1] == 1.0)
+                kept = [w == 1.0 for w, t in zip(rates["rewrite"][:-1], took[:-1]) if t]
+                retention = sum(kept) / len(kept) if kept else None
                 ppl = perplexity(lm, ppl_tokens)
                 reasons = []
                 if ppl > collapse_factor * base_ppl:
-                    reasons.append(f"perplexity {ppl:.1f} > {collapse_factor} x base {base_ppl:.1f}")
-                if rates["efficacy"] < 0.5:
-                    reasons.append(f"efficacy over the edits so far fell to {rates['efficacy']:.2f}")
-                rows.append({"edit": k, "case_id": rec.request.case_id, "seconds": result.seconds, **rates,
-                             "relative_norm": rel, "max_relative_norm": max(rel.values()), "perplexity": ppl,
-                             "collapsed": bool(reasons), "reason": "; ".join(reasons)})
+                    reasons.append(f"perplexity {ppl:.1f} > {collapse_factor:g} x base {base_ppl:.1f}")
+                if retention is not None and retention < retention_floor:
+                    reasons.append(f"only {retention:.0%} of the earlier successful edits still hold")
+                rows.append({"edit": k, "case_id": rec.request.case_id, "seconds": result.seconds,
+                             "efficacy": _mean(rates["rewrite"]), "generalization": _mean(rates["paraphrase"]),
+                             "specificity": _mean(rates["neighborhood"]), "took": took[-1],
+                             "retention": retention, "relative_norm": rel, "max_relative_norm": max(rel.values()),
+                             "total_relative_norm": total_rel, "perplexity": ppl,
+                             "perplexity_ratio": ppl / base_ppl, "collapsed": bool(reasons),
+                             "reason": "; ".join(reasons)})
         finally:
             history.reset()  # bitwise back to the base weights
     if progress:
         progress(1.0, "sequential editing done")
+    first = next((r["edit"] for r in rows if r["collapsed"]), None)
     return {"model": lm.name, "method": method, "base_perplexity": base_ppl, "collapse_factor": collapse_factor,
-            "rows": rows}
+            "retention_floor": retention_floor, "ppl_tokens": ppl_tokens, "rows": rows, "collapsed_at": first}
