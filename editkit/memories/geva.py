@@ -1,0 +1,202 @@
+"""Geva et al. (2021)'s layer-level analyses on the shipped WikiText-2 validation text.
+
+- Fig. 5, values agree with their keys' patterns: for memory i of layer l, p_i = softmax(E v_i) (value -> output
+  embedding -> softmax); w_i = the corpus token that follows the top-1 trigger example of key k_i. Per layer: the
+  agreement rate P[argmax p_i = w_i] and the rank of w_i in p_i (1 = top), over a sample of memories.
+- Fig. 8, compositionality: at a sample of corpus positions, the FFN output o = sum_i m_i v_i + b (the
+  down-projection output) has a top token argmax E o; the output is compositional when that token differs from the
+  top token of every one of the `top_memories` memories with the largest coefficients m_i. Per layer: the share.
+- Fig. 9, when the prediction is fixed: at the same positions, the residual after layer l (block output) read through
+  the final norm and unembedding gives a top token; the prediction is fixed at layer l when that token equals the
+  final top token at l and at every later layer. Per layer: the share of positions fixed exactly at l and by l.
+
+Projecting a vector to the vocabulary is `adapter.unembed(v, norm=norm)` (norm=False: E v as in the paper).
+Gemma's vocabulary has 262k tokens, so each projected value costs ~0.3 GFLOP: samples are modest by default and
+the result is cached as JSON (temporary file + rename; a corrupt file is recomputed).
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+
+from .. import corpus
+from ..hooks import Hooks
+from ..paths import cache_dir, safe_name
+from . import triggers
+
+FORMAT = 1
+
+
+def defaults(lm) -> dict:
+    big = lm.adapter.vocab_size * lm.adapter.d_ff > 50_000_000
+    return {"n_positions": 24 if big else 200, "memories_per_layer": 64 if big else 256, "top_memories": 10}
+
+
+@dataclass
+class GevaResult:
+    model: str
+    norm: bool
+    n_positions: int
+    memories_per_layer: int
+    top_memories: int
+    index: dict  # provenance of the trigger index used for Fig. 5
+    agreement: list[float]  # per layer (Fig. 5)
+    mean_rank: list[float]
+    median_rank: list[float]
+    n_memories: list[int]
+    compositional: list[float]  # per layer (Fig. 8)
+    fixed_at: list[float]  # per layer: share of positions whose prediction is fixed exactly at l (Fig. 9)
+    fixed_by: list[float]  # cumulative: share fixed at or before l
+    corpus: str = corpus.NOTICE
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class _ValueTops:
+    """argmax_x unembed(v_i)[x] per (layer, memory), computed in batches and remembered."""
+
+    def __init__(self, lm, norm: bool):
+        self.lm, self.norm, self.top = lm, norm, {}
+
+    @torch.no_grad()
+    def logits(self, layer: int, indices: list[int]) -> torch.Tensor:
+        V = self.lm.adapter.down_weight(layer)[:, indices].T
+        return self.lm.adapter.unembed(V, norm=self.norm).float()
+
+    def ensure(self, layer: int, indices, batch: int = 128) -> None:
+        need = sorted({int(i) for i in indices} - {i for (l, i) in self.top if l == layer})
+        for b in range(0, len(need), batch):
+            chunk = need[b:b + batch]
+            for i, t in zip(chunk, self.logits(layer, chunk).argmax(-1).tolist()):
+                self.top[(layer, i)] = t
+
+
+def _sample_positions(lm, n_positions: int, seed: int, seq_len: int = 128):
+    """Chunks of the validation text and, per chunk, up to 8 random non-BOS positions, until n_positions."""
+    rng = np.random.default_rng(seed)
+    bos = lm.tok.bos_token_id
+    out, total = [], 0
+    for chunk in corpus.token_chunks(lm.tok, 50 * n_positions + 1000, seq_len):
+        ok = [j for j, t in enumerate(chunk) if t != bos]
+        take = sorted(rng.choice(ok, size=min(8, len(ok), n_positions - total), replace=False).tolist())
+        out.append((chunk, take))
+        total += len(take)
+        if total >= n_positions:
+            break
+    return out
+
+
+@torch.no_grad()
+def compute(lm, n_positions: int | None = None, memories_per_layer: int | None = None, top_memories: int = 10,
+            norm: bool = False, index_tokens: int | None = None, seed: int = 0, progress=None) -> GevaResult:
+    d = defaults(lm)
+    n_positions = int(n_positions or d["n_positions"])
+    memories_per_layer = int(memories_per_layer or d["memories_per_layer"])
+    a = lm.adapter
+    L, d_ff = a.n_layers, a.d_ff
+    say = progress or (lambda f, msg: None)
+    index = triggers.get_index(lm, index_tokens, progress=lambda f, msg: say(0.4 * f, "trigger index: " + msg))
+    tops = _ValueTops(lm, norm)
+
+    # Fig. 8 and 9: forward passes over sampled positions
+    samples = _sample_positions(lm, n_positions, seed)
+    body = getattr(lm.model, lm.model.base_model_prefix)
+    comp_hits = np.zeros(L)
+    n_pos = 0
+    fixed_layer = []
+    per_layer_mem: list[list[list[int]]] = [[] for _ in range(L)]  # top memories per position
+    ffn_top = [[] for _ in range(L)]
+    for s, (chunk, take) in enumerate(samples):
+        with Hooks() as hooks:
+            keys = hooks.capture({str(l): a.down_proj(l) for l in range(L)}, what="input")
+            outs = hooks.capture({str(l): a.down_proj(l) for l in range(L)}, what="output")
+            blocks = hooks.capture({str(l): a.block(l) for l in range(L)}, what="output")
+            body(input_ids=torch.tensor([chunk], device=lm.device))
+        res = torch.stack([blocks[str(l)][0, take] for l in range(L)])  # (L, n, d)
+        lens_top = a.unembed(res, norm=True).argmax(-1).cpu()  # (L, n)
+        final = lens_top[-1]
+        for j in range(len(take)):
+            same = (lens_top[:, j] == final[j]).tolist()
+            l = L
+            while l > 0 and same[l - 1]:
+                l -= 1
+            fixed_layer.append(l)  # smallest l with top_l' == final for all l' >= l
+        for l in range(L):
+            m = keys[str(l)][0, take].float()  # (n, d_ff)
+            per_layer_mem[l] += m.topk(min(top_memories, d_ff), -1).indices.tolist()
+            ffn_top[l] += a.unembed(outs[str(l)][0, take], norm=norm).argmax(-1).tolist()
+        n_pos += len(take)
+        say(0.4 + 0.2 * (s + 1) / len(samples), f"{n_pos}/{n_positions} positions")
+
+    # Fig. 5: a sample of memories per layer, next token of each key's top-1 trigger example
+    rng = np.random.default_rng(seed)
+    agreement, mean_rank, median_rank, n_mem, compositional = [], [], [], [], []
+    for l in range(L):
+        sample = (np.arange(d_ff) if memories_per_layer >= d_ff
+                  else np.sort(rng.choice(d_ff, memories_per_layer, replace=False)))
+        pairs = []
+        for i in sample.tolist():
+            if np.isfinite(index.values[l, 0, i]):
+                w = index.next_id(int(index.where[l, 0, i]))
+                if w is not None:
+                    pairs.append((i, w))
+        ranks, hits = [], 0
+        for b in range(0, len(pairs), 128):
+            part = pairs[b:b + 128]
+            logits = tops.logits(l, [i for i, _ in part])
+            w = torch.tensor([w for _, w in part])
+            lw = logits.gather(1, w.view(-1, 1))
+            ranks += ((logits > lw).sum(-1) + 1).tolist()  # rank of w_i in p_i, 1 = top
+            for (i, _), t in zip(part, logits.argmax(-1).tolist()):
+                tops.top[(l, i)] = t
+            hits += int((logits.argmax(-1) == w).sum())
+        agreement.append(hits / len(pairs) if pairs else float("nan"))
+        mean_rank.append(float(np.mean(ranks)) if ranks else float("nan"))
+        median_rank.append(float(np.median(ranks)) if ranks else float("nan"))
+        n_mem.append(len(pairs))
+        # Fig. 8 for this layer
+        tops.ensure(l, [i for row in per_layer_mem[l] for i in row])
+        diff = [all(tops.top[(l, i)] != t for i in row) for row, t in zip(per_layer_mem[l], ffn_top[l])]
+        compositional.append(float(np.mean(diff)) if diff else float("nan"))
+        say(0.6 + 0.4 * (l + 1) / L, f"layer {l + 1}/{L}: value projections")
+    fixed = np.asarray(fixed_layer)
+    fixed_at = [float((fixed == l).mean()) for l in range(L)]
+    fixed_by = [float((fixed <= l).mean()) for l in range(L)]
+    return GevaResult(lm.name, norm, n_pos, memories_per_layer, top_memories,
+                      {k: index.meta[k] for k in ("n_tokens", "seq_len", "top", "corpus")},
+                      agreement, mean_rank, median_rank, n_mem, compositional, fixed_at, fixed_by)
+
+
+def cache_path(lm, n_positions, memories_per_layer, top_memories, norm, index_tokens, seed):
+    n_tokens = int(index_tokens or triggers.default_n_tokens(lm))
+    return cache_dir("geva", safe_name(lm.name)) / (
+        f"geva-p{n_positions}-m{memories_per_layer}-k{top_memories}-n{n_tokens}-norm{int(norm)}-s{seed}.json")
+
+
+def analyses(lm, n_positions: int | None = None, memories_per_layer: int | None = None, top_memories: int = 10,
+             norm: bool = False, index_tokens: int | None = None, seed: int = 0, progress=None,
+             recompute: bool = False) -> GevaResult:
+    """The cached analyses (computed on first use; see module docstring)."""
+    d = defaults(lm)
+    n_positions = int(n_positions or d["n_positions"])
+    memories_per_layer = int(memories_per_layer or d["memories_per_layer"])
+    path = cache_path(lm, n_positions, memories_per_layer, top_memories, norm, index_tokens, seed)
+    if path.exists() and not recompute:
+        try:
+            data = json.loads(path.read_text())
+            if data.pop("format", None) == FORMAT and data.get("model") == lm.name:
+                return GevaResult(**data)
+        except Exception:  # noqa: BLE001 - a corrupt cache is recomputed
+            pass
+    result = compute(lm, n_positions, memories_per_layer, top_memories, norm, index_tokens, seed, progress)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump({"format": FORMAT, **result.to_dict()}, f)
+    os.replace(tmp, path)
+    return result
