@@ -12,7 +12,7 @@ import sys
 
 from .errors import EditkitError
 
-COMMANDS = ["models", "predict", "trace", "edit", "evaluate", "bench"]
+COMMANDS = ["models", "predict", "trace", "edit", "evaluate", "bench", "memories", "triggers"]
 
 
 def build_parser() -> argparse.ArgumentParser:
