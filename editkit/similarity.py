@@ -1,0 +1,276 @@
+"""MHSA vs FFN similarity curves (PMET, Li et al. 2023, Fig. 2; notes: papers.md §6, reference-implementations.md §3).
+
+For each fact prompt, at its LAST real token and every layer l, compare the state entering a component with the
+state leaving it:
+- cosine similarity  cos(x, y) = x·y / (|x| |y|);
+- Jaccard similarity of their top-k vocabulary tokens (PMET Eq. 7, k = 50):  J = |T(x) ∩ T(y)| / |T(x) ∪ T(y)|,
+  with T(h) = top-k ids of the logit lens  W_U · final_norm(h)  (`adapter.unembed(h, norm=True)`; the paper only
+  says "mapping to vocabulary": with its Eq. 1 this is the natural reading).
+
+Which states (mode="residual", the default; PMET compares "the hidden states before and after" each component,
+so both sides are residual-stream states that the logit lens can read):
+- sequential blocks (GPT-2, Llama, Gemma, NeoX without parallel residual), with h_{l-1} the block input:
+    MHSA: input h_{l-1},               output h_mid = h_{l-1} + a_l
+    FFN : input h_mid,                 output h_l   = h_mid + m_l        (the block output)
+- parallel blocks (GPT-J, NeoX with use_parallel_residual): both components read h_{l-1}:
+    MHSA: input h_{l-1},               output h_{l-1} + a_l
+    FFN : input h_{l-1},               output h_{l-1} + m_l
+  where a_l / m_l are the terms the block adds to the residual stream: the attention / MLP module outputs, and for
+  Gemma 2/3 those outputs after post_attention_layernorm / post_feedforward_layernorm.
+
+mode="raw" compares a component's input with its raw output vector, cos(x, f(x)), like the upstream notebook
+(xpq-tech/PMET knowledge-prob/prob_gptJ.ipynb, which compares the module output with ln_1's output):
+    MHSA: x = h_{l-1}, f(x) = a_l;   FFN: x = h_mid (sequential) or h_{l-1} (parallel), f(x) = m_l.
+Here x is the residual the component reads (before its input norm), not the normed vector itself.
+
+The 95% band per layer is the normal-approximation interval mean ± 1.96 · s / sqrt(n) (s = sample standard
+deviation over the n prompts), clipped to the metric's range ([-1, 1] for cosine, [0, 1] for Jaccard).
+Results are cached on disk per (model, facts, n, mode, prompts) under cache_dir("similarity").
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from .errors import EditkitError
+from .hooks import Hooks
+from .paths import cache_dir, safe_name
+from .text import encode
+
+TOP_K = 50  # PMET Fig. 2 uses the top-50 tokens
+DEFAULT_N = 200
+Z95 = 1.96
+MODES = ("residual", "raw")
+FACT_SETS = ("known", "all")  # known = ROME facts the model predicts; all = all ROME known facts
+CACHE_VERSION = 1
+METRICS = ("mhsa_cos", "ffn_cos", "mhsa_jaccard", "ffn_jaccard")
+
+
+def jaccard(a, b) -> float:
+    """|A ∩ B| / |A ∪ B| of two collections of token ids (PMET Eq. 7); two empty sets count as identical (1)."""
+    a, b = set(a), set(b)
+    union = a | b
+    return len(a & b) / len(union) if union else 1.0
+
+
+def definition(adapter, mode: str = "residual") -> str:
+    """The input/output definition used for this model's block type, in words (shown on the page, stored)."""
+    post = (" a_l and m_l are the attention/MLP outputs after post_attention_layernorm / post_feedforward_layernorm "
+            "(what the block adds)." if adapter.family.post_attn_norm else
+            " a_l and m_l are the attention/MLP module outputs (what the block adds).")
+    if mode == "raw":
+        ffn_in = "h_{l-1}" if adapter.family.parallel else "h_mid = h_{l-1} + a_l"
+        return (f"raw component output vs its input, cos(x, f(x)): MHSA x = h_{{l-1}}, f(x) = a_l; "
+                f"FFN x = {ffn_in}, f(x) = m_l; last token, h_{{l-1}} = input of block l." + post)
+    if adapter.family.parallel:
+        return ("parallel block (both read h_{l-1}): MHSA input h_{l-1}, output h_{l-1} + a_l; "
+                "FFN input h_{l-1}, output h_{l-1} + m_l; last token, h_{l-1} = input of block l." + post)
+    return ("sequential block: MHSA input h_{l-1}, output h_mid = h_{l-1} + a_l; FFN input h_mid, "
+            "output h_l = h_mid + m_l (block output); last token, h_{l-1} = input of block l." + post)
+
+
+@dataclass
+class SimilarityResult:
+    model: str
+    family: str
+    parallel: bool
+    mode: str
+    facts: str
+    n: int
+    k: int
+    definition: str
+    interval: str
+    layers: list[int]
+    mhsa_cos: dict  # {"mean": [...], "low": [...], "high": [...]} per layer
+    ffn_cos: dict
+    mhsa_jaccard: dict
+    ffn_jaccard: dict
+    seconds: float = 0.0
+    prompts_sha1: str = ""
+    cached: bool = False
+    prompts: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "SimilarityResult":
+        return cls(**d)
+
+
+# --- capture ---------------------------------------------------------------------------------------------------
+@torch.no_grad()
+def capture_states(lm, prompts: list[str]) -> dict[str, torch.Tensor]:
+    """Residual states and added terms at each prompt's last real token, every layer: tensors (n, layers, d).
+
+    h_in = input of block l (h_{l-1}), attn = a_l, mlp = m_l (post-norm outputs on Gemma), h_out = block output h_l.
+    Prompts are padded on the right, so real tokens never see padding and the last real one is mask.sum - 1.
+    """
+    a = lm.adapter
+    L = a.n_layers
+    batch = encode(lm, prompts, pad_side="right")
+    rows = torch.arange(len(prompts), device=batch["input_ids"].device)
+    last = batch["attention_mask"].sum(1) - 1
+    with Hooks() as hooks:
+        h_in = hooks.capture({str(l): a.block(l) for l in range(L)}, what="input")
+        h_out = hooks.capture({str(l): a.block(l) for l in range(L)})
+        attn = hooks.capture({str(l): _added(a.post_attn_norm(l), a.attn(l)) for l in range(L)})
+        mlp = hooks.capture({str(l): _added(a.post_mlp_norm(l), a.mlp(l)) for l in range(L)})
+        lm.model(**batch)
+
+    def stack(cache):
+        return torch.stack([cache[str(l)][rows, last] for l in range(L)], 1).float()
+
+    return {"h_in": stack(h_in), "attn": stack(attn), "mlp": stack(mlp), "h_out": stack(h_out)}
+
+
+def _added(post_norm, module):
+    """The module whose output the block adds to the residual: the post-norm (Gemma) or the component itself."""
+    return module if post_norm is None else post_norm
+
+
+def component_states(states: dict, parallel: bool, mode: str = "residual") -> dict[str, torch.Tensor]:
+    """(mhsa_in, mhsa_out, ffn_in, ffn_out) as defined in the module docstring, each (n, layers, d)."""
+    h, a_l, m_l = states["h_in"], states["attn"], states["mlp"]
+    if mode not in MODES:
+        raise EditkitError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+    ffn_in = h if parallel else h + a_l
+    if mode == "raw":
+        return {"mhsa_in": h, "mhsa_out": a_l, "ffn_in": ffn_in, "ffn_out": m_l}
+    ffn_out = h + m_l if parallel else states["h_out"]  # h_l = h_mid + m_l (block output, exact)
+    return {"mhsa_in": h, "mhsa_out": h + a_l, "ffn_in": ffn_in, "ffn_out": ffn_out}
+
+
+@torch.no_grad()
+def top_ids(lm, h: torch.Tensor, k: int = TOP_K, chunk: int = 128) -> torch.Tensor:
+    """Top-k token ids of the logit lens of each vector in h (..., d) -> (..., k)."""
+    flat = h.reshape(-1, h.shape[-1])
+    dtype = next(lm.model.parameters()).dtype
+    out = [lm.adapter.unembed(flat[i:i + chunk].to(dtype)).topk(k, dim=-1).indices.cpu()
+           for i in range(0, flat.shape[0], chunk)]
+    return torch.cat(out).reshape(*h.shape[:-1], k)
+
+
+def _jaccard_rows(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Jaccard of the id sets along the last axis (ids within a row are distinct, as topk gives)."""
+    inter = (a.unsqueeze(-1) == b.unsqueeze(-2)).any(-1).sum(-1).float()
+    k = a.shape[-1]
+    return inter / (2 * k - inter)
+
+
+def per_prompt(lm, prompts: list[str], mode: str = "residual", k: int = TOP_K) -> dict[str, torch.Tensor]:
+    """Per-prompt, per-layer values (n, layers) of the four metrics for one batch of prompts."""
+    s = component_states(capture_states(lm, prompts), lm.adapter.family.parallel, mode)
+    cos = torch.nn.functional.cosine_similarity
+    out = {"mhsa_cos": cos(s["mhsa_in"], s["mhsa_out"], dim=-1), "ffn_cos": cos(s["ffn_in"], s["ffn_out"], dim=-1)}
+    ids: dict[int, torch.Tensor] = {}  # by tensor identity: ffn_in is mhsa_out (sequential) or mhsa_in (parallel)
+    h_in, h_out = s["mhsa_in"], s["ffn_out"]
+    if h_out.shape[1] > 1 and torch.equal(h_out[:, :-1], h_in[:, 1:]):  # h_l is the input of block l + 1
+        ids[id(h_in)] = top_ids(lm, h_in, k)
+        ids[id(h_out)] = torch.cat([ids[id(h_in)][:, 1:], top_ids(lm, h_out[:, -1:], k)], 1)
+    for name in ("mhsa_in", "mhsa_out", "ffn_in", "ffn_out"):
+        t = s[name]
+        if id(t) not in ids:
+            ids[id(t)] = top_ids(lm, t, k)
+    for comp in ("mhsa", "ffn"):
+        out[f"{comp}_jaccard"] = _jaccard_rows(ids[id(s[f"{comp}_in"])], ids[id(s[f"{comp}_out"])])
+    return {name: v.cpu() for name, v in out.items()}
+
+
+def band(values: torch.Tensor, lo: float, hi: float) -> dict:
+    """Per-layer mean and 95% normal interval mean ± 1.96·s/sqrt(n) of values (n, layers), clipped to [lo, hi]."""
+    n = values.shape[0]
+    mean = values.mean(0).double()
+    half = Z95 * values.double().std(0, unbiased=True) / math.sqrt(n) if n > 1 else torch.zeros_like(mean)
+    return {"mean": [round(float(x), 6) for x in mean],
+            "low": [round(max(lo, float(x)), 6) for x in mean - half],
+            "high": [round(min(hi, float(x)), 6) for x in mean + half]}
+
+
+# --- the analysis, cached --------------------------------------------------------------------------------------
+def fact_prompts(lm, facts: str = "known", n: int = DEFAULT_N) -> list[str]:
+    from .facts import known_facts, predicted_facts
+
+    if facts == "known":
+        rows = predicted_facts(lm, n)
+        if not rows:
+            raise EditkitError(f"{lm.name} predicts none of the ROME known facts; pass prompts explicitly "
+                               "or use --facts all")
+    elif facts == "all":
+        rows = list(known_facts())[:n]
+    else:
+        raise EditkitError(f"facts must be one of {', '.join(FACT_SETS)}, not {facts!r}")
+    return [r["prompt"] for r in rows]
+
+
+def cache_path(model: str, facts: str, n: int, mode: str, prompts: list[str], k: int = TOP_K):
+    digest = hashlib.sha1("\n".join(prompts).encode("utf-8")).hexdigest()
+    return cache_dir("similarity") / f"{safe_name(model)}-{facts}-n{n}-k{k}-{mode}-{digest[:12]}.json", digest
+
+
+def similarity(lm, n: int = DEFAULT_N, facts: str = "known", prompts: list[str] | None = None,
+               mode: str = "residual", k: int = TOP_K, batch_size: int = 16, use_cache: bool = True,
+               progress=None) -> SimilarityResult:
+    """PMET Fig. 2 curves for `lm` over n prompts (default: the first n known facts the model predicts).
+
+    `prompts` overrides the fact set (facts is then reported as "custom"). `progress(fraction)` is called after
+    each batch. Cached on disk; a cached result comes back with cached=True.
+    """
+    if mode not in MODES:
+        raise EditkitError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+    if not 1 <= k <= lm.adapter.vocab_size:
+        raise EditkitError(f"k must be between 1 and the vocabulary size ({lm.adapter.vocab_size})")
+    if prompts is not None:
+        prompts = [p for p in prompts]
+        if not prompts or any(not isinstance(p, str) or not p.strip() for p in prompts):
+            raise EditkitError("prompts must be a non-empty list of non-empty strings")
+        facts = "custom"
+        prompts = prompts[:n] if n else prompts
+    else:
+        if n is None or n < 1:
+            raise EditkitError("n must be at least 1")
+        prompts = fact_prompts(lm, facts, n)
+    n = len(prompts)
+    path, digest = cache_path(lm.name, facts, n, mode, prompts, k)
+    if use_cache and path.exists():
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            if data.pop("version", None) != CACHE_VERSION:
+                raise ValueError("old cache version")
+            result = SimilarityResult.from_dict(data)
+            result.cached = True
+            if progress:
+                progress(1.0)
+            return result
+        except (ValueError, TypeError, KeyError):
+            path.unlink(missing_ok=True)  # corrupt or stale: rebuilt below
+    t0 = time.perf_counter()
+    parts: dict[str, list[torch.Tensor]] = {m: [] for m in METRICS}
+    for start in range(0, n, batch_size):
+        values = per_prompt(lm, prompts[start:start + batch_size], mode, k)
+        for m in METRICS:
+            parts[m].append(values[m])
+        if progress:
+            progress(min(start + batch_size, n) / n)
+    values = {m: torch.cat(parts[m]) for m in METRICS}
+    a = lm.adapter
+    result = SimilarityResult(
+        model=lm.name, family=a.family.name, parallel=a.family.parallel, mode=mode, facts=facts, n=n, k=k,
+        definition=definition(a, mode),
+        interval="95% normal interval: mean ± 1.96·s/sqrt(n) over prompts, clipped to the metric's range",
+        layers=list(range(a.n_layers)),
+        mhsa_cos=band(values["mhsa_cos"], -1, 1), ffn_cos=band(values["ffn_cos"], -1, 1),
+        mhsa_jaccard=band(values["mhsa_jaccard"], 0, 1), ffn_jaccard=band(values["ffn_jaccard"], 0, 1),
+        seconds=round(time.perf_counter() - t0, 2), prompts_sha1=digest, prompts=prompts,
+    )
+    if use_cache:
+        tmp = path.with_suffix(f".tmp{id(result)}")
+        tmp.write_text(json.dumps({"version": CACHE_VERSION, **result.to_dict()}, ensure_ascii=False),
+                       encoding="utf-8")
+        tmp.replace(path)
+    return result
