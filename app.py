@@ -60,6 +60,7 @@ def home():
 PAGES = [
     st.Page(home, title="Home", icon="🏠", default=True),
     st.Page("pages/causal_tracing.py", title="Causal tracing", icon="🔥"),
+    st.Page("pages/ffn_memories.py", title="FFN memories", icon="🧠"),
 ]
 
 st.navigation(PAGES).run()

@@ -1,0 +1,209 @@
+"""FFN memories page: the key-value memories active at a token (Geva et al. 2021), their trigger examples,
+switching them off/on, and the paper's layer-level analyses."""
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from editkit import isolation
+from editkit.memories import geva, triggers
+from editkit.memories.inspect import memories_at
+from editkit.memories.intervene import intervene, parse_memory
+from pages import ui
+
+st.title("FFN memories")
+st.markdown(
+    "A transformer's feed-forward layer works like a key-value memory (Geva et al. 2021): each hidden unit i has a "
+    "key k_i, which detects a pattern in the input, and a value v_i, a direction added to the residual stream. "
+    "The coefficient m_i says how strongly memory i fires; the layer's output is the weighted sum of values:"
+)
+st.latex(r"\mathrm{FFN}(x) = \sum_{i=1}^{d_{ff}} f(x \cdot k_i)\, v_i = \sum_i m_i v_i, \qquad "
+         r"\text{contribution}_i = |m_i|\,\lVert v_i \rVert")
+lm = ui.model_picker()
+if lm is None:
+    st.stop()
+a = lm.adapter
+
+
+def waiting():
+    st.info("Another session is using the model; waiting...")
+
+
+# stale results from another model are dropped
+if st.session_state.get("mem_model") != lm.name:
+    for key in ("mem_view", "mem_intervention", "mem_geva"):
+        st.session_state.pop(key, None)
+    st.session_state["mem_model"] = lm.name
+
+if st.session_state.get("mem_layer", 0) >= a.n_layers:  # a model with fewer layers was picked
+    st.session_state.pop("mem_layer")
+if st.session_state.get("mem_geva_memories", 0) > a.d_ff:
+    st.session_state.pop("mem_geva_memories")
+
+with st.form("mem_form"):
+    prompt = st.text_input("Prompt", value="The Eiffel Tower is located in the city of", key="mem_prompt")
+    c1, c2, c3, c4 = st.columns(4)
+    layer = c1.number_input("Layer", 0, a.n_layers - 1, a.n_layers - 1, key="mem_layer")
+    position = c2.number_input("Position (-1 = last token)", -512, 511, -1, key="mem_position")
+    top = c3.number_input("Top memories", 1, 50, 10, key="mem_top")
+    norm = c4.checkbox("Final norm before projecting values", key="mem_norm")
+    inspect_clicked = st.form_submit_button("Inspect", type="primary")
+
+if inspect_clicked:
+    with ui.guard("memories"):
+        with isolation.session(lm, on_wait=waiting):
+            view = memories_at(lm, prompt, int(layer), int(position), int(top), bool(norm))
+        st.session_state["mem_view"] = view.to_dict()
+
+view = st.session_state.get("mem_view")
+if view:
+    st.subheader(f"Top memories of layer {view['layer']} at token {view['position']} "
+                 f"({view['tokens'][view['position']]!r})")
+    st.write(
+        f"The bars rank the memories by how much they move the residual stream, |m_i| ||v_i||. Each value v_i "
+        f"is read in the vocabulary as softmax(E v_i){' after the final norm' if view['norm'] else ''}: its top "
+        f"tokens are what that memory promotes (a negative m_i flips the direction). "
+        f"{view['n_active']} of {a.d_ff} memories have m_i > 0 here (m ranges {view['coefficient_min']:.2f} to "
+        f"{view['coefficient_max']:.2f})."
+    )
+    mems = view["memories"]
+    left, right = st.columns([2, 3])
+    with left:
+        fig = go.Figure(go.Bar(
+            x=[m["contribution"] for m in mems][::-1], y=[m["label"] for m in mems][::-1], orientation="h",
+            marker_color=["#2a9d8f" if m["coefficient"] >= 0 else "#e76f51" for m in mems][::-1],
+            hovertemplate="%{y}: %{x:.3f}<extra></extra>",
+        ))
+        fig.update_layout(title="|m_i| · ||v_i|| (green m>0, red m<0)", height=120 + 24 * len(mems),
+                          margin={"t": 40, "b": 30})
+        st.plotly_chart(fig, width="stretch", key="mem_bars")
+    with right:
+        st.dataframe(pd.DataFrame([{
+            "memory": m["label"], "m_i": round(m["coefficient"], 3), "||v_i||": round(m["value_norm"], 3),
+            "contribution": round(m["contribution"], 3),
+            "value tokens": " ".join(repr(t["token"]) for t in m["value_tokens"]),
+        } for m in mems]), hide_index=True, width="stretch")
+
+    st.subheader("Residual stream before and after each FFN")
+    st.write(
+        "The logit lens reads the residual stream h through the final norm and unembedding, "
+        "p = softmax(W_U norm(h)), just before the FFN and just after its update is added "
+        "(h_after = h_before + FFN(h_before)); where the top token changes, that layer's memories changed the "
+        f"prediction. Definition here: {view['definition']}."
+    )
+    st.dataframe(pd.DataFrame([{
+        "layer": row["layer"],
+        "before FFN": " ".join(f"{t['token']!r} {t['prob']:.2f}" for t in row["before"][:3]),
+        "after FFN": " ".join(f"{t['token']!r} {t['prob']:.2f}" for t in row["after"][:3]),
+        "top changed": row["before"][0]["token_id"] != row["after"][0]["token_id"],
+    } for row in view["lens"]]), hide_index=True, width="stretch")
+
+# --- trigger examples -------------------------------------------------------------------------------------
+st.subheader("Trigger examples of a key")
+st.write(
+    "A key k_i is a pattern detector: the corpus prefixes x_1..x_j with the largest coefficient "
+    "m_i = f(x_j · k_i) show what it responds to (Geva et al. found surface patterns in low layers and semantic "
+    "ones in high layers). The index covers the shipped WikiText-2 validation text and is built once per model."
+)
+labels = [m["label"] for m in view["memories"]] if view else []
+c1, c2, c3 = st.columns(3)
+pick = c1.selectbox("Memory from the list", labels or ["(inspect a prompt first)"], key="mem_trig_pick")
+manual = c2.text_input("...or type one (e.g. L3.M17)", key="mem_trig_manual")
+n_tokens = c3.number_input("Corpus tokens in the index", 200, 200_000, triggers.default_n_tokens(lm), step=1000,
+                           key="mem_trig_tokens")
+with ui.guard("trigger examples"):
+    choice = manual.strip() or (pick if labels else "")
+    if choice:
+        t_layer, t_index = parse_memory(choice)
+        index = triggers.cached_index(lm, int(n_tokens))
+        if index is None:
+            st.info(f"No trigger index for {lm.name} over {int(n_tokens):,} tokens yet.")
+            if st.button("Build the trigger index", key="mem_build_index"):
+                bar = st.progress(0.0, text="trigger index")
+                with isolation.session(lm, on_wait=waiting):
+                    index = triggers.get_index(lm, int(n_tokens),
+                                               progress=lambda f, msg: bar.progress(min(f, 1.0), text=msg))
+                bar.empty()
+        if index is not None:
+            found = triggers.examples(lm, index, t_layer, t_index, 10)
+            st.caption(f"{index.meta['n_positions']:,} tokens, {index.meta['corpus']}")
+            st.markdown("\n".join(
+                f"{e.rank}. `{e.coefficient:.3f}` …{e.prefix[-80:]}**[{e.trigger}]** → {e.next_token!r}"
+                for e in found))
+
+# --- interventions ----------------------------------------------------------------------------------------
+st.subheader("Switch memories off or on")
+st.write(
+    "Setting m_i = 0 removes the sub-update m_i v_i from the FFN output; switching a memory on sets m_i to the "
+    "largest coefficient of its layer at that position, max_j m_j. The change applies at the inspected position "
+    "only, and the greedy continuation below is generated with it in place."
+)
+with st.form("mem_int_form"):
+    chosen = st.multiselect("Memories", labels, default=labels[:1], key="mem_int_pick")
+    extra = st.text_input("More memories (comma-separated, e.g. L2.M5, L3.M17)", key="mem_int_extra")
+    c1, c2 = st.columns(2)
+    mode = c1.radio("Switch", ["off", "on"], horizontal=True, key="mem_int_mode")
+    n_new = c2.number_input("New tokens to generate", 0, 50, 10, key="mem_int_new")
+    int_clicked = st.form_submit_button("Intervene")
+if int_clicked:
+    with ui.guard("intervention"):
+        if not view:
+            st.warning("Inspect a prompt first.")
+        else:
+            mems = [parse_memory(s) for s in chosen] + [parse_memory(s) for s in extra.split(",") if s.strip()]
+            with isolation.session(lm, on_wait=waiting):
+                result = intervene(lm, view["prompt"], mems, mode, view["position"], 10, int(n_new))
+            st.session_state["mem_intervention"] = result.to_dict()
+res = st.session_state.get("mem_intervention")
+if res:
+    st.dataframe(pd.DataFrame(res["memories"]), hide_index=True, width="stretch")
+    left, right = st.columns(2)
+    for col, key, title in ((left, "before", "original"), (right, "after", f"memories switched {res['mode']}")):
+        with col:
+            st.markdown(f"**{title}**")
+            st.dataframe(pd.DataFrame([{"token": repr(t["token"]), "p": round(t["prob"], 4)} for t in res[key]]),
+                         hide_index=True, width="stretch")
+            st.markdown(f"…{res['prompt'][-40:]}**{res['continuation_' + key]}**")
+
+# --- Geva's analyses --------------------------------------------------------------------------------------
+st.subheader("Layer-level analyses (Geva et al. 2021)")
+st.write(
+    "Over corpus samples: (1) how often a value's top token, argmax softmax(E v_i), is the token that follows its "
+    "key's top trigger example, and that token's rank (Fig. 5); (2) how often the FFN output's top token differs "
+    "from the top token of every one of its 10 most active memories, i.e. the output is a composition (Fig. 8); "
+    "(3) the layer l from which the residual's top token already equals the final prediction (Fig. 9)."
+)
+d = geva.defaults(lm)
+c1, c2 = st.columns(2)
+g_pos = c1.number_input("Positions", 4, 4000, d["n_positions"], key="mem_geva_positions")
+g_mem = c2.number_input("Memories per layer (Fig. 5)", 8, a.d_ff, min(d["memories_per_layer"], a.d_ff),
+                        key="mem_geva_memories")
+if st.button("Compute analyses", key="mem_geva_run"):
+    with ui.guard("analyses"):
+        bar = st.progress(0.0, text="analyses")
+        with isolation.session(lm, on_wait=waiting):
+            g = geva.analyses(lm, int(g_pos), int(g_mem), index_tokens=int(n_tokens),
+                              progress=lambda f, msg: bar.progress(min(f, 1.0), text=msg))
+        bar.empty()
+        st.session_state["mem_geva"] = g.to_dict()
+g = st.session_state.get("mem_geva")
+if g:
+    layers = list(range(len(g["agreement"])))
+    c1, c2, c3 = st.columns(3)
+    fig = go.Figure(go.Bar(x=layers, y=g["agreement"], name="agreement"))
+    fig.add_trace(go.Scatter(x=layers, y=g["median_rank"], name="median rank", yaxis="y2", mode="lines+markers"))
+    fig.update_layout(title="Fig. 5: value top token = trigger's next token", xaxis_title="layer",
+                      yaxis={"title": "agreement rate"},
+                      yaxis2={"title": "rank of next token", "overlaying": "y", "side": "right", "type": "log"},
+                      legend={"orientation": "h"}, height=360)
+    c1.plotly_chart(fig, width="stretch", key="mem_fig5")
+    fig = go.Figure(go.Bar(x=layers, y=g["compositional"]))
+    fig.update_layout(title="Fig. 8: compositional FFN outputs", xaxis_title="layer", yaxis_title="share",
+                      yaxis_range=[0, 1], height=360)
+    c2.plotly_chart(fig, width="stretch", key="mem_fig8")
+    fig = go.Figure(go.Bar(x=layers, y=g["fixed_at"], name="fixed at l"))
+    fig.add_trace(go.Scatter(x=layers, y=g["fixed_by"], name="fixed by l", mode="lines+markers"))
+    fig.update_layout(title="Fig. 9: layer where the prediction is fixed", xaxis_title="layer",
+                      yaxis_title="share of positions", yaxis_range=[0, 1], legend={"orientation": "h"}, height=360)
+    c3.plotly_chart(fig, width="stretch", key="mem_fig9")
+    st.caption(f"{g['n_positions']} positions, {g['memories_per_layer']} memories per layer, "
+               f"trigger index over {g['index']['n_tokens']:,} tokens; {g['corpus']}")
