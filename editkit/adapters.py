@@ -40,29 +40,32 @@ class Family:
     post_mlp_norm: str | None = None
     ln_attn: str | None = None  # norm before attention
     ln_mlp: str | None = None  # norm whose output the MLP reads
+    attn_out: str | None = None  # attention's output projection W_O of block {} (PMET's MHSA update)
 
 
 FAMILIES: dict[str, Family] = {
     "gpt2": Family(
         "gpt2", "transformer.wte", "transformer.h", "transformer.h.{}.attn", "transformer.h.{}.mlp",
         "transformer.h.{}.mlp.c_proj", "transformer.ln_f", "lm_head", parallel=False, conv1d=True,
-        ln_attn="transformer.h.{}.ln_1", ln_mlp="transformer.h.{}.ln_2",
+        ln_attn="transformer.h.{}.ln_1", ln_mlp="transformer.h.{}.ln_2", attn_out="transformer.h.{}.attn.c_proj",
     ),
     "gptj": Family(
         "gptj", "transformer.wte", "transformer.h", "transformer.h.{}.attn", "transformer.h.{}.mlp",
         "transformer.h.{}.mlp.fc_out", "transformer.ln_f", "lm_head", parallel=True,
-        ln_attn="transformer.h.{}.ln_1", ln_mlp="transformer.h.{}.ln_1",
+        ln_attn="transformer.h.{}.ln_1", ln_mlp="transformer.h.{}.ln_1", attn_out="transformer.h.{}.attn.out_proj",
     ),
     "gpt_neox": Family(
         "gpt_neox", "gpt_neox.embed_in", "gpt_neox.layers", "gpt_neox.layers.{}.attention",
         "gpt_neox.layers.{}.mlp", "gpt_neox.layers.{}.mlp.dense_4h_to_h", "gpt_neox.final_layer_norm",
         "lm_head|embed_out", parallel=True,
         ln_attn="gpt_neox.layers.{}.input_layernorm", ln_mlp="gpt_neox.layers.{}.post_attention_layernorm",
+        attn_out="gpt_neox.layers.{}.attention.dense",
     ),
     "llama": Family(
         "llama", "model.embed_tokens", "model.layers", "model.layers.{}.self_attn", "model.layers.{}.mlp",
         "model.layers.{}.mlp.down_proj", "model.norm", "lm_head", parallel=False,
         ln_attn="model.layers.{}.input_layernorm", ln_mlp="model.layers.{}.post_attention_layernorm",
+        attn_out="model.layers.{}.self_attn.o_proj",
     ),
     "gemma": Family(
         "gemma", "model.embed_tokens", "model.layers", "model.layers.{}.self_attn", "model.layers.{}.mlp",
@@ -70,6 +73,7 @@ FAMILIES: dict[str, Family] = {
         post_attn_norm="model.layers.{}.post_attention_layernorm",
         post_mlp_norm="model.layers.{}.post_feedforward_layernorm",
         ln_attn="model.layers.{}.input_layernorm", ln_mlp="model.layers.{}.pre_feedforward_layernorm",
+        attn_out="model.layers.{}.self_attn.o_proj",
     ),
 }
 
@@ -148,6 +152,18 @@ class Adapter:
 
     def down_proj(self, layer: int) -> nn.Module:
         return self.module(self.family.down_proj, layer)
+
+    def attn_out(self, layer: int) -> nn.Module:
+        """The attention's output projection W_O: input = the heads' concatenated outputs, output = the
+        attention output a_l (PMET's MHSA update edits it)."""
+        if not self.family.attn_out:
+            raise EditkitError(f"{self.family.name} has no attention output projection in its adapter")
+        return self.module(self.family.attn_out, layer)
+
+    def attn_out_weight(self, layer: int) -> torch.Tensor:
+        """W_O as (d_model, d_in), like down_weight (GPT-2's Conv1D stores the transpose)."""
+        w = self.attn_out(layer).weight
+        return w.T if self.family.conv1d else w
 
     def post_mlp_norm(self, layer: int) -> nn.Module | None:
         return self.module(self.family.post_mlp_norm, layer) if self.family.post_mlp_norm else None

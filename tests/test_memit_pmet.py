@@ -168,3 +168,28 @@ def test_gemma_mapping_survives_dead_norm_channels(tiny_by_name):
     finally:
         with torch.no_grad():
             norm.weight.copy_(original)
+
+
+def test_pmet_mhsa_update_ablation(tiny):
+    """update_attn: PMET also writes W_O of every critical layer, each solving the normal equations with W_O's own
+    input statistics; the attention output projection really maps its input to the attention output."""
+    from editkit.editing.stats import second_moment
+    hp = load_hparams("pmet", tiny, {"v_num_grad_steps": 3, "update_attn": True})
+    snap = _snapshot(tiny.model)
+    debug = []
+    result = apply_pmet(tiny, _requests(2), hp, debug=debug)
+    assert _same(tiny.model, snap)
+    a = tiny.adapter
+    names = {a.name("attn_out", l) + ".weight" for l in hp["layers"]} | \
+            {a.name("down_proj", l) + ".weight" for l in hp["layers"]}
+    assert set(result.delta) == names
+    lam = hp["mom2_update_weight"]
+    for d in debug:
+        assert _normal_residual(d["K_attn"], d["R_attn"], d["C_attn"], d["delta_attn"], lam) < 1e-6
+        assert d["C_attn"].shape[0] == a.attn_out_weight(d["layer"]).shape[1]
+        stored = result.delta[a.name("attn_out", d["layer"]) + ".weight"]
+        torch.testing.assert_close(stored.T if a.family.conv1d else stored, d["delta_attn"].float(), rtol=0, atol=0)
+    C = second_moment(tiny, hp["layers"], hp["mom2_n_tokens"], module="attn_out")
+    assert all(torch.allclose(C[l], C[l].T) for l in hp["layers"])
+    plain = apply_pmet(tiny, _requests(2), {**hp, "update_attn": False})
+    assert set(plain.delta) == {a.name("down_proj", l) + ".weight" for l in hp["layers"]}

@@ -96,21 +96,26 @@ def residual_to_mlp_output(lm, layer: int, m: torch.Tensor, r: torch.Tensor) -> 
 
 
 def spread(lm, requests, hp: dict, targets: torch.Tensor, site: str, sqrt: bool, method: str,
-           progress=None, start: float = 0.5, debug: list | None = None) -> tuple[dict, list, list]:
+           progress=None, start: float = 0.5, debug: list | None = None,
+           attn_targets: torch.Tensor | None = None) -> tuple[dict, list, list]:
     """Apply MEMIT/PMET's layer-by-layer update towards `targets` (d_model, n) at `site` of the last layer.
 
     Returns the total delta {param: tensor}, per-layer diagnostics and, per request, the fraction of the distance
-    to the target the update covers at `site` of the last layer (1 = target reached); the model is restored."""
+    to the target the update covers at `site` of the last layer (1 = target reached); the model is restored.
+    `attn_targets` (d_model, n): also update each critical layer's attention output projection W_O towards these
+    attention outputs at the last layer, with the same rule and W_O's own input statistics (PMET's MHSA update)."""
     a, layers = lm.adapter, hp["layers"]
     z_layer = layers[-1]
     stats = second_moment(lm, layers, hp["mom2_n_tokens"])
+    attn_stats = second_moment(lm, layers, hp["mom2_n_tokens"], module="attn_out") if attn_targets is not None \
+        else None
     total, backups, per_layer = {}, [], []
     start_site = None
     try:
         for i, layer in enumerate(layers):
             if progress:
                 progress(start + (1 - start) * i / len(layers), f"{method}: layer {layer}")
-            state = layer_state(lm, requests, hp, layer, z_layer, site)  # at the weights updated so far
+            state = layer_state(lm, requests, hp, layer, z_layer, site, attn=attn_targets is not None)
             K, current = state["K"], state["current"]  # (d_ff, n), (d_model, n)
             if start_site is None:
                 start_site = current
@@ -127,8 +132,18 @@ def spread(lm, requests, hp: dict, targets: torch.Tensor, site: str, sqrt: bool,
             per_layer.append({"layer": layer, "residual_norm": float(R.norm(dim=0).mean()),
                               "delta_norm": float(dW.norm()), "weight_norm": float(W.norm()),
                               "relative_norm": float(dW.norm() / W.norm())})
+            if attn_targets is not None:  # PMET's ablation: W_O gets its own least-squares update
+                R_attn = (attn_targets - state["current_attn"]) / (math.sqrt(remaining) if sqrt else remaining)
+                dW_O64 = batch_update(state["K_attn"], R_attn, attn_stats[layer], hp["mom2_update_weight"])
+                dW_O = dW_O64.to(a.attn_out_weight(layer).dtype)
+                o_name = a.name("attn_out", layer) + ".weight"
+                delta[o_name] = dW_O.T.contiguous() if a.family.conv1d else dW_O
+                per_layer[-1]["attn_relative_norm"] = float(dW_O.norm() / a.attn_out_weight(layer).detach().norm())
+                if debug is not None:
+                    debug[-1].update({"K_attn": state["K_attn"], "R_attn": R_attn, "C_attn": attn_stats[layer],
+                                      "delta_attn": dW_O64})  # the float64 solve, before the cast
             backups.append(apply_delta(lm.model, delta))  # the next layers see this update
-            total[name] = delta[name]
+            total.update(delta)
         # How much of the way to the targets the finished update goes, per request: 1 - |z - h_new| / |z - h_old|
         reached = layer_state(lm, requests, hp, z_layer, z_layer, site)["current"]
         per_request = 1 - (targets - reached).norm(dim=0) / (targets - start_site).norm(dim=0).clamp_min(1e-12)

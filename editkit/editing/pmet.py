@@ -4,7 +4,9 @@
    at the subject's last token (paper Eq. 10), with the adaptive NLL weight and KL stopping rule of App. D
    (targets.optimize_targets(adaptive=True)).
 2. Keep only the FFN target m* = m + delta_mlp: the attention delta shapes the optimisation but is not written
-   (the paper's default; `"update_attn": true` is not implemented, see the note in the info dict).
+   (the paper's default). `"update_attn": true` is the paper's ablation: the attention target a* = a + delta_attn is
+   also written, into each critical layer's attention output projection W_O, with the same spreading rule and
+   W_O's own input statistics.
 3. Spread the FFN residual over the critical layers with the square root, R_l = (m* - m_L) / sqrt(L - i), and update
    the down-projections with MEMIT's batch solve Delta = R K^T (lambda C + K K^T)^-1 (memit.batch_update).
 Because the target lives at the MLP output, no RMSNorm mapping is needed for Gemma.
@@ -15,25 +17,23 @@ import time
 
 import torch
 
-from ..errors import EditkitError
 from .memit import spread
 from .result import EditResult, norm_report
 from .targets import optimize_targets_batch
 
 
 def apply_pmet(lm, requests, hp: dict, progress=None, debug: list | None = None) -> EditResult:
-    if hp.get("update_attn"):
-        raise EditkitError("PMET's MHSA-update ablation (update_attn) is not implemented; set it to false")
     start = time.perf_counter()
     z_layer = hp["layers"][-1]
     opts = optimize_targets_batch(lm, list(requests), z_layer, ("attn", "mlp"), hp, adaptive=True,
                                   progress=(lambda f, m: progress(0.5 * f, f"PMET {m}")) if progress else None)
     targets = [opt["mlp"]["target"] for opt in opts]
+    attn_targets = torch.stack([opt["attn"]["target"] for opt in opts], 1) if hp.get("update_attn") else None
     t_targets = time.perf_counter() - start
     attn_norms = [float(opt["attn"]["delta"].norm()) for opt in opts]
     losses = [{"case_id": r.case_id, "losses": opt["losses"]} for r, opt in zip(requests, opts)]
     total, per_layer, reach = spread(lm, requests, hp, torch.stack(targets, 1), "mlp", sqrt=True, method="PMET",
-                              progress=progress, debug=debug)
+                                     progress=progress, debug=debug, attn_targets=attn_targets)
     info = {"layers": hp["layers"], "per_layer": per_layer, "requests": losses, "attn_delta_norms": attn_norms,
             "target_reached": reach, "seconds_targets": round(t_targets, 2),
             "seconds_spread": round(time.perf_counter() - start - t_targets, 2),

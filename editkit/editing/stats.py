@@ -1,4 +1,5 @@
-"""Second-moment statistics C = E[k k^T] of the down-projection inputs (ROME Eq. 2's C; MEMIT Eq. 14's C_0).
+"""Second-moment statistics C = E[k k^T] of the down-projection inputs (ROME Eq. 2's C; MEMIT Eq. 14's C_0), or of
+the attention output projection's inputs for PMET's MHSA-update ablation.
 
 One streaming pass over the shipped WikiText-2 text collects every requested layer at once (the forward pass stops
 after the highest requested layer). Cached per model and layer as safetensors with a JSON provenance record
@@ -23,23 +24,32 @@ class _Stop(Exception):
     pass
 
 
-def _paths(lm, layer: int, n_tokens: int) -> tuple[Path, Path]:
+MODULES = ("down_proj", "attn_out")  # the FFN down-projection (ROME/MEMIT/PMET) or W_O (PMET's MHSA update)
+
+
+def _width(lm, module: str) -> int:
+    a = lm.adapter
+    return a.d_ff if module == "down_proj" else a.attn_out_weight(0).shape[1]
+
+
+def _paths(lm, layer: int, n_tokens: int, module: str = "down_proj") -> tuple[Path, Path]:
     folder = cache_dir("stats", safe_name(lm.name))
-    stem = f"layer{layer}-wikitext2-{n_tokens}"
+    stem = f"layer{layer}-wikitext2-{n_tokens}" if module == "down_proj" else f"{module}-layer{layer}-wikitext2-{n_tokens}"
     return folder / f"{stem}.safetensors", folder / f"{stem}.json"
 
 
-def _load(lm, layer, n_tokens):
+def _load(lm, layer, n_tokens, module="down_proj"):
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
-    tensor_path, meta_path = _paths(lm, layer, n_tokens)
+    tensor_path, meta_path = _paths(lm, layer, n_tokens, module)
     if not (tensor_path.exists() and meta_path.exists()):
         return None
     try:
         C = load_file(str(tensor_path))["C"].clone()  # no mmap left behind
         meta = json.loads(meta_path.read_text())
-        if C.shape != (lm.adapter.d_ff, lm.adapter.d_ff) or not torch.isfinite(C).all():
+        d = _width(lm, module)
+        if C.shape != (d, d) or not torch.isfinite(C).all():
             raise ValueError("bad shape or values")
         return C, meta
     except (OSError, ValueError, KeyError, SafetensorError):
@@ -49,14 +59,17 @@ def _load(lm, layer, n_tokens):
 
 
 @torch.no_grad()
-def second_moment(lm, layers, n_tokens: int = 20000, progress=None, seq_len: int = 128) -> dict[int, torch.Tensor]:
-    """layer -> C (d_ff, d_ff), float32, on the model's device."""
+def second_moment(lm, layers, n_tokens: int = 20000, progress=None, seq_len: int = 128,
+                  module: str = "down_proj") -> dict[int, torch.Tensor]:
+    """layer -> C (d, d) of the inputs of `module` ("down_proj": d = d_ff; "attn_out": W_O's input), float32."""
+    if module not in MODULES:
+        raise EditkitError(f"statistics are for one of {MODULES}, not {module!r}")
     layers = [layers] if isinstance(layers, int) else sorted(set(layers))
     if n_tokens < 10:
         raise EditkitError("the statistics need at least 10 tokens")
     out, todo = {}, []
     for l in layers:
-        hit = _load(lm, l, n_tokens)
+        hit = _load(lm, l, n_tokens, module)
         if hit:
             out[l] = hit[0].to(lm.device)
         else:
@@ -64,15 +77,17 @@ def second_moment(lm, layers, n_tokens: int = 20000, progress=None, seq_len: int
     if not todo:
         return out
     a = lm.adapter
-    sums = {l: torch.zeros(a.d_ff, a.d_ff, dtype=torch.float64) for l in todo}
+    d = _width(lm, module)
+    target = a.down_proj if module == "down_proj" else a.attn_out
+    sums = {l: torch.zeros(d, d, dtype=torch.float64) for l in todo}
     count, start = 0, time.perf_counter()
     top = max(todo)
     body = getattr(lm.model, lm.model.base_model_prefix)
     for chunk in token_chunks(lm.tok, n_tokens, seq_len):
         ids = torch.tensor([chunk], device=lm.device)
         with Hooks() as hooks:
-            keys = hooks.capture({l: a.down_proj(l) for l in todo}, what="input")
-            hooks.set_output(a.down_proj(top), lambda h: (_ for _ in ()).throw(_Stop()))
+            keys = hooks.capture({l: target(l) for l in todo}, what="input")
+            hooks.set_output(target(top), lambda h: (_ for _ in ()).throw(_Stop()))
             try:
                 body(input_ids=ids, use_cache=False)
             except _Stop:
@@ -86,8 +101,8 @@ def second_moment(lm, layers, n_tokens: int = 20000, progress=None, seq_len: int
     seconds = time.perf_counter() - start
     for l in todo:
         C = (sums[l] / count).float()
-        tensor_path, meta_path = _paths(lm, l, n_tokens)
-        _save(C, {"model": lm.name, "layer": l, "module": a.name("down_proj", l), "corpus": NOTICE,
+        tensor_path, meta_path = _paths(lm, l, n_tokens, module)
+        _save(C, {"model": lm.name, "layer": l, "module": a.name(module, l), "corpus": NOTICE,
                   "tokens": count, "dtype": "float32 (accumulated in float64)", "seconds": round(seconds, 1)},
               tensor_path, meta_path)
         out[l] = C.to(lm.device)

@@ -104,11 +104,14 @@ def site_output(lm, site: str, layer: int, request: EditRequest) -> torch.Tensor
 
 
 @torch.no_grad()
-def layer_state(lm, requests: list[EditRequest], hp: dict, layer: int, z_layer: int, site: str) -> dict:
+def layer_state(lm, requests: list[EditRequest], hp: dict, layer: int, z_layer: int, site: str,
+                attn: bool = False) -> dict:
     """Everything MEMIT/PMET read at one critical layer, for all requests in one batched forward that stops after
     block max(layer, z_layer): K (d_ff, n) the template-averaged keys at `layer` (= key_star per request), "current"
     (d_model, n) the output of `site` at z_layer and "mlp" (d_model, n) the MLP output at `layer`, both on the plain
-    rewrite prompt (the "{}" template row) at the subject's last token."""
+    rewrite prompt (the "{}" template row) at the subject's last token. With `attn`, also "K_attn" (d_in, n), the
+    template-averaged inputs of the attention output projection at `layer`, and "current_attn" (d_model, n), the
+    attention output at z_layer (PMET's MHSA update)."""
     a = lm.adapter
     texts, owner = [], []
     for j, request in enumerate(requests):
@@ -120,17 +123,26 @@ def layer_state(lm, requests: list[EditRequest], hp: dict, layer: int, z_layer: 
     ids, mask = _pad(lm, rows)
     plain = [owner.index(j) for j in range(len(requests))]  # the "{}" row of each request
     with Hooks() as hooks:
-        k = hooks.capture({"k": a.down_proj(layer)}, what="input")
-        out = hooks.capture({"site": site_module(lm, site, z_layer), "mlp": a.mlp(layer)})
+        k = hooks.capture({"k": a.down_proj(layer), **({"k_attn": a.attn_out(layer)} if attn else {})},
+                          what="input")
+        out = hooks.capture({"site": site_module(lm, site, z_layer), "mlp": a.mlp(layer),
+                             **({"attn": a.attn(z_layer)} if attn else {})})
         _run_until(lm, max(layer, z_layer), input_ids=ids, attention_mask=mask, use_cache=False)
     rows_t = torch.arange(len(rows))
-    keys = k["k"][rows_t, idx].float()  # (rows, d_ff)
     owner_t = torch.tensor(owner)
-    K = torch.zeros(len(requests), keys.shape[1]).index_add(0, owner_t, keys)
-    K = K / torch.bincount(owner_t, minlength=len(requests))[:, None]
+    counts = torch.bincount(owner_t, minlength=len(requests))[:, None]
+
+    def averaged(x):  # (rows, width) -> (width, n): the mean over each request's template rows
+        x = x[rows_t, idx].float()
+        return (torch.zeros(len(requests), x.shape[1]).index_add(0, owner_t, x) / counts).T.contiguous()
+
     plain_t = torch.tensor(plain)
-    return {"K": K.T.contiguous(), "current": out["site"][plain_t, idx[plain_t]].float().T.contiguous(),
-            "mlp": out["mlp"][plain_t, idx[plain_t]].float().T.contiguous()}
+    state = {"K": averaged(k["k"]), "current": out["site"][plain_t, idx[plain_t]].float().T.contiguous(),
+             "mlp": out["mlp"][plain_t, idx[plain_t]].float().T.contiguous()}
+    if attn:
+        state["K_attn"] = averaged(k["k_attn"])
+        state["current_attn"] = out["attn"][plain_t, idx[plain_t]].float().T.contiguous()
+    return state
 
 
 # --- target optimisation -------------------------------------------------------------------------------------
