@@ -6,6 +6,7 @@ pages/ that calls the editkit library.
 import plotly.graph_objects as go
 import streamlit as st
 
+from editkit import isolation
 from editkit.text import logit_lens, top_k
 from pages import ui
 
@@ -33,8 +34,9 @@ def home():
     prompt = st.text_input("Prompt", value="The Eiffel Tower is located in the city of", key="home_prompt")
     k = st.slider("Top tokens", 3, 20, 8, key="home_k")
     with ui.guard("prediction"):
-        preds = top_k(lm, prompt, k)
-        lens = logit_lens(lm, prompt, k=k)
+        with isolation.session(lm):  # other sessions' edits are never visible here
+            preds = top_k(lm, prompt, k)
+            lens = logit_lens(lm, prompt, k=k)
         left, right = st.columns([1, 2])
         with left:
             st.dataframe(
@@ -61,6 +63,7 @@ PAGES = [
     st.Page(home, title="Home", icon="🏠", default=True),
     st.Page("pages/causal_tracing.py", title="Causal tracing", icon="🔥"),
     st.Page("pages/ffn_memories.py", title="FFN memories", icon="🧠"),
+    st.Page("pages/edit_compare.py", title="Edit & compare", icon="✏️"),
 ]
 
 st.navigation(PAGES).run()

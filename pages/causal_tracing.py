@@ -5,6 +5,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
+from editkit import isolation
 from editkit.text import guess_subject
 from editkit.tracing import parse_noise, prepare, trace_setup
 from editkit.tracing.aie import CLASSES, average_indirect_effect
@@ -48,11 +49,13 @@ if submitted:
         subj = subject.strip() or guess_subject(prompt)
         spec = parse_noise(noise, uniform=uniform, replace=replace)
         bar = st.progress(0.0, text="clean and corrupted runs")
-        setup = prepare(lm, prompt, subj, target.strip() or None, int(samples), spec, int(seed))
-        results = trace_setup(lm, setup, kinds=kinds or "all", window=int(window),
-                              progress=lambda f, msg: bar.progress(min(f, 1.0), text=msg))
+        with isolation.session(lm, on_wait=lambda: bar.progress(0.0, text="waiting for another session")):
+            setup = prepare(lm, prompt, subj, target.strip() or None, int(samples), spec, int(seed))
+            results = trace_setup(lm, setup, kinds=kinds or "all", window=int(window),
+                                  progress=lambda f, msg: bar.progress(min(f, 1.0), text=msg))
+            severed = sever(lm, setup)
         st.session_state["trace_results"] = {k: r.to_dict() for k, r in results.items()}
-        st.session_state["trace_sever"] = sever(lm, setup)
+        st.session_state["trace_sever"] = severed
         bar.empty()
 
 
@@ -121,8 +124,9 @@ n_facts = st.number_input("Facts", 5, 500, 30, key="trace_aie_n")
 if st.button("Compute / show average effects", key="trace_aie_go"):
     with ui.guard("average indirect effect"):
         bar = st.progress(0.0, text="tracing facts (cached per fact)")
-        st.session_state["trace_aie"] = average_indirect_effect(
-            lm, int(n_facts), progress=lambda f, msg: bar.progress(min(f, 1.0), text=msg))
+        with isolation.session(lm, on_wait=lambda: bar.progress(0.0, text="waiting for another session")):
+            st.session_state["trace_aie"] = average_indirect_effect(
+                lm, int(n_facts), progress=lambda f, msg: bar.progress(min(f, 1.0), text=msg))
         bar.empty()
 aie = st.session_state.get("trace_aie")
 if aie:
