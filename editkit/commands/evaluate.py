@@ -76,13 +76,15 @@ def show(out):
     print(f"{out['model']} on {out['set']} ({out['n']} records, batch {out['batch']}); mean ± 95% half-width")
     cols = ["score", "efficacy", "generalization", "specificity", "fluency", "consistency"]
     print(f"{'':14s}" + "".join(f"{c.capitalize():>15s}" for c in cols) + "   s/request")
-    for method, t in out["methods"].items():
+    def line(t, when):
         # Score = harmonic mean of the mean efficacy, generalization and specificity (PMET Table 1)
-        cell = {"score": lambda when: {"mean": t.get(f"{when}_table_score")}}
-        pre = "".join(f"{_fmt(cell[c]('pre') if c in cell else t.get('pre_' + c)):>15s}" for c in cols)
-        post = "".join(f"{_fmt(cell[c]('post') if c in cell else t.get('post_' + c)):>15s}" for c in cols)
-        print(f"{'(pre-edit)':14s}{pre}")
-        print(f"{method.upper():14s}{post}   {_f(t['seconds_per_request'], '.1f')}")
+        return "".join(f"{_fmt({'mean': t.get(when + '_table_score')} if c == 'score' else t.get(when + '_' + c)):>15s}"
+                       for c in cols)
+
+    for i, (method, t) in enumerate(out["methods"].items()):
+        if i == 0:  # the same records before any edit: one row serves every method
+            print(f"{'(pre-edit)':14s}{line(t, 'pre')}")
+        print(f"{method.upper():14s}{line(t, 'post')}   {_f(t['seconds_per_request'], '.1f')}")
     g = out["generation"]
     print(f"generation: {g['n_gen']} prompt(s) x {g['gen_tokens']} tokens per record ({g['sampling']}, seed "
           f"{g['seed']}); {out['computed_records']} record(s) computed now, the rest read from the results files")

@@ -34,6 +34,7 @@ from .metrics import (EditMetrics, compare, harmonic_mean, idf_table, mean_ci, n
                       tfidf_cosine, token_agreement)
 
 GEN_SEED = 0
+FORMAT = 2  # results-file format: bump when measure/metrics change, so old results are not resumed
 N_GEN = 1
 GEN_TOKENS = 40
 
@@ -195,14 +196,14 @@ def evaluate(lm, methods: list[str], n: int | None = 100, batch: int = 1, set_na
     out_dir = Path(out_dir) if out_dir else cache_dir("evaluations", safe_name(lm.name))
     out_dir.mkdir(parents=True, exist_ok=True)
     gen = {"n_gen": n_gen, "gen_tokens": gen_tokens, "seed": GEN_SEED, "sampling": "top-k 5"}
-    pre_path = out_dir / f"pre-{safe_name(lm.name)}-{set_name}-{_hash(gen)}.jsonl"
+    pre_path = out_dir / f"pre-{safe_name(lm.name)}-{set_name}-{_hash({**gen, 'format': FORMAT})}.jsonl"
     pre_done = _read_jsonl(pre_path)
     total = len(methods) * len(records)
     count, computed = 0, 0
     tables = {}
     for method in methods:
         run_key = {"model": lm.name, "method": method, "batch": batch, "set": set_name, "hparams": hps[method],
-                   **gen}
+                   "format": FORMAT, **gen}
         path = out_dir / f"{method}-{safe_name(lm.name)}-{set_name}-b{batch}-{_hash(run_key)}.jsonl"
         done = _read_jsonl(path)
         rows = []
