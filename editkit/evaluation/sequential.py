@@ -33,6 +33,7 @@ PPL_TOKENS = 2048
 def perplexity(lm, n_tokens: int = PPL_TOKENS, seq_len: int = 512) -> float:
     """exp(mean NLL) of the next token over the first n_tokens of WikiText-2's test split."""
     nll, count = 0.0, 0
+    seq_len = min(seq_len, lm.adapter.max_length)  # tiny test models have 256 positions
     for chunk in token_chunks(lm.tok, n_tokens, seq_len, split="test"):
         ids = torch.tensor([chunk], device=lm.device)
         logits = lm.model(input_ids=ids).logits[0, :-1].float()
