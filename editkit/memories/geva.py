@@ -10,7 +10,9 @@
   the final norm and unembedding gives a top token; the prediction is fixed at layer l when that token equals the
   final top token at l and at every later layer. Per layer: the share of positions fixed exactly at l and by l.
 
-Projecting a vector to the vocabulary is `adapter.unembed(v, norm=norm)` (norm=False: E v as in the paper).
+Projecting a vector to the vocabulary is `adapter.unembed(v, norm=norm)` (norm=False: E v as in the paper); for
+Gemma the values are scaled by the post-MLP norm's 1 + w first (`inspect.value_vectors`), and the FFN output o is
+projected as it enters the residual, post_mlp_norm(o).
 Gemma's vocabulary has 262k tokens, so each projected value costs ~0.3 GFLOP: samples are modest by default and
 the result is cached as JSON (temporary file + rename; a corrupt file is recomputed).
 """
@@ -28,8 +30,9 @@ from .. import corpus
 from ..hooks import Hooks
 from ..paths import cache_dir, safe_name
 from . import triggers
+from .inspect import value_vectors
 
-FORMAT = 1
+FORMAT = 2
 
 
 def defaults(lm) -> dict:
@@ -66,8 +69,7 @@ class _ValueTops:
 
     @torch.no_grad()
     def logits(self, layer: int, indices: list[int]) -> torch.Tensor:
-        V = self.lm.adapter.down_weight(layer)[:, indices].T
-        return self.lm.adapter.unembed(V, norm=self.norm).float()
+        return self.lm.adapter.unembed(value_vectors(self.lm, layer, indices), norm=self.norm).float()
 
     def ensure(self, layer: int, indices, batch: int = 128) -> None:
         need = sorted({int(i) for i in indices} - {i for (l, i) in self.top if l == layer})
@@ -130,7 +132,10 @@ def compute(lm, n_positions: int | None = None, memories_per_layer: int | None =
         for l in range(L):
             m = keys[str(l)][0, take].float()  # (n, d_ff)
             per_layer_mem[l] += m.topk(min(top_memories, d_ff), -1).indices.tolist()
-            ffn_top[l] += a.unembed(outs[str(l)][0, take], norm=norm).argmax(-1).tolist()
+            o = outs[str(l)][0, take]
+            if a.post_mlp_norm(l) is not None:
+                o = a.post_mlp_norm(l)(o)
+            ffn_top[l] += a.unembed(o, norm=norm).argmax(-1).tolist()
         n_pos += len(take)
         say(0.4 + 0.2 * (s + 1) / len(samples), f"{n_pos}/{n_positions} positions")
 

@@ -9,6 +9,8 @@ Residual before and after the FFN at layer l (the logit lens reads both through 
   (block input + attention update); after = the block output (before + FFN output);
 - Gemma 2/3: same, where the FFN output passes post_feedforward_layernorm before it is added, so
   after = before + post_mlp_norm(FFN(x)) = the block output;
+- value tokens: top tokens of unembed(v_i); for Gemma v_i is first scaled by the post-MLP norm's 1 + w
+  (`value_vectors`), the direction memory i actually adds to the residual; the contribution stays |m_i| ||v_i||;
 - parallel blocks (GPT-J, NeoX): attention and MLP both read the block input x, so before = x and
   after = x + FFN(ln(x)) (the attention term is left out; the block output is x + attn + FFN).
 """
@@ -129,14 +131,25 @@ def capture_ffn(lm, prompt: str) -> dict:
     return {"m": stack(keys), "out": stack(outs), "before": before, "after": after}
 
 
+def value_vectors(lm, layer: int, indices) -> torch.Tensor:
+    """The values v_i (n, d_model) as directions in the residual stream. Without a post-MLP norm that is column i
+    of W_out. Gemma adds post_feedforward_layernorm(o) = s * o / rms(o) with s = 1 + w: the 1/rms(o) factor is
+    positive and shared by all memories at a position, so memory i moves the residual along s * v_i; that
+    channel-scaled vector is what gets projected to the vocabulary."""
+    V = lm.adapter.down_weight(layer)[:, list(indices)].T
+    norm = lm.adapter.post_mlp_norm(layer)
+    if norm is not None:
+        V = V * (1.0 + norm.weight)
+    return V
+
+
 @torch.no_grad()
 def value_tokens(lm, layer: int, indices: list[int], k: int = 5, norm: bool = False) -> list[list[dict]]:
-    """Top tokens of each value vector v_i projected to the vocabulary: unembed(v_i) (norm: final norm first)."""
+    """Top tokens of each value vector projected to the vocabulary: unembed(v_i) (norm: final norm first;
+    Gemma: v_i scaled by its post-MLP norm, see value_vectors)."""
     if not indices:
         return []
-    W = lm.adapter.down_weight(layer)
-    V = W[:, list(indices)].T  # (n, d_model)
-    logits = lm.adapter.unembed(V, norm=norm)
+    logits = lm.adapter.unembed(value_vectors(lm, layer, indices), norm=norm)
     return [top_tokens(lm, row, k) for row in logits]
 
 
