@@ -87,6 +87,13 @@ def test_evaluate_runs_and_resumes(tiny_by_name, tmp_path):
     assert again["methods"] == out["methods"]
     for method in ("rome", "memit"):  # nothing recomputed: the files did not grow
         assert len(open(again["methods"][method]["results_file"]).read().splitlines()) == 2
+    # a line cut by an interruption is detected and only that record is recomputed
+    path = again["methods"]["rome"]["results_file"]
+    lines = open(path).read().splitlines()
+    open(path, "w").write(lines[0] + "\n" + lines[1][: len(lines[1]) // 2] + "\n")
+    third = evaluate(lm, ["rome", "memit"], **kw)
+    assert third["computed_records"] == 1 and third["methods"]["rome"]["records"] == 2
+    assert _unchanged(lm, snap)
     with pytest.raises(EditkitError):
         evaluate(lm, ["nope"], n=1, out_dir=tmp_path)
 
