@@ -1,0 +1,105 @@
+"""Attention vs FFN page: PMET's similarity curves (Li et al. 2023, Fig. 2) - how much each attention (MHSA) and
+feed-forward (FFN) sub-layer changes the last token's hidden state, layer by layer, averaged over known facts."""
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from editkit import isolation
+from editkit.similarity import DEFAULT_N, TOP_K, definition, similarity
+from pages import ui
+
+st.title("Attention vs FFN")
+st.markdown(
+    "Each layer has an attention sub-layer (MHSA) and a feed-forward sub-layer (FFN). For the last token of each "
+    "fact prompt we compare the hidden state **entering** a sub-layer (x) with the state **leaving** it (y), in two "
+    "ways: the cosine similarity of the vectors, and the Jaccard similarity of the top-50 tokens each state "
+    "would predict under the logit lens (T(h) = top-50 of W_U · norm(h)). A value near 1 means the sub-layer "
+    "barely changed the state (or its prediction); lower values mean it rewrote it."
+)
+st.latex(r"\cos(x, y) = \frac{x \cdot y}{\lVert x \rVert\,\lVert y \rVert}, \qquad "
+         r"J(A, B) = \frac{|A \cap B|}{|A \cup B|}, \quad A = T(x),\ B = T(y)")
+st.markdown(
+    "**What PMET found** (GPT-J 6B, 1,209 facts): in the first ~15 layers both sub-layers change the state often; "
+    "after that the FFN states change slowly and settle in one direction, while the MHSA states keep changing. "
+    "PMET reads this as attention being a general *knowledge extractor* and the FFN holding the facts, so it edits "
+    "only FFN weights. Compute the curves below to see whether this model behaves the same way."
+)
+
+lm = ui.model_picker()
+if lm is None:
+    st.stop()
+a = lm.adapter
+
+
+def waiting():
+    st.info("Another session is using the model; waiting...")
+
+
+if st.session_state.get("sim_model") != lm.name:  # results of another model are dropped
+    st.session_state.pop("sim_result", None)
+    st.session_state["sim_model"] = lm.name
+
+c1, c2, c3 = st.columns([2, 1, 1])
+n = c1.slider("Number of facts n", 10, 500, DEFAULT_N, step=10, key="sim_n",
+              help="PMET used 1,209 facts; the band narrows as 1/sqrt(n).")
+facts = c2.radio("Facts", ["known", "all"], key="sim_facts", horizontal=True,
+                 help="known: ROME facts this model predicts correctly (random tiny models predict none); "
+                      "all: all ROME known facts.")
+mode = c3.radio("Compare", ["residual", "raw"], key="sim_mode", horizontal=True,
+                format_func={"residual": "states in/out", "raw": "x vs f(x)"}.get,
+                help="states in/out: residual entering vs leaving the sub-layer (PMET); "
+                     "x vs f(x): the sub-layer's input vs its own output vector.")
+st.caption(f"Definition for {lm.name} ({'parallel' if a.family.parallel else 'sequential'} blocks): "
+           f"{definition(a, mode)}")
+
+if st.button("Compute similarity curves", type="primary", key="sim_compute"):
+    with ui.guard("similarity"):
+        bar = st.progress(0.0, text="forward passes and logit lens over the facts (cached on disk)")
+        with isolation.session(lm, on_wait=waiting):
+            result = similarity(lm, n=int(n), facts=facts, mode=mode,
+                                progress=lambda f: bar.progress(min(f, 1.0), text=f"{f:.0%} of the facts"))
+        bar.empty()
+        st.session_state["sim_result"] = result.to_dict()
+
+r = st.session_state.get("sim_result")
+
+
+def curves(r, metric: str, title: str, y_range):
+    fig = go.Figure()
+    x = [l + 1 for l in r["layers"]]  # layers counted from 1, as in PMET's figure
+    for comp, color, fill in (("mhsa", "#e76f51", "rgba(231,111,81,0.2)"), ("ffn", "#2a9d8f", "rgba(42,157,143,0.2)")):
+        m = r[f"{comp}_{metric}"]
+        fig.add_trace(go.Scatter(x=x, y=m["high"], mode="lines", line={"width": 0}, showlegend=False,
+                                 hoverinfo="skip"))
+        fig.add_trace(go.Scatter(x=x, y=m["low"], mode="lines", line={"width": 0}, fill="tonexty",
+                                 fillcolor=fill, showlegend=False, hoverinfo="skip"))
+        fig.add_trace(go.Scatter(x=x, y=m["mean"], mode="lines+markers", name=comp.upper(), line={"color": color},
+                                 customdata=list(zip(m["low"], m["high"])),
+                                 hovertemplate="layer %{x}: %{y:.3f} [%{customdata[0]:.3f}, %{customdata[1]:.3f}]"
+                                               "<extra>" + comp.upper() + "</extra>"))
+    fig.update_layout(title=title, xaxis_title="layer", yaxis_title=title.split(" (")[0], yaxis_range=y_range,
+                      height=380, margin={"t": 40, "b": 30}, legend={"orientation": "h", "y": -0.2})
+    return fig
+
+
+if r:
+    timing = "cached result" if r["cached"] else f"computed in {r['seconds']:.1f} s"
+    st.subheader(f"{r['model']}: {r['n']} facts ({r['facts']}), {timing}")
+    st.caption(f"{r['definition']} Shaded: {r['interval']}.")
+    left, right = st.columns(2)
+    with left:
+        st.plotly_chart(curves(r, "cos", "Cosine similarity (input vs output)", None), width="stretch",
+                        key="sim_cos_chart")
+    with right:
+        st.plotly_chart(curves(r, "jaccard", f"Top-{r['k']} Jaccard similarity (logit lens)", [0, 1]),
+                        width="stretch", key="sim_jac_chart")
+    with st.expander("Numbers per layer"):
+        st.dataframe(pd.DataFrame({
+            "layer": [l + 1 for l in r["layers"]],
+            **{f"{name} {what}": r[key][what] for key, name in (("mhsa_cos", "MHSA cos"), ("ffn_cos", "FFN cos"),
+                                                                 ("mhsa_jaccard", "MHSA J"), ("ffn_jaccard", "FFN J"))
+               for what in ("mean", "low", "high")},
+        }), hide_index=True, width="stretch")
+    st.caption(f"Top-k = {TOP_K} as in PMET. The CLI gives the same numbers: "
+               f"`python -m editkit similarity --model {r['model']} --facts {r['facts']} --n {r['n']} "
+               f"--mode {r['mode']} --json`.")
