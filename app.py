@@ -64,6 +64,7 @@ PAGES = [
     st.Page("pages/causal_tracing.py", title="Causal tracing", icon="🔥"),
     st.Page("pages/ffn_memories.py", title="FFN memories", icon="🧠"),
     st.Page("pages/edit_compare.py", title="Edit & compare", icon="✏️"),
+    st.Page("pages/attention_vs_ffn.py", title="Attention vs FFN", icon="⚖️"),
 ]
 
 st.navigation(PAGES).run()
