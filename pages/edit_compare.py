@@ -267,7 +267,8 @@ else:
 # ---- sequential stress -----------------------------------------------------------------------------------------------
 st.subheader("Sequential editing stress")
 st.markdown("Apply CounterFact edits one after another, each on top of the last, and watch whether earlier edits "
-            "survive and whether the model stays a language model (perplexity on held-out WikiText).")
+            "survive (retention: the share of earlier edits that worked and still work) and whether the model stays "
+            "a language model (perplexity on 512 held-out WikiText tokens, relative to the unedited model).")
 c1, c2 = st.columns(2)
 seq_method = c1.selectbox("Method", list(METHODS), format_func=METHODS.get, key="ec_seq_method")
 seq_n = c2.number_input("Edits", 2, 50, 5, key="ec_seq_n")
@@ -275,7 +276,7 @@ if st.button("Run sequential edits", key="ec_seq_go"):
     with ui.guard("sequential editing"):
         bar = st.progress(0.0, text="sequential editing")
         st.session_state["ec_seq"] = sequential(lm, seq_method, load_eval_set("counterfact", int(seq_n)),
-                                                overrides.get(seq_method),
+                                                overrides.get(seq_method), ppl_tokens=512,
                                                 progress=lambda f, msg: bar.progress(min(f, 1.0), text=msg))
         bar.empty()
 seq = st.session_state.get("ec_seq")
@@ -283,8 +284,10 @@ if seq:
     rows = seq["rows"]
     x = [r["edit"] for r in rows]
     fig = go.Figure()
-    for key, color in (("efficacy", "#008837"), ("generalization", "#7b3294"), ("specificity", "#e66101")):
-        fig.add_trace(go.Scatter(x=x, y=[r[key] for r in rows], name=key, line={"color": color}))
+    for key, color in (("efficacy", "#008837"), ("generalization", "#7b3294"), ("specificity", "#e66101"),
+                       ("retention", "#0571b0")):
+        if key in rows[0]:
+            fig.add_trace(go.Scatter(x=x, y=[r[key] for r in rows], name=key, line={"color": color}))
     fig.add_trace(go.Scatter(x=x, y=[r["perplexity"] / seq["base_perplexity"] for r in rows],
                              name="perplexity / base", yaxis="y2", line={"dash": "dot", "color": "black"}))
     fig.update_layout(xaxis_title="edits applied", yaxis={"title": "rate over edits so far", "range": [0, 1.05]},
