@@ -117,12 +117,15 @@ def build_index(lm, n_tokens: int, seq_len: int = DEFAULT_SEQ_LEN, top: int = DE
         m = torch.stack([keys[str(l)].reshape(-1, d_ff)[flat_valid.to(keys[str(l)].device)].float().cpu()
                          for l in range(L)])  # (L, n, d_ff)
         del keys
-        # running top-k merge (Geva §3.1: top-t trigger examples per key)
+        # running top-k merge (Geva §3.1: top-t trigger examples per key): only the values are concatenated;
+        # a selected slot < t keeps its old position, a slot >= t comes from this batch
+        t_old = best_v.shape[1]
         cand_v = torch.cat([best_v, m], 1)
-        cand_g = torch.cat([best_g, g_flat.view(1, -1, 1).expand(L, -1, d_ff)], 1)
         k = min(top, cand_v.shape[1])
         best_v, sel = cand_v.topk(k, dim=1)
-        best_g = cand_g.gather(1, sel)
+        g_new = g_flat[(sel - t_old).clamp(min=0)]
+        g_old = best_g.gather(1, sel.clamp(max=max(t_old - 1, 0))) if t_old else g_new
+        best_g = torch.where(sel >= t_old, g_new, g_old)
         if progress is not None:
             done = int(starts[min(b + batch_size, len(chunks))])
             progress(done / total, f"{done:,}/{total:,} tokens, {time.time() - t0:.0f} s")
@@ -130,7 +133,7 @@ def build_index(lm, n_tokens: int, seq_len: int = DEFAULT_SEQ_LEN, top: int = DE
     meta = {"format": FORMAT, "model": lm.name, "n_tokens": n_tokens, "seq_len": seq_len, "top": top,
             "n_positions": total, "layers": L, "d_ff": d_ff, "corpus": corpus.NOTICE, "split": "valid",
             "seconds": round(time.time() - t0, 2)}
-    return TriggerIndex(meta, best_v.numpy().astype(np.float32), best_g.numpy().astype(np.int64),
+    return TriggerIndex(meta, best_v.numpy().astype(np.float32), best_g.numpy().astype(np.int32),
                         np.concatenate([np.asarray(c, dtype=np.int64) for c in chunks]), chunk_start)
 
 
