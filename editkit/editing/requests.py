@@ -119,10 +119,19 @@ def parse_record(d: dict, index: int = 0) -> EditRequest:
 def parse_requests(obj) -> list[EditRequest]:
     """Requests from a path (.json / .jsonl), a dict, or a list of dicts."""
     if isinstance(obj, (str, Path)) and not (isinstance(obj, str) and obj.lstrip().startswith(("{", "["))):
+        if not str(obj).strip():
+            raise EditkitError("no requests given")
         path = Path(obj)
-        if not path.exists():
-            raise EditkitError(f"no requests file at {path}")
-        text = path.read_text(encoding="utf-8")
+        try:
+            exists = path.is_file()
+        except (OSError, ValueError):  # a name too long or with a NUL byte
+            exists = False
+        if not exists:
+            raise EditkitError(f"no requests file at {str(path)[:200]!r}")
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:  # unreadable, not UTF-8
+            raise EditkitError(f"cannot read the requests file {path}: {exc}") from None
         try:
             obj = [json.loads(l) for l in text.splitlines() if l.strip()] if path.suffix == ".jsonl" \
                 else json.loads(text)
