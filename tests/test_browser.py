@@ -1,0 +1,121 @@
+"""End to end in a real browser: `streamlit run app.py` in a subprocess, every page of app.py's PAGES opened in
+Chromium (Debian's, via Playwright) on the embedded model, each page's main action run, no exception box and no
+error alert, and a full-page screenshot of each page saved to assets/screenshots/<page>.png (the README shows them).
+
+Slow (the embedded model loads, the causal trace runs on Gemma): deselect with `-m "not browser"`.
+To give a new page a main action, add one entry to ACTIONS.
+"""
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from browser_util import ROOT, app_pages, chromium_path, free_port, start_streamlit, wait_http, wait_idle
+
+pytestmark = pytest.mark.browser
+playwright_api = pytest.importorskip("playwright.sync_api")
+
+SHOTS = ROOT / "assets" / "screenshots"
+LOAD_S = 240  # the embedded model loads in ~10 s alone, much longer on a shared CPU
+ERRORS = '[data-testid="stException"], [data-testid="stAlertContentError"]'
+
+
+def _home(page):
+    """The prediction for the Eiffel Tower prompt is " Paris" (top row of the table and the logit lens)."""
+    page.wait_for_selector('[data-testid="stDataFrame"]', timeout=LOAD_S * 1000)
+    page.wait_for_selector(".js-plotly-plot", timeout=LOAD_S * 1000)
+    lens = page.locator(".js-plotly-plot").first.inner_text()
+    assert "Paris" in lens, "the logit lens should show ' Paris' at the last layers"
+
+
+def _causal_tracing(page):
+    """Run the trace with the default prompt and wait for the heatmaps (30-90 s on Gemma, longer on a busy CPU)."""
+    page.get_by_role("button", name="Trace").click()
+    page.wait_for_selector(".js-plotly-plot", timeout=600_000)
+    wait_idle(page, timeout=600)
+    assert page.locator(".js-plotly-plot").count() >= 1
+
+
+# page name (file stem, "home" for the default page) -> its main action; pages without one are only loaded
+ACTIONS = {
+    "home": _home,
+    "causal_tracing": _causal_tracing,
+}
+
+PAGES = app_pages()
+
+
+@pytest.fixture(scope="session")
+def server():
+    port = free_port()
+    proc = start_streamlit(port)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_http(url, proc)
+        yield url
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=20)
+        except (ProcessLookupError, OSError):
+            pass
+        except Exception:  # noqa: BLE001 - a stuck server is killed outright
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+@pytest.fixture(scope="session")
+def browser():
+    exe = chromium_path()
+    if exe is None:
+        pytest.skip("no chromium installed (apt-get install -y chromium)")
+    with playwright_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=exe, headless=True,
+                              args=["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"])
+        yield b
+        b.close()
+
+
+@pytest.fixture(scope="session")
+def page(server, browser):
+    """One browser tab for every page: the model is loaded once per session, as for a real user."""
+    ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
+    pg = ctx.new_page()
+    pg.set_default_timeout(LOAD_S * 1000)
+    yield pg
+    ctx.close()
+
+
+def _no_errors(page, name):
+    boxes = page.locator(ERRORS)
+    texts = [boxes.nth(i).inner_text()[:500] for i in range(boxes.count())]
+    assert not texts, f"page {name}: {texts}"
+
+
+def test_pages_are_discovered():
+    names = [n for n, _, _ in PAGES]
+    assert names[0] == "home" and "causal_tracing" in names
+    for name, path, _ in PAGES[1:]:
+        assert (ROOT / "pages" / f"{path}.py").exists(), name
+
+
+@pytest.mark.parametrize("name,path,title", PAGES, ids=[p[0] for p in PAGES])
+def test_page(page, server, name, path, title):
+    page.goto(f"{server}/{path}")
+    wait_idle(page, timeout=LOAD_S)
+    _no_errors(page, name)
+    action = ACTIONS.get(name)
+    if action is not None:
+        action(page)
+        wait_idle(page, timeout=LOAD_S)
+        _no_errors(page, name)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    # Streamlit scrolls inside its own container: grow the viewport to the content so the shot holds all of it
+    height = page.evaluate(
+        "() => Math.max(...[...document.querySelectorAll('[data-testid=\"stMain\"], section.main, "
+        "[data-testid=\"stAppViewContainer\"]')].map(e => e.scrollHeight), document.body.scrollHeight)")
+    page.set_viewport_size({"width": 1400, "height": min(max(int(height), 1000), 6000)})
+    page.wait_for_timeout(800)
+    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+    page.set_viewport_size({"width": 1400, "height": 1000})
