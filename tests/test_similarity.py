@@ -9,7 +9,8 @@ from streamlit.testing.v1 import AppTest
 
 from editkit.cli import main
 from editkit.errors import EditkitError
-from editkit.similarity import capture_states, component_states, jaccard, per_prompt, similarity
+from editkit.similarity import (cache_path, capture_states, component_states, fact_prompts, jaccard, per_prompt,
+                                similarity)
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 PROMPTS = ["The Eiffel Tower is located in the city of", "Danielle Darrieux's mother tongue is",
@@ -17,8 +18,11 @@ PROMPTS = ["The Eiffel Tower is located in the city of", "Danielle Darrieux's mo
 
 
 @pytest.fixture(autouse=True)
-def _cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("EDITKIT_CACHE", str(tmp_path))
+def _cache(request, tmp_path, monkeypatch):
+    """Tiny-model results go to a fresh cache; the embedded model keeps the real one (its converted weights and
+    predicted facts live there)."""
+    if "gemma" not in request.fixturenames:
+        monkeypatch.setenv("EDITKIT_CACHE", str(tmp_path))
 
 
 def test_jaccard_hand_cases():
@@ -113,7 +117,10 @@ def test_page_runs_on_tiny_gpt2():
 
 def test_embedded_model_curves(gemma, capsys):
     """18 layers, values in range; the CLI returns the library's numbers (same function, same cache)."""
+    path, _ = cache_path(gemma.name, "known", 20, "residual", fact_prompts(gemma, "known", 20))
+    path.unlink(missing_ok=True)  # compute, not replay
     r = similarity(gemma, n=20)
+    assert not r.cached and path.exists()
     assert r.n == 20 and r.facts == "known" and len(r.layers) == 18 and "post_attention_layernorm" in r.definition
     for name in ("mhsa_cos", "ffn_cos"):
         assert all(-1 <= v <= 1 for v in getattr(r, name)["mean"])
