@@ -9,7 +9,7 @@ from streamlit.testing.v1 import AppTest
 
 from editkit.cli import main
 from editkit.errors import EditkitError
-from editkit.similarity import (cache_path, capture_states, component_states, fact_prompts, jaccard, per_prompt,
+from editkit.similarity import (_jaccard_rows, cache_path, capture_states, component_states, fact_prompts, jaccard, per_prompt,
                                 similarity)
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
@@ -30,6 +30,8 @@ def test_jaccard_hand_cases():
     assert jaccard([1, 2], [3, 4]) == 0
     assert jaccard([1, 2, 3, 4], [3, 4, 5]) == pytest.approx(2 / 5)  # {3,4} / {1,...,5}
     assert jaccard([], []) == 1
+    a, b = torch.tensor([[1, 2, 3, 4]]), torch.tensor([[4, 3, 9, 8]])
+    assert _jaccard_rows(a, a).item() == 1 and _jaccard_rows(a, b).item() == pytest.approx(2 / 6)  # batched form
 
 
 def test_states_obey_the_residual_identities(tiny):
@@ -74,7 +76,7 @@ def test_similarity_result_on_every_family(tiny):
     assert again.cached and again.mhsa_cos == r.mhsa_cos and again.ffn_jaccard == r.ffn_jaccard
 
 
-def test_identical_states_give_ones_and_cache_survives_corruption(tiny_by_name, tmp_path):
+def test_raw_mode_corrupt_cache_and_errors(tiny_by_name, tmp_path):
     lm = tiny_by_name("tiny-llama")
     r = similarity(lm, prompts=PROMPTS[:2], mode="raw")
     assert "raw" in r.definition and r.mode == "raw"
