@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import tempfile
 
 import pytest
 
@@ -31,17 +32,29 @@ def _home(page):
 
 
 def _causal_tracing(page):
-    """Run the trace with the default prompt and wait for the heatmaps (30-90 s on Gemma, longer on a busy CPU)."""
+    """Trace the default prompt with 3 noise samples (the default 10 takes 30-90 s on Gemma alone, minutes on a
+    busy CPU) and wait for the heatmaps."""
+    samples = page.get_by_label("Noise samples n")
+    samples.fill("3")
+    samples.press("Tab")
     page.get_by_role("button", name="Trace").click()
-    page.wait_for_selector(".js-plotly-plot", timeout=600_000)
+    page.wait_for_selector(f".js-plotly-plot, {ERRORS}", timeout=600_000)
     wait_idle(page, timeout=600)
     assert page.locator(".js-plotly-plot").count() >= 1
+
+
+def _ffn_memories(page):
+    """Inspect the top memories of the last layer at the last token."""
+    page.get_by_role("button", name="Inspect").click()
+    page.get_by_text("Top memories of layer").first.wait_for(timeout=LOAD_S * 1000)
+    page.wait_for_selector(".js-plotly-plot", timeout=LOAD_S * 1000)
 
 
 # page name (file stem, "home" for the default page) -> its main action; pages without one are only loaded
 ACTIONS = {
     "home": _home,
     "causal_tracing": _causal_tracing,
+    "ffn_memories": _ffn_memories,
 }
 
 PAGES = app_pages()
@@ -107,7 +120,12 @@ def test_page(page, server, name, path, title):
     _no_errors(page, name)
     action = ACTIONS.get(name)
     if action is not None:
-        action(page)
+        try:
+            action(page)
+        except Exception:
+            page.screenshot(path=os.path.join(tempfile.gettempdir(), f"editkit-browser-failure-{name}.png"),
+                            full_page=True)  # to see why
+            raise
         wait_idle(page, timeout=LOAD_S)
         _no_errors(page, name)
     SHOTS.mkdir(parents=True, exist_ok=True)
