@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -18,7 +19,7 @@ from browser_util import ROOT, app_pages, chromium_path, free_port, start_stream
 pytestmark = pytest.mark.browser
 playwright_api = pytest.importorskip("playwright.sync_api")
 
-SHOTS = ROOT / "assets" / "screenshots"
+SHOTS = Path(os.environ.get("EDITKIT_SCREENSHOTS", ROOT / "assets" / "screenshots"))  # set it to keep the tree clean
 LOAD_S = 240  # the embedded model loads in ~10 s alone, much longer on a shared CPU
 ERRORS = '[data-testid="stException"], [data-testid="stAlertContentError"]'
 
