@@ -29,3 +29,7 @@ def tiny_by_name():
 def gemma():
     """The embedded model (built into the cache on first use, about a minute; then ~5 s)."""
     return _load("gemma-3-270m")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "browser: end-to-end tests in headless Chromium (deselect: -m 'not browser')")
