@@ -51,11 +51,37 @@ def _ffn_memories(page):
     page.wait_for_selector(".js-plotly-plot", timeout=LOAD_S * 1000)
 
 
+def _edit_compare(page):
+    """ROME, MEMIT and PMET on the default request (Danielle Darrieux -> English); the metrics table lists all three
+    and the charts appear. The first run on a fresh cache also computes the statistics (minutes on a CPU)."""
+    page.get_by_role("button", name="Edit and compare").click()
+    page.get_by_text("P(new) vs P(true), prompt by prompt").first.wait_for(timeout=1_200_000)
+    wait_idle(page, timeout=600)
+    assert page.locator(".js-plotly-plot").count() >= 3
+    legend = page.locator(".js-plotly-plot").first.inner_text()  # the table is a canvas; the chart legend is text
+    for method in ("ROME", "MEMIT", "PMET"):
+        assert method in legend, legend[:300]
+
+
+def _attention_vs_ffn(page):
+    """The similarity curves for the smallest fact set (the slider's Home key), MHSA and FFN charts."""
+    slider = page.get_by_role("slider").first
+    slider.focus()
+    page.keyboard.press("Home")
+    wait_idle(page, timeout=60)
+    page.get_by_role("button", name="Compute similarity curves").click()
+    page.wait_for_selector(f".js-plotly-plot, {ERRORS}", timeout=900_000)
+    wait_idle(page, timeout=600)
+    assert page.locator(".js-plotly-plot").count() >= 2
+
+
 # page name (file stem, "home" for the default page) -> its main action; pages without one are only loaded
 ACTIONS = {
     "home": _home,
     "causal_tracing": _causal_tracing,
     "ffn_memories": _ffn_memories,
+    "edit_compare": _edit_compare,
+    "attention_vs_ffn": _attention_vs_ffn,
 }
 
 PAGES = app_pages()
@@ -83,6 +109,8 @@ def server():
 def browser():
     exe = chromium_path()
     if exe is None:
+        if os.environ.get("CI"):  # CI installs it (.ci/run): a missing browser is a failure there, not a skip
+            pytest.fail("no chromium on the CI machine")
         pytest.skip("no chromium installed (apt-get install -y chromium)")
     with playwright_api.sync_playwright() as p:
         b = p.chromium.launch(executable_path=exe, headless=True,
