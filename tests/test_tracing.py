@@ -26,6 +26,29 @@ def test_fast_engine_equals_reference(setup, kind):
     assert float(ref.max() - ref.min()) > 1e-4  # the comparison is not between two constant maps
 
 
+def test_prefix_cache_is_used_and_left_unchanged(setup):
+    """The tokens before the subject run once: every family exposes its cache layers, and a trace leaves the cached
+    prefix exactly as it was (each run appends the suffix, then rewinds)."""
+    lm, s = setup
+    assert s.prefix_len == s.subject_range[0] > 0
+    before = [{k: v.clone() for k, v in attrs.items() if isinstance(v, torch.Tensor)} for _, attrs in s.prefix_state]
+    fast_trace(lm, s, "hidden")
+    for (layer, _), saved in zip(s.prefix_state, before):
+        for name, value in saved.items():
+            assert torch.equal(getattr(layer, name), value)
+
+
+@pytest.mark.parametrize("kind", ["hidden", "mlp", "attn"])
+def test_subject_at_first_token_has_no_prefix(tiny_by_name, kind):
+    lm = tiny_by_name("tiny-gptj")
+    prompt = "Space Needle is in downtown"
+    s = prepare(lm, prompt, "Space Needle", samples=2)
+    if s.subject_range[0] > 0:  # a tokenizer that adds a BOS token: the BOS is the prefix
+        assert s.prefix_len == s.subject_range[0]
+    ref = reference_trace(lm, s, kind, window=2)
+    assert torch.allclose(fast_trace(lm, s, kind, window=2), ref, atol=1e-5, rtol=0)
+
+
 def test_rows_before_subject_equal_low_score_exactly(setup):
     lm, s = setup
     b = s.subject_range[0]

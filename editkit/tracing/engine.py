@@ -10,7 +10,9 @@ So instead of one full (n + 1)-row forward per cell, the engine
    alone is most of the reference cost);
 4. skips restorations that cannot change anything: a state at a token before the subject is identical in the
    clean and the corrupted run (noise touches only subject tokens and attention is causal), so its score is the
-   corrupted score exactly.
+   corrupted score exactly; so is a last-layer hidden state at any token but the last, which no later layer reads;
+5. computes the tokens before the subject once: their keys and values are the same in every run, so each forward
+   runs only the positions from the subject on, attending to a cached prefix (setup.prefix_cache).
 """
 from __future__ import annotations
 
@@ -32,21 +34,49 @@ def run_from(lm, setup: TraceSetup, start: int, h: torch.Tensor, patches: list |
     """Run blocks start..L-1 on residuals h (B, T, d) and return p(answer) at the last position, (B,).
 
     `patches`: [(module, rows, token_positions, values)] overwriting module outputs at (rows[i], positions[i])
-    with values[i] during the run.
+    with values[i] during the run. Positions before setup.prefix_len must hold their (shared) prefix values in h;
+    only the positions after them are computed, on top of the cached prefix keys and values.
     """
     a = lm.adapter
+    P = setup.prefix_len
+    if P and any(bool((positions < P).any()) for _, _, positions, _ in patches or []):
+        P = 0  # a patch inside the prefix: run every position
+    kwargs_of = setup.suffix_kwargs if P else setup.layer_kwargs
+    h = h[:, P:]
     with Hooks() as hooks:
         for module, rows, positions, values in patches or []:
-            def fn(out, rows=rows, positions=positions, values=values):
+            def fn(out, rows=rows, positions=positions - P, values=values):
                 out = out.clone()
                 out[rows, positions] = values.to(out.dtype)
                 return out
             hooks.set_output(module, fn)
-        for l in range(start, a.n_layers):
-            args, kwargs = setup.layer_kwargs[l]
-            out = a.block(l)(h, *args, **kwargs)
-            h = out[0] if isinstance(out, (tuple, list)) else out
+        if P:
+            _expand_prefix(setup, h.shape[0])
+        try:
+            for l in range(start, a.n_layers):
+                args, kwargs = kwargs_of[l]
+                out = a.block(l)(h, *args, **kwargs)
+                h = out[0] if isinstance(out, (tuple, list)) else out
+        finally:
+            if P:
+                _rewind_prefix(setup)
     return answer_prob(lm, h[:, -1], setup.answer_id)
+
+
+def _expand_prefix(setup: TraceSetup, batch: int) -> None:
+    """Point the cache's layers at the one-row prefix keys/values broadcast to `batch` rows (no copy)."""
+    for layer, attrs in setup.prefix_state:
+        for name in ("keys", "values"):
+            x = attrs.get(name)
+            if isinstance(x, torch.Tensor) and x.dim() > 0:
+                setattr(layer, name, x.expand(batch, *x.shape[1:]))
+
+
+def _rewind_prefix(setup: TraceSetup) -> None:
+    """Drop what a run appended to the cache: back to the prefix-only state."""
+    for layer, attrs in setup.prefix_state:
+        layer.__dict__.clear()
+        layer.__dict__.update(attrs)
 
 
 def _batched(lm, setup, start, jobs, build):
@@ -79,6 +109,13 @@ def fast_trace(lm, setup: TraceSetup, kind: str, window: int = 10, progress=None
                 for i, t in enumerate(chunk):
                     h[rows_of(i), t] = setup.clean[f"block.{l}"][0, t]
                 return h, []
+            if l == n_layers - 1:
+                # No block reads the last layer's output at an earlier token: only the last token can change.
+                scores[b:-1, l] = setup.low_score
+                scores[-1, l] = float(_batched(lm, setup, l + 1, [n_tokens - 1], build)[0])
+                if progress:
+                    progress(1.0)
+                continue
             vals = _batched(lm, setup, l + 1, tokens, build)
         else:
             # Restore the module outputs at token t over the window; start at the window's first layer.

@@ -38,6 +38,12 @@ class TraceSetup:
     clean: dict | None = None  # name -> (1, T, d) clean states: "embed", "block.l", "mlp.l", "attn.l"
     corrupt: dict | None = None  # name -> (n, T, d) corrupted states (block inputs/outputs, module outputs)
     layer_kwargs: list | None = None  # per block: (extra positional args, keyword args) as the model calls it
+    # The tokens before the subject are identical in every run (clean, corrupted, restored): their keys and values
+    # are computed once (prefix_cache) and the engine runs only positions prefix_len.. (see engine.run_from).
+    prefix_len: int = 0
+    prefix_cache: object | None = None  # the model's own Cache holding positions [0, prefix_len), batch 1
+    prefix_state: list | None = None  # [(cache layer, its attributes)]: the prefix-only state to rewind to
+    suffix_kwargs: list | None = None  # per block: (args, kwargs) for the positions after the prefix
 
     @property
     def n(self) -> int:
@@ -132,7 +138,50 @@ def prepare(lm, prompt: str, subject: str, target: str | None = None, samples: i
         h = body(input_ids=ids.repeat(samples, 1), use_cache=False).last_hidden_state
     setup.corrupt = {**corrupt, **corrupt_in}
     setup.low_score = float(torch.softmax(lm.adapter.unembed(h[:, -1], norm=False).float(), -1)[:, setup.answer_id].mean())
+    if b > 0:
+        _prepare_prefix(lm, setup, b)
     return setup
+
+
+def cache_layers(cache) -> list:
+    """The per-layer objects of an HF Cache (each holds that layer's keys and values)."""
+    cache = getattr(cache, "self_attention_cache", cache)  # an encoder-decoder wrapper
+    return list(getattr(cache, "layers", []))
+
+
+@torch.no_grad()
+def _prepare_prefix(lm, setup: TraceSetup, P: int) -> None:
+    """Keys/values of the P tokens before the subject (one row: they are the same in every run), and the block
+    arguments for running only positions P..T-1 on top of them. Left off (prefix_len 0) when the model's cache
+    does not expose its layers, so the engine runs every position as before."""
+    a = lm.adapter
+    body = getattr(lm.model, lm.model.base_model_prefix)
+    ids = setup.input_ids
+    T = ids.shape[1]
+    cache = body(input_ids=ids[:, :P], position_ids=torch.arange(P, device=ids.device)[None],
+                 use_cache=True).past_key_values
+    layers = cache_layers(cache)
+    if len(layers) != a.n_layers:
+        return
+    state = [(layer, dict(layer.__dict__)) for layer in layers]
+    kwargs: list = [None] * a.n_layers
+
+    def keep(l):
+        def hook(mod, args, kw):
+            kwargs[l] = (tuple(args[1:]), dict(kw))
+        return hook
+
+    handles = [a.block(l).register_forward_pre_hook(keep(l), with_kwargs=True) for l in range(a.n_layers)]
+    try:
+        body(input_ids=ids[:, P:], position_ids=torch.arange(P, T, device=ids.device)[None],
+             past_key_values=cache, use_cache=True)
+    finally:
+        for handle in handles:
+            handle.remove()
+        for layer, attrs in state:
+            layer.__dict__.clear()
+            layer.__dict__.update(attrs)
+    setup.prefix_len, setup.prefix_cache, setup.prefix_state, setup.suffix_kwargs = P, cache, state, kwargs
 
 
 def window_layers(layer: int, window: int, n_layers: int) -> range:
