@@ -26,6 +26,13 @@ def test_fast_engine_equals_reference(setup, kind):
     assert float(ref.max() - ref.min()) > 1e-4  # the comparison is not between two constant maps
 
 
+def test_last_position_reference_equals_full_reference(tiny_by_name):
+    lm = tiny_by_name("tiny-gemma3")
+    s = prepare(lm, PROMPT, SUBJECT, samples=2)
+    full = reference_trace(lm, s, "mlp", window=2)
+    assert torch.allclose(reference_trace(lm, s, "mlp", window=2, last_only=True), full, atol=1e-6, rtol=0)
+
+
 def test_prefix_cache_is_used_and_left_unchanged(setup):
     """The tokens before the subject run once: every family exposes its cache layers, and a trace leaves the cached
     prefix exactly as it was (each run appends the suffix, then rewinds)."""
