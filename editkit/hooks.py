@@ -49,6 +49,16 @@ class Hooks:
             self._handles.pop().remove()
 
     # --- reading -------------------------------------------------------------------------------------------
+    def block_args(self, blocks: dict[int, nn.Module]) -> dict[int, tuple]:
+        """Record how the model calls each block: key -> (positional args after the hidden state, kwargs), for
+        running the blocks by hand later with the same rotary embeddings, masks and cache."""
+        store: dict[int, tuple] = {}
+        for key, module in blocks.items():
+            def hook(mod, args, kwargs, key=key):
+                store[key] = (tuple(args[1:]), dict(kwargs))
+            self._handles.append(module.register_forward_pre_hook(hook, with_kwargs=True))
+        return store
+
     def capture(self, modules: dict[str, nn.Module], what: str = "output", detach: bool = True) -> dict:
         """Fill and return a dict name -> tensor with each module's output (or first positional input)."""
         cache: dict[str, torch.Tensor] = {}
@@ -112,3 +122,9 @@ def _patcher(positions: Iterable[int] | int, values: torch.Tensor, rows):
         return h
 
     return fn
+
+
+def cache_layers(cache) -> list:
+    """The per-layer objects of an HF Cache (each holds that layer's keys and values)."""
+    cache = getattr(cache, "self_attention_cache", cache)  # an encoder-decoder wrapper
+    return list(getattr(cache, "layers", []))

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 
 from ..errors import EditkitError
-from ..hooks import Hooks
+from ..hooks import Hooks, cache_layers
 from ..scoring import target_ids
 from ..text import find_subject_range
 from .context import context_templates
@@ -159,11 +159,6 @@ def layer_state(lm, requests: list[EditRequest], hp: dict, layer: int, z_layer: 
 # with its final delta) and the rows are rebuilt for the rest once half the batch has stopped.
 
 
-def _cache_layers(cache) -> list:
-    cache = getattr(cache, "self_attention_cache", cache)  # an encoder-decoder wrapper
-    return list(getattr(cache, "layers", []))
-
-
 # A block's matmul costs about as much for one token as for ~30 (reading the weights dominates on a CPU), then
 # grows with the tokens: cost(group) ~ _FIXED_TOKENS + rows * longest suffix.
 _FIXED_TOKENS = 32
@@ -272,7 +267,7 @@ class _Rows:
                 prefix[i, :s] = torch.tensor(r[:s], dtype=torch.long)
             pos = torch.arange(P).expand(B, P)
             cache = body(input_ids=prefix.to(dev), position_ids=pos.to(dev), use_cache=True).past_key_values
-        snapshot = [(layer, dict(layer.__dict__)) for layer in _cache_layers(cache)]
+        snapshot = [(layer, dict(layer.__dict__)) for layer in cache_layers(cache)]
         suffix = torch.full((B, S), pad, dtype=torch.long)  # right-padded (pads come after every real token)
         mask = torch.zeros((B, P + S), dtype=torch.long)
         pos = torch.zeros((B, S), dtype=torch.long)
@@ -281,18 +276,11 @@ class _Rows:
             mask[i, :s] = 1
             mask[i, P:P + len(r) - s] = 1
             pos[i] = s + torch.arange(S)
-        block_args: dict[int, tuple] = {}
-        handles = [a.block(l).register_forward_pre_hook(
-            lambda mod, args, kwargs, l=l: block_args.__setitem__(l, (tuple(args[1:]), dict(kwargs))),
-            with_kwargs=True) for l in range(self.layer, a.n_layers)]
-        try:
-            with Hooks() as hooks:
-                entry = hooks.capture({"h": a.block(self.layer)}, what="input")
-                body(input_ids=suffix.to(dev), attention_mask=mask.to(dev), position_ids=pos.to(dev),
-                     past_key_values=cache, use_cache=cache is not None)
-        finally:
-            for handle in handles:
-                handle.remove()
+        with Hooks() as hooks:
+            block_args = hooks.block_args({l: a.block(l) for l in range(self.layer, a.n_layers)})
+            entry = hooks.capture({"h": a.block(self.layer)}, what="input")
+            body(input_ids=suffix.to(dev), attention_mask=mask.to(dev), position_ids=pos.to(dev),
+                 past_key_values=cache, use_cache=cache is not None)
         local = {r: i for i, r in enumerate(rows)}
         scored, sel_row, sel_col = [], [], []
         for r, p in zip(self.t_row, self.t_pos):

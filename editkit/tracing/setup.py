@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import EditkitError
-from ..hooks import Hooks, first_tensor
+from ..hooks import Hooks, cache_layers, first_tensor
 from ..scoring import target_ids
 from ..text import check_prompt, find_subject_range, token_strings
 from .noise import NoiseSpec, make_noise, noise_scale
@@ -100,24 +100,14 @@ def prepare(lm, prompt: str, subject: str, target: str | None = None, samples: i
 
     a = lm.adapter
     mods = _names(lm)
-    layer_kwargs: list = [None] * a.n_layers
-
-    def keep_kwargs(l):
-        def hook(mod, args, kwargs):
-            layer_kwargs[l] = (tuple(args[1:]), dict(kwargs))
-        return hook
-
+    blocks = {l: a.block(l) for l in range(a.n_layers)}
     # Clean run: every state, the block call signatures, and the answer.
     with Hooks() as hooks:
         clean = hooks.capture(mods)
         block_in = hooks.capture({"block_in.0": a.block(0)}, what="input")
-        handles = [a.block(l).register_forward_pre_hook(keep_kwargs(l), with_kwargs=True) for l in range(a.n_layers)]
-        try:
-            body = getattr(lm.model, lm.model.base_model_prefix)
-            h = body(input_ids=ids, use_cache=False).last_hidden_state
-        finally:
-            for handle in handles:
-                handle.remove()
+        args = hooks.block_args(blocks)
+        body = getattr(lm.model, lm.model.base_model_prefix)
+        h = body(input_ids=ids, use_cache=False).last_hidden_state
     logits = lm.adapter.unembed(h[:, -1], norm=False).float()
     if target is not None:
         tid = target_ids(lm.tok, target if target.startswith(" ") or not target.strip() else " " + target)
@@ -127,7 +117,7 @@ def prepare(lm, prompt: str, subject: str, target: str | None = None, samples: i
     setup.answer = lm.tok.decode([setup.answer_id])
     setup.high_score = float(torch.softmax(logits, -1)[0, setup.answer_id])
     setup.clean = {**clean, **block_in}
-    setup.layer_kwargs = layer_kwargs
+    setup.layer_kwargs = [args[l] for l in range(a.n_layers)]
 
     # Corrupted run: n rows with noise on the subject embeddings.
     with Hooks() as hooks:
@@ -141,12 +131,6 @@ def prepare(lm, prompt: str, subject: str, target: str | None = None, samples: i
     if b > 0:
         _prepare_prefix(lm, setup, b)
     return setup
-
-
-def cache_layers(cache) -> list:
-    """The per-layer objects of an HF Cache (each holds that layer's keys and values)."""
-    cache = getattr(cache, "self_attention_cache", cache)  # an encoder-decoder wrapper
-    return list(getattr(cache, "layers", []))
 
 
 @torch.no_grad()
@@ -164,23 +148,16 @@ def _prepare_prefix(lm, setup: TraceSetup, P: int) -> None:
     if len(layers) != a.n_layers:
         return
     state = [(layer, dict(layer.__dict__)) for layer in layers]
-    kwargs: list = [None] * a.n_layers
-
-    def keep(l):
-        def hook(mod, args, kw):
-            kwargs[l] = (tuple(args[1:]), dict(kw))
-        return hook
-
-    handles = [a.block(l).register_forward_pre_hook(keep(l), with_kwargs=True) for l in range(a.n_layers)]
     try:
-        body(input_ids=ids[:, P:], position_ids=torch.arange(P, T, device=ids.device)[None],
-             past_key_values=cache, use_cache=True)
+        with Hooks() as hooks:
+            args = hooks.block_args({l: a.block(l) for l in range(a.n_layers)})
+            body(input_ids=ids[:, P:], position_ids=torch.arange(P, T, device=ids.device)[None],
+                 past_key_values=cache, use_cache=True)
     finally:
-        for handle in handles:
-            handle.remove()
         for layer, attrs in state:
             layer.__dict__.clear()
             layer.__dict__.update(attrs)
+    kwargs = [args[l] for l in range(a.n_layers)]
     setup.prefix_len, setup.prefix_cache, setup.prefix_state, setup.suffix_kwargs = P, cache, state, kwargs
 
 
