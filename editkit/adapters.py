@@ -4,18 +4,21 @@ Like TransformerLens's hook points, every algorithm in editkit asks the adapter 
 "the down-projection of layer 5" instead of spelling out a module path. Module paths are templates with `{}`
 for the layer index, as in kmeng01/rome's hparams (`layer_module_tmp`, `mlp_module_tmp`, `rewrite_module_tmp`).
 
-Vocabulary used throughout editkit (Geva et al. 2021; Meng et al. 2022):
-- block output  h_l           : the residual stream after layer l (a "hidden state" in causal tracing);
-- attention out a_l           : the attention module's output at layer l (before any Gemma post-norm);
-- MLP out       m_l           : the MLP module's output at layer l (before any Gemma post-norm);
-- FFN key       k = input of the down-projection (the memory coefficients, d_ff wide);
-- FFN value     W_out k = output of the down-projection (d_model wide).
-`down_weight(l)` always returns W_out shaped (d_model, d_ff), so that value = W_out @ k, whatever the storage
-(GPT-2's Conv1D stores the transpose).
+A Family is data: module path templates plus the conventions that differ between architectures (parallel
+blocks, GPT-2's Conv1D storage, RMSNorm's `1 + w` scale in Gemma). Everything architecture-specific that an
+algorithm needs is answered here, once:
+- `weight(part, l)` is a linear map in math layout (d_out, d_in), so that output = W @ input whatever the storage
+  (GPT-2's Conv1D stores the transpose); `weight_delta(part, l, dW)` turns a math-layout change back into the
+  parameter's own layout, keyed by the parameter name (what editing/weights.py applies);
+- `norm_scale(module)` is an RMSNorm's effective scale s and its eps, read from the module, with the family's
+  offset (Gemma multiplies by 1 + w, Llama by w);
+- `body` is the model without its LM head (the one place that knows `base_model_prefix`).
+The named places *inside* a block that algorithms read and write are sites (editkit/sites.py); running part of
+the model is the runner's job (editkit/runner.py).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import nn
@@ -40,32 +43,34 @@ class Family:
     post_mlp_norm: str | None = None
     ln_attn: str | None = None  # norm before attention
     ln_mlp: str | None = None  # norm whose output the MLP reads
-    attn_out: str | None = None  # attention's output projection W_O of block {} (PMET's MHSA update)
+    o_proj: str | None = None  # attention's output projection W_O of block {} (PMET's MHSA update)
+    # RMSNorm convention: output = (norm_offset + w) * x / rms(x). Gemma stores w - 1 (offset 1), Llama w (offset 0).
+    norm_offset: float = 0.0
 
 
 FAMILIES: dict[str, Family] = {
     "gpt2": Family(
         "gpt2", "transformer.wte", "transformer.h", "transformer.h.{}.attn", "transformer.h.{}.mlp",
         "transformer.h.{}.mlp.c_proj", "transformer.ln_f", "lm_head", parallel=False, conv1d=True,
-        ln_attn="transformer.h.{}.ln_1", ln_mlp="transformer.h.{}.ln_2", attn_out="transformer.h.{}.attn.c_proj",
+        ln_attn="transformer.h.{}.ln_1", ln_mlp="transformer.h.{}.ln_2", o_proj="transformer.h.{}.attn.c_proj",
     ),
     "gptj": Family(
         "gptj", "transformer.wte", "transformer.h", "transformer.h.{}.attn", "transformer.h.{}.mlp",
         "transformer.h.{}.mlp.fc_out", "transformer.ln_f", "lm_head", parallel=True,
-        ln_attn="transformer.h.{}.ln_1", ln_mlp="transformer.h.{}.ln_1", attn_out="transformer.h.{}.attn.out_proj",
+        ln_attn="transformer.h.{}.ln_1", ln_mlp="transformer.h.{}.ln_1", o_proj="transformer.h.{}.attn.out_proj",
     ),
     "gpt_neox": Family(
         "gpt_neox", "gpt_neox.embed_in", "gpt_neox.layers", "gpt_neox.layers.{}.attention",
         "gpt_neox.layers.{}.mlp", "gpt_neox.layers.{}.mlp.dense_4h_to_h", "gpt_neox.final_layer_norm",
         "lm_head|embed_out", parallel=True,
         ln_attn="gpt_neox.layers.{}.input_layernorm", ln_mlp="gpt_neox.layers.{}.post_attention_layernorm",
-        attn_out="gpt_neox.layers.{}.attention.dense",
+        o_proj="gpt_neox.layers.{}.attention.dense",
     ),
     "llama": Family(
         "llama", "model.embed_tokens", "model.layers", "model.layers.{}.self_attn", "model.layers.{}.mlp",
         "model.layers.{}.mlp.down_proj", "model.norm", "lm_head", parallel=False,
         ln_attn="model.layers.{}.input_layernorm", ln_mlp="model.layers.{}.post_attention_layernorm",
-        attn_out="model.layers.{}.self_attn.o_proj",
+        o_proj="model.layers.{}.self_attn.o_proj",
     ),
     "gemma": Family(
         "gemma", "model.embed_tokens", "model.layers", "model.layers.{}.self_attn", "model.layers.{}.mlp",
@@ -73,7 +78,7 @@ FAMILIES: dict[str, Family] = {
         post_attn_norm="model.layers.{}.post_attention_layernorm",
         post_mlp_norm="model.layers.{}.post_feedforward_layernorm",
         ln_attn="model.layers.{}.input_layernorm", ln_mlp="model.layers.{}.pre_feedforward_layernorm",
-        attn_out="model.layers.{}.self_attn.o_proj",
+        o_proj="model.layers.{}.self_attn.o_proj", norm_offset=1.0,
     ),
 }
 
@@ -153,17 +158,12 @@ class Adapter:
     def down_proj(self, layer: int) -> nn.Module:
         return self.module(self.family.down_proj, layer)
 
-    def attn_out(self, layer: int) -> nn.Module:
-        """The attention's output projection W_O: input = the heads' concatenated outputs, output = the
-        attention output a_l (PMET's MHSA update edits it)."""
-        if not self.family.attn_out:
+    def o_proj(self, layer: int) -> nn.Module:
+        """The attention's output projection W_O: input = the heads' concatenated outputs (site attn_z), output =
+        the attention output a_l (PMET's MHSA update edits it)."""
+        if not self.family.o_proj:
             raise EditkitError(f"{self.family.name} has no attention output projection in its adapter")
-        return self.module(self.family.attn_out, layer)
-
-    def attn_out_weight(self, layer: int) -> torch.Tensor:
-        """W_O as (d_model, d_in), like down_weight (GPT-2's Conv1D stores the transpose)."""
-        w = self.attn_out(layer).weight
-        return w.T if self.family.conv1d else w
+        return self.module(self.family.o_proj, layer)
 
     def post_mlp_norm(self, layer: int) -> nn.Module | None:
         return self.module(self.family.post_mlp_norm, layer) if self.family.post_mlp_norm else None
@@ -179,14 +179,54 @@ class Adapter:
     def unembed_module(self) -> nn.Module:
         return self.module(self.family.unembed)
 
+    @property
+    def body(self) -> nn.Module:
+        """The transformer without its LM head (its last_hidden_state is already through the final norm)."""
+        return getattr(self.model, self.model.base_model_prefix)
+
     # --- weights -------------------------------------------------------------------------------------------
-    def down_weight(self, layer: int) -> torch.Tensor:
-        """W_out as (d_model, d_ff): value = W_out @ key. A view of the live parameter (GPT-2: its transpose)."""
-        w = self.down_proj(layer).weight
+    LINEAR_PARTS = ("down_proj", "o_proj")  # the linear maps editing methods change
+
+    def _linear(self, part: str, layer: int) -> nn.Module:
+        if part not in self.LINEAR_PARTS:
+            raise EditkitError(f"'{part}' is not an editable linear map (one of {', '.join(self.LINEAR_PARTS)})")
+        return getattr(self, part)(layer)
+
+    def weight(self, part: str, layer: int) -> torch.Tensor:
+        """W of a linear part in math layout (d_out, d_in): output = W @ input (+ bias). A view of the live
+        parameter (GPT-2's Conv1D: its transpose)."""
+        w = self._linear(part, layer).weight
         return w.T if self.family.conv1d else w
 
+    def bias(self, part: str, layer: int) -> torch.Tensor | None:
+        return getattr(self._linear(part, layer), "bias", None)
+
+    def param_name(self, part: str, layer: int) -> str:
+        """The parameter name of a linear part's weight, as in model.named_parameters()."""
+        return self.name(part, layer) + ".weight"
+
+    def weight_delta(self, part: str, layer: int, dW: torch.Tensor) -> dict[str, torch.Tensor]:
+        """{parameter name: change in the parameter's own layout} for a math-layout change dW (d_out, d_in)."""
+        W = self.weight(part, layer)
+        if tuple(dW.shape) != tuple(W.shape):
+            raise EditkitError(f"a change of {part} {layer} must be {tuple(W.shape)}, not {tuple(dW.shape)}")
+        dW = dW.to(W.dtype)
+        return {self.param_name(part, layer): dW.T.contiguous() if self.family.conv1d else dW.contiguous()}
+
+    def down_weight(self, layer: int) -> torch.Tensor:
+        """W_out as (d_model, d_ff): value = W_out @ key."""
+        return self.weight("down_proj", layer)
+
     def down_bias(self, layer: int) -> torch.Tensor | None:
-        return getattr(self.down_proj(layer), "bias", None)
+        return self.bias("down_proj", layer)
+
+    def norm_scale(self, norm: nn.Module) -> tuple[torch.Tensor, float]:
+        """(s, eps) of an RMSNorm y = s * x / sqrt(mean(x^2) + eps): s = the family's offset + weight and eps read
+        from the module (a module without one is an error, never a guess)."""
+        eps = getattr(norm, "eps", getattr(norm, "variance_epsilon", None))
+        if eps is None:
+            raise EditkitError(f"{type(norm).__name__} exposes no eps; declare it in editkit/adapters.py")
+        return self.family.norm_offset + norm.weight.detach(), float(eps)
 
     # --- vocabulary projection -----------------------------------------------------------------------------
     def unembed(self, h: torch.Tensor, norm: bool = True) -> torch.Tensor:
@@ -226,7 +266,7 @@ def adapter_for(model: nn.Module) -> Adapter:
         )
     family = FAMILIES[key]
     if key == "gpt_neox" and not getattr(model.config, "use_parallel_residual", True):
-        family = Family(**{**family.__dict__, "parallel": False})
+        family = replace(family, parallel=False)
     missing = []
     for field in ("embed", "blocks", "final_norm", "unembed"):
         try:
@@ -234,7 +274,7 @@ def adapter_for(model: nn.Module) -> Adapter:
         except (EditkitError, AttributeError, IndexError, TypeError):
             missing.append(f"{field} ('{getattr(family, field)}')")
     if not missing:
-        for field in ("attn", "mlp", "down_proj", "post_attn_norm", "post_mlp_norm", "ln_attn", "ln_mlp"):
+        for field in ("attn", "mlp", "down_proj", "post_attn_norm", "post_mlp_norm", "ln_attn", "ln_mlp", "o_proj"):
             template = getattr(family, field)
             if template is None:
                 continue

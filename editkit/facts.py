@@ -38,8 +38,7 @@ def predicted_facts(lm, n: int | None = None, batch_size: int = 32, progress=Non
         batch = facts[start:start + batch_size]
         enc = encode(lm, [f["prompt"] for f in batch])
         last = enc["attention_mask"].sum(1) - 1
-        body = getattr(lm.model, lm.model.base_model_prefix)
-        h = body(**enc).last_hidden_state
+        h = lm.runner.hidden(**enc)
         top = lm.adapter.unembed(h[torch.arange(len(batch)), last], norm=False).argmax(-1).tolist()
         for fact, token_id in zip(batch, top):
             target = lm.tok(" " + fact["attribute"].strip(), add_special_tokens=False)["input_ids"]

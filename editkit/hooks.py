@@ -1,22 +1,34 @@
 """Read and overwrite module inputs/outputs during a forward pass; hooks are always removed afterwards.
 
-    with Hooks() as hooks:
-        cache = hooks.capture({"mlp.3": adapter.mlp(3)})          # read outputs
-        hooks.set_output(adapter.block(5), lambda h: h * 0)        # overwrite outputs
-        hooks.patch_output(adapter.mlp(2), positions=[4], values=v, rows=slice(1, None))
-        model(input_ids)
-    cache["mlp.3"]  # the tensor the MLP returned
+    with Hooks(lm) as hooks:
+        cache = hooks.capture(["mlp_out.3", "mlp_key.3"])             # sites (editkit/sites.py) ...
+        hooks.set(site("resid_post", 5), lambda h: h * 0)            # overwrite a site's tensor
+        hooks.patch(site("mlp_out", 2), positions=[4], values=v, rows=slice(1, None))
+        hooks.capture({"x": some_module}, what="input")               # ... or plain modules
+        lm.model(input_ids)
+    cache["mlp_out.3"]  # the tensor the MLP returned
 
 HF modules return either a tensor or a tuple whose first element is the hidden state (attention modules
 return (output, weights)); editkit always works on that first tensor and packs the rest back unchanged.
 Removal happens in __exit__, so an exception inside the block never leaves a hook behind.
+
+Hooks belong to the context (thread) that registered them: a hook only acts in forward passes run inside its own
+`with Hooks()` block, in the same thread or asyncio task. Another user's forward pass on the same model, in another
+thread, runs straight through it. That is what lets several sessions share one model (editkit/isolation.py).
 """
 from __future__ import annotations
 
+import contextvars
+import itertools
 from typing import Callable, Iterable
 
 import torch
 from torch import nn
+
+from .sites import parse
+
+_ACTIVE: contextvars.ContextVar[frozenset] = contextvars.ContextVar("editkit_hooks", default=frozenset())
+_ids = itertools.count()
 
 
 def first_tensor(output):
@@ -32,85 +44,121 @@ def _replace_first(output, tensor):
     return tensor
 
 
-class Hooks:
-    """A context that owns forward hooks and removes every one of them on exit."""
+def _first_input(args, kwargs):
+    return args[0] if args else next(iter(kwargs.values()))
 
-    def __init__(self):
+
+def _with_first_input(args, kwargs, x):
+    if args:
+        return (x,) + tuple(args[1:]), kwargs
+    key = next(iter(kwargs))
+    return args, {**kwargs, key: x}
+
+
+class Hooks:
+    """A context that owns forward hooks, acts only in its own context, and removes every hook on exit."""
+
+    def __init__(self, lm=None):
+        self.adapter = getattr(lm, "adapter", lm)
         self._handles: list = []
+        self._id = next(_ids)
+        self._token = None
 
     def __enter__(self) -> "Hooks":
+        self._token = _ACTIVE.set(_ACTIVE.get() | {self._id})
         return self
 
     def __exit__(self, *exc) -> None:
         self.remove()
+        if self._token is not None:
+            _ACTIVE.reset(self._token)
+            self._token = None
 
     def remove(self) -> None:
         while self._handles:
             self._handles.pop().remove()
 
+    def _mine(self) -> bool:
+        return self._id in _ACTIVE.get()
+
+    def _resolve(self, where, what: str) -> tuple[nn.Module, str]:
+        """(module, direction) of a Site, a site name or a module (with direction `what`)."""
+        if isinstance(where, nn.Module):
+            return where, what
+        s = parse(where)
+        if self.adapter is None:
+            raise ValueError("Hooks(lm) is needed to hook sites by name")
+        return s.module(self.adapter), s.direction
+
     # --- reading -------------------------------------------------------------------------------------------
+    def capture(self, where, what: str = "output", detach: bool = True) -> dict:
+        """Fill and return a dict name -> tensor. `where` is a list of sites (keyed by site name) or a dict
+        name -> site or module (a module's output, or its first input with what="input")."""
+        if not isinstance(where, dict):
+            where = {parse(s).name: s for s in where}
+        cache: dict = {}
+        for name, place in where.items():
+            module, direction = self._resolve(place, what)
+
+            def keep(t, name=name):
+                cache[name] = t.detach() if detach else t
+
+            if direction == "output":
+                self._add(module, lambda mod, args, output, keep=keep: keep(first_tensor(output)), "output")
+            elif direction == "input":
+                self._add(module, lambda mod, args, kwargs, keep=keep: keep(_first_input(args, kwargs)), "input")
+            else:
+                raise ValueError(f"what must be 'output' or 'input', not {direction!r}")
+        return cache
+
     def block_args(self, blocks: dict[int, nn.Module]) -> dict[int, tuple]:
-        """Record how the model calls each block: key -> (positional args after the hidden state, kwargs), for
-        running the blocks by hand later with the same rotary embeddings, masks and cache."""
+        """Record how the model calls each block: key -> (positional args after the hidden state, kwargs)."""
         store: dict[int, tuple] = {}
         for key, module in blocks.items():
             def hook(mod, args, kwargs, key=key):
                 store[key] = (tuple(args[1:]), dict(kwargs))
-            self._handles.append(module.register_forward_pre_hook(hook, with_kwargs=True))
+            self._add(module, hook, "input")
         return store
 
-    def capture(self, modules: dict[str, nn.Module], what: str = "output", detach: bool = True) -> dict:
-        """Fill and return a dict name -> tensor with each module's output (or first positional input)."""
-        cache: dict[str, torch.Tensor] = {}
-
-        for name, module in modules.items():
-            if what == "output":
-                def hook(mod, args, output, name=name):
-                    t = first_tensor(output)
-                    cache[name] = t.detach() if detach else t
-            elif what == "input":
-                def hook(mod, args, kwargs, name=name):
-                    t = args[0] if args else next(iter(kwargs.values()))
-                    cache[name] = t.detach() if detach else t
-            else:
-                raise ValueError(f"what must be 'output' or 'input', not {what!r}")
-            self._add(module, hook, what)
-        return cache
-
     # --- writing -------------------------------------------------------------------------------------------
-    def set_output(self, module: nn.Module, fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
+    def set(self, where, fn: Callable[[torch.Tensor], torch.Tensor], what: str = "output") -> None:
+        """Replace the site's (or module's) tensor h by fn(h)."""
+        module, direction = self._resolve(where, what)
+        if direction == "output":
+            self._add(module, lambda mod, args, output: _replace_first(output, fn(first_tensor(output))), "output")
+        else:
+            self._add(module, lambda mod, args, kwargs: _with_first_input(args, kwargs, fn(_first_input(args, kwargs))),
+                      "input")
+
+    def set_output(self, module, fn) -> None:
         """Replace the module's output tensor h by fn(h)."""
+        self.set(module, fn, "output")
 
-        def hook(mod, args, output):
-            return _replace_first(output, fn(first_tensor(output)))
+    def set_input(self, module, fn) -> None:
+        """Replace the module's first input x by fn(x)."""
+        self.set(module, fn, "input")
 
-        self._add(module, hook, "output")
-
-    def set_input(self, module: nn.Module, fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
-        """Replace the module's first positional input x by fn(x)."""
-
-        def hook(mod, args, kwargs):
-            if args:
-                return (fn(args[0]),) + tuple(args[1:]), kwargs
-            key = next(iter(kwargs))
-            return args, {**kwargs, key: fn(kwargs[key])}
-
-        self._add(module, hook, "input")
+    def patch(self, where, positions, values, rows=slice(None), what: str = "output") -> None:
+        """Overwrite tensor[rows, positions] with values (broadcast over rows)."""
+        self.set(where, _patcher(positions, values, rows), what)
 
     def patch_output(self, module, positions, values, rows=slice(None)) -> None:
-        """Overwrite output[rows, positions] with values (broadcast over rows)."""
-        self.set_output(module, _patcher(positions, values, rows))
+        self.patch(module, positions, values, rows, "output")
 
     def patch_input(self, module, positions, values, rows=slice(None)) -> None:
-        """Overwrite input[rows, positions] with values (broadcast over rows)."""
-        self.set_input(module, _patcher(positions, values, rows))
+        self.patch(module, positions, values, rows, "input")
 
-    def _add(self, module: nn.Module, hook, what: str) -> None:
-        if what == "output":
-            handle = module.register_forward_hook(hook)
+    def _add(self, module: nn.Module, hook, direction: str) -> None:
+        """Register `hook` gated to this context. A gated hook that fires in another thread's forward pass (or,
+        during registration, without its kwargs) does nothing."""
+        if direction == "output":
+            def gated(mod, args, *rest):
+                return hook(mod, args, rest[-1]) if rest and self._mine() else None
+            self._handles.append(module.register_forward_hook(gated))
         else:
-            handle = module.register_forward_pre_hook(hook, with_kwargs=True)
-        self._handles.append(handle)
+            def gated(mod, args, *rest):
+                return hook(mod, args, rest[0]) if rest and self._mine() else None
+            self._handles.append(module.register_forward_pre_hook(gated, with_kwargs=True))
 
 
 def _patcher(positions: Iterable[int] | int, values: torch.Tensor, rows):
@@ -122,9 +170,3 @@ def _patcher(positions: Iterable[int] | int, values: torch.Tensor, rows):
         return h
 
     return fn
-
-
-def cache_layers(cache) -> list:
-    """The per-layer objects of an HF Cache (each holds that layer's keys and values)."""
-    cache = getattr(cache, "self_attention_cache", cache)  # an encoder-decoder wrapper
-    return list(getattr(cache, "layers", []))

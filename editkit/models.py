@@ -15,6 +15,7 @@ import os
 import shutil
 import time
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Callable
 
@@ -44,6 +45,13 @@ class LM:
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
+
+    @cached_property
+    def runner(self):
+        """Partial runs of this model (editkit/runner.py)."""
+        from .runner import Runner
+
+        return Runner(self)
 
     def describe(self) -> dict:
         return {"name": self.name, **self.adapter.describe()}

@@ -72,8 +72,7 @@ def _score_batch(lm, prompts, targets):
         ids[i, : len(r)] = torch.tensor(r)
         mask[i, : len(r)] = 1
     ids, mask = ids.to(lm.device), mask.to(lm.device)
-    body = getattr(lm.model, lm.model.base_model_prefix)
-    h = body(input_ids=ids, attention_mask=mask).last_hidden_state  # final norm applied
+    h = lm.runner.hidden(input_ids=ids, attention_mask=mask)  # final norm applied
     scores = []
     for i, (n_p, n_t) in enumerate(spans):
         pos = torch.arange(n_p - 1, n_p + n_t - 1, device=ids.device)

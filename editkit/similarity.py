@@ -39,6 +39,7 @@ import torch
 
 from .errors import EditkitError
 from .hooks import Hooks
+from .sites import layers
 from .paths import cache_dir, safe_name
 from .text import encode
 
@@ -116,22 +117,15 @@ def capture_states(lm, prompts: list[str]) -> dict[str, torch.Tensor]:
     batch = encode(lm, prompts, pad_side="right")
     rows = torch.arange(len(prompts), device=batch["input_ids"].device)
     last = batch["attention_mask"].sum(1) - 1
-    with Hooks() as hooks:
-        h_in = hooks.capture({str(l): a.block(l) for l in range(L)}, what="input")
-        h_out = hooks.capture({str(l): a.block(l) for l in range(L)})
-        attn = hooks.capture({str(l): _added(a.post_attn_norm(l), a.attn(l)) for l in range(L)})
-        mlp = hooks.capture({str(l): _added(a.post_mlp_norm(l), a.mlp(l)) for l in range(L)})
-        lm.model(**batch)
+    kinds = {"h_in": "resid_pre", "attn": "attn_write", "mlp": "mlp_write", "h_out": "resid_post"}
+    with Hooks(lm) as hooks:
+        got = hooks.capture([s for kind in kinds.values() for s in layers(kind, L)])
+        lm.runner.forward(**batch)
 
-    def stack(cache):
-        return torch.stack([cache[str(l)][rows, last] for l in range(L)], 1).float()
+    def stack(kind):
+        return torch.stack([got[f"{kind}.{l}"][rows, last] for l in range(L)], 1).float()
 
-    return {"h_in": stack(h_in), "attn": stack(attn), "mlp": stack(mlp), "h_out": stack(h_out)}
-
-
-def _added(post_norm, module):
-    """The module whose output the block adds to the residual: the post-norm (Gemma) or the component itself."""
-    return module if post_norm is None else post_norm
+    return {name: stack(kind) for name, kind in kinds.items()}
 
 
 def component_states(states: dict, parallel: bool, mode: str = "residual") -> dict[str, torch.Tensor]:

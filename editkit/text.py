@@ -8,6 +8,7 @@ import torch
 
 from .errors import EditkitError
 from .hooks import Hooks
+from .sites import layers
 
 MAX_PROMPT_TOKENS = 512  # a configurable cap for interactive use (the model's own limit also applies)
 
@@ -96,8 +97,7 @@ def last_logits(lm, prompts: list[str] | str) -> torch.Tensor:
     """Logits at each prompt's last real token, (batch, vocab), computing the unembedding only there."""
     batch = encode(lm, prompts)
     last = batch["attention_mask"].sum(1) - 1
-    body = getattr(lm.model, lm.model.base_model_prefix)
-    h = body(**batch).last_hidden_state  # already through the final norm
+    h = lm.runner.hidden(**batch)  # already through the final norm
     h_last = h[torch.arange(h.shape[0], device=h.device), last]
     return lm.adapter.unembed(h_last, norm=False).float()
 
@@ -125,11 +125,11 @@ def generate(lm, prompt: str, max_new_tokens: int = 20) -> str:
 @torch.no_grad()
 def block_outputs(lm, prompt: str) -> tuple[torch.Tensor, torch.Tensor]:
     """Every block's output (layers, tokens, d_model) and the model's logits (tokens, vocab) for one prompt."""
-    a = lm.adapter
-    with Hooks() as hooks:
-        cache = hooks.capture({str(l): a.block(l) for l in range(a.n_layers)})
+    L = lm.adapter.n_layers
+    with Hooks(lm) as hooks:
+        cache = hooks.capture(layers("resid_post", L))
         logits = lm.model(**encode(lm, prompt)).logits[0]
-    return torch.stack([cache[str(l)][0] for l in range(a.n_layers)]), logits
+    return torch.stack([cache[f"resid_post.{l}"][0] for l in range(L)]), logits
 
 
 @torch.no_grad()

@@ -75,7 +75,7 @@ def test_spreading_rule_first_layer(tiny, sqrt):
     """R at the first critical layer = (target - current) / (L - 0) for MEMIT, / sqrt(L - 0) for PMET."""
     hp = load_hparams("pmet" if sqrt else "memit", tiny)
     requests = _requests(2)
-    site = "mlp" if sqrt else "block"
+    site = "mlp_out" if sqrt else "resid_post"
     z_layer = hp["layers"][-1]
     layer = hp["layers"][0]
     state = layer_state(tiny, requests, hp, layer, z_layer, site)  # the values spread reads (tested in test_targets)
@@ -88,7 +88,7 @@ def test_spreading_rule_first_layer(tiny, sqrt):
     assert _same(tiny.model, snap)
     n = len(hp["layers"])
     want = (targets - current) / (math.sqrt(n) if sqrt else n)
-    if site == "block" and tiny.adapter.post_mlp_norm(layer) is not None:
+    if site == "resid_post" and tiny.adapter.post_mlp_norm(layer) is not None:
         want = residual_to_mlp_output(tiny, layer, state["mlp"], want)
     torch.testing.assert_close(debug[0]["R"].double(), want.double(), rtol=1e-4, atol=1e-6)
 
@@ -180,16 +180,16 @@ def test_pmet_mhsa_update_ablation(tiny):
     result = apply_pmet(tiny, _requests(2), hp, debug=debug)
     assert _same(tiny.model, snap)
     a = tiny.adapter
-    names = {a.name("attn_out", l) + ".weight" for l in hp["layers"]} | \
+    names = {a.name("o_proj", l) + ".weight" for l in hp["layers"]} | \
             {a.name("down_proj", l) + ".weight" for l in hp["layers"]}
     assert set(result.delta) == names
     lam = hp["mom2_update_weight"]
     for d in debug:
         assert _normal_residual(d["K_attn"], d["R_attn"], d["C_attn"], d["delta_attn"], lam) < 1e-6
-        assert d["C_attn"].shape[0] == a.attn_out_weight(d["layer"]).shape[1]
-        stored = result.delta[a.name("attn_out", d["layer"]) + ".weight"]
+        assert d["C_attn"].shape[0] == a.weight("o_proj", d["layer"]).shape[1]
+        stored = result.delta[a.name("o_proj", d["layer"]) + ".weight"]
         torch.testing.assert_close(stored.T if a.family.conv1d else stored, d["delta_attn"].float(), rtol=0, atol=0)
-    C = second_moment(tiny, hp["layers"], hp["mom2_n_tokens"], module="attn_out")
+    C = second_moment(tiny, hp["layers"], hp["mom2_n_tokens"], module="o_proj")
     assert all(torch.allclose(C[l], C[l].T) for l in hp["layers"])
     plain = apply_pmet(tiny, _requests(2), {**hp, "update_attn": False})
     assert set(plain.delta) == {a.name("down_proj", l) + ".weight" for l in hp["layers"]}

@@ -14,7 +14,7 @@ def _requests(n=3):
     return parse_requests(DATA / "counterfact" / "counterfact_500.json")[:n]
 
 
-@pytest.mark.parametrize("sites", [("block",), ("mlp",), ("attn", "mlp")])
+@pytest.mark.parametrize("sites", [("resid_post",), ("mlp_out",), ("attn_out", "mlp_out")])
 def test_fast_logits_equal_full_model(tiny, sites):
     hp = load_hparams("memit", tiny)
     rows = _Rows(tiny, _requests(), 1, sites, hp)
@@ -38,14 +38,14 @@ def test_fast_logits_equal_full_model(tiny, sites):
 
 def test_fast_gradients_equal_full_model(tiny_by_name):
     lm = tiny_by_name("tiny-gemma3")
-    rows = _Rows(lm, _requests(2), 2, ("mlp",), load_hparams("rome", lm))
+    rows = _Rows(lm, _requests(2), 2, ("mlp_out",), load_hparams("rome", lm))
     grads = []
     for reference in (False, True):
-        d = {"mlp": torch.zeros(2, lm.adapter.d_model, requires_grad=True)}
+        d = {"mlp_out": torch.zeros(2, lm.adapter.d_model, requires_grad=True)}
         with torch.enable_grad():
             rw, kl = rows.logits(d, reference=reference)
             (torch.log_softmax(rw, -1)[:, 7].sum() + kl.logsumexp(-1).sum()).backward()
-        grads.append(d["mlp"].grad)
+        grads.append(d["mlp_out"].grad)
     torch.testing.assert_close(grads[0], grads[1], rtol=1e-4, atol=1e-5)
 
 
@@ -54,7 +54,7 @@ def test_fast_gradients_equal_full_model(tiny_by_name):
 def test_batch_equals_one_by_one(tiny_by_name, name, adaptive):
     lm = tiny_by_name(name)
     hp = load_hparams("pmet", lm, {"v_num_grad_steps": 6})
-    sites = ("attn", "mlp") if adaptive else ("block",)
+    sites = ("attn_out", "mlp_out") if adaptive else ("resid_post",)
     requests = _requests(3)
     batch = optimize_targets_batch(lm, requests, 2, sites, hp, adaptive=adaptive)
     for request, b in zip(requests, batch):
@@ -71,30 +71,30 @@ def test_requests_leave_the_batch_when_they_stop(tiny_by_name):
     lm = tiny_by_name("tiny-llama")
     requests = _requests(3)
     hp = load_hparams("memit", lm, {"v_num_grad_steps": 5})
-    first = [optimize_targets(lm, r, 2, ("block",), {**hp, "v_num_grad_steps": 1})["losses"][0]["loss"]
+    first = [optimize_targets(lm, r, 2, ("resid_post",), {**hp, "v_num_grad_steps": 1})["losses"][0]["loss"]
              for r in requests]
     order = sorted(range(3), key=lambda j: first[j])
     hp["v_stop_loss"] = (first[order[0]] + first[order[1]]) / 2
-    out = optimize_targets_batch(lm, requests, 2, ("block",), hp)
+    out = optimize_targets_batch(lm, requests, 2, ("resid_post",), hp)
     easy = order[0]
     assert len(out[easy]["losses"]) == 1
-    assert float(out[easy]["block"]["delta"].abs().max()) == 0.0
+    assert float(out[easy]["resid_post"]["delta"].abs().max()) == 0.0
     assert all(len(out[j]["losses"]) > 1 for j in order[1:])
     for j in order[1:]:
-        alone = optimize_targets(lm, requests[j], 2, ("block",), hp)
+        alone = optimize_targets(lm, requests[j], 2, ("resid_post",), hp)
         assert len(alone["losses"]) == len(out[j]["losses"])
-        torch.testing.assert_close(alone["block"]["delta"], out[j]["block"]["delta"], rtol=1e-3, atol=1e-4)
+        torch.testing.assert_close(alone["resid_post"]["delta"], out[j]["resid_post"]["delta"], rtol=1e-3, atol=1e-4)
 
 
 def test_layer_state_matches_one_by_one(tiny):
     from editkit.editing.targets import key_star, layer_state, site_output
     hp = load_hparams("memit", tiny)
     requests = _requests(3)
-    for site in ("block", "mlp"):
+    for site in ("resid_post", "mlp_out"):
         state = layer_state(tiny, requests, hp, 1, 2, site)
         K = torch.stack([key_star(tiny, 1, r, hp) for r in requests], 1)
         current = torch.stack([site_output(tiny, site, 2, r) for r in requests], 1)
-        m = torch.stack([site_output(tiny, "mlp", 1, r) for r in requests], 1)
+        m = torch.stack([site_output(tiny, "mlp_out", 1, r) for r in requests], 1)
         torch.testing.assert_close(state["K"], K, rtol=1e-4, atol=1e-4)
         torch.testing.assert_close(state["current"], current, rtol=1e-4, atol=1e-4)
         torch.testing.assert_close(state["mlp"], m, rtol=1e-4, atol=1e-4)

@@ -38,11 +38,10 @@ def test_prefix_cache_is_used_and_left_unchanged(setup):
     prefix exactly as it was (each run appends the suffix, then rewinds)."""
     lm, s = setup
     assert s.prefix_len == s.subject_range[0] > 0
-    before = [{k: v.clone() for k, v in attrs.items() if isinstance(v, torch.Tensor)} for _, attrs in s.prefix_state]
+    before = [t.clone() for t in s.prefix_kv.keys + s.prefix_kv.values]
     fast_trace(lm, s, "hidden")
-    for (layer, _), saved in zip(s.prefix_state, before):
-        for name, value in saved.items():
-            assert torch.equal(getattr(layer, name), value)
+    for value, saved in zip(s.prefix_kv.keys + s.prefix_kv.values, before):
+        assert torch.equal(value, saved)
 
 
 @pytest.mark.parametrize("kind", ["hidden", "mlp", "attn"])
@@ -89,8 +88,8 @@ def test_noise_variants(tiny_by_name):
     assert float(uniform.noise.abs().max()) <= 0.5
     replaced = prepare(lm, PROMPT, SUBJECT, samples=2, noise=parse_noise("3s", replace=True))
     b, e = replaced.subject_range
-    assert torch.allclose(replaced.corrupt["block_in.0"][:, b:e] - replaced.clean["block_in.0"][:, b:e] * 0,
-                          replaced.corrupt["block_in.0"][:, b:e])
+    assert torch.allclose(replaced.corrupt["resid_pre.0"][:, b:e] - replaced.clean["resid_pre.0"][:, b:e] * 0,
+                          replaced.corrupt["resid_pre.0"][:, b:e])
     for spec in ("abc", "-1", "0", "nan", ""):
         with pytest.raises(EditkitError):
             parse_noise(spec)

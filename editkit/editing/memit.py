@@ -107,7 +107,7 @@ def spread(lm, requests, hp: dict, targets: torch.Tensor, site: str, sqrt: bool,
     a, layers = lm.adapter, hp["layers"]
     z_layer = layers[-1]
     stats = second_moment(lm, layers, hp["mom2_n_tokens"])
-    attn_stats = second_moment(lm, layers, hp["mom2_n_tokens"], module="attn_out") if attn_targets is not None \
+    attn_stats = second_moment(lm, layers, hp["mom2_n_tokens"], module="o_proj") if attn_targets is not None \
         else None
     total, backups, per_layer = {}, [], []
     start_site = None
@@ -121,7 +121,7 @@ def spread(lm, requests, hp: dict, targets: torch.Tensor, site: str, sqrt: bool,
                 start_site = current
             remaining = len(layers) - i
             R = (targets - current) / (math.sqrt(remaining) if sqrt else remaining)
-            if site == "block":  # a residual target: map it to this layer's MLP output (Gemma's post-norm)
+            if site == "resid_post":  # a residual target: map it to this layer's MLP output (Gemma's post-norm)
                 R = residual_to_mlp_output(lm, layer, state["mlp"], R)
             dW = batch_update(K, R, stats[layer], hp["mom2_update_weight"]).to(a.down_weight(layer).dtype)
             if debug is not None:
@@ -135,10 +135,10 @@ def spread(lm, requests, hp: dict, targets: torch.Tensor, site: str, sqrt: bool,
             if attn_targets is not None:  # PMET's ablation: W_O gets its own least-squares update
                 R_attn = (attn_targets - state["current_attn"]) / (math.sqrt(remaining) if sqrt else remaining)
                 dW_O64 = batch_update(state["K_attn"], R_attn, attn_stats[layer], hp["mom2_update_weight"])
-                dW_O = dW_O64.to(a.attn_out_weight(layer).dtype)
-                o_name = a.name("attn_out", layer) + ".weight"
+                dW_O = dW_O64.to(a.weight("o_proj", layer).dtype)
+                o_name = a.name("o_proj", layer) + ".weight"
                 delta[o_name] = dW_O.T.contiguous() if a.family.conv1d else dW_O
-                per_layer[-1]["attn_relative_norm"] = float(dW_O.norm() / a.attn_out_weight(layer).detach().norm())
+                per_layer[-1]["attn_relative_norm"] = float(dW_O.norm() / a.weight("o_proj", layer).detach().norm())
                 if debug is not None:
                     debug[-1].update({"K_attn": state["K_attn"], "R_attn": R_attn, "C_attn": attn_stats[layer],
                                       "delta_attn": dW_O64})  # the float64 solve, before the cast
@@ -157,12 +157,12 @@ def spread(lm, requests, hp: dict, targets: torch.Tensor, site: str, sqrt: bool,
 def apply_memit(lm, requests, hp: dict, progress=None, debug: list | None = None) -> EditResult:
     start = time.perf_counter()
     z_layer = hp["layers"][-1]
-    opts = optimize_targets_batch(lm, list(requests), z_layer, ("block",), hp,
+    opts = optimize_targets_batch(lm, list(requests), z_layer, ("resid_post",), hp,
                                   progress=(lambda f, m: progress(0.5 * f, f"MEMIT {m}")) if progress else None)
-    zs = [opt["block"]["target"] for opt in opts]
+    zs = [opt["resid_post"]["target"] for opt in opts]
     t_targets = time.perf_counter() - start
     losses = [{"case_id": r.case_id, "losses": opt["losses"]} for r, opt in zip(requests, opts)]
-    total, per_layer, reach = spread(lm, requests, hp, torch.stack(zs, 1), "block", sqrt=False, method="MEMIT",
+    total, per_layer, reach = spread(lm, requests, hp, torch.stack(zs, 1), "resid_post", sqrt=False, method="MEMIT",
                                      progress=progress, debug=debug)
     info = {"layers": hp["layers"], "per_layer": per_layer, "requests": losses, "target_reached": reach,
             "seconds_targets": round(t_targets, 2), "seconds_spread": round(time.perf_counter() - start - t_targets, 2),

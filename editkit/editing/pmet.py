@@ -25,14 +25,14 @@ from .targets import optimize_targets_batch
 def apply_pmet(lm, requests, hp: dict, progress=None, debug: list | None = None) -> EditResult:
     start = time.perf_counter()
     z_layer = hp["layers"][-1]
-    opts = optimize_targets_batch(lm, list(requests), z_layer, ("attn", "mlp"), hp, adaptive=True,
+    opts = optimize_targets_batch(lm, list(requests), z_layer, ("attn_out", "mlp_out"), hp, adaptive=True,
                                   progress=(lambda f, m: progress(0.5 * f, f"PMET {m}")) if progress else None)
-    targets = [opt["mlp"]["target"] for opt in opts]
-    attn_targets = torch.stack([opt["attn"]["target"] for opt in opts], 1) if hp.get("update_attn") else None
+    targets = [opt["mlp_out"]["target"] for opt in opts]
+    attn_targets = torch.stack([opt["attn_out"]["target"] for opt in opts], 1) if hp.get("update_attn") else None
     t_targets = time.perf_counter() - start
-    attn_norms = [float(opt["attn"]["delta"].norm()) for opt in opts]
+    attn_norms = [float(opt["attn_out"]["delta"].norm()) for opt in opts]
     losses = [{"case_id": r.case_id, "losses": opt["losses"]} for r, opt in zip(requests, opts)]
-    total, per_layer, reach = spread(lm, requests, hp, torch.stack(targets, 1), "mlp", sqrt=True, method="PMET",
+    total, per_layer, reach = spread(lm, requests, hp, torch.stack(targets, 1), "mlp_out", sqrt=True, method="PMET",
                                      progress=progress, debug=debug, attn_targets=attn_targets)
     info = {"layers": hp["layers"], "per_layer": per_layer, "requests": losses, "attn_delta_norms": attn_norms,
             "target_reached": reach, "seconds_targets": round(t_targets, 2),

@@ -48,8 +48,8 @@ def apply_rome(lm, requests, hp: dict, progress=None, debug: list | None = None)
             if progress:
                 progress(0.3 + 0.7 * i / len(requests), f"ROME: request {i + 1}/{len(requests)}")
             k_star = key_star(lm, layer, request, hp)
-            opt = optimize_targets(lm, request, layer, ("mlp",), hp)
-            v_star = opt["mlp"]["target"]
+            opt = optimize_targets(lm, request, layer, ("mlp_out",), hp)
+            v_star = opt["mlp_out"]["target"]
             k_den = k_star if hp.get("rrome", True) else keys_at(lm, layer, [(request.rewrite, 0)], request.subject)[0]
             W, b = a.down_weight(layer).detach(), a.down_bias(layer)
             dW, info = rome_update(W, None if b is None else b.detach(), C, k_star, v_star, k_den)

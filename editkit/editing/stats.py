@@ -18,23 +18,22 @@ from ..corpus import NOTICE, token_chunks
 from ..errors import EditkitError
 from ..hooks import Hooks
 from ..paths import cache_dir, safe_name
+from ..sites import Site
 
 
-class _Stop(Exception):
-    pass
-
-
-MODULES = ("down_proj", "attn_out")  # the FFN down-projection (ROME/MEMIT/PMET) or W_O (PMET's MHSA update)
+# the key site of each editable linear map: the FFN down-projection's input (ROME/MEMIT/PMET), or W_O's (PMET's
+# MHSA update)
+MODULES = {"down_proj": "mlp_key", "o_proj": "attn_z"}
 
 
 def _width(lm, module: str) -> int:
-    a = lm.adapter
-    return a.d_ff if module == "down_proj" else a.attn_out_weight(0).shape[1]
+    return lm.adapter.weight(module, 0).shape[1]
 
 
 def _paths(lm, layer: int, n_tokens: int, module: str = "down_proj") -> tuple[Path, Path]:
     folder = cache_dir("stats", safe_name(lm.name))
-    stem = f"layer{layer}-wikitext2-{n_tokens}" if module == "down_proj" else f"{module}-layer{layer}-wikitext2-{n_tokens}"
+    stem = f"layer{layer}-wikitext2-{n_tokens}" if module == "down_proj" else \
+        f"{module}-layer{layer}-wikitext2-{n_tokens}"
     return folder / f"{stem}.safetensors", folder / f"{stem}.json"
 
 
@@ -61,9 +60,9 @@ def _load(lm, layer, n_tokens, module="down_proj"):
 @torch.no_grad()
 def second_moment(lm, layers, n_tokens: int = 20000, progress=None, seq_len: int = 128,
                   module: str = "down_proj") -> dict[int, torch.Tensor]:
-    """layer -> C (d, d) of the inputs of `module` ("down_proj": d = d_ff; "attn_out": W_O's input), float32."""
+    """layer -> C (d, d) of the inputs of `module` ("down_proj": d = d_ff; "o_proj": W_O's input), float32."""
     if module not in MODULES:
-        raise EditkitError(f"statistics are for one of {MODULES}, not {module!r}")
+        raise EditkitError(f"statistics are for one of {', '.join(MODULES)}, not {module!r}")
     layers = [layers] if isinstance(layers, int) else sorted(set(layers))
     if n_tokens < 10:
         raise EditkitError("the statistics need at least 10 tokens")
@@ -78,20 +77,14 @@ def second_moment(lm, layers, n_tokens: int = 20000, progress=None, seq_len: int
         return out
     a = lm.adapter
     d = _width(lm, module)
-    target = a.down_proj if module == "down_proj" else a.attn_out
+    sites = {l: Site(MODULES[module], l) for l in todo}
     sums = {l: torch.zeros(d, d, dtype=torch.float64) for l in todo}
     count, start = 0, time.perf_counter()
-    top = max(todo)
-    body = getattr(lm.model, lm.model.base_model_prefix)
     for chunk in token_chunks(lm.tok, n_tokens, seq_len):
         ids = torch.tensor([chunk], device=lm.device)
-        with Hooks() as hooks:
-            keys = hooks.capture({l: target(l) for l in todo}, what="input")
-            hooks.set_output(target(top), lambda h: (_ for _ in ()).throw(_Stop()))
-            try:
-                body(input_ids=ids, use_cache=False)
-            except _Stop:
-                pass
+        with Hooks(lm) as hooks:
+            keys = hooks.capture(sites)
+            lm.runner.run_until(sites[max(todo)], input_ids=ids)
         for l in todo:
             k = keys[l][0].float()  # (tokens, d_ff)
             sums[l] += (k.T @ k).double().cpu()  # per-chunk float32 product, float64 running sum

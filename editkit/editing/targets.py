@@ -17,16 +17,12 @@ from __future__ import annotations
 import torch
 
 from ..errors import EditkitError
-from ..hooks import Hooks, cache_layers
+from ..hooks import Hooks
 from ..scoring import target_ids
+from ..sites import Site, site
 from ..text import find_subject_range
 from .context import context_templates
 from .requests import EditRequest
-
-
-def site_module(lm, site: str, layer: int):
-    a = lm.adapter
-    return {"mlp": a.mlp, "block": a.block, "attn": a.attn}[site](layer)
 
 
 def _subject_last(tok, text: str, subject: str, from_char: int) -> int:
@@ -55,34 +51,17 @@ def _pad(lm, rows: list[list[int]]):
     return ids.to(lm.device), mask.to(lm.device)
 
 
-class _Stop(Exception):
-    pass
-
-
-def _run_until(lm, layer: int, **inputs) -> None:
-    """Run the model's body on `inputs` only up to (and including) block `layer`: hooks read what they need below."""
-    def stop(module, args, output):
-        raise _Stop
-
-    handle = lm.adapter.block(layer).register_forward_hook(stop)
-    try:
-        getattr(lm.model, lm.model.base_model_prefix)(**inputs)
-    except _Stop:
-        pass
-    finally:
-        handle.remove()
-
-
 @torch.no_grad()
 def keys_at(lm, layer: int, texts: list[tuple[str, int]], subject: str) -> torch.Tensor:
     """Down-projection inputs (len(texts), d_ff) at the subject's last token of each text."""
     rows = [lm.tok(t, add_special_tokens=True)["input_ids"] for t, _ in texts]
     idx = [_subject_last(lm.tok, t, subject, c) for t, c in texts]
     ids, mask = _pad(lm, rows)
-    with Hooks() as hooks:
-        cache = hooks.capture({"k": lm.adapter.down_proj(layer)}, what="input")
-        _run_until(lm, layer, input_ids=ids, attention_mask=mask, use_cache=False)
-    return cache["k"][torch.arange(len(rows)), torch.tensor(idx)].float()
+    key = Site("mlp_key", layer)
+    with Hooks(lm) as hooks:
+        cache = hooks.capture([key])
+        lm.runner.run_until(key, input_ids=ids, attention_mask=mask)
+    return cache[key.name][torch.arange(len(rows)), torch.tensor(idx)].float()
 
 
 def key_star(lm, layer: int, request: EditRequest, hp: dict) -> torch.Tensor:
@@ -91,27 +70,27 @@ def key_star(lm, layer: int, request: EditRequest, hp: dict) -> torch.Tensor:
 
 
 @torch.no_grad()
-def site_output(lm, site: str, layer: int, request: EditRequest) -> torch.Tensor:
-    """Output of the site's module at the subject's last token of the plain rewrite prompt (d_model,)."""
+def site_output(lm, kind: str, layer: int, request: EditRequest) -> torch.Tensor:
+    """The site's tensor at the subject's last token of the plain rewrite prompt (d_model,)."""
     text = request.rewrite
     idx = _subject_last(lm.tok, text, request.subject, 0)
     ids = lm.tok(text, return_tensors="pt", add_special_tokens=True)["input_ids"].to(lm.device)
-    module = site_module(lm, site, layer)
-    with Hooks() as hooks:
-        out = hooks.capture({"m": module})
-        getattr(lm.model, lm.model.base_model_prefix)(input_ids=ids, use_cache=False)
-    return out["m"][0, idx].float()
+    where = site(kind, layer)
+    with Hooks(lm) as hooks:
+        out = hooks.capture([where])
+        lm.runner.run_until(where, input_ids=ids)
+    return out[where.name][0, idx].float()
 
 
 @torch.no_grad()
-def layer_state(lm, requests: list[EditRequest], hp: dict, layer: int, z_layer: int, site: str,
+def layer_state(lm, requests: list[EditRequest], hp: dict, layer: int, z_layer: int, kind: str,
                 attn: bool = False) -> dict:
     """Everything MEMIT/PMET read at one critical layer, for all requests in one batched forward that stops after
     block max(layer, z_layer): K (d_ff, n) the template-averaged keys at `layer` (= key_star per request), "current"
-    (d_model, n) the output of `site` at z_layer and "mlp" (d_model, n) the MLP output at `layer`, both on the plain
+    (d_model, n) the site `kind` at z_layer and "mlp" (d_model, n) the MLP output at `layer`, both on the plain
     rewrite prompt (the "{}" template row) at the subject's last token. With `attn`, also "K_attn" (d_in, n), the
-    template-averaged inputs of the attention output projection at `layer`, and "current_attn" (d_model, n), the
-    attention output at z_layer (PMET's MHSA update)."""
+    template-averaged inputs of the attention output projection (site attn_z) at `layer`, and "current_attn"
+    (d_model, n), the attention output at z_layer (PMET's MHSA update)."""
     a = lm.adapter
     texts, owner = [], []
     for j, request in enumerate(requests):
@@ -122,12 +101,11 @@ def layer_state(lm, requests: list[EditRequest], hp: dict, layer: int, z_layer: 
     idx = torch.tensor([_subject_last(lm.tok, t, subj, c) for t, c, subj in texts])
     ids, mask = _pad(lm, rows)
     plain = [owner.index(j) for j in range(len(requests))]  # the "{}" row of each request
-    with Hooks() as hooks:
-        k = hooks.capture({"k": a.down_proj(layer), **({"k_attn": a.attn_out(layer)} if attn else {})},
-                          what="input")
-        out = hooks.capture({"site": site_module(lm, site, z_layer), "mlp": a.mlp(layer),
-                             **({"attn": a.attn(z_layer)} if attn else {})})
-        _run_until(lm, max(layer, z_layer), input_ids=ids, attention_mask=mask, use_cache=False)
+    with Hooks(lm) as hooks:
+        k = hooks.capture({"k": Site("mlp_key", layer), **({"k_attn": Site("attn_z", layer)} if attn else {})})
+        out = hooks.capture({"site": site(kind, z_layer), "mlp": Site("mlp_out", layer),
+                             **({"attn": Site("attn_out", z_layer)} if attn else {})})
+        lm.runner.run_until(Site("resid_post", max(layer, z_layer)), input_ids=ids, attention_mask=mask)
     rows_t = torch.arange(len(rows))
     owner_t = torch.tensor(owner)
     counts = torch.bincount(owner_t, minlength=len(requests))[:, None]
@@ -251,23 +229,19 @@ class _Rows:
         self._prepared = True
 
     def _prepare_group(self, rows: list[int]) -> dict:
-        lm, a = self.lm, self.lm.adapter
-        dev = lm.device
-        body = getattr(lm.model, lm.model.base_model_prefix)
+        lm, dev = self.lm, self.lm.device
         pad = lm.tok.pad_token_id if lm.tok.pad_token_id is not None else 0
         ids = [self.ids[i] for i in rows]
         subj = [self.subj[i] for i in rows]
         B, P, S = len(rows), max(subj), max(len(r) - s for r, s in zip(ids, subj))
-        cache = None
+        kv = None
         if P > 0:
             # Prefix, right-padded and unmasked: a real token never attends to the pads after it, and no query row
             # is ever fully masked (which would give NaN). The pads' cache entries are masked out below.
             prefix = torch.full((B, P), pad, dtype=torch.long)
             for i, (r, s) in enumerate(zip(ids, subj)):
                 prefix[i, :s] = torch.tensor(r[:s], dtype=torch.long)
-            pos = torch.arange(P).expand(B, P)
-            cache = body(input_ids=prefix.to(dev), position_ids=pos.to(dev), use_cache=True).past_key_values
-        snapshot = [(layer, dict(layer.__dict__)) for layer in cache_layers(cache)]
+            kv = lm.runner.forward(input_ids=prefix.to(dev), keep_kv=True).kv
         suffix = torch.full((B, S), pad, dtype=torch.long)  # right-padded (pads come after every real token)
         mask = torch.zeros((B, P + S), dtype=torch.long)
         pos = torch.zeros((B, S), dtype=torch.long)
@@ -276,11 +250,11 @@ class _Rows:
             mask[i, :s] = 1
             mask[i, P:P + len(r) - s] = 1
             pos[i] = s + torch.arange(S)
-        with Hooks() as hooks:
-            block_args = hooks.block_args({l: a.block(l) for l in range(self.layer, a.n_layers)})
-            entry = hooks.capture({"h": a.block(self.layer)}, what="input")
-            body(input_ids=suffix.to(dev), attention_mask=mask.to(dev), position_ids=pos.to(dev),
-                 past_key_values=cache, use_cache=cache is not None)
+        entry = Site("resid_pre", self.layer)
+        with Hooks(lm) as hooks:
+            h = hooks.capture([entry])
+            calls = lm.runner.forward(input_ids=suffix.to(dev), attention_mask=mask.to(dev), position_ids=pos.to(dev),
+                                      kv=kv, calls=True).calls
         local = {r: i for i, r in enumerate(rows)}
         scored, sel_row, sel_col = [], [], []
         for r, p in zip(self.t_row, self.t_pos):
@@ -293,14 +267,9 @@ class _Rows:
                 scored.append(("kl", r))
                 sel_row.append(local[r])
                 sel_col.append(0)
-        return {"rows": torch.tensor(rows, device=dev), "h_entry": entry["h"], "block_args": block_args,
-                "snapshot": snapshot, "scored": scored, "sel_row": torch.tensor(sel_row, device=dev),
+        return {"rows": torch.tensor(rows, device=dev), "h_entry": h[entry.name], "calls": calls, "kv": kv,
+                "scored": scored, "sel_row": torch.tensor(sel_row, device=dev),
                 "sel_col": torch.tensor(sel_col, device=dev)}
-
-    @staticmethod
-    def _rewind(group: dict) -> None:
-        for layer, state in group["snapshot"]:
-            layer.__dict__.update(state)
 
     def logits(self, deltas: dict[str, torch.Tensor], init: dict | None = None, reference: bool = False):
         """Logits at every scored target token (T, V) and at the subject's last token of each KL row (n, V), with
@@ -315,7 +284,7 @@ class _Rows:
         seen = {s: {} for s in self.sites}
         for g in self._groups:
             req = self.req_t[g["rows"]]
-            with Hooks() as hooks:
+            with Hooks(self.lm) as hooks:
                 for s in self.sites:
                     def add(h, s=s, g=g, req=req):
                         for i, r in enumerate(g["rows"].tolist()):
@@ -324,14 +293,8 @@ class _Rows:
                         h = h.clone()
                         h[:, 0] = h[:, 0] + deltas[s][req].to(h.dtype)
                         return h
-                    hooks.set_output(site_module(self.lm, s, self.layer), add)
-                self._rewind(g)
-                h = g["h_entry"]
-                for l in range(self.layer, a.n_layers):
-                    args, kwargs = g["block_args"][l]
-                    out = a.block(l)(h, *args, **kwargs)
-                    h = out[0] if isinstance(out, (tuple, list)) else out
-                self._rewind(g)  # drop the suffix entries this pass appended (and their autograd graph)
+                    hooks.set(site(s, self.layer), add)
+                h = self.lm.runner.run_blocks(g["h_entry"], self.layer, g["calls"], kv=g["kv"])
             parts.append(h[g["sel_row"], g["sel_col"]])
         if init is not None:
             for s in self.sites:
@@ -346,8 +309,7 @@ class _Rows:
         ids, mask = _pad(lm, self.ids)
         rows = torch.arange(len(self.ids), device=lm.device)
         subj = torch.tensor(self.subj, device=lm.device)
-        body = getattr(lm.model, lm.model.base_model_prefix)
-        with Hooks() as hooks:
+        with Hooks(lm) as hooks:
             for s in self.sites:
                 def add(h, s=s):
                     if init is not None and s not in init:
@@ -355,8 +317,8 @@ class _Rows:
                     h = h.clone()
                     h[rows, subj] = h[rows, subj] + deltas[s][self.req_t].to(h.dtype)
                     return h
-                hooks.set_output(site_module(lm, s, self.layer), add)
-            h = body(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
+                hooks.set(site(s, self.layer), add)
+            h = lm.runner.hidden(input_ids=ids, attention_mask=mask)
         rw = a.unembed(h[torch.tensor(self.t_row), torch.tensor(self.t_pos)], norm=False).float()
         kl = a.unembed(h[self.kl_rows, subj[self.kl_rows]], norm=False).float()
         return rw, kl

@@ -28,6 +28,7 @@ import torch
 
 from .. import corpus
 from ..hooks import Hooks
+from ..sites import layers
 from ..paths import cache_dir, safe_name
 from . import triggers
 from .inspect import value_vectors
@@ -108,19 +109,16 @@ def compute(lm, n_positions: int | None = None, memories_per_layer: int | None =
 
     # Fig. 8 and 9: forward passes over sampled positions
     samples = _sample_positions(lm, n_positions, seed)
-    body = getattr(lm.model, lm.model.base_model_prefix)
     comp_hits = np.zeros(L)
     n_pos = 0
     fixed_layer = []
     per_layer_mem: list[list[list[int]]] = [[] for _ in range(L)]  # top memories per position
     ffn_top = [[] for _ in range(L)]
     for s, (chunk, take) in enumerate(samples):
-        with Hooks() as hooks:
-            keys = hooks.capture({str(l): a.down_proj(l) for l in range(L)}, what="input")
-            outs = hooks.capture({str(l): a.down_proj(l) for l in range(L)}, what="output")
-            blocks = hooks.capture({str(l): a.block(l) for l in range(L)}, what="output")
-            body(input_ids=torch.tensor([chunk], device=lm.device))
-        res = torch.stack([blocks[str(l)][0, take] for l in range(L)])  # (L, n, d)
+        with Hooks(lm) as hooks:
+            got = hooks.capture(layers("mlp_key", L) + layers("mlp_write", L) + layers("resid_post", L))
+            lm.runner.forward(input_ids=torch.tensor([chunk], device=lm.device))
+        res = torch.stack([got[f"resid_post.{l}"][0, take] for l in range(L)])  # (L, n, d)
         lens_top = a.unembed(res, norm=True).argmax(-1).cpu()  # (L, n)
         final = lens_top[-1]
         for j in range(len(take)):
@@ -130,11 +128,9 @@ def compute(lm, n_positions: int | None = None, memories_per_layer: int | None =
                 l -= 1
             fixed_layer.append(l)  # smallest l with top_l' == final for all l' >= l
         for l in range(L):
-            m = keys[str(l)][0, take].float()  # (n, d_ff)
+            m = got[f"mlp_key.{l}"][0, take].float()  # (n, d_ff)
             per_layer_mem[l] += m.topk(min(top_memories, d_ff), -1).indices.tolist()
-            o = outs[str(l)][0, take]
-            if a.post_mlp_norm(l) is not None:
-                o = a.post_mlp_norm(l)(o)
+            o = got[f"mlp_write.{l}"][0, take]  # the FFN output as it enters the residual (Gemma: post-normed)
             ffn_top[l] += a.unembed(o, norm=norm).argmax(-1).tolist()
         n_pos += len(take)
         say(0.4 + 0.2 * (s + 1) / len(samples), f"{n_pos}/{n_positions} positions")

@@ -22,6 +22,7 @@ import torch
 
 from ..errors import EditkitError
 from ..hooks import Hooks
+from ..sites import layers
 from ..text import check_prompt, encode, token_strings
 
 
@@ -114,21 +115,14 @@ def capture_ffn(lm, prompt: str) -> dict:
     (see module docstring), all for the first (only) prompt: tensors (layers, tokens, width)."""
     a = lm.adapter
     L = a.n_layers
-    with Hooks() as hooks:
-        keys = hooks.capture({str(l): a.down_proj(l) for l in range(L)}, what="input")
-        outs = hooks.capture({str(l): a.down_proj(l) for l in range(L)}, what="output")
-        mlp_out = hooks.capture({str(l): a.mlp(l) for l in range(L)}, what="output")
-        blocks = hooks.capture({str(l): a.block(l) for l in range(L)}, what="output")
-        if a.family.parallel:
-            pre = hooks.capture({str(l): a.module(a.family.ln_attn, l) for l in range(L)}, what="input")
-        else:
-            pre = hooks.capture({str(l): a.module(a.family.ln_mlp, l) for l in range(L)}, what="input")
-        body = getattr(lm.model, lm.model.base_model_prefix)
-        body(**encode(lm, prompt))
-    stack = lambda c: torch.stack([c[str(l)][0] for l in range(L)])  # noqa: E731
-    before = stack(pre)
-    after = before + stack(mlp_out) if a.family.parallel else stack(blocks)
-    return {"m": stack(keys), "out": stack(outs), "before": before, "after": after}
+    with Hooks(lm) as hooks:
+        got = hooks.capture([s for kind in ("mlp_key", "mlp_out", "resid_mid", "resid_post")
+                             for s in layers(kind, L)])
+        lm.runner.forward(**encode(lm, prompt))
+    stack = lambda kind: torch.stack([got[f"{kind}.{l}"][0] for l in range(L)])  # noqa: E731
+    before = stack("resid_mid")  # parallel blocks: the block input
+    after = before + stack("mlp_out") if a.family.parallel else stack("resid_post")
+    return {"m": stack("mlp_key"), "out": stack("mlp_out"), "before": before, "after": after}
 
 
 def value_vectors(lm, layer: int, indices) -> torch.Tensor:

@@ -16,6 +16,7 @@ import torch
 
 from ..errors import EditkitError
 from ..hooks import Hooks
+from ..sites import Site
 from ..text import check_prompt, encode, token_strings
 from .inspect import check_layer, check_memory, label, resolve_position, top_tokens
 
@@ -77,7 +78,8 @@ def add_hooks(hooks: Hooks, lm, per_layer: dict[int, list[int]], position: int, 
             m[:, position, idx] = new
             return m
 
-        hooks.set_input(lm.adapter.down_proj(layer), fn)
+        key = Site("mlp_key", layer)
+        hooks.set(key.module(lm.adapter), fn, key.direction)
 
 
 @torch.no_grad()
@@ -86,7 +88,7 @@ def intervened_logits(lm, prompt: str, memories, mode: str = "off", position: in
     check_prompt(lm, prompt)
     per_layer = _plan(lm, memories, mode)
     pos = resolve_position(len(token_strings(lm, prompt)), position)
-    with Hooks() as hooks:
+    with Hooks(lm) as hooks:
         add_hooks(hooks, lm, per_layer, pos, mode)
         return lm.model(**encode(lm, prompt)).logits[0]
 
@@ -94,10 +96,9 @@ def intervened_logits(lm, prompt: str, memories, mode: str = "off", position: in
 @torch.no_grad()
 def _run(lm, prompt, per_layer, pos, mode, k, max_new_tokens, record=None):
     batch = encode(lm, prompt)
-    with Hooks() as hooks:
+    with Hooks(lm) as hooks:
         add_hooks(hooks, lm, per_layer, pos, mode, record)
-        body = getattr(lm.model, lm.model.base_model_prefix)
-        h = body(**batch).last_hidden_state[0, -1]
+        h = lm.runner.hidden(**batch)[0, -1]
         logits = lm.adapter.unembed(h, norm=False)
         text = ""
         if max_new_tokens > 0:

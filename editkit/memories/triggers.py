@@ -24,6 +24,7 @@ import torch
 from .. import corpus
 from ..errors import EditkitError
 from ..hooks import Hooks
+from ..sites import Site
 from ..paths import cache_dir, safe_name
 from .inspect import check_layer, check_memory, label
 
@@ -95,7 +96,6 @@ def build_index(lm, n_tokens: int, seq_len: int = DEFAULT_SEQ_LEN, top: int = DE
     total = int(starts[-1])
     best_v = torch.full((L, 0, d_ff), float("-inf"))
     best_g = torch.zeros((L, 0, d_ff), dtype=torch.long)
-    body = getattr(lm.model, lm.model.base_model_prefix)
     pad = lm.tok.pad_token_id if lm.tok.pad_token_id is not None else 0
     t0 = time.time()
     for b in range(0, len(chunks), batch_size):
@@ -109,9 +109,9 @@ def build_index(lm, n_tokens: int, seq_len: int = DEFAULT_SEQ_LEN, top: int = DE
             mask[r, :len(c)] = 1
             g[r, :len(c)] = torch.arange(starts[b + r], starts[b + r] + len(c))
         valid = mask.bool() & (ids != bos if bos is not None else True)  # BOS is an empty prefix, not a trigger
-        with Hooks() as hooks:
-            keys = hooks.capture({str(l): a.down_proj(l) for l in range(L)}, what="input")
-            body(input_ids=ids.to(lm.device), attention_mask=mask.to(lm.device))
+        with Hooks(lm) as hooks:
+            keys = hooks.capture({str(l): Site("mlp_key", l) for l in range(L)})
+            lm.runner.forward(input_ids=ids.to(lm.device), attention_mask=mask.to(lm.device))
         flat_valid = valid.reshape(-1)
         g_flat = g.reshape(-1)[flat_valid]  # (n,)
         m = torch.stack([keys[str(l)].reshape(-1, d_ff)[flat_valid.to(keys[str(l)].device)].float().cpu()

@@ -19,64 +19,35 @@ from __future__ import annotations
 import torch
 
 from ..hooks import Hooks
-from .setup import TraceSetup, answer_prob, check_kind, module_for, window_layers
+from ..sites import site
+from .setup import TraceSetup, answer_prob, check_kind, window_layers
 
 MAX_ROWS = 256  # rows per forward (memory/speed trade-off on CPU)
-
-
-def _block_input(setup: TraceSetup, layer: int, source: str = "corrupt") -> torch.Tensor:
-    states = setup.corrupt if source == "corrupt" else setup.clean
-    return states["block_in.0"] if layer == 0 else states[f"block.{layer - 1}"]
 
 
 @torch.no_grad()
 def run_from(lm, setup: TraceSetup, start: int, h: torch.Tensor, patches: list | None = None) -> torch.Tensor:
     """Run blocks start..L-1 on residuals h (B, T, d) and return p(answer) at the last position, (B,).
 
-    `patches`: [(module, rows, token_positions, values)] overwriting module outputs at (rows[i], positions[i])
+    `patches`: [(site, rows, token_positions, values)] overwriting the site's tensor at (rows[i], positions[i])
     with values[i] during the run. Positions before setup.prefix_len must hold their (shared) prefix values in h;
     only the positions after them are computed, on top of the cached prefix keys and values.
     """
-    a = lm.adapter
     P = setup.prefix_len
     if P and any(bool((positions < P).any()) for _, _, positions, _ in patches or []):
         P = 0  # a patch inside the prefix: run every position
-    kwargs_of = setup.suffix_kwargs if P else setup.layer_kwargs
-    h = h[:, P:]
-    with Hooks() as hooks:
-        for module, rows, positions, values in patches or []:
+    with Hooks(lm) as hooks:
+        for where, rows, positions, values in patches or []:
             def fn(out, rows=rows, positions=positions - P, values=values):
                 out = out.clone()
                 out[rows, positions] = values.to(out.dtype)
                 return out
-            hooks.set_output(module, fn)
+            hooks.set(where, fn)
         if P:
-            _expand_prefix(setup, h.shape[0])
-        try:
-            for l in range(start, a.n_layers):
-                args, kwargs = kwargs_of[l]
-                out = a.block(l)(h, *args, **kwargs)
-                h = out[0] if isinstance(out, (tuple, list)) else out
-        finally:
-            if P:
-                _rewind_prefix(setup)
+            h = lm.runner.run_blocks(h[:, P:], start, setup.suffix_calls, kv=setup.prefix_kv.rows(h.shape[0]))
+        else:
+            h = lm.runner.run_blocks(h, start, setup.calls)
     return answer_prob(lm, h[:, -1], setup.answer_id)
-
-
-def _expand_prefix(setup: TraceSetup, batch: int) -> None:
-    """Point the cache's layers at the one-row prefix keys/values broadcast to `batch` rows (no copy)."""
-    for layer, attrs in setup.prefix_state:
-        for name in ("keys", "values"):
-            x = attrs.get(name)
-            if isinstance(x, torch.Tensor) and x.dim() > 0:
-                setattr(layer, name, x.expand(batch, *x.shape[1:]))
-
-
-def _rewind_prefix(setup: TraceSetup) -> None:
-    """Drop what a run appended to the cache: back to the prefix-only state."""
-    for layer, attrs in setup.prefix_state:
-        layer.__dict__.clear()
-        layer.__dict__.update(attrs)
 
 
 def _batched(lm, setup, start, jobs, build):
@@ -105,9 +76,9 @@ def fast_trace(lm, setup: TraceSetup, kind: str, window: int = 10, progress=None
         if kind == "hidden":
             # Restore block l's output at token t, then run blocks l+1.. from there.
             def build(chunk, l=l):
-                h = setup.corrupt[f"block.{l}"].repeat(len(chunk), 1, 1)
+                h = setup.state("hidden", l).repeat(len(chunk), 1, 1)
                 for i, t in enumerate(chunk):
-                    h[rows_of(i), t] = setup.clean[f"block.{l}"][0, t]
+                    h[rows_of(i), t] = setup.state("hidden", l, "clean")[0, t]
                 return h, []
             if l == n_layers - 1:
                 # No block reads the last layer's output at an earlier token: only the last token can change.
@@ -123,13 +94,13 @@ def fast_trace(lm, setup: TraceSetup, kind: str, window: int = 10, progress=None
             first = layers[0]
 
             def build(chunk, layers=layers, first=first):
-                h = _block_input(setup, first).repeat(len(chunk), 1, 1)
+                h = setup.block_input(first).repeat(len(chunk), 1, 1)
                 rows = torch.cat([rows_of(i) for i in range(len(chunk))])
                 positions = torch.tensor(chunk).repeat_interleave(n)
                 patches = []
                 for j in layers:
-                    clean = setup.clean[f"{kind}.{j}"][0]  # (T, d)
-                    patches.append((module_for(lm, kind, j), rows, positions, clean[positions]))
+                    clean = setup.state(kind, j, "clean")[0]  # (T, d)
+                    patches.append((site(kind, j), rows, positions, clean[positions]))
                 return h, patches
             vals = _batched(lm, setup, first, tokens, build)
         scores[b:, l] = torch.tensor(vals)

@@ -13,7 +13,8 @@ from __future__ import annotations
 import torch
 
 from ..hooks import Hooks
-from .setup import TraceSetup, check_kind, corrupt_embeddings, module_for, window_layers
+from ..sites import site
+from .setup import TraceSetup, check_kind, corrupt_embeddings, window_layers
 
 
 @torch.no_grad()
@@ -23,29 +24,27 @@ def trace_with_patch(lm, setup: TraceSetup, states: list[tuple[int, str, int]],
     corrupted values (ROME's trace_with_repatch, for severing)."""
     n = setup.n
     ids = setup.input_ids.repeat(n + 1, 1)
-    with Hooks() as hooks:
-        hooks.set_output(lm.adapter.embed, corrupt_embeddings(setup, rows=slice(1, None)))
-        by_module: dict = {}
+    with Hooks(lm) as hooks:
+        hooks.set("embed", corrupt_embeddings(setup, rows=slice(1, None)))
+        by_site: dict = {}
         for token, kind, layer in states:
-            by_module.setdefault(module_for(lm, kind, layer), []).append(token)
-        for module, tokens in by_module.items():
+            by_site.setdefault(site(kind, layer), []).append(token)
+        for where, tokens in by_site.items():
             def restore(h, tokens=tokens):
                 h = h.clone()
                 h[1:, tokens] = h[0, tokens]
                 return h
-            hooks.set_output(module, restore)
+            hooks.set(where, restore)
         for token, kind, layer in frozen:
-            values = setup.corrupt[f"{'block' if kind == 'hidden' else kind}.{layer}"][:, token]
+            values = setup.state(kind, layer)[:, token]
 
             def freeze(h, token=token, values=values):
                 h = h.clone()
                 h[1:, token] = values.to(h.dtype)
                 return h
-            hooks.set_output(module_for(lm, kind, layer), freeze)
+            hooks.set(site(kind, layer), freeze)
         if last_only:
-            body = getattr(lm.model, lm.model.base_model_prefix)
-            h = body(input_ids=ids, use_cache=False).last_hidden_state[:, -1]
-            logits = lm.adapter.unembed(h, norm=False).float()
+            logits = lm.runner.logits(lm.runner.hidden(input_ids=ids)[:, -1], norm=False)
         else:
             logits = lm.model(input_ids=ids, use_cache=False).logits[:, -1].float()
     probs = torch.softmax(logits, -1)[1:, setup.answer_id]

@@ -11,8 +11,10 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import EditkitError
-from ..hooks import Hooks, cache_layers, first_tensor
+from ..hooks import Hooks
+from ..runner import KV
 from ..scoring import target_ids
+from ..sites import site
 from ..text import check_prompt, find_subject_range, token_strings
 from .noise import NoiseSpec, make_noise, noise_scale
 
@@ -35,23 +37,32 @@ class TraceSetup:
     seed: int = 1
     high_score: float = 0.0
     low_score: float = 0.0
-    clean: dict | None = None  # name -> (1, T, d) clean states: "embed", "block.l", "mlp.l", "attn.l"
-    corrupt: dict | None = None  # name -> (n, T, d) corrupted states (block inputs/outputs, module outputs)
-    layer_kwargs: list | None = None  # per block: (extra positional args, keyword args) as the model calls it
+    clean: dict | None = None  # site name -> (1, T, d) clean states ("resid_pre.0", "resid_post.l", "mlp_out.l", ...)
+    corrupt: dict | None = None  # site name -> (n, T, d) corrupted states
+    calls: list | None = None  # per block: how the model calls it on the whole prompt (runner.forward(calls=True))
     # The tokens before the subject are identical in every run (clean, corrupted, restored): their keys and values
-    # are computed once (prefix_cache) and the engine runs only positions prefix_len.. (see engine.run_from).
+    # are computed once (prefix_kv, one row) and the engine runs only positions prefix_len.. (see engine.run_from).
     prefix_len: int = 0
-    prefix_cache: object | None = None  # the model's own Cache holding positions [0, prefix_len), batch 1
-    prefix_state: list | None = None  # [(cache layer, its attributes)]: the prefix-only state to rewind to
-    suffix_kwargs: list | None = None  # per block: (args, kwargs) for the positions after the prefix
+    prefix_kv: KV | None = None
+    suffix_calls: list | None = None  # per block: the calls for the positions after the prefix
 
     @property
     def n(self) -> int:
         return self.noise.shape[0]
 
+    def state(self, kind: str, layer: int, run: str = "corrupt") -> torch.Tensor:
+        """The (rows, T, d) state of a tracing kind ("hidden", "mlp", "attn") at `layer` in the clean or
+        corrupted run."""
+        return (self.clean if run == "clean" else self.corrupt)[site(kind, layer).name]
+
+    def block_input(self, layer: int, run: str = "corrupt") -> torch.Tensor:
+        """The residual entering block `layer` (the embedding output plus any position embedding for layer 0)."""
+        states = self.clean if run == "clean" else self.corrupt
+        return states["resid_pre.0"] if layer == 0 else states[f"resid_post.{layer - 1}"]
+
 
 def corrupt_embeddings(setup: TraceSetup, rows: slice = slice(None)):
-    """A function for Hooks.set_output on the embedding: noise on the subject tokens of the given rows."""
+    """A function for Hooks.set on the embedding: noise on the subject tokens of the given rows."""
     b, e = setup.subject_range
 
     def fn(x: torch.Tensor) -> torch.Tensor:
@@ -68,18 +79,14 @@ def corrupt_embeddings(setup: TraceSetup, rows: slice = slice(None)):
 
 def answer_prob(lm, h_last: torch.Tensor, answer_id: int) -> torch.Tensor:
     """p(answer) from residual vectors at the last position (rows, d): final norm + unembedding + softmax."""
-    logits = lm.adapter.unembed(h_last).float()
-    return torch.softmax(logits, -1)[:, answer_id]
+    return lm.runner.answer_prob(h_last, answer_id)
 
 
-def _names(lm) -> dict:
-    a = lm.adapter
-    mods = {"embed": a.embed}
-    for l in range(a.n_layers):
-        mods[f"block.{l}"] = a.block(l)
-        mods[f"mlp.{l}"] = a.mlp(l)
-        mods[f"attn.{l}"] = a.attn(l)
-    return mods
+def _sites(lm) -> list[str]:
+    out = ["embed", "resid_pre.0"]
+    for l in range(lm.adapter.n_layers):
+        out += [f"resid_post.{l}", f"mlp_out.{l}", f"attn_out.{l}"]
+    return out
 
 
 @torch.no_grad()
@@ -97,18 +104,12 @@ def prepare(lm, prompt: str, subject: str, target: str | None = None, samples: i
     scale = noise_scale(lm, noise)
     unit = make_noise(seed, samples, e - b, lm.adapter.d_model, noise)
     setup = TraceSetup(prompt, token_strings(lm, prompt), ids, (b, e), "", -1, unit * scale, noise, scale, seed)
-
-    a = lm.adapter
-    mods = _names(lm)
-    blocks = {l: a.block(l) for l in range(a.n_layers)}
-    # Clean run: every state, the block call signatures, and the answer.
-    with Hooks() as hooks:
-        clean = hooks.capture(mods)
-        block_in = hooks.capture({"block_in.0": a.block(0)}, what="input")
-        args = hooks.block_args(blocks)
-        body = getattr(lm.model, lm.model.base_model_prefix)
-        h = body(input_ids=ids, use_cache=False).last_hidden_state
-    logits = lm.adapter.unembed(h[:, -1], norm=False).float()
+    run = lm.runner
+    # Clean run: every state, the block calls, and the answer.
+    with Hooks(lm) as hooks:
+        clean = hooks.capture(_sites(lm))
+        out = run.forward(input_ids=ids, calls=True)
+    logits = run.logits(out.hidden[:, -1], norm=False)
     if target is not None:
         tid = target_ids(lm.tok, target if target.startswith(" ") or not target.strip() else " " + target)
         setup.answer_id = tid[0]
@@ -116,18 +117,14 @@ def prepare(lm, prompt: str, subject: str, target: str | None = None, samples: i
         setup.answer_id = int(logits[0].argmax())
     setup.answer = lm.tok.decode([setup.answer_id])
     setup.high_score = float(torch.softmax(logits, -1)[0, setup.answer_id])
-    setup.clean = {**clean, **block_in}
-    setup.layer_kwargs = [args[l] for l in range(a.n_layers)]
+    setup.clean, setup.calls = clean, out.calls
 
     # Corrupted run: n rows with noise on the subject embeddings.
-    with Hooks() as hooks:
-        hooks.set_output(a.embed, corrupt_embeddings(setup))
-        corrupt = hooks.capture(mods)
-        corrupt_in = hooks.capture({"block_in.0": a.block(0)}, what="input")
-        body = getattr(lm.model, lm.model.base_model_prefix)
-        h = body(input_ids=ids.repeat(samples, 1), use_cache=False).last_hidden_state
-    setup.corrupt = {**corrupt, **corrupt_in}
-    setup.low_score = float(torch.softmax(lm.adapter.unembed(h[:, -1], norm=False).float(), -1)[:, setup.answer_id].mean())
+    with Hooks(lm) as hooks:
+        hooks.set("embed", corrupt_embeddings(setup))
+        setup.corrupt = hooks.capture(_sites(lm))
+        h = run.hidden(input_ids=ids.repeat(samples, 1))
+    setup.low_score = float(run.answer_prob(h[:, -1], setup.answer_id, norm=False).mean())
     if b > 0:
         _prepare_prefix(lm, setup, b)
     return setup
@@ -135,30 +132,16 @@ def prepare(lm, prompt: str, subject: str, target: str | None = None, samples: i
 
 @torch.no_grad()
 def _prepare_prefix(lm, setup: TraceSetup, P: int) -> None:
-    """Keys/values of the P tokens before the subject (one row: they are the same in every run), and the block
-    arguments for running only positions P..T-1 on top of them. Left off (prefix_len 0) when the model's cache
-    does not expose its layers, so the engine runs every position as before."""
-    a = lm.adapter
-    body = getattr(lm.model, lm.model.base_model_prefix)
+    """Keys/values of the P tokens before the subject (one row: they are the same in every run), and the block calls
+    for running only positions P..T-1 on top of them. Left off (prefix_len 0) when the model's cache does not
+    expose every layer's keys, so the engine runs every position as before."""
+    run = lm.runner
     ids = setup.input_ids
-    T = ids.shape[1]
-    cache = body(input_ids=ids[:, :P], position_ids=torch.arange(P, device=ids.device)[None],
-                 use_cache=True).past_key_values
-    layers = cache_layers(cache)
-    if len(layers) != a.n_layers:
+    kv = run.forward(input_ids=ids[:, :P], keep_kv=True).kv
+    if kv is None:
         return
-    state = [(layer, dict(layer.__dict__)) for layer in layers]
-    try:
-        with Hooks() as hooks:
-            args = hooks.block_args({l: a.block(l) for l in range(a.n_layers)})
-            body(input_ids=ids[:, P:], position_ids=torch.arange(P, T, device=ids.device)[None],
-                 past_key_values=cache, use_cache=True)
-    finally:
-        for layer, attrs in state:
-            layer.__dict__.clear()
-            layer.__dict__.update(attrs)
-    kwargs = [args[l] for l in range(a.n_layers)]
-    setup.prefix_len, setup.prefix_cache, setup.prefix_state, setup.suffix_kwargs = P, cache, state, kwargs
+    setup.suffix_calls = run.block_calls(batch=1, length=ids.shape[1] - P, kv=kv)
+    setup.prefix_len, setup.prefix_kv = P, kv
 
 
 def window_layers(layer: int, window: int, n_layers: int) -> range:
@@ -166,14 +149,9 @@ def window_layers(layer: int, window: int, n_layers: int) -> range:
     return range(max(0, layer - window // 2), min(n_layers, layer - (-window // 2)))
 
 
-def module_for(lm, kind: str, layer: int):
-    a = lm.adapter
-    return {"hidden": a.block, "mlp": a.mlp, "attn": a.attn}[kind](layer)
-
-
 def check_kind(kind: str) -> None:
     if kind not in KINDS:
         raise EditkitError(f"kind must be one of {', '.join(KINDS)} (or 'all'), not {kind!r}")
 
 
-__all__ = ["TraceSetup", "prepare", "answer_prob", "window_layers", "module_for", "first_tensor", "KINDS"]
+__all__ = ["TraceSetup", "prepare", "answer_prob", "window_layers", "KINDS"]

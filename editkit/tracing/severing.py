@@ -9,7 +9,8 @@ from __future__ import annotations
 import torch
 
 from .engine import run_from
-from .setup import TraceSetup, module_for
+from ..sites import site
+from .setup import TraceSetup
 
 
 @torch.no_grad()
@@ -24,13 +25,13 @@ def sever(lm, setup: TraceSetup, token: int | None = None) -> dict:
     for frozen in ("none", "mlp", "attn"):
         scores = []
         for l in range(n_layers):
-            h = setup.corrupt[f"block.{l}"].clone()
-            h[:, token] = setup.clean[f"block.{l}"][0, token]
+            h = setup.state("hidden", l).clone()
+            h[:, token] = setup.state("hidden", l, "clean")[0, token]
             patches = []
             if frozen != "none":
                 for j in range(l + 1, n_layers):
-                    values = setup.corrupt[f"{frozen}.{j}"][:, token]
-                    patches.append((module_for(lm, frozen, j), rows, positions, values))
+                    values = setup.state(frozen, j)[:, token]
+                    patches.append((site(frozen, j), rows, positions, values))
             scores.append(float(run_from(lm, setup, l + 1, h, patches).mean()))
         out[frozen] = scores
     out["low_score"], out["high_score"] = setup.low_score, setup.high_score

@@ -1,0 +1,205 @@
+"""The runner: every way editkit runs part of a model, in one place.
+
+    run = lm.runner
+    out = run.forward(input_ids=ids, keep_kv=True, calls=True)   # hidden (final-normed), kv, block calls
+    run.forward(input_ids=ids, stop_after="mlp_key.5")           # stop once that site is computed
+    h = run.run_blocks(h, start=6, calls=out.calls, kv=prefix)   # blocks 6.. on given residuals
+    p = run.answer_prob(h[:, -1], answer_id)                      # final norm + unembedding + softmax, batched
+
+- `forward` runs the model body (the only code that knows `base_model_prefix` is adapter.body). It can stop right
+  after a site (one stop mechanism: an exception raised by a hook of the caller's context), continue from a
+  key/value prefix (`kv`), return the keys and values it computed (`keep_kv`), and record how it called each
+  decoder block (`calls`: rotary embeddings, masks, positions) for running blocks by hand later.
+- `KV` is an immutable snapshot of a run's keys and values. Every run that continues from it gets a fresh HF cache
+  holding a copy (`KV.cache()`), so nothing ever has to be rewound: the snapshot is the rewind point.
+- `run_blocks` calls the model's own decoder blocks from a layer on, with the recorded calls and a KV prefix; patches
+  and reads go through Hooks (editkit/hooks.py) as for a full forward.
+- `answer_prob` / `logits` project residuals to the vocabulary in large chunks: on a 262k-token vocabulary the
+  unembedding matrix is read once per chunk, so few large chunks run near the CPU's matmul peak.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .errors import EditkitError
+from .hooks import Hooks, first_tensor
+from .sites import parse
+
+UNEMBED_ROWS = 512  # rows per unembedding chunk: (512 x d) @ (d x V) reads the matrix once per 512 rows
+
+
+class Stop(Exception):
+    """Raised by a hook to end a forward pass once what the caller needs is computed."""
+
+
+@dataclass(frozen=True)
+class KV:
+    """Keys and values of positions [0, length) of a run, per layer (rows, kv_heads, length, head_dim)."""
+
+    keys: tuple
+    values: tuple
+
+    @property
+    def length(self) -> int:
+        return int(self.keys[0].shape[-2]) if self.keys else 0
+
+    @property
+    def batch(self) -> int:
+        return int(self.keys[0].shape[0]) if self.keys else 0
+
+    def rows(self, index) -> "KV":
+        """The rows `index` (a tensor/list, repeats allowed) of every layer; an int broadcasts one row (no copy)."""
+        if isinstance(index, int):
+            if self.batch != 1:
+                raise EditkitError("only a one-row KV can be broadcast")
+            return KV(tuple(k.expand(index, *k.shape[1:]) for k in self.keys),
+                      tuple(v.expand(index, *v.shape[1:]) for v in self.values))
+        index = torch.as_tensor(index, device=self.keys[0].device)
+        return KV(tuple(k.index_select(0, index) for k in self.keys),
+                  tuple(v.index_select(0, index) for v in self.values))
+
+    def cache(self, config):
+        """A fresh HF cache holding these keys and values (runs append to it; this snapshot never changes)."""
+        from transformers import DynamicCache
+
+        cache = DynamicCache(config=config)
+        for layer, k, v in zip(_layers(cache, len(self.keys)), self.keys, self.values):
+            layer.update(k, v)
+        return cache
+
+    @classmethod
+    def from_cache(cls, cache, n_layers: int) -> "KV | None":
+        """The snapshot of an HF cache, or None when it does not hold every position of every layer (a sliding
+        window that dropped tokens, a cache that does not expose its layers)."""
+        layers = _layers(cache, n_layers)
+        if len(layers) != n_layers or not all(getattr(l, "keys", None) is not None for l in layers):
+            return None
+        seen = {int(l.keys.shape[-2]) for l in layers}
+        total = {int(getattr(l, "cumulative_length", l.keys.shape[-2])) for l in layers}
+        if len(seen) != 1 or seen != total:
+            return None
+        return cls(tuple(l.keys for l in layers), tuple(l.values for l in layers))
+
+
+def _layers(cache, n_layers: int) -> list:
+    cache = getattr(cache, "self_attention_cache", cache)  # an encoder-decoder wrapper
+    layers = list(getattr(cache, "layers", []))
+    return layers[:n_layers]
+
+
+@dataclass
+class Output:
+    hidden: torch.Tensor | None  # last_hidden_state (after the final norm), None when stopped early
+    kv: KV | None = None  # keys/values of every position run (with the prefix), when keep_kv
+    calls: list | None = None  # per layer (args after the hidden state, kwargs) as the model called the block
+
+
+def _swap_cache(args: tuple, kwargs: dict, cache) -> tuple[tuple, dict]:
+    """The recorded block call with its cache object replaced by `cache`."""
+    from transformers import Cache
+
+    found = False
+    new_kwargs = {}
+    for key, value in kwargs.items():
+        if isinstance(value, Cache):
+            value, found = cache, True
+        new_kwargs[key] = value
+    new_args = tuple(cache if isinstance(a, Cache) else a for a in args)
+    found = found or any(isinstance(a, Cache) for a in args)
+    if cache is not None and not found:
+        raise EditkitError("these block calls were recorded without a key/value cache; record them with one")
+    return new_args, new_kwargs
+
+
+class Runner:
+    """Partial runs of one model (see module docstring)."""
+
+    def __init__(self, lm):
+        self.lm = lm
+        self.adapter = lm.adapter
+        self.config = lm.model.config
+
+    # --- whole-body runs ---------------------------------------------------------------------------------------
+    def forward(self, input_ids=None, *, attention_mask=None, position_ids=None, inputs_embeds=None,
+                kv: KV | None = None, stop_after=None, keep_kv: bool = False, calls: bool = False) -> Output:
+        """Run the body (see module docstring). With `kv`, the inputs are the positions after it: position ids
+        default to kv.length + 0, 1, ...; an attention mask, if given, covers kv and inputs."""
+        a = self.adapter
+        cache = kv.cache(self.config) if kv is not None else None
+        if kv is not None and position_ids is None:
+            width = (input_ids if input_ids is not None else inputs_embeds).shape[1]
+            position_ids = torch.arange(kv.length, kv.length + width, device=self.lm.device)[None]
+        use_cache = keep_kv or cache is not None
+        stopped = False
+        with Hooks(self.lm) as hooks:
+            recorded = hooks.block_args({l: a.block(l) for l in range(a.n_layers)}) if calls else None
+            if stop_after is not None:
+                hooks.set(parse(stop_after), _raise_stop, "output")
+            try:
+                out = a.body(input_ids=input_ids, inputs_embeds=inputs_embeds, attention_mask=attention_mask,
+                             position_ids=position_ids, past_key_values=cache, use_cache=use_cache)
+            except Stop:
+                stopped, out = True, None
+        result = Output(None if stopped else out.last_hidden_state)
+        if calls:
+            result.calls = [recorded.get(l) for l in range(a.n_layers)]
+        if keep_kv and not stopped:
+            result.kv = KV.from_cache(out.past_key_values, a.n_layers)
+        return result
+
+    def run_until(self, site, **inputs) -> None:
+        """Run the body only until `site` is computed; the caller's Hooks read what they need on the way."""
+        self.forward(stop_after=site, **inputs)
+
+    def hidden(self, **inputs) -> torch.Tensor:
+        """The final-normed last hidden state of a full run."""
+        return self.forward(**inputs).hidden
+
+    # --- block-level runs --------------------------------------------------------------------------------------
+    def run_blocks(self, h: torch.Tensor, start: int, calls: list, kv: KV | None = None,
+                   stop: int | None = None) -> torch.Tensor:
+        """Blocks start..stop-1 (default: to the last) on residuals h (B, T, d), called as recorded in `calls`,
+        attending to a fresh copy of `kv` (the positions before h). Returns the residual after the last block run
+        (not normed)."""
+        a = self.adapter
+        stop = a.n_layers if stop is None else stop
+        cache = kv.cache(self.config) if kv is not None else None
+        for l in range(start, stop):
+            if calls[l] is None:
+                raise EditkitError(f"no recorded call for block {l}")
+            args, kwargs = _swap_cache(*calls[l], cache)
+            h = first_tensor(a.block(l)(h, *args, **kwargs))
+        return h
+
+    def block_calls(self, batch: int, length: int, kv: KV | None = None, attention_mask=None,
+                    position_ids=None) -> list:
+        """How the model calls each block for `batch` rows of `length` new positions after `kv`: recorded from a
+        cheap run on zero embeddings (the calls depend on shapes, positions and masks, not on values)."""
+        x = torch.zeros(batch, length, self.adapter.d_model, device=self.lm.device,
+                        dtype=next(self.lm.model.parameters()).dtype)
+        with torch.no_grad():
+            return self.forward(inputs_embeds=x, kv=kv, attention_mask=attention_mask, position_ids=position_ids,
+                                calls=True).calls
+
+    # --- the vocabulary ----------------------------------------------------------------------------------------
+    def logits(self, h: torch.Tensor, norm: bool = True) -> torch.Tensor:
+        """Logits (float32) of residuals h (..., d): lm_head(final_norm(h)) with any softcap; norm=False for
+        states already through the final norm (a forward's `hidden`)."""
+        return self.adapter.unembed(h, norm=norm).float()
+
+    def answer_prob(self, h: torch.Tensor, answer_id, norm: bool = True, rows: int = UNEMBED_ROWS) -> torch.Tensor:
+        """softmax(logits(h))[answer] for residual rows h (N, d), in chunks of `rows` rows. `answer_id` is one id or
+        one per row."""
+        ids = torch.as_tensor(answer_id, device=h.device)
+        ids = ids.expand(h.shape[0]) if ids.dim() == 0 else ids
+        out = []
+        for i in range(0, h.shape[0], rows):
+            probs = torch.softmax(self.logits(h[i:i + rows], norm), -1)
+            out.append(probs.gather(1, ids[i:i + rows, None])[:, 0])
+        return torch.cat(out) if out else torch.zeros(0)
+
+
+def _raise_stop(h):
+    raise Stop
