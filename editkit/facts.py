@@ -10,8 +10,12 @@ from functools import lru_cache
 
 import torch
 
-from .paths import DATA, cache_dir, safe_name
+from .cache import Store
+from .paths import DATA
 from .text import encode
+
+
+FACTS = Store("facts", version=1)
 
 
 @lru_cache(maxsize=1)
@@ -25,13 +29,11 @@ def predicted_facts(lm, n: int | None = None, batch_size: int = 32, progress=Non
 
     Each returned fact gains `answer` (the predicted token string) and `answer_id`.
     """
-    path = cache_dir("facts") / f"{safe_name(lm.name)}.json"
-    if path.exists():
-        try:
-            kept = json.loads(path.read_text())
-            return kept[:n] if n else kept
-        except ValueError:
-            path.unlink()
+    kept = FACTS.get_or_build(FACTS.path(lm.name), lambda: _predicted(lm, batch_size, progress))
+    return kept[:n] if n else kept
+
+
+def _predicted(lm, batch_size, progress) -> list[dict]:
     facts = known_facts()
     kept = []
     for start in range(0, len(facts), batch_size):
@@ -46,7 +48,4 @@ def predicted_facts(lm, n: int | None = None, batch_size: int = 32, progress=Non
                 kept.append({**fact, "answer": lm.tok.decode([token_id]), "answer_id": token_id})
         if progress:
             progress(min(start + batch_size, len(facts)) / len(facts))
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(kept, ensure_ascii=False))
-    tmp.replace(path)
-    return kept[:n] if n else kept
+    return kept

@@ -10,10 +10,7 @@ so a half-written cache is never used; a cache that fails its manifest check or 
 """
 from __future__ import annotations
 
-import json
 import os
-import shutil
-import time
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -23,12 +20,12 @@ import torch
 
 from .adapters import Adapter, adapter_for
 from .errors import EditkitError
-from .paths import ASSETS, cache_dir, safe_name
+from .cache import Store
+from .paths import ASSETS, cache_dir
 
 EMBEDDED = "gemma-3-270m"
 DEFAULT_MODEL = EMBEDDED
 TINY = ("tiny-gpt2", "tiny-gptj", "tiny-neox", "tiny-llama", "tiny-gemma3")
-MANIFEST = "editkit-manifest.json"
 
 Progress = Callable[[str], None]
 
@@ -226,38 +223,9 @@ def _build_embedded(out: Path, say: Progress) -> None:
     tok.save_pretrained(out)
 
 
+MODELS = Store("models", version=1)
+
+
 def cached_folder(key: str, build: Callable[[Path, Progress], None], say: Progress = lambda m: None) -> Path:
-    """A cache folder built once by `build(tmp_folder, say)`, atomically renamed into place.
-
-    A manifest records every file's size; a folder whose files do not match it (truncated, missing) is
-    deleted and rebuilt.
-    """
-    root = cache_dir("models")
-    final = root / safe_name(key)
-    if final.exists() and not _manifest_ok(final):
-        say(f"cache {final} is incomplete or corrupt; rebuilding it")
-        shutil.rmtree(final, ignore_errors=True)
-    if final.exists():
-        return final
-    tmp = root / f".{safe_name(key)}.tmp-{os.getpid()}-{time.time_ns()}"
-    try:
-        tmp.mkdir(parents=True)
-        build(tmp, say)
-        sizes = {str(p.relative_to(tmp)): p.stat().st_size for p in sorted(tmp.rglob("*")) if p.is_file()}
-        (tmp / MANIFEST).write_text(json.dumps({"key": key, "files": sizes}, indent=1))
-        try:
-            os.rename(tmp, final)
-        except OSError:  # another process finished first; use its folder
-            if not _manifest_ok(final):
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return final
-
-
-def _manifest_ok(folder: Path) -> bool:
-    try:
-        files = json.loads((folder / MANIFEST).read_text())["files"]
-        return bool(files) and all((folder / n).stat().st_size == size for n, size in files.items())
-    except (OSError, ValueError, KeyError, TypeError):
-        return False
+    """A cache folder built once by `build(tmp_folder, say)` and renamed into place (editkit/cache.py)."""
+    return MODELS.build_folder(MODELS.path(key, suffix=""), lambda tmp: build(tmp, say), say)

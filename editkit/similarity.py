@@ -25,12 +25,11 @@ Here x is the residual the component reads (before its input norm), not the norm
 
 The 95% band per layer is the normal-approximation interval mean ± 1.96 · s / sqrt(n) (s = sample standard
 deviation over the n prompts), clipped to the metric's range ([-1, 1] for cosine, [0, 1] for Jaccard).
-Results are cached on disk per (model, facts, n, mode, prompts) under cache_dir("similarity").
+Results are cached on disk per (model, facts, n, mode, prompts) (editkit/cache.py, store "similarity").
 """
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import time
 from dataclasses import asdict, dataclass, field
@@ -40,7 +39,7 @@ import torch
 from .errors import EditkitError
 from .hooks import Hooks
 from .sites import layers
-from .paths import cache_dir, safe_name
+from .cache import Store, read_json
 from .text import encode
 
 TOP_K = 50  # PMET Fig. 2 uses the top-50 tokens
@@ -202,9 +201,12 @@ def fact_prompts(lm, facts: str = "known", n: int = DEFAULT_N) -> list[str]:
     return [r["prompt"] for r in rows]
 
 
+STORE = Store("similarity", version=CACHE_VERSION)
+
+
 def cache_path(model: str, facts: str, n: int, mode: str, prompts: list[str], k: int = TOP_K):
     digest = hashlib.sha1("\n".join(prompts).encode("utf-8")).hexdigest()
-    return cache_dir("similarity") / f"{safe_name(model)}-{facts}-n{n}-k{k}-{mode}-{digest[:12]}.json", digest
+    return STORE.path(model, facts=facts, n=n, k=k, mode=mode, prompts=digest), digest
 
 
 def similarity(lm, n: int = DEFAULT_N, facts: str = "known", prompts: list[str] | None = None,
@@ -231,18 +233,12 @@ def similarity(lm, n: int = DEFAULT_N, facts: str = "known", prompts: list[str] 
         prompts = fact_prompts(lm, facts, n)
     n = len(prompts)
     path, digest = cache_path(lm.name, facts, n, mode, prompts, k)
-    if use_cache and path.exists():
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            if data.pop("version", None) != CACHE_VERSION:
-                raise ValueError("old cache version")
-            result = SimilarityResult.from_dict(data)
-            result.cached = True
-            if progress:
-                progress(1.0)
-            return result
-        except (ValueError, TypeError, KeyError):
-            path.unlink(missing_ok=True)  # corrupt or stale: rebuilt below
+    result = STORE.get(path, lambda p: SimilarityResult.from_dict(read_json(p))) if use_cache else None
+    if result is not None:
+        result.cached = True
+        if progress:
+            progress(1.0)
+        return result
     t0 = time.perf_counter()
     parts: dict[str, list[torch.Tensor]] = {m: [] for m in METRICS}
     for start in range(0, n, batch_size):
@@ -263,8 +259,5 @@ def similarity(lm, n: int = DEFAULT_N, facts: str = "known", prompts: list[str] 
         seconds=round(time.perf_counter() - t0, 2), prompts_sha1=digest, prompts=prompts,
     )
     if use_cache:
-        tmp = path.with_suffix(f".tmp{id(result)}")
-        tmp.write_text(json.dumps({"version": CACHE_VERSION, **result.to_dict()}, ensure_ascii=False),
-                       encoding="utf-8")
-        tmp.replace(path)
+        STORE.put(path, result.to_dict())
     return result

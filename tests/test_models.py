@@ -7,7 +7,8 @@ import torch
 
 from editkit.cli import main
 from editkit.errors import EditkitError
-from editkit.models import MANIFEST, TINY, _load_folder, _tiny, cached_folder, list_models, load_model
+from editkit.cache import MANIFEST
+from editkit.models import TINY, _load_folder, _tiny, cached_folder, list_models, load_model
 from editkit.text import top_k
 
 

@@ -2,23 +2,24 @@
 (ROME Sec. 3.1, `get_context_templates`; MEMIT's starters "The", "Therefore", "Because", "I", "You")."""
 from __future__ import annotations
 
-import json
 
 import torch
 
-from ..paths import cache_dir, safe_name
+from ..cache import Store
 
 STARTERS = ("The", "Therefore", "Because", "I", "You")
+TEMPLATES = Store("templates", version=1)
 
 
 @torch.no_grad()
 def context_templates(lm, n: int = 5, length: int = 10, seed: int = 0) -> list[str]:
     """["{}"] + n prefixes "<generated text>. {}", sampled (top-k 5) and cached per model."""
-    path = cache_dir("templates") / f"{safe_name(lm.name)}-{n}-{length}-{seed}.json"
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        pass
+    return TEMPLATES.get_or_build(TEMPLATES.path(lm.name, n=n, length=length, seed=seed),
+                                  lambda: _generate(lm, n, length, seed))
+
+
+@torch.no_grad()
+def _generate(lm, n: int, length: int, seed: int) -> list[str]:
     templates = ["{}"]
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -29,7 +30,4 @@ def context_templates(lm, n: int = 5, length: int = 10, seed: int = 0) -> list[s
                                     pad_token_id=lm.tok.pad_token_id)
             text = lm.tok.decode(out[0], skip_special_tokens=True)
             templates.append(text.replace("{", " ").replace("}", " ").strip() + ". {}")
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(templates))
-    tmp.replace(path)
     return templates

@@ -17,7 +17,7 @@ import torch
 from ..corpus import NOTICE, token_chunks
 from ..errors import EditkitError
 from ..hooks import Hooks
-from ..paths import cache_dir, safe_name
+from ..cache import Store
 from ..sites import Site
 
 
@@ -30,31 +30,27 @@ def _width(lm, module: str) -> int:
     return lm.adapter.weight(module, 0).shape[1]
 
 
-def _paths(lm, layer: int, n_tokens: int, module: str = "down_proj") -> tuple[Path, Path]:
-    folder = cache_dir("stats", safe_name(lm.name))
-    stem = f"layer{layer}-wikitext2-{n_tokens}" if module == "down_proj" else \
-        f"{module}-layer{layer}-wikitext2-{n_tokens}"
-    return folder / f"{stem}.safetensors", folder / f"{stem}.json"
+STORE = Store("stats", version=2)  # one safetensors file per entry: C, with its provenance as metadata
+
+
+def _path(lm, layer: int, n_tokens: int, module: str = "down_proj") -> Path:
+    return STORE.path(f"layer{layer}", ".safetensors", within=lm.name, module=module, corpus="wikitext2-valid",
+                      n_tokens=n_tokens)
+
+
+def _read(path: Path, d: int) -> tuple[torch.Tensor, dict]:
+    from safetensors import safe_open
+
+    with safe_open(str(path), "pt") as f:
+        C = f.get_tensor("C").clone()  # no mmap left behind
+        meta = json.loads(f.metadata()["provenance"])
+    if C.shape != (d, d) or not torch.isfinite(C).all():
+        raise ValueError("bad shape or values")
+    return C, meta
 
 
 def _load(lm, layer, n_tokens, module="down_proj"):
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
-    tensor_path, meta_path = _paths(lm, layer, n_tokens, module)
-    if not (tensor_path.exists() and meta_path.exists()):
-        return None
-    try:
-        C = load_file(str(tensor_path))["C"].clone()  # no mmap left behind
-        meta = json.loads(meta_path.read_text())
-        d = _width(lm, module)
-        if C.shape != (d, d) or not torch.isfinite(C).all():
-            raise ValueError("bad shape or values")
-        return C, meta
-    except (OSError, ValueError, KeyError, SafetensorError):
-        tensor_path.unlink(missing_ok=True)  # corrupt: recomputed
-        meta_path.unlink(missing_ok=True)
-        return None
+    return STORE.get(_path(lm, layer, n_tokens, module), lambda p: _read(p, _width(lm, module)))
 
 
 @torch.no_grad()
@@ -94,23 +90,18 @@ def second_moment(lm, layers, n_tokens: int = 20000, progress=None, seq_len: int
     seconds = time.perf_counter() - start
     for l in todo:
         C = (sums[l] / count).float()
-        tensor_path, meta_path = _paths(lm, l, n_tokens, module)
         _save(C, {"model": lm.name, "layer": l, "module": a.name(module, l), "corpus": NOTICE,
                   "tokens": count, "dtype": "float32 (accumulated in float64)", "seconds": round(seconds, 1)},
-              tensor_path, meta_path)
+              _path(lm, l, n_tokens, module))
         out[l] = C.to(lm.device)
     return out
 
 
-def _save(C, meta, tensor_path, meta_path):
+def _save(C, meta, path):
     from safetensors.torch import save_file
 
-    tmp = tensor_path.with_suffix(".tmp")
-    save_file({"C": C.contiguous().cpu()}, str(tmp))
-    tmp.replace(tensor_path)
-    tmp = meta_path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(meta, indent=1))
-    tmp.replace(meta_path)
+    STORE.put(path, C, lambda tmp, C: save_file({"C": C.contiguous().cpu()}, str(tmp),
+                                                metadata={"provenance": json.dumps(meta)}))
 
 
 def provenance(lm, layer: int, n_tokens: int) -> dict | None:
@@ -131,5 +122,5 @@ def import_npz(lm, layer: int, path, n_tokens: int) -> dict:
         raise EditkitError(f"{path} holds a {tuple(C.shape)} matrix; this model's d_ff is {lm.adapter.d_ff}")
     meta = {"model": lm.name, "layer": layer, "corpus": f"imported from {Path(path).name}", "tokens": int(count),
             "dtype": str(mom2.dtype)}
-    _save(C, meta, *_paths(lm, layer, n_tokens))
+    _save(C, meta, _path(lm, layer, n_tokens))
     return meta

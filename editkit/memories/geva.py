@@ -18,18 +18,15 @@ the result is cached as JSON (temporary file + rename; a corrupt file is recompu
 """
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 from dataclasses import asdict, dataclass
 
 import numpy as np
 import torch
 
 from .. import corpus
+from ..cache import Store, read_json
 from ..hooks import Hooks
 from ..sites import layers
-from ..paths import cache_dir, safe_name
 from . import triggers
 from .inspect import value_vectors
 
@@ -174,10 +171,13 @@ def compute(lm, n_positions: int | None = None, memories_per_layer: int | None =
                       agreement, mean_rank, median_rank, n_mem, compositional, fixed_at, fixed_by)
 
 
+STORE = Store("geva", version=FORMAT)
+
+
 def cache_path(lm, n_positions, memories_per_layer, top_memories, norm, index_tokens, seed):
     n_tokens = int(index_tokens or triggers.default_n_tokens(lm))
-    return cache_dir("geva", safe_name(lm.name)) / (
-        f"geva-p{n_positions}-m{memories_per_layer}-k{top_memories}-n{n_tokens}-norm{int(norm)}-s{seed}.json")
+    return STORE.path(lm.name, positions=n_positions, memories=memories_per_layer, top=top_memories,
+                      index_tokens=n_tokens, norm=bool(norm), seed=seed)
 
 
 def analyses(lm, n_positions: int | None = None, memories_per_layer: int | None = None, top_memories: int = 10,
@@ -188,16 +188,9 @@ def analyses(lm, n_positions: int | None = None, memories_per_layer: int | None 
     n_positions = int(n_positions or d["n_positions"])
     memories_per_layer = int(memories_per_layer or d["memories_per_layer"])
     path = cache_path(lm, n_positions, memories_per_layer, top_memories, norm, index_tokens, seed)
-    if path.exists() and not recompute:
-        try:
-            data = json.loads(path.read_text())
-            if data.pop("format", None) == FORMAT and data.get("model") == lm.name:
-                return GevaResult(**data)
-        except Exception:  # noqa: BLE001 - a corrupt cache is recomputed
-            pass
+    cached = None if recompute else STORE.get(path, lambda p: GevaResult(**read_json(p)))
+    if cached is not None:
+        return cached
     result = compute(lm, n_positions, memories_per_layer, top_memories, norm, index_tokens, seed, progress)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump({"format": FORMAT, **result.to_dict()}, f)
-    os.replace(tmp, path)
+    STORE.put(path, result.to_dict())
     return result

@@ -5,14 +5,12 @@ A per-model index over the shipped WikiText-2 validation text is built once in o
 batch of chunks, capturing every layer's down-projection input) and keeps, for every (layer, memory), the running
 top-t coefficients and the corpus token where they occurred (a top-k merge per batch, so memory stays
 O(layers * t * d_ff) whatever the number of tokens). It is cached as one .npz under
-cache_dir("triggers", safe_name(model)) with provenance, written to a temporary file and renamed; a file that fails
+the editkit cache (store "triggers", one folder per model) with provenance, written atomically; a file that fails
 to load or disagrees with its provenance is rebuilt. Lookups read the cached arrays (milliseconds).
 """
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -25,7 +23,7 @@ from .. import corpus
 from ..errors import EditkitError
 from ..hooks import Hooks
 from ..sites import Site
-from ..paths import cache_dir, safe_name
+from ..cache import Store, atomic_write
 from .inspect import check_layer, check_memory, label
 
 DEFAULT_TOP = 10
@@ -77,8 +75,11 @@ class TriggerIndex:
         return None
 
 
+STORE = Store("triggers", version=FORMAT)
+
+
 def index_path(model: str, n_tokens: int, seq_len: int, top: int) -> Path:
-    return cache_dir("triggers", safe_name(model)) / f"index-n{n_tokens}-s{seq_len}-t{top}.npz"
+    return STORE.path("index", ".npz", within=model, n_tokens=n_tokens, seq_len=seq_len, top=top)
 
 
 @torch.no_grad()
@@ -138,18 +139,13 @@ def build_index(lm, n_tokens: int, seq_len: int = DEFAULT_SEQ_LEN, top: int = DE
 
 
 def save_index(index: TriggerIndex, path: Path) -> None:
-    """Atomic write: a temporary file in the same folder, then rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
+    """Atomic write (editkit/cache.py)."""
+    def write(tmp: Path) -> None:
+        with open(tmp, "wb") as f:
             np.savez(f, meta=np.frombuffer(json.dumps(index.meta).encode(), dtype=np.uint8), values=index.values,
                      where=index.where, tokens=index.tokens, chunk_start=index.chunk_start)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    index.path = path
+
+    index.path = atomic_write(path, write)
 
 
 _loaded: dict = {}

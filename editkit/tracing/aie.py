@@ -8,14 +8,13 @@ it instantly afterwards.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 
 import numpy as np
 
 from ..errors import EditkitError
 from ..facts import predicted_facts
-from ..paths import cache_dir, safe_name
+from ..cache import Store
 from .engine import fast_trace
 from .noise import parse_noise
 from .setup import KINDS, prepare
@@ -45,9 +44,11 @@ def token_classes(n_tokens: int, subject_range: tuple[int, int]) -> dict[str, li
     return classes
 
 
+STORE = Store("tracing/aie", version=2)  # one JSON line per traced fact, appended as they finish
+
+
 def _cache_path(lm, samples, noise, window):
-    key = hashlib.sha1(json.dumps([samples, noise, window]).encode()).hexdigest()[:10]
-    return cache_dir("tracing", "aie") / f"{safe_name(lm.name)}-{key}.jsonl"
+    return STORE.path(lm.name, ".jsonl", samples=samples, noise=noise, window=window)
 
 
 def average_indirect_effect(lm, n_facts: int = 50, samples: int = 10, noise: str = "3s", window: int = 10,

@@ -8,7 +8,6 @@ uniform noise U(-nu, nu)... (ROME draws U(-1, 1) times the scale), or replacing 
 """
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import asdict, dataclass
 
@@ -17,7 +16,7 @@ import torch
 
 from ..errors import EditkitError
 from ..facts import known_facts
-from ..paths import cache_dir, safe_name
+from ..cache import Store
 
 
 @dataclass(frozen=True)
@@ -43,25 +42,23 @@ def parse_noise(spec: str | float, uniform: bool = False, replace: bool = False)
     return NoiseSpec(value, relative=bool(m.group(2)), uniform=uniform, replace=replace)
 
 
+SIGMA = Store("tracing/sigma", version=1)
+
+
 @torch.no_grad()
 def embedding_sigma(lm, n_subjects: int = 1000) -> float:
     """Std of the embedding-module outputs over the tokens of known-fact subjects (cached per model)."""
-    path = cache_dir("tracing") / f"sigma-{safe_name(lm.name)}.json"
-    try:
-        return float(json.loads(path.read_text())["sigma"])
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
     subjects = [f["subject"] for f in known_facts()[:n_subjects]]
-    values = []
-    for start in range(0, len(subjects), 64):
-        ids = [lm.tok(s, add_special_tokens=False)["input_ids"] for s in subjects[start:start + 64]]
-        flat = torch.tensor([i for row in ids for i in row], device=lm.device)[None]
-        values.append(lm.adapter.embed(flat)[0].float())
-    sigma = float(torch.cat(values).std())
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"model": lm.name, "sigma": sigma, "subjects": len(subjects)}))
-    tmp.replace(path)
-    return sigma
+
+    def build():
+        values = []
+        for start in range(0, len(subjects), 64):
+            ids = [lm.tok(s, add_special_tokens=False)["input_ids"] for s in subjects[start:start + 64]]
+            flat = torch.tensor([i for row in ids for i in row], device=lm.device)[None]
+            values.append(lm.adapter.embed(flat)[0].float())
+        return {"model": lm.name, "sigma": float(torch.cat(values).std()), "subjects": len(subjects)}
+
+    return float(SIGMA.get_or_build(SIGMA.path(lm.name, subjects=len(subjects)), build)["sigma"])
 
 
 def noise_scale(lm, spec: NoiseSpec) -> float:

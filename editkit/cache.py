@@ -1,0 +1,128 @@
+"""One cache helper: every file editkit computes once and keeps (statistics, templates, noise scales, known facts,
+trigger indexes, analyses, trace results) is an entry of a Store.
+
+    STORE = Store("templates", version=2)
+    path = STORE.path(lm.name, n=5, length=10, seed=0)          # <cache>/templates/<model>-<digest>.v2.json
+    templates = STORE.get_or_build(path, lambda: generate(...))  # read it, or build, write and return it
+
+- Keys are versioned: the store's version is part of every file name, so bumping it when the format or the
+  computation changes makes old entries invisible (never silently reused).
+- Writes are atomic: a temporary file in the same folder, renamed into place, so a reader never sees half a file
+  and two writers never share a temporary name.
+- A corrupt entry (the reader raises) is deleted and rebuilt.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from .paths import cache_dir, safe_name
+
+MANIFEST = "editkit-manifest.json"
+
+
+def digest(*parts: Any, length: int = 12) -> str:
+    """A short stable hash of JSON-serializable parts (sorted keys; other objects by their str)."""
+    text = json.dumps(parts, sort_keys=True, default=str, ensure_ascii=False)
+    return hashlib.sha1(text.encode("utf-8")).hexdigest()[:length]
+
+
+def atomic_write(path: Path, write: Callable[[Path], None]) -> Path:
+    """write(tmp) to a fresh temporary file beside `path`, then rename it onto `path`."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def read_json(path: Path) -> Any:
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def write_json(path: Path, value: Any) -> None:
+    Path(path).write_text(json.dumps(value, ensure_ascii=False), encoding="utf-8")
+
+
+@dataclass(frozen=True)
+class Store:
+    """A folder of cache entries under the editkit cache ($EDITKIT_CACHE) with one format version."""
+
+    folder: str
+    version: int = 1
+
+    def path(self, name: str, suffix: str = ".json", within: str | None = None, **params) -> Path:
+        """The entry for `name` (a model name, ...) and params:
+        <folder>[/<within>]/<name>[-<digest of params>].v<version><suffix>."""
+        parts = [safe_name(str(part)) for part in str(self.folder).split("/")]
+        if within is not None:
+            parts.append(safe_name(within))
+        stem = safe_name(name) + (f"-{digest(params)}" if params else "")
+        return cache_dir(*parts) / f"{stem}.v{self.version}{suffix}"
+
+    def get(self, path: Path, read: Callable[[Path], Any] = read_json) -> Any | None:
+        """The entry's value, or None when it is missing or corrupt (a corrupt entry is deleted)."""
+        path = Path(path)
+        if not path.exists():
+            return None
+        try:
+            return read(path)
+        except Exception:  # noqa: BLE001 - any unreadable entry is rebuilt
+            path.unlink(missing_ok=True)
+            return None
+
+    def put(self, path: Path, value: Any, write: Callable[[Path, Any], None] = write_json) -> Path:
+        return atomic_write(path, lambda tmp: write(tmp, value))
+
+    def get_or_build(self, path: Path, build: Callable[[], Any], read: Callable[[Path], Any] = read_json,
+                     write: Callable[[Path, Any], None] = write_json) -> Any:
+        value = self.get(path, read)
+        if value is None:
+            value = build()
+            self.put(path, value, write)
+        return value
+
+    def build_folder(self, final: Path, build: Callable[[Path], None], say: Callable[[str], None] = lambda m: None) -> Path:
+        """A folder entry built once by `build(tmp_folder)` and renamed into place. A manifest records every file's
+        size; a folder whose files do not match it (truncated, missing) is deleted and rebuilt."""
+        final = Path(final)
+        if final.exists() and not _manifest_ok(final):
+            say(f"cache {final} is incomplete or corrupt; rebuilding it")
+            shutil.rmtree(final, ignore_errors=True)
+        if final.exists():
+            return final
+        tmp = final.parent / f".{final.name}.tmp-{os.getpid()}-{time.time_ns()}"
+        try:
+            tmp.mkdir(parents=True)
+            build(tmp)
+            sizes = {str(p.relative_to(tmp)): p.stat().st_size for p in sorted(tmp.rglob("*")) if p.is_file()}
+            (tmp / MANIFEST).write_text(json.dumps({"files": sizes}, indent=1))
+            try:
+                os.rename(tmp, final)
+            except OSError:  # another process finished first; use its folder
+                if not _manifest_ok(final):
+                    raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return final
+
+
+def _manifest_ok(folder: Path) -> bool:
+    try:
+        files = json.loads((folder / MANIFEST).read_text())["files"]
+        return bool(files) and all((folder / n).stat().st_size == size for n, size in files.items())
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
