@@ -148,6 +148,11 @@ class Hooks:
     def patch_input(self, module, positions, values, rows=slice(None)) -> None:
         self.patch(module, positions, values, rows, "input")
 
+    def add_hook(self, module: nn.Module, hook, direction: str = "output") -> None:
+        """Register a raw torch-style hook, gated to this context: (module, args, output) -> new output or None
+        for "output"; (module, args, kwargs) -> (args, kwargs) or None for "input"."""
+        self._add(module, hook, direction)
+
     def _add(self, module: nn.Module, hook, direction: str) -> None:
         """Register `hook` gated to this context. A gated hook that fires in another thread's forward pass (or,
         during registration, without its kwargs) does nothing."""

@@ -1,54 +1,29 @@
-"""One loaded model, many users: each session's edits exist only while its own computation runs.
+"""One loaded model, many users: each session's edits exist only inside its own computations.
 
-A served app keeps one copy of the base model per process (loading Gemma twice would double the memory). Every
-computation that reads or changes the weights runs inside `session(lm, deltas)`:
+A served app keeps one copy of the base model per process (loading Gemma twice would double the memory). A session
+runs its computations inside `session(lm, deltas)`:
 
-    with isolation.session(lm, my_deltas, on_wait=lambda: st.info("waiting...")):
+    with isolation.session(lm, my_deltas):
         ...forward passes see base weights + my_deltas, nobody else's...
 
-which takes the model's lock (so weight changes are serialized), applies the session's deltas, and restores the
-base weights bitwise when the block ends, also when it raises. Threads of other sessions wait for the lock, so no
-computation ever observes another session's edit. The lock is re-entrant: library code that applies
-intermediate updates (MEMIT layer by layer) may nest its own `session(lm)` inside.
+The deltas act only in this thread's (this context's) forward passes (editing/weights.applied: a per-context hook
+recomputes each edited linear map with W + delta), and the shared parameters are never written. So sessions do not
+wait for each other: a prediction on the home page runs while another student's trace and a third one's edit are
+computing. Library code needs no session to be safe (nothing in editkit changes the shared weights); a session is
+only how a page says "with my edits". Sessions nest: inner deltas stack on the outer ones.
 """
 from __future__ import annotations
 
-import threading
-import weakref
 from contextlib import contextmanager
 
 from .editing import weights
 
-_locks: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-_locks_guard = threading.Lock()
-
-
-def model_lock(lm) -> threading.RLock:
-    """The re-entrant lock that serializes all use of `lm`'s weights (one per loaded torch model)."""
-    model = getattr(lm, "model", lm)
-    with _locks_guard:
-        lock = _locks.get(model)
-        if lock is None:
-            lock = _locks[model] = threading.RLock()
-        return lock
-
 
 @contextmanager
-def session(lm, deltas=(), on_wait=None):
-    """Hold the model, with `deltas` (one delta dict or a list of them, applied in order) added to its weights.
-
-    `on_wait()` is called once if another session holds the model, before blocking (for a "waiting" message).
-    """
+def session(lm, deltas=()):
+    """Run a block with `deltas` (one delta dict or a list of them, summed) added to the weights this context sees."""
     if isinstance(deltas, dict):
         deltas = [deltas]
-    lock = model_lock(lm)
-    if not lock.acquire(blocking=False):
-        if on_wait is not None:
-            on_wait()
-        lock.acquire()
-    try:
-        delta = weights.combined(list(deltas)) if deltas else {}
-        with weights.applied(getattr(lm, "model", lm), delta):
-            yield lm
-    finally:
-        lock.release()
+    delta = weights.combined(list(deltas)) if deltas else {}
+    with weights.applied(lm, delta):
+        yield lm

@@ -11,6 +11,7 @@ so a half-written cache is never used; a cache that fails its manifest check or 
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -87,7 +88,37 @@ def load_model(name: str = DEFAULT_MODEL, device: str | None = None, trust_remot
         p.requires_grad_(False)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
-    return LM(name=name, model=model, tok=tok, adapter=adapter_for(model))
+    return LM(name=name, model=model, tok=SerialTokenizer(tok), adapter=adapter_for(model))
+
+
+class SerialTokenizer:
+    """A tokenizer shared by threads (one per served session): HF's fast tokenizers reconfigure their padding and
+    truncation on every call, so two concurrent calls could see each other's settings. Calls are serialized here
+    (tokenizing is fast); attributes are read and written through to the tokenizer."""
+
+    def __init__(self, tok):
+        object.__setattr__(self, "_tok", tok)
+        object.__setattr__(self, "_lock", threading.RLock())
+
+    def __call__(self, *args, **kwargs):
+        with self._lock:
+            return self._tok(*args, **kwargs)
+
+    def __getattr__(self, name):
+        attr = getattr(self._tok, name)
+        if not callable(attr):
+            return attr
+
+        def serial(*args, **kwargs):
+            with self._lock:
+                return attr(*args, **kwargs)
+        return serial
+
+    def __setattr__(self, name, value):
+        setattr(self._tok, name, value)
+
+    def __len__(self) -> int:
+        return len(self._tok)
 
 
 # --- tiny models ---------------------------------------------------------------------------------------------

@@ -26,8 +26,7 @@ def check_prompt(lm, prompt: str, max_tokens: int | None = None) -> None:
 def encode(lm, prompts: list[str] | str, pad_side: str = "right") -> dict:
     """Tokenize a batch with the model's special tokens (Gemma's <bos>), padded, on the model's device."""
     prompts = [prompts] if isinstance(prompts, str) else list(prompts)
-    lm.tok.padding_side = pad_side
-    batch = lm.tok(prompts, return_tensors="pt", padding=True, add_special_tokens=True)
+    batch = lm.tok(prompts, return_tensors="pt", padding=True, padding_side=pad_side, add_special_tokens=True)
     return {k: v.to(lm.device) for k, v in batch.items() if k in ("input_ids", "attention_mask")}
 
 

@@ -31,9 +31,6 @@ if lm is None:
 a = lm.adapter
 
 
-def waiting():
-    st.info("Another session is using the model; waiting...")
-
 
 if st.session_state.get("sim_model") != lm.name:  # results of another model are dropped
     st.session_state.pop("sim_result", None)
@@ -55,7 +52,7 @@ st.caption(f"Definition for {lm.name} ({'parallel' if a.family.parallel else 'se
 if st.button("Compute similarity curves", type="primary", key="sim_compute"):
     with ui.guard("similarity"):
         bar = st.progress(0.0, text="forward passes and logit lens over the facts (cached on disk)")
-        with isolation.session(lm, on_wait=waiting):
+        with isolation.session(lm):
             result = similarity(lm, n=int(n), facts=facts, mode=mode,
                                 progress=lambda f: bar.progress(min(f, 1.0), text=f"{f:.0%} of the facts"))
         bar.empty()

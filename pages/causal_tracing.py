@@ -49,7 +49,7 @@ if submitted:
         subj = subject.strip() or guess_subject(prompt)
         spec = parse_noise(noise, uniform=uniform, replace=replace)
         bar = st.progress(0.0, text="clean and corrupted runs")
-        with isolation.session(lm, on_wait=lambda: bar.progress(0.0, text="waiting for another session")):
+        with isolation.session(lm):
             setup = prepare(lm, prompt, subj, target.strip() or None, int(samples), spec, int(seed))
             results = trace_setup(lm, setup, kinds=kinds or "all", window=int(window),
                                   progress=lambda f, msg: bar.progress(min(f, 1.0), text=msg))
@@ -124,7 +124,7 @@ n_facts = st.number_input("Facts", 5, 500, 30, key="trace_aie_n")
 if st.button("Compute / show average effects", key="trace_aie_go"):
     with ui.guard("average indirect effect"):
         bar = st.progress(0.0, text="tracing facts (cached per fact)")
-        with isolation.session(lm, on_wait=lambda: bar.progress(0.0, text="waiting for another session")):
+        with isolation.session(lm):
             st.session_state["trace_aie"] = average_indirect_effect(
                 lm, int(n_facts), progress=lambda f, msg: bar.progress(min(f, 1.0), text=msg))
         bar.empty()

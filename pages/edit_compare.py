@@ -8,6 +8,7 @@ import streamlit as st
 from editkit import isolation
 from editkit.editing.api import run_edit
 from editkit.editing.hparams import load_hparams
+from editkit.editing.methods import all_methods
 from editkit.editing.probe import edit_probabilities
 from editkit.editing.requests import EditRequest
 from editkit.evaluation import EvalRecord, compare_measurements, load_eval_set, measure, sequential
@@ -15,8 +16,8 @@ from editkit.evaluation.evaluate import wikitext_idf
 from editkit.tracing import trace
 from pages import ui
 
-METHODS = {"rome": "ROME", "memit": "MEMIT", "pmet": "PMET"}
-COLORS = {"rome": "#7b3294", "memit": "#008837", "pmet": "#e66101"}
+METHODS = {m.name: m.label for m in all_methods()}
+COLORS = {m.name: m.color for m in all_methods()}
 
 st.title("Edit & compare")
 st.markdown(
@@ -72,7 +73,7 @@ with st.expander("Hyperparameters (per-model defaults from assets/hparams; edit 
     cols = st.columns(max(len(methods), 1))
     for col, m in zip(cols, methods):
         with col, ui.guard(f"{METHODS[m]} hyperparameters"):
-            default = {k: v for k, v in load_hparams(m, lm).items() if k not in ("source",)}
+            default = {k: v for k, v in load_hparams(m, lm).to_dict().items() if k not in ("source",)}
             text = st.text_area(METHODS[m], json.dumps(default, indent=1), height=300, key=f"ec_hp_{m}")
             try:
                 overrides[m] = json.loads(text)
@@ -87,7 +88,7 @@ if st.button("Edit and compare", type="primary", key="ec_run", disabled=not (rec
         requests = [r.request for r in records]
         bar = st.progress(0.0, text="measuring the base model")
         idf = wikitext_idf()
-        with isolation.session(lm, on_wait=lambda: bar.progress(0.0, text="waiting for another session")):
+        with isolation.session(lm):
             pre = [measure(lm, r, int(n_gen), int(gen_tokens)) for r in records]
             pre_p = [edit_probabilities(lm, r) for r in requests]
         out = {"requests": [r.to_dict() for r in requests], "pre_generations": [p["generations"] for p in pre],

@@ -24,9 +24,6 @@ if lm is None:
 a = lm.adapter
 
 
-def waiting():
-    st.info("Another session is using the model; waiting...")
-
 
 # stale results from another model are dropped
 if st.session_state.get("mem_model") != lm.name:
@@ -50,7 +47,7 @@ with st.form("mem_form"):
 
 if inspect_clicked:
     with ui.guard("memories"):
-        with isolation.session(lm, on_wait=waiting):
+        with isolation.session(lm):
             view = memories_at(lm, prompt, int(layer), int(position), int(top), bool(norm))
         st.session_state["mem_view"] = view.to_dict()
 
@@ -119,7 +116,7 @@ with ui.guard("trigger examples"):
             st.info(f"No trigger index for {lm.name} over {int(n_tokens):,} tokens yet.")
             if st.button("Build the trigger index", key="mem_build_index"):
                 bar = st.progress(0.0, text="trigger index")
-                with isolation.session(lm, on_wait=waiting):
+                with isolation.session(lm):
                     index = triggers.get_index(lm, int(n_tokens),
                                                progress=lambda f, msg: bar.progress(min(f, 1.0), text=msg))
                 bar.empty()
@@ -150,7 +147,7 @@ if int_clicked:
             st.warning("Inspect a prompt first.")
         else:
             mems = [parse_memory(s) for s in chosen] + [parse_memory(s) for s in extra.split(",") if s.strip()]
-            with isolation.session(lm, on_wait=waiting):
+            with isolation.session(lm):
                 result = intervene(lm, view["prompt"], mems, mode, view["position"], 10, int(n_new))
             st.session_state["mem_intervention"] = result.to_dict()
 res = st.session_state.get("mem_intervention")
@@ -180,7 +177,7 @@ g_mem = c2.number_input("Memories per layer (Fig. 5)", 8, a.d_ff, min(d["memorie
 if st.button("Compute analyses", key="mem_geva_run"):
     with ui.guard("analyses"):
         bar = st.progress(0.0, text="analyses")
-        with isolation.session(lm, on_wait=waiting):
+        with isolation.session(lm):
             g = geva.analyses(lm, int(g_pos), int(g_mem), index_tokens=int(n_tokens),
                               progress=lambda f, msg: bar.progress(min(f, 1.0), text=msg))
         bar.empty()

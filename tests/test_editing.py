@@ -7,12 +7,13 @@ import torch
 from editkit.cli import main
 from editkit.editing.api import run_edit
 from editkit.editing.hparams import load_hparams
-from editkit.editing.memit import apply_memit, batch_update
-from editkit.editing.pmet import apply_pmet
+from editkit.editing.methods.memit import apply_memit
+from editkit.editing.spread import batch_update
+from editkit.editing.methods.pmet import apply_pmet
 from editkit.editing.requests import parse_requests
-from editkit.editing.rome import apply_rome
+from editkit.editing.methods.rome import apply_rome
 from editkit.editing.stats import provenance, second_moment
-from editkit.editing.weights import EditHistory, applied, load_patch, save_patch
+from editkit.editing.weights import EditHistory, applied, effective_weight, load_patch, save_patch
 from editkit.errors import EditkitError
 from editkit.paths import DATA
 
@@ -41,10 +42,10 @@ def test_rome_makes_W_k_equal_v(tiny, rrome):
     result = apply_rome(tiny, parse_requests(DARRIEUX), hp, debug=debug)
     assert _same(tiny.model, snap)  # the contract: weights untouched on return
     d = debug[0]
-    layer = hp["layers"][0]
+    layer = hp.layers[0]
     a = tiny.adapter
     with applied(tiny.model, result.delta):
-        W, b = a.down_weight(layer), a.down_bias(layer)
+        W, b = effective_weight(tiny, "down_proj", layer), a.down_bias(layer)
         out = W @ d["k_den"] + (b if b is not None else 0)
     torch.testing.assert_close(out, d["v_star"], rtol=1e-4, atol=1e-4 * float(d["v_star"].norm()))
     if not rrome:  # the original ROME hits v* at the plain prompt's key, not at k*
@@ -62,13 +63,13 @@ def test_batch_updates_satisfy_normal_equations(tiny, method):
     debug = []
     result = (apply_memit if method == "memit" else apply_pmet)(tiny, requests, hp, debug=debug)
     assert _same(tiny.model, snap)
-    assert [d["layer"] for d in debug] == hp["layers"]
+    assert [d["layer"] for d in debug] == list(hp.layers)
     for d in debug:  # Delta (lambda C + K K^T) = R K^T  (MEMIT Eq. 14)
         K, R, C, D = (d[k].double() for k in ("K", "R", "C", "delta"))
-        lhs = D @ (hp["mom2_update_weight"] * C + K @ K.T)
+        lhs = D @ (hp.mom2_update_weight * C + K @ K.T)
         rhs = R @ K.T
         assert float((lhs - rhs).abs().max()) <= 1e-6 * float(rhs.abs().max())
-    assert len(result.delta) == len(hp["layers"])
+    assert len(result.delta) == len(hp.layers)
     history = EditHistory(tiny.model)
     history.push(result.delta)
     assert not _same(tiny.model, snap)

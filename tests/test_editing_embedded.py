@@ -12,8 +12,8 @@ from editkit.text import top_k
 
 @pytest.fixture(scope="module")
 def stats(gemma):
-    layers = sorted({l for m in ("rome", "memit", "pmet") for l in load_hparams(m, gemma)["layers"]})
-    return second_moment(gemma, layers, load_hparams("rome", gemma)["mom2_n_tokens"])  # one pass, cached
+    layers = sorted({l for m in ("rome", "memit", "pmet") for l in load_hparams(m, gemma).layers})
+    return second_moment(gemma, layers, load_hparams("rome", gemma).mom2_n_tokens)  # one pass, cached
 
 
 def _p(lm, prompt):

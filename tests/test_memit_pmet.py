@@ -6,8 +6,10 @@ import pytest
 import torch
 
 from editkit.editing.hparams import load_hparams
-from editkit.editing.memit import apply_memit, batch_update, reachable_output, residual_to_mlp_output, spread
-from editkit.editing.pmet import apply_pmet
+from editkit.editing.methods.memit import apply_memit, memit_rule
+from editkit.editing.stats import second_moment
+from editkit.editing.spread import Stream, batch_update, reachable_output, residual_to_mlp_output, spread
+from editkit.editing.methods.pmet import apply_pmet
 from editkit.editing.requests import parse_requests
 from editkit.editing.targets import layer_state
 from editkit.editing.weights import apply_delta, restore
@@ -55,13 +57,13 @@ def test_integration_uses_batch_update_and_keeps_weights(tiny, method):
     debug = []
     result = (apply_memit if method == "memit" else apply_pmet)(tiny, _requests(), hp, debug=debug)
     assert _same(tiny.model, snap)  # bitwise unchanged on return
-    lam = hp["mom2_update_weight"]
+    lam = hp.mom2_update_weight
     for d in debug:
         assert _normal_residual(d["K"], d["R"], d["C"], d["delta"], lam) < 1e-6
         again = batch_update(d["K"], d["R"], d["C"], lam).to(d["delta"].dtype)
         torch.testing.assert_close(again, d["delta"], rtol=0, atol=0)
     per_layer = result.info["per_layer"]
-    assert [p["layer"] for p in per_layer] == hp["layers"]
+    assert [p["layer"] for p in per_layer] == list(hp.layers)
     assert all(p["relative_norm"] > 0 and math.isfinite(p["relative_norm"]) for p in per_layer)
     assert all(len(r["losses"]) >= 1 for r in result.info["requests"])
     backup = apply_delta(tiny.model, result.delta)
@@ -76,17 +78,19 @@ def test_spreading_rule_first_layer(tiny, sqrt):
     hp = load_hparams("pmet" if sqrt else "memit", tiny)
     requests = _requests(2)
     site = "mlp_out" if sqrt else "resid_post"
-    z_layer = hp["layers"][-1]
-    layer = hp["layers"][0]
+    z_layer = hp.layers[-1]
+    layer = hp.layers[0]
     state = layer_state(tiny, requests, hp, layer, z_layer, site)  # the values spread reads (tested in test_targets)
     current = state["current"]
     g = torch.Generator().manual_seed(0)
     targets = current + 0.1 * torch.randn(current.shape, generator=g)
     snap = _snapshot(tiny.model)
     debug = []
-    spread(tiny, requests, hp, targets, site, sqrt=sqrt, method="test", debug=debug)
+    C = second_moment(tiny, hp.layers, hp.mom2_n_tokens)
+    stream = Stream("down_proj", "mlp_key", site, targets, memit_rule(C, hp.mom2_update_weight))
+    spread(tiny, requests, hp, [stream], divisor=math.sqrt if sqrt else float, debug=debug)
     assert _same(tiny.model, snap)
-    n = len(hp["layers"])
+    n = len(hp.layers)
     want = (targets - current) / (math.sqrt(n) if sqrt else n)
     if site == "resid_post" and tiny.adapter.post_mlp_norm(layer) is not None:
         want = residual_to_mlp_output(tiny, layer, state["mlp"], want)
@@ -180,16 +184,18 @@ def test_pmet_mhsa_update_ablation(tiny):
     result = apply_pmet(tiny, _requests(2), hp, debug=debug)
     assert _same(tiny.model, snap)
     a = tiny.adapter
-    names = {a.name("o_proj", l) + ".weight" for l in hp["layers"]} | \
-            {a.name("down_proj", l) + ".weight" for l in hp["layers"]}
+    names = {a.name("o_proj", l) + ".weight" for l in hp.layers} | \
+            {a.name("down_proj", l) + ".weight" for l in hp.layers}
     assert set(result.delta) == names
-    lam = hp["mom2_update_weight"]
-    for d in debug:
-        assert _normal_residual(d["K_attn"], d["R_attn"], d["C_attn"], d["delta_attn"], lam) < 1e-6
-        assert d["C_attn"].shape[0] == a.weight("o_proj", d["layer"]).shape[1]
+    lam = hp.mom2_update_weight
+    attn = [d for d in debug if d["part"] == "o_proj"]
+    assert [d["layer"] for d in attn] == list(hp.layers)
+    for d in attn:
+        assert _normal_residual(d["K"], d["R"], d["C"], d["delta"], lam) < 1e-6
+        assert d["C"].shape[0] == a.weight("o_proj", d["layer"]).shape[1]
         stored = result.delta[a.name("o_proj", d["layer"]) + ".weight"]
-        torch.testing.assert_close(stored.T if a.family.conv1d else stored, d["delta_attn"].float(), rtol=0, atol=0)
-    C = second_moment(tiny, hp["layers"], hp["mom2_n_tokens"], module="o_proj")
-    assert all(torch.allclose(C[l], C[l].T) for l in hp["layers"])
-    plain = apply_pmet(tiny, _requests(2), {**hp, "update_attn": False})
-    assert set(plain.delta) == {a.name("down_proj", l) + ".weight" for l in hp["layers"]}
+        torch.testing.assert_close(stored.T if a.family.conv1d else stored, d["delta"].float(), rtol=0, atol=0)
+    C = second_moment(tiny, hp.layers, hp.mom2_n_tokens, module="o_proj")
+    assert all(torch.allclose(C[l], C[l].T) for l in hp.layers)
+    plain = apply_pmet(tiny, _requests(2), hp.replace(update_attn=False))
+    assert set(plain.delta) == {a.name("down_proj", l) + ".weight" for l in hp.layers}

@@ -62,7 +62,7 @@ def test_batch_equals_one_by_one(tiny_by_name, name, adaptive):
         assert len(alone["losses"]) == len(b["losses"])
         for s in sites:
             torch.testing.assert_close(alone[s]["delta"], b[s]["delta"], rtol=1e-3, atol=1e-4)
-            assert float(b[s]["delta"].norm()) <= hp["clamp_norm_factor"] * float(b[s]["init"].norm()) * (1 + 1e-5)
+            assert float(b[s]["delta"].norm()) <= hp.clamp_norm_factor * float(b[s]["init"].norm()) * (1 + 1e-5)
 
 
 def test_requests_leave_the_batch_when_they_stop(tiny_by_name):
@@ -71,10 +71,10 @@ def test_requests_leave_the_batch_when_they_stop(tiny_by_name):
     lm = tiny_by_name("tiny-llama")
     requests = _requests(3)
     hp = load_hparams("memit", lm, {"v_num_grad_steps": 5})
-    first = [optimize_targets(lm, r, 2, ("resid_post",), {**hp, "v_num_grad_steps": 1})["losses"][0]["loss"]
+    first = [optimize_targets(lm, r, 2, ("resid_post",), hp.replace(v_num_grad_steps=1))["losses"][0]["loss"]
              for r in requests]
     order = sorted(range(3), key=lambda j: first[j])
-    hp["v_stop_loss"] = (first[order[0]] + first[order[1]]) / 2
+    hp = hp.replace(v_stop_loss=(first[order[0]] + first[order[1]]) / 2)
     out = optimize_targets_batch(lm, requests, 2, ("resid_post",), hp)
     easy = order[0]
     assert len(out[easy]["losses"]) == 1

@@ -1,21 +1,56 @@
-"""`python -m editkit bench <what>`: benchmarks that time editkit against the reference algorithm in one run.
+"""`python -m editkit bench trace|edit [...] [--json]`: benchmarks that time editkit against the reference algorithm
+in the same run. The measurements live in the library (tracing/bench.py, editing/bench.py); this file parses the
+arguments and prints."""
+import sys
 
-Each benchmark lives in a module with `add_args(parser)` and `run(args) -> dict`.
-"""
-import importlib
-
-BENCHES = {
-    "trace": "editkit.tracing.bench",
-    "edit": "editkit.editing.bench",
-}
+from ..cli import load
 
 
 def register(sub):
     p = sub.add_parser("bench", help="benchmarks on the embedded model")
     inner = p.add_subparsers(dest="bench", required=True)
-    for name, module in BENCHES.items():
-        mod = importlib.import_module(module)
-        q = inner.add_parser(name, help=(mod.__doc__ or "").strip().splitlines()[0] if mod.__doc__ else None)
+    t = inner.add_parser("trace", help="causal tracing: the fast engine against ROME's algorithm, same noise")
+    t.add_argument("--prompt", default="The Space Needle is in downtown")
+    t.add_argument("--subject", default="Space Needle")
+    t.add_argument("--kinds", default="hidden,mlp,attn")
+    t.add_argument("--samples", type=int, default=10)
+    t.add_argument("--last-only-reference", action="store_true",
+                   help="also time the reference with logits at the last position only (a cheaper baseline)")
+    e = inner.add_parser("edit", help="editing: every method on one request and a batch, statistics cached")
+    e.add_argument("--n", type=int, default=10, help="requests in the batch")
+    e.add_argument("--methods", default=None, help="comma-separated methods (default: all registered)")
+    e.add_argument("--no-reference", action="store_true",
+                   help="skip the reference run (ROME with the full model at every optimisation step)")
+    for q in (t, e):
+        q.add_argument("--model", default="gemma-3-270m")
         q.add_argument("--json", action="store_true")
-        mod.add_args(q)
-        q.set_defaults(func=mod.run)
+    t.set_defaults(func=run_trace, show=show)
+    e.set_defaults(func=run_edit, show=show)
+
+
+def _line(row: dict) -> str:
+    return "  ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items())
+
+
+def _say(row: dict) -> None:
+    print(_line(row), file=sys.stderr, flush=True)
+
+
+def show(out: dict) -> None:
+    print("  ".join(f"{k} {v}" for k, v in out.items() if not isinstance(v, list)))
+    for row in out["results"]:
+        print(_line(row))
+
+
+def run_trace(args):
+    from ..tracing.bench import bench_trace
+
+    return bench_trace(load(args), args.prompt, args.subject, args.kinds.split(","), args.samples,
+                       args.last_only_reference, say=_say)
+
+
+def run_edit(args):
+    from ..editing.bench import bench_edit
+
+    methods = [m.strip() for m in args.methods.split(",")] if args.methods else None
+    return bench_edit(load(args), args.n, not args.no_reference, methods, say=_say)

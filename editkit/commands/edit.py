@@ -1,4 +1,5 @@
-"""`python -m editkit edit --method rome|memit|pmet --requests FILE [--hparams FILE] [--save-patch P] --json`."""
+"""`python -m editkit edit --method M --requests FILE [--hparams FILE] [--save-patch P] --json`: any registered
+method (editing/methods/)."""
 import time
 
 from ..cli import add_model_arg, load
@@ -6,8 +7,12 @@ from ..errors import EditkitError
 
 
 def register(sub):
-    p = sub.add_parser("edit", help="edit facts with ROME, MEMIT or PMET and report pre/post probabilities")
-    p.add_argument("--method", required=True, choices=["rome", "memit", "pmet"])
+    from ..editing.methods import all_methods
+
+    methods = all_methods()
+    p = sub.add_parser("edit", help=f"edit facts with {', '.join(m.label for m in methods)} and report pre/post "
+                                    "probabilities")
+    p.add_argument("--method", required=True, choices=[m.name for m in methods])
     p.add_argument("--requests", required=True, help="JSON/JSONL file: editkit, CounterFact or EasyEdit records")
     p.add_argument("--hparams", default=None, help="JSON file of hyperparameter overrides")
     p.add_argument("--save-patch", default=None, help="write the edit as <P>.safetensors + <P>.json")
@@ -34,11 +39,13 @@ def run(args):
     pre = [edit_probabilities(lm, r) for r in requests]
     result = run_edit(lm, args.method, requests, overrides)
     t0 = time.perf_counter()
-    with applied(lm.model, result.delta):
+    with applied(lm, result.delta):
         post = [edit_probabilities(lm, r) for r in requests]
-        if args.save_model:
-            lm.model.save_pretrained(args.save_model)
-            lm.tok.save_pretrained(args.save_model)
+    if args.save_model:
+        state = dict(lm.model.state_dict())
+        state.update({name: state[name] + d for name, d in result.delta.items()})
+        lm.model.save_pretrained(args.save_model, state_dict=state)  # the loaded weights stay as they are
+        lm.tok.save_pretrained(args.save_model)
     out = {"model": lm.name, "method": args.method, "seconds": round(result.seconds, 2),
            "eval_seconds": round(time.perf_counter() - t0, 2), "info": result.to_dict()["info"], "requests": []}
     out["info"].pop("hparams", None)

@@ -7,8 +7,10 @@ from ..errors import EditkitError
 
 
 def register(sub):
-    p = sub.add_parser("evaluate", help="CounterFact/EasyEdit metrics of ROME, MEMIT and PMET over a shipped set")
-    p.add_argument("--methods", default="rome,memit,pmet", help="comma-separated: rome, memit, pmet")
+    from ..editing.methods import names
+
+    p = sub.add_parser("evaluate", help="CounterFact/EasyEdit metrics of the editing methods over a shipped set")
+    p.add_argument("--methods", default=",".join(names()), help=f"comma-separated: {', '.join(names())}")
     p.add_argument("--n", type=int, default=100, help="records to edit (the first N of the set)")
     p.add_argument("--batch", type=int, default=1, help="requests per edit (1 = one edit per record)")
     p.add_argument("--set", dest="set_name", default="counterfact", help="evaluation set (see --list-sets)")

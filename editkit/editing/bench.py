@@ -1,55 +1,58 @@
-"""Editing: a ROME edit and 10-request MEMIT and PMET batches on the embedded model, statistics cached."""
+"""Editing speed: a one-request edit with every registered method, and a batch for the batch methods, on the same
+held-out CounterFact requests, with the statistics already cached (they are computed once per model and layer)."""
+from __future__ import annotations
+
 import time
 
-from ..models import load_model
 from ..paths import DATA
 from ..scoring import score_targets
 from .api import run_edit
 from .hparams import load_hparams
+from .methods import all_methods
 from .requests import parse_requests
 from .stats import second_moment
 from .weights import applied
 
-
-def add_args(p):
-    p.add_argument("--model", default="gemma-3-270m")
-    p.add_argument("--n", type=int, default=10, help="requests in the MEMIT/PMET batch")
-    p.add_argument("--no-reference", action="store_true",
-                   help="skip the reference run (ROME with the full model at every optimisation step)")
+DARRIEUX = {"prompt": "The mother tongue of {} is", "subject": "Danielle Darrieux", "target_new": "English",
+            "target_true": "French"}
 
 
-def _efficacy(lm, requests):
+def efficacy(lm, requests) -> float:
+    """Share of requests whose rewrite prompt now prefers target_new over target_true."""
     prompts = [r.rewrite for r in requests for _ in (0, 1)]
     targets = [t for r in requests for t in (r.target_new, r.target_true)]
     s = score_targets(lm, prompts, targets)
     return sum(s[2 * i].logprob > s[2 * i + 1].logprob for i in range(len(requests))) / len(requests)
 
 
-def run(args):
-    lm = load_model(args.model)
-    layers = sorted({l for m in ("rome", "memit", "pmet") for l in load_hparams(m, lm)["layers"]})
+def _timed(lm, method: str, requests, reference: bool = False) -> dict:
+    result = run_edit(lm, method, requests, reference=reference)
+    with applied(lm, result.delta):
+        eff = efficacy(lm, requests)
+    steps = [len(r["losses"]) for r in result.info["requests"]]
+    return {"method": method + (" (reference)" if reference else ""), "requests": len(requests),
+            "seconds": round(result.seconds, 2), "steps": max(steps), "steps_per_request": steps, "efficacy": eff}
+
+
+def bench_edit(lm, n: int = 10, reference: bool = True, methods: list[str] | None = None, say=print) -> dict:
+    """Time each method on one request (Darrieux) and the batch methods on `n` CounterFact requests; `reference`
+    also times ROME with the target optimisation on the full model (the speed-up of the fast path)."""
+    chosen = [m for m in all_methods() if methods is None or m.name in methods]
+    layers = sorted({l for m in chosen for l in load_hparams(m.name, lm).layers})
     t0 = time.perf_counter()
-    second_moment(lm, layers, load_hparams("rome", lm)["mom2_n_tokens"])
+    second_moment(lm, layers, load_hparams(chosen[0].name, lm).mom2_n_tokens)
     stats_s = time.perf_counter() - t0
-    darrieux = parse_requests({"prompt": "The mother tongue of {} is", "subject": "Danielle Darrieux",
-                               "target_new": "English", "target_true": "French"})
-    batch = parse_requests(DATA / "counterfact" / "counterfact_500.json")[: args.n]
+    one = parse_requests(DARRIEUX)
+    batch = parse_requests(DATA / "counterfact" / "counterfact_500.json")[:n]
+    runs = [(m.name, one, False) for m in chosen] + [(m.name, batch, False) for m in chosen if m.batch]
+    if reference and any(m.name == "rome" for m in chosen):
+        runs.insert(1, ("rome", one, True))
     rows = []
-    runs = [("rome", darrieux, {}), ("memit", batch, {}), ("pmet", batch, {})]
-    if not args.no_reference:
-        runs.insert(1, ("rome", darrieux, {"reference_targets": True}))
-    for method, requests, over in runs:
-        result = run_edit(lm, method, requests, over)
-        with applied(lm.model, result.delta):
-            eff = _efficacy(lm, requests)
-        label = method + (" (reference)" if over else "")
-        steps = max(len(r["losses"]) for r in result.info["requests"])
-        rows.append({"method": label, "requests": len(requests), "seconds": round(result.seconds, 2),
-                     "steps": steps, "efficacy": eff})
-        print(f"{label:17s} {len(requests):3d} request(s)  {result.seconds:6.1f} s  {steps:3d} steps  "
-              f"efficacy {eff:.2f}", flush=True)
+    for method, requests, ref in runs:
+        rows.append(_timed(lm, method, requests, ref))
+        say(rows[-1])
     out = {"model": lm.name, "statistics_s": round(stats_s, 2), "results": rows}
-    if not args.no_reference:
-        out["rome_speedup"] = round(rows[1]["seconds"] / rows[0]["seconds"], 2)
-        print(f"ROME: {out['rome_speedup']}x faster than the reference optimisation (same steps, same result)")
+    ref_rows = [r for r in rows if r["method"] == "rome (reference)"]
+    if ref_rows:
+        out["rome_speedup"] = round(ref_rows[0]["seconds"] / rows[0]["seconds"], 2)
     return out

@@ -1,16 +1,109 @@
-"""Hyperparameters from assets/hparams/<method>/<model>.json, validated, with user overrides."""
+"""Typed hyperparameters: one frozen dataclass per method, defaults per model in assets/hparams/<method>/<model>.json.
+
+    hp = load_hparams("memit", lm, {"v_num_grad_steps": 5})   # MemitHparams, validated
+    hp.layers, hp.v_lr, hp.to_dict()
+    hp.replace(kl_factor=0.1)                                  # a validated copy
+
+Every method optimizes target vectors the same way (ROME Eq. 4, MEMIT Eq. 16, targets.py), so `Hparams` holds
+those fields; each method's dataclass (in its own file, editing/methods/) adds its own. A JSON file or override with
+a key the method does not know is an error naming the key; numbers are checked for type, finiteness and range.
+"""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+from dataclasses import dataclass, fields
 
 from ..errors import EditkitError
 from ..paths import HPARAMS
 
-METHODS = ("rome", "memit", "pmet")
-POSITIVE = ("v_lr", "clamp_norm_factor", "v_num_grad_steps", "mom2_n_tokens", "context_length")
-NON_NEGATIVE = ("v_weight_decay", "kl_factor", "mom2_update_weight", "nll_loss_factor", "context_templates",
-                "v_stop_loss")
+
+def _positive(v):
+    return v > 0
+
+
+def _non_negative(v):
+    return v >= 0
+
+
+@dataclass(frozen=True)
+class Hparams:
+    """What every locate-then-edit method shares: the edited layers and the target optimisation."""
+
+    layers: tuple[int, ...]  # edited layers (ROME: one; MEMIT/PMET/AlphaEdit: the critical window, increasing)
+    v_num_grad_steps: int = 20  # Adam steps for the target vector(s)
+    v_lr: float = 0.5  # Adam learning rate
+    v_weight_decay: float = 0.5  # weight of ||delta|| / ||init||^2 in the loss
+    kl_factor: float = 0.0625  # weight of KL(P_orig || P_delta) on "{subject} is a"
+    clamp_norm_factor: float = 4.0  # ||delta|| <= clamp_norm_factor * ||init|| after every step
+    nll_loss_factor: float = 1.0  # weight of the NLL of the new target
+    v_stop_loss: float = 5e-2  # early stop once the loss is below this
+    context_templates: int = 5  # generated prefixes (ROME Sec. 3.1), plus the bare prompt
+    context_length: int = 10  # tokens per generated prefix
+    mom2_n_tokens: int = 20000  # WikiText tokens for the second-moment statistics C = E[k k^T]
+    source: str = ""  # where these values come from (provenance, shown to users)
+
+    # field -> check (positive / non-negative); ints are coerced
+    CHECKS = {"v_num_grad_steps": _positive, "v_lr": _positive, "clamp_norm_factor": _positive,
+              "mom2_n_tokens": _positive, "context_length": _positive, "v_weight_decay": _non_negative,
+              "kl_factor": _non_negative, "nll_loss_factor": _non_negative, "context_templates": _non_negative,
+              "v_stop_loss": _non_negative}
+
+    def __post_init__(self):
+        _validate(self)
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["layers"] = list(self.layers)
+        return d
+
+    def replace(self, **changes) -> "Hparams":
+        return from_dict(type(self), {**self.to_dict(), **changes})
+
+
+def _validate(hp: Hparams) -> None:
+    layers = hp.layers
+    if not isinstance(layers, tuple) or not layers or not all(
+            isinstance(l, int) and not isinstance(l, bool) for l in layers):
+        raise EditkitError(f"hyperparameter 'layers' must be a non-empty list of integers, not {list(layers)!r}")
+    if list(layers) != sorted(set(layers)):
+        raise EditkitError("layers must be increasing and distinct")
+    for f in fields(hp):
+        v = getattr(hp, f.name)
+        check = hp.CHECKS.get(f.name)
+        if f.type in ("int", "float") or check:
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                raise EditkitError(f"hyperparameter '{f.name}' must be a finite number, not {v!r}")
+            if check and not check(v):
+                raise EditkitError(f"hyperparameter '{f.name}' out of range: {v}")
+        elif f.type == "bool" and not isinstance(v, bool):
+            raise EditkitError(f"hyperparameter '{f.name}' must be true or false, not {v!r}")
+        elif f.type == "str" and not isinstance(v, str):
+            raise EditkitError(f"hyperparameter '{f.name}' must be a string, not {v!r}")
+    if hp.v_num_grad_steps > 1000:
+        raise EditkitError("v_num_grad_steps above 1000 is not allowed")
+
+
+def from_dict(cls: type, data: dict) -> Hparams:
+    """A validated `cls` from a dict; unknown keys and missing required ones are clear errors."""
+    if not isinstance(data, dict):
+        raise EditkitError(f"hyperparameters must be a JSON object, not {type(data).__name__}")
+    known = {f.name: f for f in fields(cls)}
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        raise EditkitError(f"unknown hyperparameter{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))} "
+                           f"for {cls.__name__}; known: {', '.join(sorted(known))}")
+    values = dict(data)
+    if "layers" not in values:
+        raise EditkitError("hyperparameter 'layers' is missing")
+    if isinstance(values["layers"], list):
+        values["layers"] = tuple(values["layers"])
+    for name, f in known.items():  # whole numbers given as floats (JSON 20000.0) become ints
+        v = values.get(name)
+        if f.type == "int" and isinstance(v, float) and math.isfinite(v) and v == int(v):
+            values[name] = int(v)
+    return cls(**values)
 
 
 def _file_key(model_name: str) -> str:
@@ -20,51 +113,36 @@ def _file_key(model_name: str) -> str:
     return name.replace("eleutherai_", "").removesuffix("-hf")  # meta-llama/Llama-2-7b-hf -> llama-2-7b
 
 
-def load_hparams(method: str, lm_or_name, overrides: dict | None = None) -> dict:
-    method = method.lower()
-    if method not in METHODS:
-        raise EditkitError(f"method must be one of {', '.join(METHODS)}, not {method!r}")
+def load_hparams(method: str, lm_or_name, overrides: dict | None = None) -> Hparams:
+    """The method's defaults for this model (assets/hparams/<method>/<model>.json) with `overrides`, validated
+    against the method's dataclass and the model's layer count."""
+    from .methods import get
+
+    spec = get(method)
     name = getattr(lm_or_name, "name", lm_or_name)
-    path = HPARAMS / method / f"{_file_key(name)}.json"
+    path = HPARAMS / spec.name / f"{_file_key(name)}.json"
     if not path.exists():
-        have = sorted(p.stem for p in (HPARAMS / method).glob("*.json"))
-        raise EditkitError(f"no {method} hyperparameters for '{name}' (have: {', '.join(have)}); pass a file with "
-                           f"--hparams, copying the closest one and choosing layers from the model's causal traces")
-    hp = json.loads(path.read_text())
-    hp["file"] = str(path.relative_to(HPARAMS.parent.parent))
-    hp.update(overrides or {})
+        have = sorted(p.stem for p in (HPARAMS / spec.name).glob("*.json"))
+        raise EditkitError(f"no {spec.name} hyperparameters for '{name}' (have: {', '.join(have) or 'none'}); pass "
+                           "a file with --hparams, copying the closest one and choosing layers from the model's "
+                           "causal traces")
+    try:
+        data = json.loads(path.read_text())
+    except ValueError as exc:
+        raise EditkitError(f"{path} is not valid JSON: {exc}") from None
+    hp = from_dict(spec.hparams, {**data, **(overrides or {})})
     n_layers = getattr(getattr(lm_or_name, "adapter", None), "n_layers", None)
-    return validate(hp, n_layers)
+    if n_layers is not None and any(not 0 <= l < n_layers for l in hp.layers):
+        raise EditkitError(f"layers {list(hp.layers)} out of range: the model has layers 0..{n_layers - 1}")
+    return hp
 
 
 def load_hparams_file(path) -> dict:
     try:
         with open(path) as f:
-            return json.load(f)
+            data = json.load(f)
     except (OSError, ValueError) as exc:
         raise EditkitError(f"cannot read hyperparameters {path}: {exc}") from None
-
-
-def validate(hp: dict, n_layers: int | None = None) -> dict:
-    layers = hp.get("layers")
-    if not isinstance(layers, list) or not layers or not all(isinstance(l, int) and not isinstance(l, bool)
-                                                               for l in layers):
-        raise EditkitError(f"hyperparameter 'layers' must be a non-empty list of integers, not {layers!r}")
-    if n_layers is not None and any(not 0 <= l < n_layers for l in layers):
-        raise EditkitError(f"layers {layers} out of range: the model has layers 0..{n_layers - 1}")
-    if layers != sorted(set(layers)):
-        raise EditkitError("layers must be increasing and distinct")
-    for key in POSITIVE + NON_NEGATIVE:
-        if key not in hp:
-            continue
-        v = hp[key]
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            raise EditkitError(f"hyperparameter '{key}' must be a finite number, not {v!r}")
-        if key in POSITIVE and v <= 0 or key in NON_NEGATIVE and v < 0:
-            raise EditkitError(f"hyperparameter '{key}' out of range: {v}")
-    for key in ("v_num_grad_steps", "mom2_n_tokens", "context_templates", "context_length"):
-        if key in hp:
-            hp[key] = int(hp[key])
-    if hp.get("v_num_grad_steps", 1) > 1000:
-        raise EditkitError("v_num_grad_steps above 1000 is not allowed")
-    return hp
+    if not isinstance(data, dict):
+        raise EditkitError(f"hyperparameters in {path} must be a JSON object")
+    return data

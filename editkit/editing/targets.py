@@ -19,7 +19,7 @@ import torch
 from ..errors import EditkitError
 from ..hooks import Hooks
 from ..scoring import target_ids
-from ..sites import Site, site
+from ..sites import Site, parse, site
 from ..text import find_subject_range
 from .context import context_templates
 from .requests import EditRequest
@@ -31,10 +31,10 @@ def _subject_last(tok, text: str, subject: str, from_char: int) -> int:
     return find_subject_range(tok, text, subject, occurrence)[1] - 1
 
 
-def contexts(lm, request: EditRequest, hp: dict) -> list[tuple[str, int]]:
+def contexts(lm, request: EditRequest, hp) -> list[tuple[str, int]]:
     """(text, char offset of the prompt) for each context template applied to the rewrite prompt."""
     out = []
-    for tmpl in context_templates(lm, hp.get("context_templates", 5), hp.get("context_length", 10)):
+    for tmpl in context_templates(lm, hp.context_templates, hp.context_length):
         prefix = tmpl.split("{}")[0]
         out.append((prefix + request.rewrite, len(prefix)))
     return out
@@ -64,7 +64,7 @@ def keys_at(lm, layer: int, texts: list[tuple[str, int]], subject: str) -> torch
     return cache[key.name][torch.arange(len(rows)), torch.tensor(idx)].float()
 
 
-def key_star(lm, layer: int, request: EditRequest, hp: dict) -> torch.Tensor:
+def key_star(lm, layer: int, request: EditRequest, hp) -> torch.Tensor:
     """k*: the template-averaged key (d_ff,)."""
     return keys_at(lm, layer, contexts(lm, request, hp), request.subject).mean(0)
 
@@ -83,15 +83,11 @@ def site_output(lm, kind: str, layer: int, request: EditRequest) -> torch.Tensor
 
 
 @torch.no_grad()
-def layer_state(lm, requests: list[EditRequest], hp: dict, layer: int, z_layer: int, kind: str,
-                attn: bool = False) -> dict:
-    """Everything MEMIT/PMET read at one critical layer, for all requests in one batched forward that stops after
-    block max(layer, z_layer): K (d_ff, n) the template-averaged keys at `layer` (= key_star per request), "current"
-    (d_model, n) the site `kind` at z_layer and "mlp" (d_model, n) the MLP output at `layer`, both on the plain
-    rewrite prompt (the "{}" template row) at the subject's last token. With `attn`, also "K_attn" (d_in, n), the
-    template-averaged inputs of the attention output projection (site attn_z) at `layer`, and "current_attn"
-    (d_model, n), the attention output at z_layer (PMET's MHSA update)."""
-    a = lm.adapter
+def read_sites(lm, requests: list[EditRequest], hp, averaged: dict, plain: dict) -> dict:
+    """Site values at the subject's last token for all requests, in one batched forward over every request's
+    context-template rows that stops once the last site needed is computed. `averaged` {name: site}: the mean over
+    the request's template rows (ROME's k*, MEMIT's K), `plain` {name: site}: the value on the bare rewrite prompt
+    (the "{}" template). Returns {name: (width, n_requests)}."""
     texts, owner = [], []
     for j, request in enumerate(requests):
         for text, offset in contexts(lm, request, hp):
@@ -100,27 +96,33 @@ def layer_state(lm, requests: list[EditRequest], hp: dict, layer: int, z_layer: 
     rows = [lm.tok(t, add_special_tokens=True)["input_ids"] for t, _, _ in texts]
     idx = torch.tensor([_subject_last(lm.tok, t, subj, c) for t, c, subj in texts])
     ids, mask = _pad(lm, rows)
-    plain = [owner.index(j) for j in range(len(requests))]  # the "{}" row of each request
+    wanted = {name: parse(s) for name, s in {**averaged, **plain}.items()}
+    last = max(s.layer for s in wanted.values())
     with Hooks(lm) as hooks:
-        k = hooks.capture({"k": Site("mlp_key", layer), **({"k_attn": Site("attn_z", layer)} if attn else {})})
-        out = hooks.capture({"site": site(kind, z_layer), "mlp": Site("mlp_out", layer),
-                             **({"attn": Site("attn_out", z_layer)} if attn else {})})
-        lm.runner.run_until(Site("resid_post", max(layer, z_layer)), input_ids=ids, attention_mask=mask)
-    rows_t = torch.arange(len(rows))
-    owner_t = torch.tensor(owner)
+        got = hooks.capture(wanted)
+        lm.runner.run_until(Site("resid_post", last), input_ids=ids, attention_mask=mask)
+    rows_t, owner_t = torch.arange(len(rows)), torch.tensor(owner)
     counts = torch.bincount(owner_t, minlength=len(requests))[:, None]
+    plain_t = torch.tensor([owner.index(j) for j in range(len(requests))])  # the "{}" row of each request
+    out = {}
+    for name in averaged:
+        x = got[name][rows_t, idx].float()
+        out[name] = (torch.zeros(len(requests), x.shape[1]).index_add(0, owner_t, x) / counts).T.contiguous()
+    for name in plain:
+        out[name] = got[name][plain_t, idx[plain_t]].float().T.contiguous()
+    return out
 
-    def averaged(x):  # (rows, width) -> (width, n): the mean over each request's template rows
-        x = x[rows_t, idx].float()
-        return (torch.zeros(len(requests), x.shape[1]).index_add(0, owner_t, x) / counts).T.contiguous()
 
-    plain_t = torch.tensor(plain)
-    state = {"K": averaged(k["k"]), "current": out["site"][plain_t, idx[plain_t]].float().T.contiguous(),
-             "mlp": out["mlp"][plain_t, idx[plain_t]].float().T.contiguous()}
-    if attn:
-        state["K_attn"] = averaged(k["k_attn"])
-        state["current_attn"] = out["attn"][plain_t, idx[plain_t]].float().T.contiguous()
-    return state
+def layer_state(lm, requests: list[EditRequest], hp, layer: int, z_layer: int, kind: str,
+                attn: bool = False) -> dict:
+    """What MEMIT/PMET read at one critical layer: "K" (d_ff, n) the template-averaged keys at `layer` (= key_star
+    per request), "current" (d_model, n) the site `kind` at z_layer and "mlp" (d_model, n) the MLP output at `layer`,
+    both on the plain rewrite prompt. With `attn`, also "K_attn", the template-averaged inputs of W_O (site attn_z)
+    at `layer`, and "current_attn", the attention output at z_layer (PMET's MHSA update)."""
+    averaged = {"K": Site("mlp_key", layer), **({"K_attn": Site("attn_z", layer)} if attn else {})}
+    plain = {"current": site(kind, z_layer), "mlp": Site("mlp_out", layer),
+             **({"current_attn": Site("attn_out", z_layer)} if attn else {})}
+    return read_sites(lm, requests, hp, averaged, plain)
 
 
 # --- target optimisation -------------------------------------------------------------------------------------
@@ -130,7 +132,7 @@ def layer_state(lm, requests: list[EditRequest], hp: dict, layer: int, z_layer: 
 # rows are run once: the prefix fills a key/value cache, the suffix is run on top of it, and the arguments every
 # block >= `layer` receives (masks, rotary embeddings, the cache) and the residual entering block `layer` are kept.
 # Each optimisation step then runs only blocks layer..N-1 on the suffix tokens (a few per row instead of ~20),
-# with the cache rewound to the prefix before each step. `_Rows.logits(reference=True)` runs the plain full model on
+# each step continuing from a fresh copy of the prefix keys/values. `_Rows.logits(reference=True)` runs the plain full model on
 # the same rows instead; tests check the two agree. Several requests are optimized in one batch: their losses are
 # summed, so each request's gradient is that of its own loss, and Adam works elementwise, which makes this the same
 # as optimizing them one by one; a request that meets its stopping rule is frozen (its rows keep being computed
@@ -168,7 +170,7 @@ class _Rows:
     """The token rows of a batch of requests: for each request, one row per context template (prompt + target
     tokens but the last) and one row "{subject} is a" for the KL term."""
 
-    def __init__(self, lm, requests: list[EditRequest], layer: int, sites: tuple[str, ...], hp: dict):
+    def __init__(self, lm, requests: list[EditRequest], layer: int, sites: tuple[str, ...], hp):
         tok = lm.tok
         self.lm, self.layer, self.sites = lm, layer, sites
         self.ids, self.subj, self.req = [], [], []
@@ -331,12 +333,12 @@ def _adam(p: torch.Tensor, g: torch.Tensor, state: dict, lr: float, t: int, b1=0
     p.sub_(lr * (state["m"] / (1 - b1 ** t)) / ((state["v"] / (1 - b2 ** t)).sqrt() + eps))
 
 
-def optimize_targets_batch(lm, requests: list[EditRequest], layer: int, sites: tuple[str, ...], hp: dict,
-                           adaptive: bool = False, progress=None) -> list[dict]:
+def optimize_targets_batch(lm, requests: list[EditRequest], layer: int, sites: tuple[str, ...], hp,
+                           adaptive: bool = False, progress=None, reference: bool = False) -> list[dict]:
     """Optimize one delta per site and request at `layer`; for each request returns
-    {site: {"init", "delta", "target"}, "losses": [...]} (see the module docstring for the loss)."""
+    {site: {"init", "delta", "target"}, "losses": [...]} (see the module docstring for the loss). `reference` runs
+    the plain full model at every step instead of the cached fast path (same result; for benchmarks)."""
     n, d, dev = len(requests), lm.adapter.d_model, lm.device
-    reference = bool(hp.get("reference_targets", False))  # the plain full-model path, for benchmarks
     delta = {s: torch.zeros(n, d, device=dev) for s in sites}
     adam = {s: {"m": torch.zeros(n, d, device=dev), "v": torch.zeros(n, d, device=dev)} for s in sites}
     init: dict[str, torch.Tensor] = {}
@@ -345,8 +347,8 @@ def optimize_targets_batch(lm, requests: list[EditRequest], layer: int, sites: t
     batch = list(range(n))  # the requests whose rows are prepared
     rows = _Rows(lm, requests, layer, sites, hp)
     running = torch.ones(n, dtype=torch.bool, device=dev)  # per batch position: still optimizing
-    nll_factor = hp.get("nll_loss_factor", 1.0)
-    steps = hp["v_num_grad_steps"]
+    nll_factor = hp.nll_loss_factor
+    steps = hp.v_num_grad_steps
     for step in range(steps):
         if progress:
             progress(step / steps, f"targets: step {step + 1}/{steps}, {int(running.sum())} request(s) left")
@@ -373,11 +375,11 @@ def optimize_targets_batch(lm, requests: list[EditRequest], layer: int, sites: t
                 all_hit = torch.zeros(len(batch), device=dev).index_add(0, rows.t_req_t, 1 - hit) == 0
                 w = torch.where(all_hit, 0.1 * w, w)
                 done = all_hit & (kl.detach() <= 0.01)
-            loss = w * nll + hp["kl_factor"] * kl + hp["v_weight_decay"] * decay
+            loss = w * nll + hp.kl_factor * kl + hp.v_weight_decay * decay
             if not bool(torch.isfinite(loss).all()):
                 raise EditkitError("the target optimisation diverged (loss is not finite); lower v_lr")
             if not adaptive:
-                done = loss.detach() < hp.get("v_stop_loss", 5e-2)  # upstream's early stop
+                done = loss.detach() < hp.v_stop_loss  # upstream's early stop
             for i, j in enumerate(batch):
                 if not running[i]:
                     continue  # stopped earlier; its rows are still computed until the batch is rebuilt
@@ -395,9 +397,9 @@ def optimize_targets_batch(lm, requests: list[EditRequest], layer: int, sites: t
                 p = d_act[s].detach()[keep]
                 g = d_act[s].grad[keep]
                 st = {"m": adam[s]["m"][rows_k], "v": adam[s]["v"][rows_k]}
-                _adam(p, g, st, hp["v_lr"], step + 1)
+                _adam(p, g, st, hp.v_lr, step + 1)
                 adam[s]["m"][rows_k], adam[s]["v"][rows_k] = st["m"], st["v"]
-                limit = hp["clamp_norm_factor"] * init[s][rows_k].norm(dim=1, keepdim=True)
+                limit = hp.clamp_norm_factor * init[s][rows_k].norm(dim=1, keepdim=True)
                 norm = p.norm(dim=1, keepdim=True)
                 p = torch.where(norm > limit, p * limit / norm, p)  # MEMIT/ROME's norm clamp
                 delta[s][rows_k] = p
@@ -415,7 +417,7 @@ def optimize_targets_batch(lm, requests: list[EditRequest], layer: int, sites: t
     return out
 
 
-def optimize_targets(lm, request: EditRequest, layer: int, sites: tuple[str, ...], hp: dict,
-                     adaptive: bool = False, progress=None) -> dict:
+def optimize_targets(lm, request: EditRequest, layer: int, sites: tuple[str, ...], hp,
+                     adaptive: bool = False, progress=None, reference: bool = False) -> dict:
     """One request's deltas (see optimize_targets_batch)."""
-    return optimize_targets_batch(lm, [request], layer, sites, hp, adaptive, progress)[0]
+    return optimize_targets_batch(lm, [request], layer, sites, hp, adaptive, progress, reference)[0]

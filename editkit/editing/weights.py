@@ -1,34 +1,55 @@
-"""Weight edits as data: apply, revert exactly, stack, save and load.
+"""Weight edits as data: apply them to one computation, stack, save and load.
 
 An edit is a `WeightDelta`: parameter name -> delta tensor, in the parameter's own storage layout (so GPT-2's
-Conv1D deltas are stored transposed, exactly like the parameter). Applying keeps the original tensors of every
-touched parameter, so `revert` restores the weights bitwise (adding and subtracting a float delta would not).
+Conv1D deltas are stored transposed, exactly like the parameter).
 
-    backup = apply_delta(lm.model, delta)   # W <- W + delta, returns {name: original W (clone)}
-    restore(lm.model, backup)               # W <- original, bit for bit
+    with applied(lm.model, delta):   # this thread's forward passes see W + delta; nobody else's do
+        ...
+    current(lm.model, name)          # the weight this context sees (W, or W + the active deltas)
+    fingerprint(lm)                  # identifies the weights this context sees (base + active deltas)
+
+`applied` never touches the shared parameters. It computes W_eff = W + delta once and registers, for this context
+only (editkit/hooks.py), a hook on the edited module that recomputes its output with W_eff: y = x W_eff^T + b, the
+same arithmetic as a model whose weight holds W_eff, so results equal an in-place edit bit for bit. Contexts nest
+(MEMIT applies layer after layer inside a session's edits): the innermost W_eff of a parameter is the one used.
+Several sessions can therefore run on one model at once, each seeing only its own edits (editkit/isolation.py).
+
+`apply_delta` / `restore` / `EditHistory` change the parameters in place (for saving an edited model, or a
+persistent local experiment); the library's own computations never use them.
 
 Patches are saved as safetensors (never pickle) with a JSON manifest beside them.
 """
 from __future__ import annotations
 
+import contextvars
+import hashlib
 import json
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 
 from ..errors import EditkitError
+from ..hooks import Hooks
 
 WeightDelta = dict  # str (parameter name) -> torch.Tensor
+
+# parameter name -> (effective weight, owner hook context id, delta digest): what this context's forwards use
+_EFFECTIVE: contextvars.ContextVar[dict] = contextvars.ContextVar("editkit_weights", default={})
+
+
+def _module(model_or_lm) -> torch.nn.Module:
+    """The torch model of an LM (editkit.models.LM) or the model itself."""
+    return model_or_lm if isinstance(model_or_lm, torch.nn.Module) else model_or_lm.model
 
 
 def _params(model) -> dict[str, torch.nn.Parameter]:
     return dict(model.named_parameters())
 
 
-def apply_delta(model, delta: WeightDelta) -> dict[str, torch.Tensor]:
-    """W += delta for each named parameter; returns clones of the originals for an exact restore."""
+def _check(model, delta: WeightDelta) -> dict[str, torch.nn.Parameter]:
     params = _params(model)
     for name, d in delta.items():
         if name not in params:
@@ -37,6 +58,107 @@ def apply_delta(model, delta: WeightDelta) -> dict[str, torch.Tensor]:
             raise EditkitError(f"patch for '{name}' has shape {tuple(d.shape)}, the model {tuple(params[name].shape)}")
         if not torch.isfinite(d).all():
             raise EditkitError(f"patch for '{name}' contains NaN or infinite values")
+    return params
+
+
+def _linear_output(module, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """The module's output with `weight` in place of its own (nn.Linear, or GPT-2's Conv1D)."""
+    if isinstance(module, torch.nn.Linear):
+        return F.linear(x, weight, module.bias)
+    if type(module).__name__ == "Conv1D":  # y = x @ W + b, W stored (in, out)
+        size = x.size()[:-1] + (weight.shape[1],)
+        return torch.addmm(module.bias, x.view(-1, x.size(-1)), weight).view(size)
+    raise EditkitError(f"edits of {type(module).__name__} weights are not supported (only linear maps)")
+
+
+def delta_digest(delta: WeightDelta) -> str:
+    h = hashlib.sha1()
+    for name in sorted(delta):
+        h.update(name.encode())
+        h.update(delta[name].detach().contiguous().cpu().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+@contextmanager
+def applied(model, delta: WeightDelta):
+    """Run a block with `delta` added to the weights, in this context only (see module docstring). The shared
+    parameters are never changed; an exception inside the block leaves nothing behind."""
+    model = _module(model)
+    if not delta:
+        yield
+        return
+    params = _check(model, delta)
+    current_map = _EFFECTIVE.get()
+    new_map = dict(current_map)
+    owner = object()
+    with Hooks() as hooks:
+        for name, d in delta.items():
+            module_name, _, attr = name.rpartition(".")
+            if attr != "weight":
+                raise EditkitError(f"only weight matrices can be edited, not '{name}'")
+            base = current_map.get(name, (params[name].detach(),))[0]
+            W = base.clone().add_(d.to(base.device, base.dtype))  # the same arithmetic as an in-place edit
+            new_map[name] = (W, owner, delta_digest({name: d}) + current_map.get(name, (None, None, ""))[2])
+
+            def hook(mod, args, output, name=name):
+                entry = _EFFECTIVE.get().get(name)
+                if entry is None or entry[1] is not owner:
+                    return None  # an inner context owns this parameter
+                return _linear_output(mod, args[0], entry[0])
+
+            hooks.add_hook(model.get_submodule(module_name), hook)
+        token = _EFFECTIVE.set(new_map)
+        try:
+            yield
+        finally:
+            _EFFECTIVE.reset(token)
+
+
+def current(model, name: str) -> torch.Tensor:
+    """The parameter `name` as this context sees it: W plus the active deltas (storage layout, no grad)."""
+    model = _module(model)
+    entry = _EFFECTIVE.get().get(name)
+    return entry[0] if entry is not None else _params(model)[name].detach()
+
+
+def effective_weight(lm, part: str, layer: int) -> torch.Tensor:
+    """The linear map `part` of `layer` in math layout (d_out, d_in), as this context sees it (base + deltas)."""
+    W = current(lm, lm.adapter.param_name(part, layer))
+    return W.T if lm.adapter.family.conv1d else W
+
+
+def active_digest() -> str:
+    """A digest of the deltas active in this context ("" when none)."""
+    entries = _EFFECTIVE.get()
+    return hashlib.sha1(json.dumps(sorted((n, e[2]) for n, e in entries.items())).encode()).hexdigest()[:16] \
+        if entries else ""
+
+
+_BASE_DIGESTS: dict = {}
+
+
+def fingerprint(lm) -> str:
+    """Identifies the weights this context computes with: a digest of the base parameters (computed once per
+    loaded model; recomputed if a parameter was changed in place) plus the active deltas."""
+    model = _module(lm)
+    params = list(model.named_parameters())
+    version = sum(p._version for _, p in params)
+    key = id(model)
+    cached = _BASE_DIGESTS.get(key)
+    if cached is None or cached[0] != version:
+        h = hashlib.sha1()
+        for name, p in params:
+            h.update(name.encode())
+            h.update(p.detach().contiguous().cpu().numpy().tobytes())
+        cached = _BASE_DIGESTS[key] = (version, h.hexdigest()[:16])
+    active = active_digest()
+    return cached[1] + (f"+{active}" if active else "")
+
+
+def apply_delta(model, delta: WeightDelta) -> dict[str, torch.Tensor]:
+    """W += delta for each named parameter, in place (shared by every user of the model); returns clones of the
+    originals for an exact restore."""
+    params = _check(model, delta)
     backup = {name: params[name].detach().clone() for name in delta}
     with torch.no_grad():
         for name, d in delta.items():
@@ -50,16 +172,6 @@ def restore(model, backup: dict[str, torch.Tensor]) -> None:
     with torch.no_grad():
         for name, original in backup.items():
             params[name].copy_(original)
-
-
-@contextmanager
-def applied(model, delta: WeightDelta):
-    """Run a block with `delta` applied; the weights are restored bitwise afterwards, also on errors."""
-    backup = apply_delta(model, delta)
-    try:
-        yield
-    finally:
-        restore(model, backup)
 
 
 @dataclass

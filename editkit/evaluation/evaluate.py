@@ -202,7 +202,8 @@ def evaluate(lm, methods: list[str], n: int | None = 100, batch: int = 1, set_na
     count, computed = 0, 0
     tables = {}
     for method in methods:
-        run_key = {"model": lm.name, "method": method, "batch": batch, "set": set_name, "hparams": hps[method],
+        run_key = {"model": lm.name, "method": method, "batch": batch, "set": set_name,
+                   "hparams": hps[method].to_dict(),
                    "format": FORMAT, **gen}
         path = out_dir / f"{method}-{safe_name(lm.name)}-{set_name}-b{batch}-{_hash(run_key)}.jsonl"
         done = _read_jsonl(path)

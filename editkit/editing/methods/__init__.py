@@ -1,0 +1,71 @@
+"""The method registry: every editing method is one file in this folder plus its hyperparameter files.
+
+A method file defines its typed hyperparameters (a frozen dataclass extending editing.hparams.Hparams), an
+`apply(lm, requests, hp, progress=None, debug=None, reference=False) -> EditResult` and registers them:
+
+    METHOD = register(Method(name="rome", label="ROME", apply=apply_rome, hparams=RomeHparams,
+                             spreading="one layer, rank one", about="..."))
+
+and assets/hparams/<name>/<model>.json holds its defaults per model. The CLI (`edit`, `evaluate`, `bench edit`), the
+evaluation, the hyperparameter loader and the Edit & compare page all read the registry, so a new file here is a new
+method everywhere. Files in this folder are imported on first use; a method defined elsewhere (a plugin, a test)
+calls `register` itself.
+"""
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from dataclasses import dataclass
+from typing import Callable
+
+from ...errors import EditkitError
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str  # the id used on the command line and in files ("rome")
+    label: str  # for people ("ROME")
+    apply: Callable  # (lm, requests, hp, progress=None, debug=None, reference=False) -> EditResult
+    hparams: type  # its frozen Hparams dataclass
+    spreading: str  # how the update is spread over layers, in words
+    about: str = ""  # one sentence with the paper
+    color: str = "#555555"  # its colour in charts
+    batch: bool = True  # edits a batch of requests jointly (False: one after another, as ROME)
+    order: int = 100  # position in lists (built-ins: 10, 20, ...)
+
+
+_REGISTRY: dict[str, Method] = {}
+_loaded = False
+
+
+def register(method: Method) -> Method:
+    """Add (or replace) a method; returns it."""
+    _REGISTRY[method.name] = method
+    return method
+
+
+def _load_builtins() -> None:
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    for info in pkgutil.iter_modules(__path__):
+        importlib.import_module(f"{__name__}.{info.name}")
+
+
+def all_methods() -> list[Method]:
+    """Registered methods, in their `order`."""
+    _load_builtins()
+    return sorted(_REGISTRY.values(), key=lambda m: (m.order, m.name))
+
+
+def names() -> list[str]:
+    return [m.name for m in all_methods()]
+
+
+def get(name: str) -> Method:
+    _load_builtins()
+    key = (name or "").strip().lower() if isinstance(name, str) else name
+    if key not in _REGISTRY:
+        raise EditkitError(f"method must be one of {', '.join(names())}, not {name!r}")
+    return _REGISTRY[key]
