@@ -25,7 +25,7 @@ def register(sub):
 def run(args):
     from ..editing.api import run_edit
     from ..editing.hparams import load_hparams_file
-    from ..editing.probe import edit_probabilities
+    from ..evaluation.evaluate import measure, probabilities
     from ..editing.requests import parse_requests
     from ..editing.weights import applied, save_patch
 
@@ -36,11 +36,11 @@ def run(args):
         requests = requests[: args.n]
     overrides = load_hparams_file(args.hparams) if args.hparams else None
     lm = load(args)
-    pre = [edit_probabilities(lm, r) for r in requests]
+    pre = [probabilities(measure(lm, r, n_gen=0)) for r in requests]
     result = run_edit(lm, args.method, requests, overrides)
     t0 = time.perf_counter()
     with applied(lm, result.delta):
-        post = [edit_probabilities(lm, r) for r in requests]
+        post = [probabilities(measure(lm, r, n_gen=0)) for r in requests]
     if args.save_model:
         state = dict(lm.model.state_dict())
         state.update({name: state[name] + d for name, d in result.delta.items()})

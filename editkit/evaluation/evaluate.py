@@ -34,7 +34,7 @@ from .metrics import (EditMetrics, compare, harmonic_mean, idf_table, mean_ci, n
                       tfidf_cosine, token_agreement)
 
 GEN_SEED = 0
-FORMAT = 2  # results-file format: bump when measure/metrics change, so old results are not resumed
+FORMAT = 3  # results-file format: bump when measure/metrics change, so old results are not resumed
 N_GEN = 1
 GEN_TOKENS = 40
 
@@ -58,19 +58,28 @@ def measure(lm, record, n_gen: int = N_GEN, gen_tokens: int = GEN_TOKENS) -> dic
     groups = {"rewrite": [r.rewrite], "paraphrase": r.paraphrase_prompts, "neighborhood": r.neighborhood_prompts}
     out: dict = {}
     for group, prompts in groups.items():
-        if not prompts:
-            out[group] = {"nll_new": [], "nll_true": [], "acc_new": []}
-            continue
-        new = score_targets(lm, prompts, [r.target_new] * len(prompts))
-        true = score_targets(lm, prompts, [r.target_true] * len(prompts)) if r.target_true else []
-        out[group] = {"nll_new": [s.mean_nll for s in new], "nll_true": [s.mean_nll for s in true],
-                      "acc_new": [s.accuracy for s in new]}
+        new = score_targets(lm, prompts, [r.target_new] * len(prompts)) if prompts else []
+        true = score_targets(lm, prompts, [r.target_true] * len(prompts)) if prompts and r.target_true else []
+        out[group] = {"prompts": list(prompts), "nll_new": [s.mean_nll for s in new],
+                      "nll_true": [s.mean_nll for s in true], "acc_new": [s.accuracy for s in new],
+                      "p_new": [s.prob for s in new], "p_true": [s.prob for s in true]}
     if record.locality:
         scores = score_targets(lm, [p for p, _ in record.locality], [a for _, a in record.locality])
         out["locality_argmax"] = [s.token_argmax for s in scores]
         out["locality_acc"] = [s.accuracy for s in scores]
     gens = r.generation_prompts[:max(n_gen, 0)]
     out["generations"] = [{"prompt": p, "text": p + sample(lm, p, gen_tokens)} for p in gens] if gen_tokens else []
+    return out
+
+
+def probabilities(meas: dict) -> dict:
+    """Per prompt group, [{"prompt", "p_new", "p_true"?}]: P(target) of each target after each prompt (teacher
+    forced, the product of its token probabilities), from a measurement."""
+    out = {}
+    for group in ("rewrite", "paraphrase", "neighborhood"):
+        g = meas[group]
+        out[group] = [{"prompt": p, "p_new": g["p_new"][i], **({"p_true": g["p_true"][i]} if g["p_true"] else {})}
+                      for i, p in enumerate(g["prompts"])]
     return out
 
 
@@ -129,19 +138,21 @@ def wikitext_idf() -> dict:
 
 
 def edit_and_measure(lm, method: str, records, hparams: dict | None = None, n_gen: int = N_GEN,
-                     gen_tokens: int = GEN_TOKENS, pre: list[dict] | None = None, progress=None) -> list[dict]:
+                     gen_tokens: int = GEN_TOKENS, pre: list[dict] | None = None, progress=None,
+                     keep: dict | None = None) -> list[dict]:
     """Edit `records` in one batch with `method` and measure each before and after. The model is unchanged
     afterwards. One row per record: case_id, seconds (edit time / batch size), relative_norm per edited
-    matrix, metrics (record_metrics), pre / post measurements (with the generated texts)."""
+    matrix, metrics (record_metrics), pre / post measurements (with the generated texts). `keep["result"]` receives
+    the EditResult (its delta and diagnostics), when a dict is given."""
     records = [as_record(r) for r in records]
     if not records:
         raise EditkitError("no records to edit")
     idf = wikitext_idf()
     if pre is None:
-        with isolation.session(lm):
-            pre = [measure(lm, rec, n_gen, gen_tokens) for rec in records]
-    with isolation.session(lm):
-        result = run_edit(lm, method, [r.request for r in records], hparams, progress=progress)
+        pre = [measure(lm, rec, n_gen, gen_tokens) for rec in records]
+    result = run_edit(lm, method, [r.request for r in records], hparams, progress=progress)
+    if keep is not None:
+        keep["result"] = result
     seconds = result.seconds / len(records)
     rel = {k: v["relative_norm"] for k, v in result.info.get("norms", {}).items()}
     with isolation.session(lm, result.delta):
@@ -219,8 +230,7 @@ def evaluate(lm, methods: list[str], n: int | None = 100, batch: int = 1, set_na
                 progress(count / total, f"{method}: records {start + 1}-{start + len(chunk)} of {len(records)}")
             for rec, key in zip(chunk, keys):
                 if key not in pre_done:
-                    with isolation.session(lm):
-                        pre_done[key] = {"key": key, "pre": measure(lm, rec, n_gen, gen_tokens)}
+                    pre_done[key] = {"key": key, "pre": measure(lm, rec, n_gen, gen_tokens)}
                     _append(pre_path, pre_done[key])
             out = edit_and_measure(lm, method, chunk, (hparams or {}).get(method), n_gen, gen_tokens,
                                    pre=[pre_done[k]["pre"] for k in keys])

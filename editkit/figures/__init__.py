@@ -1,0 +1,1 @@
+"""Plotly figure builders for the pages (no Streamlit): figures/editing.py for edit comparisons."""

@@ -1,0 +1,117 @@
+"""Plotly figures and tables of an edit comparison (evaluation/compare.py's `out`), for the pages and notebooks.
+
+No Streamlit here: each function takes JSON results and returns a plotly Figure or a list of table rows.
+"""
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+METRICS = [("efficacy", "Efficacy"), ("generalization", "Generalization"), ("specificity", "Specificity"),
+           ("score", "Score"), ("efficacy_magnitude", "Efficacy magn."), ("specificity_magnitude", "Specificity magn."),
+           ("fluency", "Fluency"), ("consistency", "Consistency"), ("reliability", "Reliability (acc)"),
+           ("generalization_acc", "Generalization (acc)")]
+GROUPS = ("rewrite", "paraphrase", "neighborhood")
+
+
+def _avg(metrics: list[dict], key: str):
+    vals = [m[key] for m in metrics if m.get(key) is not None and m[key] == m[key]]
+    return round(100 * sum(vals) / len(vals), 1) if vals else None
+
+
+def metrics_table(out: dict) -> list[dict]:
+    """One row before any edit, then one per method: the mean of each metric over the records, x100."""
+    first = next(iter(out["methods"].values()))
+    rows = [{"method": "before edit", **{label: _avg(first["metrics"], "pre_" + k) for k, label in METRICS},
+             "time (s)": None}]
+    for r in out["methods"].values():
+        rows.append({"method": r["label"], **{label: _avg(r["metrics"], "post_" + k) for k, label in METRICS},
+                     "time (s)": round(r["seconds"], 1)})
+    return rows
+
+
+def probability_figure(out: dict, j: int, group: str) -> go.Figure | None:
+    """P(new) bars and P(true) crosses for each prompt of `group` of request j, before and after each method."""
+    rows = out["pre"][j]["probabilities"][group]
+    if not rows:
+        return None
+    x = [f"{i + 1}" for i in range(len(rows))]
+    fig = go.Figure()
+    fig.add_trace(go.Bar(x=x, y=[r["p_new"] for r in rows], name="before: new", marker_color="#bbbbbb"))
+    for r in out["methods"].values():
+        post = r["post"][j]["probabilities"][group]
+        fig.add_trace(go.Bar(x=x, y=[p["p_new"] for p in post], name=f"{r['label']}: new", marker_color=r["color"]))
+        if post and "p_true" in post[0]:
+            fig.add_trace(go.Scatter(x=x, y=[p["p_true"] for p in post], name=f"{r['label']}: true", mode="markers",
+                                     marker={"color": r["color"], "symbol": "x", "size": 10}))
+    if "p_true" in rows[0]:
+        fig.add_trace(go.Scatter(x=x, y=[r["p_true"] for r in rows], name="before: true", mode="markers",
+                                 marker={"color": "black", "symbol": "x", "size": 10}))
+    fig.update_layout(title=group, barmode="group", yaxis_title="probability", xaxis_title="prompt #", height=330,
+                      margin={"t": 40, "b": 30}, legend={"font": {"size": 9}})
+    return fig
+
+
+def norms_figure(out: dict) -> go.Figure:
+    """||Delta W||_F / ||W||_F of every edited matrix, per method."""
+    fig = go.Figure()
+    for r in out["methods"].values():
+        norms = r["info"]["norms"]
+        fig.add_trace(go.Bar(x=[k.replace(".weight", "") for k in norms], y=[v["relative_norm"] for v in norms.values()],
+                             name=r["label"], marker_color=r["color"]))
+    fig.update_layout(barmode="group", yaxis_title="‖ΔW‖_F / ‖W‖_F", height=320, margin={"t": 20})
+    return fig
+
+
+def diagnostics_table(out: dict) -> list[dict]:
+    """Per method: time, optimisation steps per request, how far each target was reached, ROME's division factor."""
+    rows = []
+    for r in out["methods"].values():
+        info = r["info"]
+        row = {"method": r["label"], "time (s)": round(r["seconds"], 2)}
+        if "target_reached" in info:
+            row["target reached (per request)"] = ", ".join(f"{x:.2f}" for x in info["target_reached"])
+        if info.get("requests") and "division_factor" in info["requests"][0]:
+            row["ROME division factor"] = round(info["requests"][0]["division_factor"], 4)
+        row["optimisation steps"] = ", ".join(str(len(q["losses"])) for q in info.get("requests", []))
+        rows.append(row)
+    return rows
+
+
+def loss_figure(out: dict) -> go.Figure:
+    """The target optimisation's loss per step, per method and request."""
+    fig = go.Figure()
+    for r in out["methods"].values():
+        for q in r["info"].get("requests", []):
+            fig.add_trace(go.Scatter(y=[l["loss"] for l in q["losses"]], name=f"{r['label']} {q.get('case_id')}",
+                                     line={"color": r["color"]}))
+    fig.update_layout(xaxis_title="step", yaxis_title="loss", height=300)
+    return fig
+
+
+def trace_figure(trace: dict, title: str) -> go.Figure:
+    """A causal-trace heatmap (TraceResult.to_dict()), tokens down, layers across; * marks subject tokens."""
+    b, e = trace["subject_range"]
+    labels = [f"{i}: {t!r}{'*' if b <= i < e else ''}" for i, t in enumerate(trace["tokens"])]
+    fig = go.Figure(go.Heatmap(z=trace["scores"], y=labels, colorscale="Purples", zmin=trace["low_score"],
+                               colorbar={"title": "p"}))
+    fig.update_yaxes(autorange="reversed")
+    fig.update_layout(title=f"{title}: p({trace['answer']!r})", xaxis_title="layer", height=140 + 26 * len(labels),
+                      margin={"t": 40})
+    return fig
+
+
+def sequential_figure(seq: dict, label: str) -> go.Figure:
+    """Rates over the edits so far and perplexity relative to the unedited model, after each sequential edit."""
+    rows = seq["rows"]
+    x = [r["edit"] for r in rows]
+    fig = go.Figure()
+    for key, color in (("efficacy", "#008837"), ("generalization", "#7b3294"), ("specificity", "#e66101"),
+                       ("retention", "#0571b0")):
+        if key in rows[0]:
+            fig.add_trace(go.Scatter(x=x, y=[r[key] for r in rows], name=key, line={"color": color}))
+    fig.add_trace(go.Scatter(x=x, y=[r["perplexity"] / seq["base_perplexity"] for r in rows],
+                             name="perplexity / base", yaxis="y2", line={"dash": "dot", "color": "black"}))
+    fig.update_layout(xaxis_title="edits applied", yaxis={"title": "rate over edits so far", "range": [0, 1.05]},
+                      yaxis2={"title": "perplexity / base", "overlaying": "y", "side": "right"}, height=360,
+                      title=f"{label}, base perplexity {seq['base_perplexity']:.2f}")
+    return fig
