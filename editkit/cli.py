@@ -12,14 +12,15 @@ import sys
 
 from .errors import EditkitError
 
-COMMANDS = ["models", "predict", "trace", "edit", "evaluate", "bench", "memories", "triggers", "similarity"]
+COMMANDS = ["models", "predict", "trace", "edit", "apply-patch", "evaluate", "bench", "memories", "triggers", "geva",
+            "intervene", "similarity"]
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m editkit", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     for name in COMMANDS:
-        importlib.import_module(f"editkit.commands.{name}").register(sub)
+        importlib.import_module(f"editkit.commands.{name.replace('-', '_')}").register(sub)
     return parser
 
 

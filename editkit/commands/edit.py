@@ -48,15 +48,14 @@ def run(args):
         lm.tok.save_pretrained(args.save_model)
     out = {"model": lm.name, "method": args.method, "seconds": round(result.seconds, 2),
            "eval_seconds": round(time.perf_counter() - t0, 2), "info": result.to_dict()["info"], "requests": []}
-    out["info"].pop("hparams", None)
-    out["hparams"] = result.info.get("hparams")
+    out["hparams"] = out["info"].pop("hparams", None)
     for r, a, b in zip(requests, pre, post):
         out["requests"].append({"case_id": r.case_id, "rewrite": r.rewrite, "target_new": r.target_new,
                                 "target_true": r.target_true, "pre": a, "post": b})
     if args.save_patch:
         path = save_patch(args.save_patch, result.delta, {"model": lm.name, "method": args.method,
                                                           "requests": [r.to_dict() for r in requests],
-                                                          "hparams": result.info.get("hparams")})
+                                                          "hparams": out["hparams"]})
         out["patch"] = str(path)
     return out
 

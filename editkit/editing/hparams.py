@@ -16,7 +16,6 @@ import math
 from dataclasses import dataclass, fields
 
 from ..errors import EditkitError
-from ..paths import HPARAMS
 
 
 def _positive(v):
@@ -120,9 +119,9 @@ def load_hparams(method: str, lm_or_name, overrides: dict | None = None) -> Hpar
 
     spec = get(method)
     name = getattr(lm_or_name, "name", lm_or_name)
-    path = HPARAMS / spec.name / f"{_file_key(name)}.json"
+    path = spec.defaults_dir / f"{_file_key(name)}.json"
     if not path.exists():
-        have = sorted(p.stem for p in (HPARAMS / spec.name).glob("*.json"))
+        have = sorted(p.stem for p in spec.defaults_dir.glob("*.json"))
         raise EditkitError(f"no {spec.name} hyperparameters for '{name}' (have: {', '.join(have) or 'none'}); pass "
                            "a file with --hparams, copying the closest one and choosing layers from the model's "
                            "causal traces")

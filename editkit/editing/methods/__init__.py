@@ -16,9 +16,11 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 from ...errors import EditkitError
+from ...paths import HPARAMS
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,11 @@ class Method:
     color: str = "#555555"  # its colour in charts
     batch: bool = True  # edits a batch of requests jointly (False: one after another, as ROME)
     order: int = 100  # position in lists (built-ins: 10, 20, ...)
+    hparams_dir: Path | None = None  # its per-model JSON defaults (default: assets/hparams/<name>/)
+
+    @property
+    def defaults_dir(self) -> Path:
+        return self.hparams_dir or HPARAMS / self.name
 
 
 _REGISTRY: dict[str, Method] = {}
@@ -42,6 +49,10 @@ def register(method: Method) -> Method:
     """Add (or replace) a method; returns it."""
     _REGISTRY[method.name] = method
     return method
+
+
+def unregister(name: str) -> None:
+    _REGISTRY.pop(name, None)
 
 
 def _load_builtins() -> None:

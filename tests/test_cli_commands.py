@@ -1,0 +1,69 @@
+"""The CLI covers the library: geva, intervene and apply-patch give the library's numbers as JSON, and bad input
+is one `error:` line with exit status 2."""
+import json
+
+import pytest
+
+from editkit.cli import main
+from editkit.editing.api import run_edit
+from editkit.editing.weights import applied, save_patch
+from editkit.memories.intervene import intervene
+from editkit.models import load_model
+from editkit.scoring import score_targets
+
+REQUEST = {"prompt": "The mother tongue of {} is", "subject": "Danielle Darrieux", "target_new": "English",
+           "target_true": "French", "neighborhood_prompts": ["The mother tongue of Jean Gabin is"]}
+
+
+def _json(capsys, argv):
+    assert main(argv) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_apply_patch_reports_the_edit(tmp_path, capsys, tiny_by_name):
+    lm = tiny_by_name("tiny-gpt2")
+    result = run_edit(lm, "rome", REQUEST, {"v_num_grad_steps": 3})
+    save_patch(tmp_path / "p", result.delta, {"model": lm.name, "method": "rome", "requests": [REQUEST]})
+    out = _json(capsys, ["apply-patch", "--model", "tiny-gpt2", "--patch", str(tmp_path / "p"), "--json"])
+    rewrite = out["prompts"][0]
+    assert rewrite["prompt"] == "The mother tongue of Danielle Darrieux is" and len(out["prompts"]) == 2
+    with applied(lm, result.delta):
+        p_after = score_targets(lm, [rewrite["prompt"]], [" English"])[0].prob
+    assert rewrite["after"]["targets"][" English"] == pytest.approx(p_after, rel=1e-5)
+    assert rewrite["before"]["targets"][" English"] == pytest.approx(
+        score_targets(lm, [rewrite["prompt"]], [" English"])[0].prob, rel=1e-5)
+    assert rewrite["after"]["targets"][" English"] > rewrite["before"]["targets"][" English"]
+    custom = _json(capsys, ["apply-patch", "--model", "tiny-gpt2", "--patch", str(tmp_path / "p"), "--prompt",
+                            "Paris is the capital of", "--target", "France", "--json"])
+    assert list(custom["prompts"][0]["before"]["targets"]) == [" France"]
+
+
+def test_apply_patch_bad_inputs(tmp_path, capsys):
+    (tmp_path / "bad.safetensors").write_bytes(b"not a patch")
+    assert main(["apply-patch", "--model", "tiny-gpt2", "--patch", str(tmp_path / "bad")]) == 2
+    assert "cannot read patch" in capsys.readouterr().err
+    other = load_model("tiny-llama", device="cpu")  # a patch for another architecture names other parameters
+    result = run_edit(other, "rome", REQUEST, {"v_num_grad_steps": 2})
+    save_patch(tmp_path / "llama", result.delta, {"model": "tiny-llama", "requests": [REQUEST]})
+    assert main(["apply-patch", "--model", "tiny-gpt2", "--patch", str(tmp_path / "llama")]) == 2
+    assert "does not have" in capsys.readouterr().err
+
+
+def test_intervene_cli_equals_library(capsys, tiny_by_name):
+    lm = tiny_by_name("tiny-llama")
+    out = _json(capsys, ["intervene", "--model", "tiny-llama", "--prompt", "The Space Needle is in", "--memory",
+                         "L1.M3", "--memory", "L2.M7", "--mode", "off", "--json"])
+    ref = intervene(lm, "The Space Needle is in", [(1, 3), (2, 7)], "off").to_dict()
+    assert out["after"] == ref["after"] and out["before"] == ref["before"]
+    assert [m["coefficient_after"] for m in out["memories"]] == [0.0, 0.0]
+    for bad in (["--memory", "L9.M3"], ["--memory", "nonsense"], ["--memory", "L1.M99999"]):
+        assert main(["intervene", "--model", "tiny-llama", "--prompt", "x", *bad]) == 2
+        assert capsys.readouterr().err.startswith("error:")
+
+
+def test_geva_cli(capsys, tiny_by_name):
+    out = _json(capsys, ["geva", "--model", "tiny-llama", "--positions", "20", "--memories", "32", "--json"])
+    L = tiny_by_name("tiny-llama").adapter.n_layers
+    assert len(out["agreement"]) == len(out["compositional"]) == len(out["fixed_by"]) == L
+    assert all(0 <= a <= 1 for a in out["agreement"]) and out["fixed_by"][-1] == pytest.approx(1.0)
+    assert main(["geva", "--model", "tiny-llama", "--positions", "0"]) == 2
