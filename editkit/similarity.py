@@ -1,4 +1,5 @@
-"""MHSA vs FFN similarity curves (PMET, Li et al. 2023, Fig. 2; notes: papers.md §6, reference-implementations.md §3).
+"""MHSA vs FFN similarity curves (PMET, Li et al. 2023, Sec. 3 and Fig. 2; the upstream notebook is
+xpq-tech/PMET knowledge-prob/prob_gptJ.ipynb).
 
 For each fact prompt, at its LAST real token and every layer l, compare the state entering a component with the
 state leaving it:
