@@ -127,13 +127,13 @@ def capture_ffn(lm, prompt: str) -> dict:
 
 def value_vectors(lm, layer: int, indices) -> torch.Tensor:
     """The values v_i (n, d_model) as directions in the residual stream. Without a post-MLP norm that is column i
-    of W_out. Gemma adds post_feedforward_layernorm(o) = s * o / rms(o) with s = 1 + w: the 1/rms(o) factor is
-    positive and shared by all memories at a position, so memory i moves the residual along s * v_i; that
-    channel-scaled vector is what gets projected to the vocabulary."""
+    of W_out. Gemma adds post_feedforward_layernorm(o) = s * o / rms(o) with s = 1 + w (the adapter's norm_scale):
+    the 1/rms(o) factor is positive and shared by all memories at a position, so memory i moves the residual along
+    s * v_i; that channel-scaled vector is what gets projected to the vocabulary."""
     V = lm.adapter.down_weight(layer)[:, list(indices)].T
     norm = lm.adapter.post_mlp_norm(layer)
     if norm is not None:
-        V = V * (1.0 + norm.weight)
+        V = V * lm.adapter.norm_scale(norm)[0]
     return V
 
 
