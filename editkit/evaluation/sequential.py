@@ -1,26 +1,28 @@
 """Sequential editing stress: edits applied one after another, each computed at the weights the previous ones left.
 
-Inside one `isolation.session`, edit k is computed by run_edit at the weights with edits 1..k-1 applied and pushed
-on an EditHistory. After edit k: efficacy, generalization and specificity over edits 1..k (CounterFact rates,
+Edit k is computed by run_edit at the weights with edits 1..k-1 applied, and then applied itself, as nested
+`weights.applied` contexts: (W + d_1) + d_2 ..., the arithmetic of in-place edits, but only in this context. The
+shared parameters are never written, so other sessions on the same model never see these edits. After edit k: efficacy, generalization and specificity over edits 1..k (CounterFact rates,
 metrics.compare), retention = the share of the earlier edits (1..k-1) that succeeded right after they were made
 and still succeed, the relative norm ||Delta W||_F / ||W||_F of the accumulated update per edited matrix and over
 all of them together, and perplexity on the first `ppl_tokens` tokens of WikiText-2's test split.
 
 `collapsed` is set, with the reason, when perplexity exceeds `collapse_factor` (default 2) times the base
 perplexity, or retention falls below `retention_floor` (default 0.5): the two failure modes of many sequential
-ROME edits (Gupta et al. 2024; EasyEdit issue #18, "editing capacity is around 100"). The history is undone at
-the end, so the base weights are restored bitwise (also on errors).
+ROME edits (Gupta et al. 2024; EasyEdit issue #18, "editing capacity is around 100"). Leaving the block (also on
+an error) drops every edit.
 """
 from __future__ import annotations
 
 import math
+from contextlib import ExitStack
 
 import torch
 
 from .. import isolation
 from ..corpus import token_chunks
 from ..editing.api import run_edit
-from ..editing.weights import EditHistory, combined
+from ..editing.weights import applied, combined
 from ..errors import EditkitError
 from ..scoring import score_targets
 from .datasets import as_record
@@ -70,40 +72,38 @@ def sequential(lm, method: str, requests, hparams: dict | None = None, collapse_
     if collapse_factor <= 1 or not 0 <= retention_floor <= 1 or ppl_tokens < 2:
         raise EditkitError("collapse_factor must exceed 1, retention_floor lie in [0, 1], ppl_tokens be >= 2")
     rows, took = [], []
-    with isolation.session(lm):
+    with isolation.session(lm), ExitStack() as stack:
         base_ppl = perplexity(lm, ppl_tokens)
         params = dict(lm.model.named_parameters())
-        history = EditHistory(lm.model)
-        try:
-            for k, rec in enumerate(records, 1):
-                if progress:
-                    progress((k - 1) / len(records), f"{method}: edit {k}/{len(records)}")
-                result = run_edit(lm, method, [rec.request], hparams)  # at the weights with edits 1..k-1
-                history.push(result.delta, {"case_id": rec.request.case_id})
-                total = combined([r.delta for r in history.records])
-                base = {n: params[n].detach() - d for n, d in total.items()}
-                rel = {n: float(d.norm() / base[n].norm()) for n, d in total.items()}
-                total_rel = math.sqrt(sum(float(d.norm()) ** 2 for d in total.values())) / \
-                    math.sqrt(sum(float(w.norm()) ** 2 for w in base.values()))
-                rates = {g: [_wins(lm, r, g) for r in records[:k]] for g in ("rewrite", "paraphrase", "neighborhood")}
-                took.append(rates["rewrite"][-1] == 1.0)
-                kept = [w == 1.0 for w, t in zip(rates["rewrite"][:-1], took[:-1]) if t]
-                retention = sum(kept) / len(kept) if kept else None
-                ppl = perplexity(lm, ppl_tokens)
-                reasons = []
-                if ppl > collapse_factor * base_ppl:
-                    reasons.append(f"perplexity {ppl:.1f} > {collapse_factor:g} x base {base_ppl:.1f}")
-                if retention is not None and retention < retention_floor:
-                    reasons.append(f"only {retention:.0%} of the earlier successful edits still hold")
-                rows.append({"edit": k, "case_id": rec.request.case_id, "seconds": result.seconds,
-                             "efficacy": _mean(rates["rewrite"]), "generalization": _mean(rates["paraphrase"]),
-                             "specificity": _mean(rates["neighborhood"]), "took": took[-1],
-                             "retention": retention, "relative_norm": rel, "max_relative_norm": max(rel.values()),
-                             "total_relative_norm": total_rel, "perplexity": ppl,
-                             "perplexity_ratio": ppl / base_ppl, "collapsed": bool(reasons),
-                             "reason": "; ".join(reasons)})
-        finally:
-            history.reset()  # bitwise back to the base weights
+        deltas = []
+        for k, rec in enumerate(records, 1):
+            if progress:
+                progress((k - 1) / len(records), f"{method}: edit {k}/{len(records)}")
+            result = run_edit(lm, method, [rec.request], hparams)  # at the weights with edits 1..k-1
+            stack.enter_context(applied(lm, result.delta))  # edit k, in this context only
+            deltas.append(result.delta)
+            total = combined(deltas)
+            base = {n: params[n].detach() for n in total}
+            rel = {n: float(d.norm() / base[n].norm()) for n, d in total.items()}
+            total_rel = math.sqrt(sum(float(d.norm()) ** 2 for d in total.values())) / \
+                math.sqrt(sum(float(w.norm()) ** 2 for w in base.values()))
+            rates = {g: [_wins(lm, r, g) for r in records[:k]] for g in ("rewrite", "paraphrase", "neighborhood")}
+            took.append(rates["rewrite"][-1] == 1.0)
+            kept = [w == 1.0 for w, t in zip(rates["rewrite"][:-1], took[:-1]) if t]
+            retention = sum(kept) / len(kept) if kept else None
+            ppl = perplexity(lm, ppl_tokens)
+            reasons = []
+            if ppl > collapse_factor * base_ppl:
+                reasons.append(f"perplexity {ppl:.1f} > {collapse_factor:g} x base {base_ppl:.1f}")
+            if retention is not None and retention < retention_floor:
+                reasons.append(f"only {retention:.0%} of the earlier successful edits still hold")
+            rows.append({"edit": k, "case_id": rec.request.case_id, "seconds": result.seconds,
+                         "efficacy": _mean(rates["rewrite"]), "generalization": _mean(rates["paraphrase"]),
+                         "specificity": _mean(rates["neighborhood"]), "took": took[-1],
+                         "retention": retention, "relative_norm": rel, "max_relative_norm": max(rel.values()),
+                         "total_relative_norm": total_rel, "perplexity": ppl,
+                         "perplexity_ratio": ppl / base_ppl, "collapsed": bool(reasons),
+                         "reason": "; ".join(reasons)})
     if progress:
         progress(1.0, "sequential editing done")
     first = next((r["edit"] for r in rows if r["collapsed"]), None)
