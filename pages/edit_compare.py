@@ -5,7 +5,6 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from editkit import isolation
 from editkit.editing.api import run_edit
 from editkit.editing.hparams import load_hparams
 from editkit.editing.methods import all_methods
@@ -83,32 +82,41 @@ c1, c2 = st.columns(2)
 n_gen = c1.number_input("Generations per request", 0, 5, 1, key="ec_ngen")
 gen_tokens = c2.number_input("Tokens per generation", 5, 100, 30, key="ec_gentokens")
 
+ui.cancelled_note()
 if st.button("Edit and compare", type="primary", key="ec_run", disabled=not (records and methods)):
     with ui.guard("editing"):
         requests = [r.request for r in records]
-        bar = st.progress(0.0, text="measuring the base model")
         idf = wikitext_idf()
-        with isolation.session(lm):
-            pre = [measure(lm, r, int(n_gen), int(gen_tokens)) for r in records]
-            pre_p = [edit_probabilities(lm, r) for r in requests]
-        out = {"requests": [r.to_dict() for r in requests], "pre_generations": [p["generations"] for p in pre],
-               "pre_probabilities": pre_p, "methods": {}}
-        for i, m in enumerate(methods):
-            def step(f, msg, i=i):
-                bar.progress(min((i + 0.8 * f) / len(methods), 1.0), text=f"{METHODS[m]}: {msg}")
-            with isolation.session(lm):
-                result = run_edit(lm, m, requests, overrides.get(m), progress=step)
-            step(1.0, "measuring the edited model")
-            with isolation.session(lm, result.delta):
-                post = [measure(lm, r, int(n_gen), int(gen_tokens)) for r in records]
-                post_p = [edit_probabilities(lm, r) for r in requests]
-            metrics = [compare_measurements(a, b, r, idf) for a, b, r in zip(pre, post, records)]
-            out["methods"][m] = {"seconds": result.seconds, "info": result.to_dict()["info"], "metrics": metrics,
-                                 "post_probabilities": post_p, "post_generations": [p["generations"] for p in post]}
-            st.session_state.setdefault("ec_deltas", {})[m] = result.delta
+
+        def job(progress):  # every method starts from the same weights: base + this session's kept edits
+            progress(0.0, "measuring the model before the edit")
+            with ui.session(lm):
+                pre = [measure(lm, r, int(n_gen), int(gen_tokens)) for r in records]
+                pre_p = [edit_probabilities(lm, r) for r in requests]
+            out = {"requests": [r.to_dict() for r in requests], "pre_generations": [p["generations"] for p in pre],
+                   "pre_probabilities": pre_p, "methods": {}}
+            deltas = {}
+            for i, m in enumerate(methods):
+                def step(f, msg, i=i, m=m):
+                    progress(min((i + 0.8 * f) / len(methods), 1.0), f"{METHODS[m]}: {msg}")
+                with ui.session(lm):
+                    result = run_edit(lm, m, requests, overrides.get(m), progress=step)
+                step(1.0, "measuring the edited model")
+                with ui.session(lm, result.delta):
+                    post = [measure(lm, r, int(n_gen), int(gen_tokens)) for r in records]
+                    post_p = [edit_probabilities(lm, r) for r in requests]
+                metrics = [compare_measurements(a, b, r, idf) for a, b, r in zip(pre, post, records)]
+                out["methods"][m] = {"seconds": result.seconds, "info": result.to_dict()["info"], "metrics": metrics,
+                                     "post_probabilities": post_p,
+                                     "post_generations": [p["generations"] for p in post]}
+                deltas[m] = result.delta
+            return out, deltas
+
+        out, deltas = ui.run_job("edit and compare", job, batch=len(requests),
+                                 new_tokens=int(gen_tokens) if int(n_gen) else None)
+        st.session_state["ec_deltas"] = deltas
         st.session_state["ec_out"] = out
         st.session_state.pop("ec_traces", None)
-        bar.empty()
 
 def show_results(out: dict) -> None:
     """Every view of one comparison (kept in the session until the next run)."""
@@ -141,6 +149,9 @@ def show_results(out: dict) -> None:
                       "time (s)": round(r["seconds"], 1)})
     df = pd.DataFrame(table)
     st.dataframe(df, hide_index=True, width="stretch")
+    ui.keep_buttons(lm, st.session_state.get("ec_deltas", {}), METHODS,
+                    "; ".join(f"{r['prompt'].replace('{}', r['subject'])} → {r['target_new']}" for r in out["requests"]),
+                    {"model": lm.name, "requests": out["requests"]})
 
     # ---- probabilities -------------------------------------------------------------------------------------------------
     st.subheader("P(new) vs P(true), prompt by prompt")
@@ -224,20 +235,22 @@ def show_results(out: dict) -> None:
     if st.button("Trace the edited models", key="ec_trace_go"):
         with ui.guard("tracing the edited models"):
             req = out["requests"][0]
-            traces = {}
-            bar = st.progress(0.0, text="tracing")
-            for i, m in enumerate(out["methods"]):
-                delta = st.session_state.get("ec_deltas", {}).get(m)
-                if delta is None:
-                    continue
-                with isolation.session(lm, delta):
-                    r = trace(lm, req["prompt"].replace("{}", req["subject"]), req["subject"], req["target_new"],
-                              kinds="hidden", samples=int(samples),
-                              progress=lambda f, msg, i=i: bar.progress(min((i + f) / len(out["methods"]), 1.0),
-                                                                        text=msg))
-                traces[m] = r["hidden"].to_dict()
-            st.session_state["ec_traces"] = traces
-            bar.empty()
+
+            def trace_job(progress):
+                traces = {}
+                for i, m in enumerate(out["methods"]):
+                    delta = st.session_state.get("ec_deltas", {}).get(m)
+                    if delta is None:
+                        continue
+                    with ui.session(lm, delta):
+                        r = trace(lm, req["prompt"].replace("{}", req["subject"]), req["subject"],
+                                  req["target_new"], kinds="hidden", samples=int(samples),
+                                  progress=lambda f, msg, i=i: progress((i + f) / len(out["methods"]), msg))
+                    traces[m] = r["hidden"].to_dict()
+                return traces
+
+            st.session_state["ec_traces"] = ui.run_job("trace of the edited models", trace_job,
+                                                       samples=int(samples))
     traces = st.session_state.get("ec_traces")
     if traces:
         cols = st.columns(len(traces))
@@ -275,11 +288,12 @@ seq_method = c1.selectbox("Method", list(METHODS), format_func=METHODS.get, key=
 seq_n = c2.number_input("Edits", 2, 50, 5, key="ec_seq_n")
 if st.button("Run sequential edits", key="ec_seq_go"):
     with ui.guard("sequential editing"):
-        bar = st.progress(0.0, text="sequential editing")
-        st.session_state["ec_seq"] = sequential(lm, seq_method, load_eval_set("counterfact", int(seq_n)),
-                                                overrides.get(seq_method), ppl_tokens=512,
-                                                progress=lambda f, msg: bar.progress(min(f, 1.0), text=msg))
-        bar.empty()
+        def seq_job(progress):
+            with ui.session(lm):
+                return sequential(lm, seq_method, load_eval_set("counterfact", int(seq_n)),
+                                  overrides.get(seq_method), ppl_tokens=512, progress=progress)
+
+        st.session_state["ec_seq"] = ui.run_job("sequential editing", seq_job, sequential=int(seq_n))
 seq = st.session_state.get("ec_seq")
 if seq:
     rows = seq["rows"]
