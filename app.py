@@ -6,7 +6,6 @@ pages/ that calls the editkit library.
 import plotly.graph_objects as go
 import streamlit as st
 
-from editkit import isolation
 from editkit.text import logit_lens, top_k
 from pages import ui
 
@@ -33,30 +32,43 @@ def home():
     )
     prompt = st.text_input("Prompt", value="The Eiffel Tower is located in the city of", key="home_prompt")
     k = st.slider("Top tokens", 3, 20, 8, key="home_k")
+    n_edits = len(ui.my_edits(lm))
+    if n_edits:
+        st.caption(f"Computed with your {n_edits} kept edit(s) (sidebar); other users see the base model.")
     with ui.guard("prediction"):
-        with isolation.session(lm):  # other sessions' edits are never visible here
+        with ui.session(lm):  # this session's kept edits; other sessions' edits are never visible here
             preds = top_k(lm, prompt, k)
             lens = logit_lens(lm, prompt, k=k)
-        left, right = st.columns([1, 2])
-        with left:
-            st.dataframe(
-                [{"token": repr(p.token), "probability": round(p.prob, 4)} for p in preds],
-                hide_index=True, width="stretch",
-            )
-        with right:
-            layers = lens["layers"]
-            probs = [[t["prob"] for t in row] for row in layers]
-            text = [[t["token"] for t in row] for row in layers]
-            fig = go.Figure(go.Heatmap(
-                z=probs, text=text, texttemplate="%{text}", colorscale="Blues", zmin=0, zmax=1,
-                x=[f"#{i + 1}" for i in range(k)], y=[f"L{l}" for l in range(len(layers))],
-                hovertemplate="layer %{y}, rank %{x}<br>%{text}: p=%{z:.3f}<extra></extra>",
-                colorbar={"title": "p"},
-            ))
-            fig.update_layout(title=f"Logit lens at the last token ({lens['tokens'][-1]!r})",
-                              xaxis_title="rank", yaxis_title="layer", height=120 + 26 * len(layers),
-                              margin={"t": 40, "b": 30})
-            st.plotly_chart(fig, width="stretch")
+        st.session_state["home_result"] = {"model": lm.name, "prompt": prompt, "k": k, "edits": n_edits,
+                                           "preds": [p.to_dict() for p in preds], "lens": lens}
+    shown = st.session_state.get("home_result")
+    if shown and shown["model"] == lm.name:
+        if shown["prompt"] != prompt or shown["k"] != k:
+            st.caption(f"Still showing the last result, for the prompt {shown['prompt'][:80]!r}.")
+        show_prediction(shown)
+
+
+def show_prediction(r: dict) -> None:
+    """The top-k table and the logit-lens heatmap of one prediction."""
+    left, right = st.columns([1, 2])
+    with left:
+        st.dataframe([{"token": repr(p["token"]), "probability": round(p["prob"], 4)} for p in r["preds"]],
+                     hide_index=True, width="stretch")
+    with right:
+        lens = r["lens"]
+        layers = lens["layers"]
+        probs = [[t["prob"] for t in row] for row in layers]
+        text = [[t["token"] for t in row] for row in layers]
+        fig = go.Figure(go.Heatmap(
+            z=probs, text=text, texttemplate="%{text}", colorscale="Blues", zmin=0, zmax=1,
+            x=[f"#{i + 1}" for i in range(r["k"])], y=[f"L{l}" for l in range(len(layers))],
+            hovertemplate="layer %{y}, rank %{x}<br>%{text}: p=%{z:.3f}<extra></extra>",
+            colorbar={"title": "p"},
+        ))
+        fig.update_layout(title=f"Logit lens at the last token ({lens['tokens'][-1]!r})",
+                          xaxis_title="rank", yaxis_title="layer", height=120 + 26 * len(layers),
+                          margin={"t": 40, "b": 30})
+        st.plotly_chart(fig, width="stretch")
 
 
 PAGES = [

@@ -11,6 +11,7 @@ from functools import lru_cache
 import torch
 
 from .cache import Store
+from .editing.weights import model_key
 from .paths import DATA
 from .text import encode
 
@@ -29,7 +30,7 @@ def predicted_facts(lm, n: int | None = None, batch_size: int = 32, progress=Non
 
     Each returned fact gains `answer` (the predicted token string) and `answer_id`.
     """
-    kept = FACTS.get_or_build(FACTS.path(lm.name), lambda: _predicted(lm, batch_size, progress))
+    kept = FACTS.get_or_build(FACTS.path(model_key(lm)), lambda: _predicted(lm, batch_size, progress))
     return kept[:n] if n else kept
 
 

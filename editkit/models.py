@@ -156,12 +156,17 @@ def tiny_config(name: str, vocab_size: int = 2048):
     raise EditkitError(f"unknown tiny model '{name}'; choose one of {', '.join(TINY)}")
 
 
+_GLOBAL_RNG = threading.Lock()  # tiny models are initialised from torch's global generator: one at a time
+
+
 def _tiny(name: str):
     from transformers import AutoModelForCausalLM
 
     tok = tiny_tokenizer()
     config = tiny_config(name, vocab_size=len(tok))
-    with torch.random.fork_rng():
+    # Two sessions may load two tiny models at once; without the lock their draws would interleave and the weights
+    # would depend on timing. (Nothing else in editkit uses the global generator: text.sample has its own.)
+    with _GLOBAL_RNG, torch.random.fork_rng():
         torch.manual_seed(0)
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
         # Default inits are near-uniform; widen them so tiny models have peaked, informative distributions.

@@ -37,6 +37,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from .editing.weights import model_key
 from .errors import EditkitError
 from .hooks import Hooks
 from .sites import layers
@@ -233,7 +234,7 @@ def similarity(lm, n: int = DEFAULT_N, facts: str = "known", prompts: list[str] 
             raise EditkitError("n must be at least 1")
         prompts = fact_prompts(lm, facts, n)
     n = len(prompts)
-    path, digest = cache_path(lm.name, facts, n, mode, prompts, k)
+    path, digest = cache_path(model_key(lm), facts, n, mode, prompts, k)
     result = STORE.get(path, lambda p: SimilarityResult.from_dict(read_json(p))) if use_cache else None
     if result is not None:
         result.cached = True

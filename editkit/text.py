@@ -8,17 +8,20 @@ import torch
 
 from .errors import EditkitError
 from .hooks import Hooks
+from .jobs import limits
 from .sites import layers
 
-MAX_PROMPT_TOKENS = 512  # a configurable cap for interactive use (the model's own limit also applies)
 
 
 def check_prompt(lm, prompt: str, max_tokens: int | None = None) -> None:
-    """Clear errors for empty prompts and prompts over the model's limit or the cap."""
+    """Clear errors for empty prompts and prompts over the model's limit or the cap (`max_tokens`, default the
+    configured limit jobs.limits().prompt_tokens, 512 unless EDITKIT_LIMITS says otherwise)."""
     if not isinstance(prompt, str) or not prompt.strip():
         raise EditkitError("the prompt is empty")
+    if "\x00" in prompt:
+        raise EditkitError("the prompt contains a NUL character")
     n = len(lm.tok(prompt, add_special_tokens=True)["input_ids"])
-    cap = min(lm.adapter.max_length, max_tokens or MAX_PROMPT_TOKENS)
+    cap = min(lm.adapter.max_length, max_tokens or limits().prompt_tokens)
     if n > cap:
         raise EditkitError(f"the prompt has {n} tokens; the limit is {cap}")
 
@@ -118,6 +121,37 @@ def generate(lm, prompt: str, max_new_tokens: int = 20) -> str:
     batch = encode(lm, prompt)
     out = lm.model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=False,
                             pad_token_id=lm.tok.pad_token_id)
+    return lm.tok.decode(out[0, batch["input_ids"].shape[1]:], skip_special_tokens=True)
+
+
+class _SeededTopK:
+    """Top-k sampling as a greedy step, with a private random stream: argmax_x (log p_k(x) + g_x), g_x ~ Gumbel(0, 1),
+    is a sample from p_k, the softmax restricted to the k most likely tokens (the Gumbel-max trick). The noise comes
+    from this call's own torch.Generator, never from torch's global generator, which every thread of a served app
+    shares: two sessions sampling at once with the same seed each get exactly their single-threaded text."""
+
+    def __init__(self, k: int, seed: int):
+        self.k = k
+        self.gen = torch.Generator(device="cpu").manual_seed(int(seed))
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        scores = scores.float()
+        kth = scores.topk(min(self.k, scores.shape[-1]), dim=-1).values[..., -1:]
+        logp = scores.masked_fill(scores < kth, float("-inf")).log_softmax(-1)
+        u = torch.rand(scores.shape, generator=self.gen).clamp_(min=1e-20, max=1 - 1e-7).to(scores.device)
+        return logp - torch.log(-torch.log(u))
+
+
+@torch.no_grad()
+def sample(lm, prompt: str, max_new_tokens: int, seed: int = 0, top_k: int = 5, min_new_tokens: int = 0) -> str:
+    """A top-k sampled continuation of `prompt` (the new text only), reproducible for a given seed also while other
+    threads sample (see _SeededTopK)."""
+    from transformers import LogitsProcessorList
+
+    batch = encode(lm, prompt)
+    pad = lm.tok.pad_token_id if lm.tok.pad_token_id is not None else lm.tok.eos_token_id
+    out = lm.model.generate(**batch, do_sample=False, max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens,
+                            logits_processor=LogitsProcessorList([_SeededTopK(top_k, seed)]), pad_token_id=pad)
     return lm.tok.decode(out[0, batch["input_ids"].shape[1]:], skip_special_tokens=True)
 
 

@@ -4,7 +4,6 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from editkit import isolation
 from editkit.similarity import DEFAULT_N, TOP_K, definition, similarity
 from pages import ui
 
@@ -49,13 +48,15 @@ mode = c3.radio("Compare", ["residual", "raw"], key="sim_mode", horizontal=True,
 st.caption(f"Definition for {lm.name} ({'parallel' if a.family.parallel else 'sequential'} blocks): "
            f"{definition(a, mode)}")
 
+ui.cancelled_note()
 if st.button("Compute similarity curves", type="primary", key="sim_compute"):
     with ui.guard("similarity"):
-        bar = st.progress(0.0, text="forward passes and logit lens over the facts (cached on disk)")
-        with isolation.session(lm):
-            result = similarity(lm, n=int(n), facts=facts, mode=mode,
-                                progress=lambda f: bar.progress(min(f, 1.0), text=f"{f:.0%} of the facts"))
-        bar.empty()
+        def job(progress):
+            with ui.session(lm):
+                return similarity(lm, n=int(n), facts=facts, mode=mode,
+                                  progress=lambda f: progress(f, f"{f:.0%} of the facts (cached on disk)"))
+
+        result = ui.run_job("similarity curves", job, facts=int(n))
         st.session_state["sim_result"] = result.to_dict()
 
 r = st.session_state.get("sim_result")

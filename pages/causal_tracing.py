@@ -5,7 +5,6 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from editkit import isolation
 from editkit.text import guess_subject
 from editkit.tracing import parse_noise, prepare, trace_setup
 from editkit.tracing.aie import CLASSES, average_indirect_effect
@@ -44,19 +43,24 @@ with st.form("trace_form"):
     replace = c7.checkbox("Replace instead of add", key="trace_replace")
     submitted = st.form_submit_button("Trace", type="primary")
 
+ui.cancelled_note()
 if submitted:
     with ui.guard("tracing"):
         subj = subject.strip() or guess_subject(prompt)
         spec = parse_noise(noise, uniform=uniform, replace=replace)
-        bar = st.progress(0.0, text="clean and corrupted runs")
-        with isolation.session(lm):
-            setup = prepare(lm, prompt, subj, target.strip() or None, int(samples), spec, int(seed))
-            results = trace_setup(lm, setup, kinds=kinds or "all", window=int(window),
-                                  progress=lambda f, msg: bar.progress(min(f, 1.0), text=msg))
-            severed = sever(lm, setup)
+
+        def job(progress):
+            with ui.session(lm):
+                progress(0.0, "clean and corrupted runs")
+                setup = prepare(lm, prompt, subj, target.strip() or None, int(samples), spec, int(seed))
+                results = trace_setup(lm, setup, kinds=kinds or "all", window=int(window),
+                                      progress=lambda f, msg: progress(0.95 * f, msg))
+                progress(0.95, "severing")
+                return results, sever(lm, setup)
+
+        results, severed = ui.run_job("causal trace", job, samples=int(samples))
         st.session_state["trace_results"] = {k: r.to_dict() for k, r in results.items()}
         st.session_state["trace_sever"] = severed
-        bar.empty()
 
 
 def heatmap(r: dict) -> go.Figure:
@@ -123,11 +127,11 @@ st.markdown(
 n_facts = st.number_input("Facts", 5, 500, 30, key="trace_aie_n")
 if st.button("Compute / show average effects", key="trace_aie_go"):
     with ui.guard("average indirect effect"):
-        bar = st.progress(0.0, text="tracing facts (cached per fact)")
-        with isolation.session(lm):
-            st.session_state["trace_aie"] = average_indirect_effect(
-                lm, int(n_facts), progress=lambda f, msg: bar.progress(min(f, 1.0), text=msg))
-        bar.empty()
+        def aie_job(progress):
+            with ui.session(lm):
+                return average_indirect_effect(lm, int(n_facts), progress=progress)
+
+        st.session_state["trace_aie"] = ui.run_job("average indirect effect", aie_job, facts=int(n_facts))
 aie = st.session_state.get("trace_aie")
 if aie:
     cols = st.columns(3)

@@ -4,7 +4,6 @@ import json
 import pandas as pd
 import streamlit as st
 
-from editkit import isolation
 from editkit.editing.hparams import load_hparams
 from editkit.editing.methods import all_methods
 from editkit.editing.requests import EditRequest
@@ -88,14 +87,17 @@ c1, c2 = st.columns(2)
 n_gen = c1.number_input("Generations per request", 0, 5, 1, key="ec_ngen")
 gen_tokens = c2.number_input("Tokens per generation", 5, 100, 30, key="ec_gentokens")
 
+ui.cancelled_note()
 if st.button("Edit and compare", type="primary", key="ec_run", disabled=not (records and methods)):
     with ui.guard("editing"):
-        bar = st.progress(0.0, text="measuring the base model")
-        out, deltas = compare_methods(lm, methods, records, overrides, int(n_gen), int(gen_tokens),
-                                      progress=lambda f, msg: bar.progress(min(f, 1.0), text=msg))
+        def job(progress):  # every method starts from the same weights: base + this session's kept edits
+            with ui.session(lm):
+                return compare_methods(lm, methods, records, overrides, int(n_gen), int(gen_tokens), progress)
+
+        out, deltas = ui.run_job("edit and compare", job, batch=len(records),
+                                 new_tokens=int(gen_tokens) if int(n_gen) else None)
         st.session_state.update(ec_out=out, ec_deltas=deltas)
         st.session_state.pop("ec_traces", None)
-        bar.empty()
 
 
 # ---- results ------------------------------------------------------------------------------------------------------
@@ -109,6 +111,9 @@ def show_metrics(out: dict):
         "for CounterFact records). Reliability/generalization (acc) are EasyEdit's teacher-forced token accuracies.")
     df = pd.DataFrame(figures.metrics_table(out))
     st.dataframe(df, hide_index=True, width="stretch")
+    ui.keep_buttons(lm, st.session_state.get("ec_deltas", {}), LABELS,
+                    "; ".join(f"{r['prompt'].replace('{}', r['subject'])} → {r['target_new']}" for r in out["requests"]),
+                    {"model": lm.name, "requests": out["requests"]})
     return df
 
 
@@ -161,15 +166,18 @@ def show_traces(out: dict) -> None:
     if st.button("Trace the edited models", key="ec_trace_go"):
         with ui.guard("tracing the edited models"):
             req, deltas = out["requests"][0], st.session_state.get("ec_deltas", {})
-            bar, traces = st.progress(0.0, text="tracing"), {}
-            for i, m in enumerate(m for m in out["methods"] if m in deltas):
-                with isolation.session(lm, deltas[m]):
-                    r = trace(lm, req["prompt"].replace("{}", req["subject"]), req["subject"], req["target_new"],
-                              kinds="hidden", samples=int(samples),
-                              progress=lambda f, msg, i=i: bar.progress(min((i + f) / len(deltas), 1.0), text=msg))
-                traces[m] = r["hidden"].to_dict()
-            st.session_state["ec_traces"] = traces
-            bar.empty()
+
+            def trace_job(progress):
+                traces = {}
+                for i, m in enumerate(m for m in out["methods"] if m in deltas):
+                    with ui.session(lm, deltas[m]):
+                        r = trace(lm, req["prompt"].replace("{}", req["subject"]), req["subject"], req["target_new"],
+                                  kinds="hidden", samples=int(samples),
+                                  progress=lambda f, msg, i=i: progress((i + f) / len(deltas), msg))
+                    traces[m] = r["hidden"].to_dict()
+                return traces
+
+            st.session_state["ec_traces"] = ui.run_job("trace of the edited models", trace_job, samples=int(samples))
     traces = st.session_state.get("ec_traces") or {}
     for col, (m, r) in zip(st.columns(max(len(traces), 1)), traces.items()):
         col.plotly_chart(figures.trace_figure(r, LABELS.get(m, m)), width="stretch", key=f"ec_trace_{m}")
@@ -206,11 +214,12 @@ def sequential_section() -> None:
     seq_n = c2.number_input("Edits", 2, 50, 5, key="ec_seq_n")
     if st.button("Run sequential edits", key="ec_seq_go"):
         with ui.guard("sequential editing"):
-            bar = st.progress(0.0, text="sequential editing")
-            st.session_state["ec_seq"] = sequential(lm, seq_method, load_eval_set("counterfact", int(seq_n)),
-                                                    overrides.get(seq_method), ppl_tokens=512,
-                                                    progress=lambda f, msg: bar.progress(min(f, 1.0), text=msg))
-            bar.empty()
+            def seq_job(progress):
+                with ui.session(lm):
+                    return sequential(lm, seq_method, load_eval_set("counterfact", int(seq_n)),
+                                      overrides.get(seq_method), ppl_tokens=512, progress=progress)
+
+            st.session_state["ec_seq"] = ui.run_job("sequential editing", seq_job, sequential=int(seq_n))
     seq = st.session_state.get("ec_seq")
     if seq:
         st.plotly_chart(figures.sequential_figure(seq, LABELS.get(seq["method"], seq["method"])), width="stretch",

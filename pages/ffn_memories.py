@@ -4,7 +4,6 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from editkit import isolation
 from editkit.memories import geva, triggers
 from editkit.memories.inspect import memories_at
 from editkit.memories.intervene import intervene, parse_memory
@@ -45,9 +44,10 @@ with st.form("mem_form"):
     norm = c4.checkbox("Final norm before projecting values", key="mem_norm")
     inspect_clicked = st.form_submit_button("Inspect", type="primary")
 
+ui.cancelled_note()
 if inspect_clicked:
     with ui.guard("memories"):
-        with isolation.session(lm):
+        with ui.session(lm):
             view = memories_at(lm, prompt, int(layer), int(position), int(top), bool(norm))
         st.session_state["mem_view"] = view.to_dict()
 
@@ -115,11 +115,11 @@ with ui.guard("trigger examples"):
         if index is None:
             st.info(f"No trigger index for {lm.name} over {int(n_tokens):,} tokens yet.")
             if st.button("Build the trigger index", key="mem_build_index"):
-                bar = st.progress(0.0, text="trigger index")
-                with isolation.session(lm):
-                    index = triggers.get_index(lm, int(n_tokens),
-                                               progress=lambda f, msg: bar.progress(min(f, 1.0), text=msg))
-                bar.empty()
+                def index_job(progress):
+                    with ui.session(lm):
+                        return triggers.get_index(lm, int(n_tokens), progress=progress)
+
+                index = ui.run_job("trigger index", index_job, index_tokens=int(n_tokens))
         if index is not None:
             found = triggers.examples(lm, index, t_layer, t_index, 10)
             st.caption(f"{index.meta['n_positions']:,} tokens, {index.meta['corpus']}")
@@ -147,7 +147,7 @@ if int_clicked:
             st.warning("Inspect a prompt first.")
         else:
             mems = [parse_memory(s) for s in chosen] + [parse_memory(s) for s in extra.split(",") if s.strip()]
-            with isolation.session(lm):
+            with ui.session(lm):
                 result = intervene(lm, view["prompt"], mems, mode, view["position"], 10, int(n_new))
             st.session_state["mem_intervention"] = result.to_dict()
 res = st.session_state.get("mem_intervention")
@@ -176,11 +176,11 @@ g_mem = c2.number_input("Memories per layer (Fig. 5)", 8, a.d_ff, min(d["memorie
                         key="mem_geva_memories")
 if st.button("Compute analyses", key="mem_geva_run"):
     with ui.guard("analyses"):
-        bar = st.progress(0.0, text="analyses")
-        with isolation.session(lm):
-            g = geva.analyses(lm, int(g_pos), int(g_mem), index_tokens=int(n_tokens),
-                              progress=lambda f, msg: bar.progress(min(f, 1.0), text=msg))
-        bar.empty()
+        def geva_job(progress):
+            with ui.session(lm):
+                return geva.analyses(lm, int(g_pos), int(g_mem), index_tokens=int(n_tokens), progress=progress)
+
+        g = ui.run_job("layer-level analyses", geva_job, positions=int(g_pos), index_tokens=int(n_tokens))
         st.session_state["mem_geva"] = g.to_dict()
 g = st.session_state.get("mem_geva")
 if g:

@@ -1,13 +1,20 @@
-"""Shared Streamlit pieces: the model picker, the cached model, error boxes. Pages stay thin: they gather
-inputs, call editkit, and draw the results."""
+"""Shared Streamlit pieces: the model picker, the cached model, error boxes, long jobs (queue position, progress,
+Cancel) and the session's own edits. Pages stay thin: they gather inputs, call editkit, and draw the results.
+
+Every computation of a page runs inside `ui.session(lm)`: the edits this browser session kept (sidebar, "Your
+edits") are added to the weights for its own computations only; other sessions never see them.
+"""
 from __future__ import annotations
 
 import contextlib
 import logging
 import traceback
+import uuid
 
 import streamlit as st
 
+from editkit import isolation, jobs
+from editkit.editing import weights
 from editkit.errors import EditkitError
 from editkit.models import DEFAULT_MODEL, EMBEDDED, TINY
 
@@ -15,8 +22,18 @@ OTHER = "other: hub id or folder"
 log = logging.getLogger("editkit.app")
 
 
-@st.cache_resource(show_spinner=False, max_entries=2)
-def _load(name: str, trust_remote_code: bool):
+@st.cache_resource(show_spinner=False)
+def _load_builtin(name: str):
+    """The embedded and tiny models: one copy each per server process, shared by every session, never evicted
+    (evicting one would load a second copy while sessions still compute with the first)."""
+    from editkit.models import load_model
+
+    return load_model(name)
+
+
+@st.cache_resource(show_spinner=False, max_entries=1)
+def _load_other(name: str, trust_remote_code: bool):
+    """A hub id or folder: the last one picked stays loaded (large models do not accumulate)."""
     from editkit.models import load_model
 
     return load_model(name, trust_remote_code=trust_remote_code)
@@ -25,7 +42,7 @@ def _load(name: str, trust_remote_code: bool):
 def get_lm(name: str, trust_remote_code: bool = False):
     """The model, loaded once per server process; a status box shows progress on the first load."""
     with st.status(f"Loading {name}...", expanded=False) as status:
-        lm = _load(name, trust_remote_code)
+        lm = _load_builtin(name) if name in (EMBEDDED, *TINY) else _load_other(name, trust_remote_code)
         status.update(label=f"{name} ready", state="complete")
     return lm
 
@@ -47,7 +64,11 @@ def model_picker():
                 st.info("Type a Hugging Face hub id or a local folder.")
                 return None
     with guard():
-        return get_lm(name, trust)
+        lm = get_lm(name, trust)
+        with st.sidebar:
+            edits_panel(lm)
+            server_panel()
+        return lm
     return None
 
 
@@ -56,6 +77,8 @@ def guard(what: str = ""):
     """Show user errors as a red box, and unexpected ones as a short message (no traceback); keep running."""
     try:
         yield
+    except jobs.Cancelled as exc:
+        st.info(f"{exc}; earlier results are kept.")
     except EditkitError as exc:
         st.error(f"{what + ': ' if what else ''}{exc}")
     except Exception as exc:  # noqa: BLE001 - the app must survive any failure of one action
@@ -76,3 +99,133 @@ def model_card(lm) -> None:
     st.caption(f"{info['name']} · {info['model_type']} · "
                f"{'parallel' if info['parallel_blocks'] else 'sequential'} attention/MLP blocks · "
                f"vocab {info['vocab']:,} · {info['dtype']}")
+
+
+# --- long jobs ------------------------------------------------------------------------------------------------
+def session_id() -> str:
+    """A short id for this browser session (the owner of its jobs)."""
+    return st.session_state.setdefault("_editkit_session", uuid.uuid4().hex[:8])
+
+
+def run_job(name: str, fn, **caps):
+    """Run a long computation fn(progress) as this session's job and return its result. The values in `caps`
+    are checked against the server's limits first (e.g. samples=20); the job then waits for a turn in the
+    server's queue, showing how many jobs are ahead; a progress bar follows it; the Cancel button stops it at its
+    next step (any other click does too) and earlier results stay."""
+    jobs.limits().check(**caps)
+    job = jobs.Job(name, owner=session_id())
+    box = st.empty()
+    with box.container():
+        left, right = st.columns([6, 1])
+        bar = left.progress(0.0, text=f"{name}: waiting for a turn")
+        right.button("Cancel", key=f"cancel_{name}", on_click=_cancel_clicked, args=(name,),
+                     help="Stop this job; earlier results are kept.")
+
+    def waiting(ahead: int, running: int) -> None:
+        bar.progress(0.0, text=f"{name}: waiting for a turn ({running} job(s) running, {ahead} ahead of yours)")
+
+    job.on_progress = lambda f, msg: bar.progress(f, text=f"{name}: {msg}" if msg else name)
+    try:
+        return jobs.run(job, fn, on_wait=waiting)
+    finally:
+        box.empty()
+
+
+def _cancel_clicked(name: str) -> None:
+    # The click itself stops the running job (Streamlit interrupts the script at its next progress update);
+    # this only leaves a note for the next run.
+    st.session_state["_editkit_cancelled"] = name
+
+
+def cancelled_note() -> None:
+    name = st.session_state.pop("_editkit_cancelled", None)
+    if name:
+        st.info(f"{name} was cancelled; earlier results are kept.")
+
+
+def server_panel() -> None:
+    """The server's queue and this session's limits (sidebar)."""
+    snap = jobs.QUEUE.snapshot()
+    lim = jobs.limits()
+    with st.expander(f"Server: {len(snap['running'])} job(s) running, {len(snap['waiting'])} waiting"):
+        mine = session_id()
+        for state in ("running", "waiting"):
+            for j in snap[state]:
+                who = "yours" if j["owner"] == mine else "another user's"
+                st.caption(f"{state}: {j['name']} ({who}) {j['fraction']:.0%} {j['message']}")
+        st.caption(f"At most {lim.jobs} long jobs compute at once; the others wait in arrival order. Limits per "
+                   f"job: {lim.prompt_tokens} prompt tokens, {lim.samples} noise samples, {lim.batch} requests "
+                   f"per batch, {lim.facts} facts, {lim.new_tokens} generated tokens, {lim.sequential} "
+                   f"sequential edits, {lim.positions} corpus positions, {lim.index_tokens:,} index tokens.")
+
+
+# --- this session's edits -------------------------------------------------------------------------------------
+def my_edits(lm) -> list[dict]:
+    """The edits this session kept for `lm`: [{"label", "delta", "manifest"}] (oldest first)."""
+    return st.session_state.setdefault("_editkit_edits", {}).setdefault(lm.name, [])
+
+
+@contextlib.contextmanager
+def session(lm, *deltas):
+    """A computation of this session: base weights + the session's kept edits (+ `deltas`), in this context only
+    (editkit/isolation.py)."""
+    with isolation.session(lm, [e["delta"] for e in my_edits(lm)] + [d for d in deltas if d]):
+        yield lm
+
+
+def keep_edit(lm, label: str, delta: dict, manifest: dict) -> bool:
+    """Add an edit to this session's kept edits (every page computes with it from now on); False when this very
+    edit is already kept."""
+    weights.check_delta(lm, delta)
+    digest = weights.delta_digest(delta)
+    if any(e["digest"] == digest for e in my_edits(lm)):
+        return False
+    my_edits(lm).append({"label": label, "delta": delta, "manifest": manifest, "digest": digest})
+    return True
+
+
+def keep_buttons(lm, deltas: dict, labels: dict, what: str, manifest: dict) -> None:
+    """One "Keep" button per computed edit (method -> delta): keeping one adds it to this session's edits."""
+    if not deltas:
+        return
+    cols = st.columns(len(deltas) + 1)
+    cols[0].markdown("**Keep an edit** (your pages then compute with it; other users never see it):")
+    for col, (m, delta) in zip(cols[1:], deltas.items()):
+        if col.button(f"Keep the {labels.get(m, m)} edit", key=f"keep_{m}"):
+            with guard("keeping the edit"):
+                if keep_edit(lm, f"{labels.get(m, m)}: {what}", delta, {**manifest, "method": m}):
+                    st.rerun()
+                st.info("That edit is already kept.")
+
+
+def edits_panel(lm) -> None:
+    """Sidebar: this session's kept edits, undo, a patch download, and a patch upload."""
+    edits = my_edits(lm)
+    st.markdown(f"### Your edits ({len(edits)})")
+    if edits:
+        for e in edits:
+            st.caption(f"• {e['label']}")
+        st.caption("Every page computes with these edits, for you only; other users never see them.")
+        c1, c2 = st.columns(2)
+        if c1.button("Undo last", key="edits_undo"):
+            edits.pop()
+            st.rerun()
+        if c2.button("Clear", key="edits_clear"):
+            edits.clear()
+            st.rerun()
+        manifest = {"model": lm.name, "edits": [e["manifest"] | {"label": e["label"]} for e in edits]}
+        st.download_button("Download as a patch", weights.patch_bytes(weights.combined([e["delta"] for e in edits]),
+                                                                      manifest),
+                           f"{lm.name.replace('/', '--')}-edits.safetensors", "application/octet-stream",
+                           key="edits_download")
+    else:
+        st.caption("None: the base model. Keep an edit on Edit & compare, or load a patch.")
+    upload = st.file_uploader("Load a patch (.safetensors)", type=["safetensors"], key="edits_upload")
+    if upload is not None and st.session_state.get("_editkit_upload_seen") != upload.file_id:
+        st.session_state["_editkit_upload_seen"] = upload.file_id
+        with guard(f"patch {upload.name}"):
+            delta, manifest = weights.patch_from_bytes(upload.getvalue(), upload.name)
+            if manifest.get("model") not in (None, lm.name):
+                raise EditkitError(f"{upload.name} was made for {manifest['model']}, not {lm.name}")
+            keep_edit(lm, f"patch {upload.name}", delta, manifest)
+            st.rerun()

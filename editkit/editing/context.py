@@ -2,13 +2,14 @@
 (ROME Sec. 3.1, `get_context_templates`; MEMIT's starters "The", "Therefore", "Because", "I", "You")."""
 from __future__ import annotations
 
-
 import torch
 
 from ..cache import Store
+from ..text import sample
+from .weights import unedited
 
 STARTERS = ("The", "Therefore", "Because", "I", "You")
-TEMPLATES = Store("templates", version=1)
+TEMPLATES = Store("templates", version=2)  # 2: private seeded streams (text.sample), base weights
 
 
 @torch.no_grad()
@@ -18,16 +19,13 @@ def context_templates(lm, n: int = 5, length: int = 10, seed: int = 0) -> list[s
                                   lambda: _generate(lm, n, length, seed))
 
 
-@torch.no_grad()
 def _generate(lm, n: int, length: int, seed: int) -> list[str]:
+    """Sampled on the base weights (ROME and MEMIT draw the templates once, from the unedited model), each from its
+    own seeded stream (text.sample), so concurrent sessions get the same templates."""
     templates = ["{}"]
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with unedited():
         for i in range(n):
-            batch = lm.tok(STARTERS[i % len(STARTERS)], return_tensors="pt", add_special_tokens=True).to(lm.device)
-            out = lm.model.generate(**batch, do_sample=True, top_k=5, top_p=1.0, temperature=1.0,
-                                    max_new_tokens=length, min_new_tokens=length,
-                                    pad_token_id=lm.tok.pad_token_id)
-            text = lm.tok.decode(out[0], skip_special_tokens=True)
+            text = STARTERS[i % len(STARTERS)] + sample(lm, STARTERS[i % len(STARTERS)], length, seed=seed + i,
+                                                        top_k=5, min_new_tokens=length)
             templates.append(text.replace("{", " ").replace("}", " ").strip() + ". {}")
     return templates

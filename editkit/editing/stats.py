@@ -3,7 +3,8 @@ the attention output projection's inputs for PMET's MHSA-update ablation.
 
 One streaming pass over the shipped WikiText-2 text collects every requested layer at once (the forward pass stops
 after the highest requested layer). Cached per model and layer as safetensors with a JSON provenance record
-(model, layer, corpus, token count, dtype). kmeng01/rome and EasyEdit `.npz` files can be imported.
+(model, layer, corpus, token count, dtype); always computed on the base weights (`weights.unedited`), also
+inside a session with edits, so the entry under the model's name is the base model's. kmeng01/rome and EasyEdit `.npz` files can be imported.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from ..corpus import NOTICE, token_chunks
 from ..errors import EditkitError
 from ..hooks import Hooks
 from ..cache import Store
+from .weights import unedited
 from ..sites import Site
 
 
@@ -78,7 +80,7 @@ def second_moment(lm, layers, n_tokens: int = 20000, progress=None, seq_len: int
     count, start = 0, time.perf_counter()
     for chunk in token_chunks(lm.tok, n_tokens, seq_len):
         ids = torch.tensor([chunk], device=lm.device)
-        with Hooks(lm) as hooks:
+        with Hooks(lm) as hooks, unedited():  # C is a property of the base model, whoever asks for it
             keys = hooks.capture(sites)
             lm.runner.run_until(sites[max(todo)], input_ids=ids)
         for l in todo:

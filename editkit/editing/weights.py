@@ -7,6 +7,8 @@ Conv1D deltas are stored transposed, exactly like the parameter).
         ...
     current(lm.model, name)          # the weight this context sees (W, or W + the active deltas)
     fingerprint(lm)                  # identifies the weights this context sees (base + active deltas)
+    model_key(lm)                    # cache key of the model this context sees: lm.name, or lm.name+<deltas>
+    with unedited(): ...             # a block on the base weights, whatever edits the context has active
 
 `applied` never touches the shared parameters. It computes W_eff = W + delta once and registers, for this context
 only (editkit/hooks.py), a hook on the edited module that recomputes its output with W_eff: y = x W_eff^T + b, the
@@ -24,6 +26,8 @@ from __future__ import annotations
 import contextvars
 import hashlib
 import json
+import tempfile
+import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +51,14 @@ def _module(model_or_lm) -> torch.nn.Module:
 
 def _params(model) -> dict[str, torch.nn.Parameter]:
     return dict(model.named_parameters())
+
+
+def check_delta(model, delta: WeightDelta) -> None:
+    """EditkitError unless every entry names a weight matrix of this model, has its shape and finite values."""
+    params = _check(_module(model), delta)
+    for name in delta:
+        if not name.endswith(".weight") or params[name].dim() != 2:
+            raise EditkitError(f"patch names '{name}', which is not a weight matrix (only linear maps are edited)")
 
 
 def _check(model, delta: WeightDelta) -> dict[str, torch.nn.Parameter]:
@@ -134,7 +146,29 @@ def active_digest() -> str:
         if entries else ""
 
 
+def model_key(lm) -> str:
+    """The name under which results computed in this context are cached: `lm.name` on the base weights,
+    `lm.name+<digest of the active deltas>` inside an edit. Every cache of a weight-dependent result (known facts,
+    trigger indexes, analyses, average effects, similarity curves) is keyed by it, so a session computing with
+    its edits never writes (or reads) the entry other sessions use for the base model."""
+    active = active_digest()
+    return f"{lm.name}+{active}" if active else lm.name
+
+
+@contextmanager
+def unedited():
+    """Run a block on the base weights even inside `applied` contexts (its hooks find no entry and pass the
+    base output through). For results defined on the base model and cached under its name: the second-moment
+    statistics C and the context templates (ROME and MEMIT compute both once, from the unedited model)."""
+    token = _EFFECTIVE.set({})
+    try:
+        yield
+    finally:
+        _EFFECTIVE.reset(token)
+
+
 _BASE_DIGESTS: dict = {}
+_DIGEST_LOCK = threading.Lock()  # one thread hashes a model's weights; the others wait for its digest
 
 
 def fingerprint(lm) -> str:
@@ -144,13 +178,14 @@ def fingerprint(lm) -> str:
     params = list(model.named_parameters())
     version = sum(p._version for _, p in params)
     key = id(model)
-    cached = _BASE_DIGESTS.get(key)
-    if cached is None or cached[0] != version:
-        h = hashlib.sha1()
-        for name, p in params:
-            h.update(name.encode())
-            h.update(p.detach().contiguous().cpu().numpy().tobytes())
-        cached = _BASE_DIGESTS[key] = (version, h.hexdigest()[:16])
+    with _DIGEST_LOCK:
+        cached = _BASE_DIGESTS.get(key)
+        if cached is None or cached[0] != version:
+            h = hashlib.sha1()
+            for name, p in params:
+                h.update(name.encode())
+                h.update(p.detach().contiguous().cpu().numpy().tobytes())
+            cached = _BASE_DIGESTS[key] = (version, h.hexdigest()[:16])
     active = active_digest()
     return cached[1] + (f"+{active}" if active else "")
 
@@ -254,4 +289,48 @@ def load_patch(path: str | Path) -> tuple[WeightDelta, dict]:
     expected = manifest.get("parameters")
     if expected and {k: list(v.shape) for k, v in delta.items()} != expected:
         raise EditkitError(f"patch {path} does not match its manifest")
+    return delta, manifest
+
+
+def patch_bytes(delta: WeightDelta, manifest: dict) -> bytes:
+    """One self-contained patch file (for a download): safetensors whose metadata holds the JSON manifest."""
+    from safetensors.torch import save
+
+    meta = {**manifest, "parameters": {k: list(v.shape) for k, v in delta.items()}}
+    return save({k: v.detach().contiguous().cpu() for k, v in delta.items()},
+                metadata={"editkit": "weight-delta", "manifest": json.dumps(meta, ensure_ascii=False)})
+
+
+def patch_from_bytes(data: bytes, name: str = "patch") -> tuple[WeightDelta, dict]:
+    """Read a patch file's bytes (an upload): safetensors written by `patch_bytes` or `save_patch`. Anything else,
+    truncated or corrupt gives a clear EditkitError; check the result against a model with `check_delta`."""
+    from safetensors import SafetensorError, safe_open
+
+    if not data:
+        raise EditkitError(f"{name} is empty")
+    with tempfile.NamedTemporaryFile(suffix=".safetensors") as tmp:
+        tmp.write(data)
+        tmp.flush()
+        try:
+            with safe_open(tmp.name, "pt") as f:
+                meta = f.metadata() or {}
+                delta = {k: f.get_tensor(k).clone() for k in f.keys()}
+        except (OSError, SafetensorError, ValueError, RuntimeError) as exc:
+            raise EditkitError(f"{name} is not a readable safetensors patch ({str(exc)[:200]})") from None
+    if meta.get("editkit") != "weight-delta":
+        raise EditkitError(f"{name} is a safetensors file but not an editkit weight patch")
+    if not delta:
+        raise EditkitError(f"{name} holds no weight changes")
+    try:
+        manifest = json.loads(meta.get("manifest") or "{}")
+    except ValueError as exc:
+        raise EditkitError(f"{name}: its manifest is not valid JSON ({exc})") from None
+    if not isinstance(manifest, dict):
+        raise EditkitError(f"{name}: its manifest is not a JSON object")
+    expected = manifest.get("parameters")
+    if expected and {k: list(v.shape) for k, v in delta.items()} != expected:
+        raise EditkitError(f"{name} does not match its manifest")
+    for k, v in delta.items():
+        if not v.is_floating_point() or not torch.isfinite(v).all():
+            raise EditkitError(f"{name}: the change of '{k}' is not finite floating-point numbers")
     return delta, manifest

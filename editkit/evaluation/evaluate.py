@@ -29,6 +29,7 @@ from ..editing.hparams import load_hparams
 from ..errors import EditkitError
 from ..paths import cache_dir, safe_name
 from ..scoring import score_targets
+from ..text import sample as text_sample
 from .datasets import EvalRecord, as_record, load_eval_set
 from .metrics import (EditMetrics, compare, harmonic_mean, idf_table, mean_ci, n_gram_entropy, nan_to_none,
                       tfidf_cosine, token_agreement)
@@ -39,16 +40,10 @@ N_GEN = 1
 GEN_TOKENS = 40
 
 
-@torch.no_grad()
 def sample(lm, prompt: str, max_new_tokens: int, seed: int = GEN_SEED) -> str:
-    """A top-k 5 sampled continuation, as ROME's generate_fast, with a fixed seed (the same before and after)."""
-    batch = lm.tok(prompt, return_tensors="pt", add_special_tokens=True).to(lm.device)
-    pad = lm.tok.pad_token_id if lm.tok.pad_token_id is not None else lm.tok.eos_token_id
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        out = lm.model.generate(**batch, do_sample=True, top_k=5, top_p=1.0, temperature=1.0,
-                                max_new_tokens=max_new_tokens, pad_token_id=pad)
-    return lm.tok.decode(out[0, batch["input_ids"].shape[1]:], skip_special_tokens=True)
+    """A top-k 5 sampled continuation, as ROME's generate_fast, with a fixed seed (the same before and after; a
+    private random stream, so concurrent sessions never disturb each other's samples)."""
+    return text_sample(lm, prompt, max_new_tokens, seed=seed, top_k=5)
 
 
 def measure(lm, record, n_gen: int = N_GEN, gen_tokens: int = GEN_TOKENS) -> dict:

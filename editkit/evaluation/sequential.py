@@ -1,27 +1,28 @@
 """Sequential editing stress: edits applied one after another, each computed at the weights the previous ones left.
 
-Edit k is computed by run_edit at the weights with edits 1..k-1 active (weights.applied, for this computation
-only: the shared weights never change). After edit k: efficacy, generalization and specificity over edits 1..k (CounterFact rates,
+Edit k is computed by run_edit at the weights with edits 1..k-1 applied, and then applied itself, as nested
+`weights.applied` contexts: (W + d_1) + d_2 ..., the arithmetic of in-place edits, but only in this context. The
+shared parameters are never written, so other sessions on the same model never see these edits. After edit k: efficacy, generalization and specificity over edits 1..k (CounterFact rates,
 metrics.compare), retention = the share of the earlier edits (1..k-1) that succeeded right after they were made
 and still succeed, the relative norm ||Delta W||_F / ||W||_F of the accumulated update per edited matrix and over
 all of them together, and perplexity on the first `ppl_tokens` tokens of WikiText-2's test split.
 
 `collapsed` is set, with the reason, when perplexity exceeds `collapse_factor` (default 2) times the base
 perplexity, or retention falls below `retention_floor` (default 0.5): the two failure modes of many sequential
-ROME edits (Gupta et al. 2024; EasyEdit issue #18, "editing capacity is around 100").
+ROME edits (Gupta et al. 2024; EasyEdit issue #18, "editing capacity is around 100"). Leaving the block (also on
+an error) drops every edit.
 """
 from __future__ import annotations
 
-from contextlib import ExitStack
-
 import math
+from contextlib import ExitStack
 
 import torch
 
+from .. import isolation
 from ..corpus import token_chunks
 from ..editing.api import run_edit
-from ..editing import weights
-from ..editing.weights import combined
+from ..editing.weights import applied, combined
 from ..errors import EditkitError
 from ..scoring import score_targets
 from .datasets import as_record
@@ -71,15 +72,15 @@ def sequential(lm, method: str, requests, hparams: dict | None = None, collapse_
     if collapse_factor <= 1 or not 0 <= retention_floor <= 1 or ppl_tokens < 2:
         raise EditkitError("collapse_factor must exceed 1, retention_floor lie in [0, 1], ppl_tokens be >= 2")
     rows, took = [], []
-    base_ppl = perplexity(lm, ppl_tokens)
-    params = dict(lm.model.named_parameters())
-    deltas: list = []
-    with ExitStack() as stack:
+    with isolation.session(lm), ExitStack() as stack:
+        base_ppl = perplexity(lm, ppl_tokens)
+        params = dict(lm.model.named_parameters())
+        deltas = []
         for k, rec in enumerate(records, 1):
             if progress:
                 progress((k - 1) / len(records), f"{method}: edit {k}/{len(records)}")
             result = run_edit(lm, method, [rec.request], hparams)  # at the weights with edits 1..k-1
-            stack.enter_context(weights.applied(lm, result.delta))  # this computation only
+            stack.enter_context(applied(lm, result.delta))  # edit k, in this context only
             deltas.append(result.delta)
             total = combined(deltas)
             base = {n: params[n].detach() for n in total}

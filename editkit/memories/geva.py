@@ -25,6 +25,7 @@ import torch
 
 from .. import corpus
 from ..cache import Store, read_json
+from ..editing.weights import model_key
 from ..hooks import Hooks
 from ..sites import layers
 from . import triggers
@@ -176,7 +177,7 @@ STORE = Store("geva", version=FORMAT)
 
 def cache_path(lm, n_positions, memories_per_layer, top_memories, norm, index_tokens, seed):
     n_tokens = int(index_tokens or triggers.default_n_tokens(lm))
-    return STORE.path(lm.name, positions=n_positions, memories=memories_per_layer, top=top_memories,
+    return STORE.path(model_key(lm), positions=n_positions, memories=memories_per_layer, top=top_memories,
                       index_tokens=n_tokens, norm=bool(norm), seed=seed)
 
 

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from ..editing.weights import effective_weight
 from ..errors import EditkitError
 from ..hooks import Hooks
 from ..sites import layers
@@ -130,7 +131,7 @@ def value_vectors(lm, layer: int, indices) -> torch.Tensor:
     of W_out. Gemma adds post_feedforward_layernorm(o) = s * o / rms(o) with s = 1 + w (the adapter's norm_scale):
     the 1/rms(o) factor is positive and shared by all memories at a position, so memory i moves the residual along
     s * v_i; that channel-scaled vector is what gets projected to the vocabulary."""
-    V = lm.adapter.down_weight(layer)[:, list(indices)].T
+    V = effective_weight(lm, "down_proj", layer)[:, list(indices)].T  # with this context's edits
     norm = lm.adapter.post_mlp_norm(layer)
     if norm is not None:
         V = V * lm.adapter.norm_scale(norm)[0]
@@ -161,7 +162,7 @@ def memories_at(lm, prompt: str, layer: int, position: int = -1, top: int = 10, 
     a = lm.adapter
     cap = capture_ffn(lm, prompt)
     m = cap["m"][layer, pos].float()  # (d_ff,)
-    v_norm = a.down_weight(layer).float().norm(dim=0)  # ||v_i||
+    v_norm = effective_weight(lm, "down_proj", layer).float().norm(dim=0)  # ||v_i||
     contribution = m.abs() * v_norm
     c, idx = contribution.topk(min(top, contribution.numel()))
     idx = [int(i) for i in idx]

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from .. import corpus
+from ..editing.weights import model_key
 from ..errors import EditkitError
 from ..hooks import Hooks
 from ..sites import Site
@@ -156,8 +157,9 @@ def load_index(path: Path, expect: dict) -> TriggerIndex | None:
     if not path.exists():
         return None
     stamp = (str(path), path.stat().st_mtime_ns, path.stat().st_size)
-    if stamp in _loaded:
-        return _loaded[stamp]
+    hit = _loaded.get(stamp)  # one read: another thread may clear the memo between a test and a lookup
+    if hit is not None:
+        return hit
     try:
         with np.load(path, allow_pickle=False) as z:
             meta = json.loads(bytes(z["meta"]).decode())
@@ -171,7 +173,7 @@ def load_index(path: Path, expect: dict) -> TriggerIndex | None:
         return None
     if not ok:
         return None
-    _loaded.clear()
+    _loaded.clear()  # keep the last index only (another thread's clear in between costs a reload, nothing more)
     _loaded[stamp] = index
     return index
 
@@ -180,7 +182,7 @@ def get_index(lm, n_tokens: int | None = None, seq_len: int = DEFAULT_SEQ_LEN, t
               progress=None, rebuild: bool = False) -> TriggerIndex:
     """The cached trigger index for `lm` (built and saved on first use, or when the file is corrupt)."""
     n_tokens = int(n_tokens or default_n_tokens(lm))
-    path = index_path(lm.name, n_tokens, seq_len, top)
+    path = index_path(model_key(lm), n_tokens, seq_len, top)
     expect = {"format": FORMAT, "model": lm.name, "n_tokens": n_tokens, "seq_len": seq_len, "top": top,
               "layers": lm.adapter.n_layers, "d_ff": lm.adapter.d_ff}
     index = None if rebuild else load_index(path, expect)
@@ -195,7 +197,7 @@ def cached_index(lm, n_tokens: int | None = None, seq_len: int = DEFAULT_SEQ_LEN
     n_tokens = int(n_tokens or default_n_tokens(lm))
     expect = {"format": FORMAT, "model": lm.name, "n_tokens": n_tokens, "seq_len": seq_len, "top": top,
               "layers": lm.adapter.n_layers, "d_ff": lm.adapter.d_ff}
-    return load_index(index_path(lm.name, n_tokens, seq_len, top), expect)
+    return load_index(index_path(model_key(lm), n_tokens, seq_len, top), expect)
 
 
 def examples(lm, index: TriggerIndex, layer: int, memory: int, top: int | None = None,

@@ -12,6 +12,7 @@ import json
 
 import numpy as np
 
+from ..editing.weights import model_key
 from ..errors import EditkitError
 from ..facts import predicted_facts
 from ..cache import Store
@@ -48,7 +49,7 @@ STORE = Store("tracing/aie", version=2)  # one JSON line per traced fact, append
 
 
 def _cache_path(lm, samples, noise, window):
-    return STORE.path(lm.name, ".jsonl", samples=samples, noise=noise, window=window)
+    return STORE.path(model_key(lm), ".jsonl", samples=samples, noise=noise, window=window)
 
 
 def average_indirect_effect(lm, n_facts: int = 50, samples: int = 10, noise: str = "3s", window: int = 10,

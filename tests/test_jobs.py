@@ -1,0 +1,179 @@
+"""Limits, jobs and the job queue (editkit/jobs.py): caps give clear errors, a cancelled job stops at its next
+progress step and leaves nothing behind, the queue admits jobs first come first served and never runs more than
+its slots at once."""
+import threading
+import time
+
+import pytest
+import torch
+
+from editkit import jobs
+from editkit.editing import weights
+from editkit.errors import EditkitError
+from editkit.jobs import Cancelled, Job, JobQueue, Limits, parse_limits
+from editkit.models import load_model
+from editkit.text import check_prompt, last_logits
+from editkit.tracing import trace
+
+
+def test_limits_defaults_and_overrides(monkeypatch, tmp_path):
+    assert parse_limits("") == Limits()
+    assert parse_limits('{"samples": 7, "jobs": 3}') == Limits(samples=7, jobs=3)
+    path = tmp_path / "limits.json"
+    path.write_text('{"batch": 2}')
+    assert parse_limits(str(path)).batch == 2
+    monkeypatch.setenv(jobs.ENV, '{"prompt_tokens": 5}')
+    assert jobs.limits().prompt_tokens == 5
+    monkeypatch.delenv(jobs.ENV)
+    assert jobs.limits() == Limits()
+
+
+@pytest.mark.parametrize("text,message", [
+    ('{"samples": 0}', "positive integer"), ('{"samples": 2.5}', "positive integer"),
+    ('{"samples": true}', "positive integer"), ('{"samples": "3"}', "positive integer"),
+    ('{"sample": 3}', "unknown limit"), ("[1, 2]", "JSON object"), ('{"samples": ', "not valid JSON"),
+    ("/no/such/limits.json", "no readable JSON file"), ('{"samples": NaN}', "positive integer"),
+])
+def test_bad_limits_are_clear_errors(text, message):
+    with pytest.raises(EditkitError, match=message):
+        parse_limits(text)
+
+
+def test_check_names_the_cap():
+    lim = Limits(samples=5)
+    lim.check(samples=5, batch=1, facts=None)
+    with pytest.raises(EditkitError, match="6 noise samples is over this server's limit of 5"):
+        lim.check(samples=6)
+    with pytest.raises(EditkitError, match="no limit named"):
+        lim.check(sample=1)
+
+
+def test_prompt_token_cap_is_the_configured_limit(tiny_by_name, monkeypatch):
+    lm = tiny_by_name("tiny-gpt2")
+    prompt = "one two three four five six seven eight"
+    check_prompt(lm, prompt)
+    monkeypatch.setenv(jobs.ENV, '{"prompt_tokens": 4}')
+    with pytest.raises(EditkitError, match="the limit is 4"):
+        check_prompt(lm, prompt)
+    with pytest.raises(EditkitError, match="NUL"):
+        check_prompt(lm, "a\x00b")
+
+
+def test_job_progress_records_forwards_and_cancels():
+    seen = []
+    job = Job("trace", owner="s1", on_progress=lambda f, m: seen.append((f, m)))
+    job.progress(0.5, "half")
+    job.progress(2.0, "over")  # clamped
+    assert seen == [(0.5, "half"), (1.0, "over")] and job.fraction == 1.0
+    job.cancel()
+    with pytest.raises(Cancelled, match="trace was cancelled"):
+        job.progress(0.9, "late")
+    assert seen[-1] == (1.0, "over")
+
+
+def test_cancelling_a_real_trace_stops_it_and_leaves_no_trace_of_it(tiny_by_name):
+    """A trace inside a session with an edit, cancelled from another thread mid-way: Cancelled is raised at the
+    next progress step, the edit and every hook are gone afterwards, and the slot is free again."""
+    lm = tiny_by_name("tiny-gpt2")
+    delta = {lm.adapter.param_name("down_proj", 1): torch.full_like(lm.adapter.down_weight(1).T, 1e-3)}
+    with torch.no_grad():
+        ref = last_logits(lm, "The Space Needle is in downtown")
+    queue = JobQueue(slots=1)
+    job = Job("causal trace")
+    steps = []
+
+    def progress(f, msg):
+        steps.append(f)
+        if len(steps) == 2:
+            threading.Thread(target=job.cancel).start()
+            time.sleep(0.2)
+
+    job.on_progress = progress
+    with pytest.raises(Cancelled):
+        with weights.applied(lm, delta):
+            jobs.run(job, lambda p: trace(lm, "The Space Needle is in downtown", "Space Needle", samples=2,
+                                         progress=p), queue)
+    assert job.state == "cancelled" and 2 <= len(steps) <= 3
+    assert queue.snapshot() == {"running": [], "waiting": []}
+    assert weights.model_key(lm) == lm.name
+    assert all(not m._forward_hooks and not m._forward_pre_hooks for m in lm.model.modules())
+    with torch.no_grad():
+        assert torch.equal(last_logits(lm, "The Space Needle is in downtown"), ref)
+
+
+def test_queue_runs_at_most_its_slots_first_come_first_served():
+    queue = JobQueue(slots=2, poll=0.01)
+    running, peak, order, lock = [0], [0], [], threading.Lock()
+    gate = threading.Event()
+    waits = {}
+
+    def work(i):
+        job = Job(f"job{i}")
+
+        def on_wait(ahead, n_running):
+            waits.setdefault(i, []).append(ahead)
+
+        with queue.slot(job, on_wait):
+            with lock:
+                order.append(i)
+                running[0] += 1
+                peak[0] = max(peak[0], running[0])
+            gate.wait(timeout=10)
+            time.sleep(0.02)
+            with lock:
+                running[0] -= 1
+
+    threads = []
+    for i in range(6):
+        t = threading.Thread(target=work, args=(i,))
+        t.start()
+        threads.append(t)
+        deadline = time.time() + 10  # a known arrival order: the next thread starts once this one is queued
+        while time.time() < deadline and sum(map(len, queue.snapshot().values())) < i + 1:
+            time.sleep(0.005)
+    snap = queue.snapshot()
+    assert [j["name"] for j in snap["running"]] == ["job0", "job1"]
+    assert [j["name"] for j in snap["waiting"]] == ["job2", "job3", "job4", "job5"]
+    gate.set()
+    for t in threads:
+        t.join(timeout=20)
+    assert peak[0] == 2 and order == list(range(6))
+    assert waits[5][0] == 3 and min(waits[5]) < 3  # it saw its position go down
+    assert queue.snapshot() == {"running": [], "waiting": []}
+
+
+def test_a_waiting_job_can_be_cancelled_and_a_full_queue_refuses(monkeypatch):
+    queue = JobQueue(slots=1, poll=0.01)
+    hold, started = threading.Event(), threading.Event()
+
+    def holder():
+        with queue.slot(Job("long")):
+            started.set()
+            hold.wait(timeout=10)
+
+    t = threading.Thread(target=holder)
+    t.start()
+    assert started.wait(5)
+    waiting = Job("queued")
+    threading.Timer(0.1, waiting.cancel).start()
+    with pytest.raises(Cancelled):
+        with queue.slot(waiting):
+            pass
+    assert waiting.state == "cancelled" and queue.snapshot()["waiting"] == []
+    monkeypatch.setenv(jobs.ENV, '{"waiting": 1}')
+
+    def second():
+        with queue.slot(Job("w1")):  # waits behind "long"
+            pass
+
+    w1 = threading.Thread(target=second)
+    w1.start()
+    time.sleep(0.1)
+    assert [j["name"] for j in queue.snapshot()["waiting"]] == ["w1"]
+    with pytest.raises(EditkitError, match="server is busy"):
+        with queue.slot(Job("w2")):
+            pass
+    hold.set()
+    t.join(timeout=5)
+    w1.join(timeout=5)
+    assert queue.snapshot() == {"running": [], "waiting": []}
