@@ -28,6 +28,7 @@ from .hooks import Hooks, first_tensor
 from .sites import parse
 
 UNEMBED_ROWS = 512  # rows per unembedding chunk: (512 x d) @ (d x V) reads the matrix once per 512 rows
+VOCAB_CHUNK = 2048  # unembedding rows per step of the one-pass logsumexp (a few MB: stays in cache between uses)
 
 
 class Stop(Exception):
@@ -203,3 +204,57 @@ class Runner:
 
 def _raise_stop(h):
     raise Stop
+
+
+def _lse_pass(x: torch.Tensor, W: torch.Tensor, b: torch.Tensor | None = None, chunk: int = VOCAB_CHUNK):
+    """One pass over the rows w_v of W (V, d) for the rows x_i (N, d), logits l_v = w_v . x_i + b_v:
+    lse_i = log sum_v exp(l_v), the softmax mean E_p_i[w] = sum_v softmax(l)_v w_v (d,) and the argmax, accumulated
+    chunk by chunk with a running maximum (the online softmax), so each chunk of W is read from memory once and
+    used twice while in cache."""
+    n = x.shape[0]
+    m = torch.full((n,), -float("inf"), dtype=x.dtype, device=x.device)
+    s = torch.zeros(n, dtype=x.dtype, device=x.device)
+    acc = torch.zeros(n, W.shape[1], dtype=x.dtype, device=x.device)
+    best = torch.zeros(n, dtype=torch.long, device=x.device)
+    for start in range(0, W.shape[0], chunk):
+        Wc = W[start:start + chunk]
+        logits = x @ Wc.T
+        if b is not None:
+            logits = logits + b[start:start + chunk]
+        top, where = logits.max(1)
+        new_m = torch.maximum(m, top)
+        keep = torch.exp(m - new_m)  # rescales what was summed under the old maximum (0 on the first chunk)
+        e = torch.exp(logits - new_m[:, None])
+        s = s * keep + e.sum(1)
+        acc = acc * keep[:, None] + e @ Wc
+        best = torch.where(top > m, where + start, best)
+        m = new_m
+    return m + torch.log(s), acc / s[:, None], best
+
+
+class _LogSumExp(torch.autograd.Function):
+    """lse(W x + b) with its gradient d lse / dx = E_p[w] taken from the forward pass (no second read of W)."""
+
+    @staticmethod
+    def forward(ctx, x, W, b):
+        lse, mean_w, best = _lse_pass(x.detach(), W.detach(), None if b is None else b.detach())
+        ctx.save_for_backward(mean_w)
+        ctx.mark_non_differentiable(mean_w, best)
+        return lse, mean_w, best
+
+    @staticmethod
+    def backward(ctx, g_lse, g_mean, g_best):
+        (mean_w,) = ctx.saved_tensors
+        return g_lse[:, None] * mean_w, None, None
+
+
+def vocab_logsumexp(lm, x: torch.Tensor):
+    """For final-normed states x (N, d): (lse (N,), E_p[w] (N, d), argmax (N,)) of the logits W x + b, without
+    ever holding the (N, V) logits: log p(t | x) = w_t . x + b_t - lse, and KL terms follow from these
+    (editing/targets.py). The gradient flows through lse. None when the model's unembedding is not a plain linear
+    map or has a softcap (then use `logits`)."""
+    a = lm.adapter
+    head = a.unembed_module
+    if a.final_softcap or not isinstance(head, torch.nn.Linear):
+        return None
+    return _LogSumExp.apply(x, head.weight, head.bias)

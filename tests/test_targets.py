@@ -98,3 +98,59 @@ def test_layer_state_matches_one_by_one(tiny):
         torch.testing.assert_close(state["K"], K, rtol=1e-4, atol=1e-4)
         torch.testing.assert_close(state["current"], current, rtol=1e-4, atol=1e-4)
         torch.testing.assert_close(state["mlp"], m, rtol=1e-4, atol=1e-4)
+
+
+def test_fused_loss_terms_equal_full_softmax(tiny):
+    """The one-pass vocabulary terms (runner.vocab_logsumexp: log p of each target token, its argmax, the KL to the
+    first step's distribution) equal the softmax over full logits, values and gradients, on every family."""
+    from editkit.editing.targets import _loss_terms
+    from editkit.runner import vocab_logsumexp
+
+    hp = load_hparams("memit", tiny)
+    rows = _Rows(tiny, _requests(3), 1, ("resid_post",), hp)
+    d = tiny.adapter.d_model
+    assert vocab_logsumexp(tiny, torch.zeros(2, d)) is not None  # every tiny family takes the fast path
+    act = torch.arange(3)
+    kl_fast, kl_full = {}, {}
+    zero = {"resid_post": torch.zeros(3, d)}
+    _loss_terms(tiny, rows, zero, None, False, kl_fast, act)  # the first step keeps P_orig
+    _loss_terms(tiny, rows, zero, None, True, kl_full, act)
+    g = torch.Generator().manual_seed(0)
+    delta = torch.randn(3, d, generator=g) * 3
+    out = []
+    for reference, kl0 in ((False, kl_fast), (True, kl_full)):
+        x = {"resid_post": delta.clone().requires_grad_(True)}
+        with torch.enable_grad():
+            logp, argmax, kl = _loss_terms(tiny, rows, x, None, reference, kl0, act)
+            (logp.sum() + 0.3 * kl.sum()).backward()
+        out.append((logp.detach(), argmax, kl.detach(), x["resid_post"].grad))
+    (lp_f, am_f, kl_f, g_f), (lp_d, am_d, kl_d, g_d) = out
+    torch.testing.assert_close(lp_f, lp_d, rtol=1e-4, atol=1e-4)
+    assert torch.equal(am_f, am_d)
+    assert float(kl_d.min()) > 1e-3  # the deltas moved the distributions
+    torch.testing.assert_close(kl_f, kl_d, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(g_f, g_d, rtol=1e-3, atol=1e-4)
+    assert float(g_f.abs().max()) > 0
+
+
+def test_site_reader_resumes_exactly(tiny):
+    """SiteReader: a read after an edit at layer l >= the kept layer runs only blocks l.. and gives what a fresh
+    full forward at those weights gives."""
+    from editkit.editing.targets import SiteReader, read_sites
+    from editkit.editing.weights import applied
+
+    hp = load_hparams("memit", tiny)
+    requests = _requests(3)
+    reader = SiteReader(tiny, requests, hp)
+    first = reader.read({"K": "mlp_key.1"}, {"z": "resid_post.2"}, keep=1)
+    torch.testing.assert_close(first["K"], read_sites(tiny, requests, hp, {"K": "mlp_key.1"}, {})["K"],
+                               rtol=0, atol=0)
+    a = tiny.adapter
+    g = torch.Generator().manual_seed(1)
+    dW = torch.randn(a.weight("down_proj", 1).shape, generator=g) * 0.5
+    with applied(tiny, a.weight_delta("down_proj", 1, dW)):
+        again = reader.read({"K": "mlp_key.2"}, {"z": "resid_post.2", "m": "mlp_out.1"}, keep=2)
+        fresh = read_sites(tiny, requests, hp, {"K": "mlp_key.2"}, {"z": "resid_post.2", "m": "mlp_out.1"})
+    for k in fresh:
+        torch.testing.assert_close(again[k], fresh[k], rtol=1e-5, atol=1e-5)
+    assert (again["z"] - first["z"]).abs().max() > 1e-4  # the edit is seen

@@ -16,15 +16,18 @@ from .result import EditResult
 
 
 def run_edit(lm, method: str, requests, hparams: "dict | Hparams | None" = None, progress=None,
-             reference: bool = False) -> EditResult:
+             reference: bool = False, state=None) -> EditResult:
     """Compute an edit at the weights this context sees (base + any active session deltas). `hparams` overrides
     the per-model defaults (a dict), or is the method's complete typed hyperparameters. `reference` runs the target
-    optimisation on the plain full model (a benchmark switch; same result, slower)."""
+    optimisation on the plain full model (a benchmark switch; same result, slower). `state` is the
+    SequenceState of an ongoing sequence (editing/sequence.py), for stateful methods (others ignore it); the
+    result's `state` is the next one."""
     spec = get(method)
     if not isinstance(requests, list) or not requests or not all(hasattr(r, "rewrite") for r in requests):
         requests = parse_requests(requests)
     hp = hparams if isinstance(hparams, spec.hparams) else load_hparams(spec.name, lm, hparams)
-    result = spec.apply(lm, requests, hp, progress=progress, reference=reference)
+    extra = {"state": state} if spec.stateful else {}
+    result = spec.apply(lm, requests, hp, progress=progress, reference=reference, **extra)
     for name, d in result.delta.items():
         if not bool(d.isfinite().all()):
             raise EditkitError(f"{spec.name} produced a non-finite update for {name}; check the hyperparameters")

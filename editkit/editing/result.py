@@ -15,6 +15,7 @@ class EditResult:
     delta: dict[str, torch.Tensor]  # parameter name -> delta, in the parameter's layout
     info: dict = field(default_factory=dict)
     seconds: float = 0.0
+    state: object = None  # a stateful method's next SequenceState (editing/sequence.py); None for the others
 
     def to_dict(self) -> dict:
         return {"method": self.method, "requests": [r.to_dict() for r in self.requests], "info": self.info,

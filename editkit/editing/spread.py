@@ -26,7 +26,7 @@ from typing import Callable
 
 import torch
 
-from .targets import read_sites
+from .targets import SiteReader
 from .weights import applied, effective_weight
 
 
@@ -116,6 +116,7 @@ def spread(lm, requests, hp, streams: list[Stream], divisor: Callable[[int], flo
     a, layers = lm.adapter, list(hp.layers)
     z_layer = layers[-1]
     total, per_layer, start_values = {}, [], {}
+    reader = SiteReader(lm, requests, hp)  # each read after an edit at layer l runs only blocks l..z_layer
     with ExitStack() as stack:
         for i, layer in enumerate(layers):
             if progress:
@@ -123,7 +124,7 @@ def spread(lm, requests, hp, streams: list[Stream], divisor: Callable[[int], flo
             averaged = {f"K{j}": f"{s.key}.{layer}" for j, s in enumerate(streams)}
             plain = {f"current{j}": f"{s.target}.{z_layer}" for j, s in enumerate(streams)}
             plain["mlp"] = f"mlp_out.{layer}"
-            state = read_sites(lm, requests, hp, averaged, plain)
+            state = reader.read(averaged, plain, keep=layer)
             delta, row = {}, {"layer": layer}
             for j, s in enumerate(streams):
                 K, now = state[f"K{j}"], state[f"current{j}"]
@@ -146,6 +147,6 @@ def spread(lm, requests, hp, streams: list[Stream], divisor: Callable[[int], flo
             stack.enter_context(applied(lm, delta))  # the next layers see this update
             total.update(delta)
         first = streams[0]
-        reached = read_sites(lm, requests, hp, {}, {"z": f"{first.target}.{z_layer}"})["z"]
+        reached = reader.read({}, {"z": f"{first.target}.{z_layer}"})["z"]
     covered = 1 - (first.targets - reached).norm(dim=0) / (first.targets - start_values[0]).norm(dim=0).clamp_min(1e-12)
     return total, per_layer, [round(float(x), 4) for x in covered]

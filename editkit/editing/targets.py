@@ -18,6 +18,7 @@ import torch
 
 from ..errors import EditkitError
 from ..hooks import Hooks
+from ..runner import vocab_logsumexp
 from ..scoring import target_ids
 from ..sites import Site, parse, site
 from ..text import find_subject_range
@@ -82,35 +83,68 @@ def site_output(lm, kind: str, layer: int, request: EditRequest) -> torch.Tensor
     return out[where.name][0, idx].float()
 
 
-@torch.no_grad()
+class SiteReader:
+    """Site values at the subject's last token for a batch of requests, read repeatedly while edits are being
+    applied layer after layer (MEMIT's spreading, editing/spread.py).
+
+    The rows are every request's context-template rows (`contexts`), tokenized once. The first `read` runs them
+    through the body (stopping once the last site needed is computed) and records how each block was called. A
+    read may `keep` a layer l: the residual entering block l is kept, and the next read starts there, running only
+    blocks l.. on the kept residuals. That is exact when every edit applied in between is at layer l or later
+    (an edit at layer l changes nothing before block l's output), which is how the spreading proceeds: it reads,
+    edits layer l, reads again from l. A read that needs a site below the kept layer runs the whole body again."""
+
+    def __init__(self, lm, requests: list[EditRequest], hp):
+        self.lm, self.n = lm, len(requests)
+        texts, owner = [], []
+        for j, request in enumerate(requests):
+            for text, offset in contexts(lm, request, hp):
+                texts.append((text, offset, request.subject))
+                owner.append(j)
+        rows = [lm.tok(t, add_special_tokens=True)["input_ids"] for t, _, _ in texts]
+        self.idx = torch.tensor([_subject_last(lm.tok, t, subj, c) for t, c, subj in texts])
+        self.ids, self.mask = _pad(lm, rows)
+        self.rows_t, self.owner_t = torch.arange(len(rows)), torch.tensor(owner)
+        self.counts = torch.bincount(self.owner_t, minlength=self.n)[:, None]
+        self.plain_t = torch.tensor([owner.index(j) for j in range(self.n)])  # the "{}" row of each request
+        self._kept: tuple[int, torch.Tensor] | None = None  # (layer l, residual entering block l)
+        self._calls = None
+
+    @torch.no_grad()
+    def read(self, averaged: dict, plain: dict, keep: int | None = None) -> dict:
+        """`averaged` {name: site}: the mean over each request's template rows (ROME's k*, MEMIT's K); `plain`
+        {name: site}: the value on the bare rewrite prompt (the "{}" template). Returns {name: (width, n)}."""
+        lm = self.lm
+        wanted = {name: parse(s) for name, s in {**averaged, **plain}.items()}
+        if keep is not None:
+            wanted["__keep"] = Site("resid_pre", keep)
+        layers = [s.layer for s in wanted.values()]
+        if any(l is None for l in layers):
+            raise EditkitError("SiteReader reads per-layer sites only")
+        last = max(layers)
+        kept = self._kept
+        with Hooks(lm) as hooks:
+            got = hooks.capture(wanted)
+            if kept is not None and kept[0] <= min(layers):
+                lm.runner.run_blocks(kept[1], kept[0], self._calls, stop=last + 1)
+            else:
+                out = lm.runner.forward(input_ids=self.ids, attention_mask=self.mask, stop_after=Site("resid_post", last),
+                                        calls=True)
+                self._calls = out.calls
+        self._kept = (keep, got.pop("__keep")) if keep is not None else None
+        out = {}
+        for name in averaged:
+            x = got[name][self.rows_t, self.idx].float()
+            out[name] = (torch.zeros(self.n, x.shape[1]).index_add(0, self.owner_t, x) / self.counts).T.contiguous()
+        for name in plain:
+            out[name] = got[name][self.plain_t, self.idx[self.plain_t]].float().T.contiguous()
+        return out
+
+
 def read_sites(lm, requests: list[EditRequest], hp, averaged: dict, plain: dict) -> dict:
     """Site values at the subject's last token for all requests, in one batched forward over every request's
-    context-template rows that stops once the last site needed is computed. `averaged` {name: site}: the mean over
-    the request's template rows (ROME's k*, MEMIT's K), `plain` {name: site}: the value on the bare rewrite prompt
-    (the "{}" template). Returns {name: (width, n_requests)}."""
-    texts, owner = [], []
-    for j, request in enumerate(requests):
-        for text, offset in contexts(lm, request, hp):
-            texts.append((text, offset, request.subject))
-            owner.append(j)
-    rows = [lm.tok(t, add_special_tokens=True)["input_ids"] for t, _, _ in texts]
-    idx = torch.tensor([_subject_last(lm.tok, t, subj, c) for t, c, subj in texts])
-    ids, mask = _pad(lm, rows)
-    wanted = {name: parse(s) for name, s in {**averaged, **plain}.items()}
-    last = max(s.layer for s in wanted.values())
-    with Hooks(lm) as hooks:
-        got = hooks.capture(wanted)
-        lm.runner.run_until(Site("resid_post", last), input_ids=ids, attention_mask=mask)
-    rows_t, owner_t = torch.arange(len(rows)), torch.tensor(owner)
-    counts = torch.bincount(owner_t, minlength=len(requests))[:, None]
-    plain_t = torch.tensor([owner.index(j) for j in range(len(requests))])  # the "{}" row of each request
-    out = {}
-    for name in averaged:
-        x = got[name][rows_t, idx].float()
-        out[name] = (torch.zeros(len(requests), x.shape[1]).index_add(0, owner_t, x) / counts).T.contiguous()
-    for name in plain:
-        out[name] = got[name][plain_t, idx[plain_t]].float().T.contiguous()
-    return out
+    context-template rows that stops once the last site needed is computed (see SiteReader.read)."""
+    return SiteReader(lm, requests, hp).read(averaged, plain)
 
 
 def layer_state(lm, requests: list[EditRequest], hp, layer: int, z_layer: int, kind: str,
@@ -279,9 +313,15 @@ class _Rows:
         j's rows. `init` (if given) receives each site's unchanged output on request j's plain-template row."""
         if reference:
             return self._reference_logits(deltas, init)
+        logits = self.lm.adapter.unembed(self.states(deltas, init), norm=False).float()
+        T = len(self.t_row)
+        return logits[:T], logits[T:]
+
+    def states(self, deltas: dict[str, torch.Tensor], init: dict | None = None) -> torch.Tensor:
+        """The final-normed states (T + n, d_model) whose logits `logits` returns (scored target tokens, then the
+        KL rows), by the fast path."""
         if not self._prepared:
             self._prepare()
-        a = self.lm.adapter
         parts = []
         seen = {s: {} for s in self.sites}
         for g in self._groups:
@@ -301,9 +341,7 @@ class _Rows:
         if init is not None:
             for s in self.sites:
                 init[s] = torch.stack([seen[s][r] for r in self.first_row])
-        logits = a.unembed(torch.cat(parts)[self._order]).float()  # one unembedding for all groups
-        T = len(self.t_row)
-        return logits[:T], logits[T:]
+        return self.lm.adapter.final_norm(torch.cat(parts)[self._order])
 
     # -- the straightforward path (tests) ----------------------------------------------------------------------
     def _reference_logits(self, deltas, init):
@@ -333,6 +371,50 @@ def _adam(p: torch.Tensor, g: torch.Tensor, state: dict, lr: float, t: int, b1=0
     p.sub_(lr * (state["m"] / (1 - b1 ** t)) / ((state["v"] / (1 - b2 ** t)).sqrt() + eps))
 
 
+def _loss_terms(lm, rows: _Rows, deltas: dict, init: dict | None, reference: bool, kl0: dict, act: torch.Tensor):
+    """The log-probability (T,) and argmax (T,) of every scored target token and, per request in `act`,
+    KL(P_orig || P_delta) on its KL row (kl0 keeps P_orig from the first call, when every request is active).
+
+    Fast path (a plain linear unembedding, logits W x + b): each loss term is lse(W x + b) minus an affine function
+    of x, so one pass over the vocabulary gives the values and the gradient (runner.vocab_logsumexp, no (N, V)
+    logits held):
+        log p(t | x) = w_t . x + b_t - lse(W x + b)
+        KL(P0 || P_x) = sum_v P0_v log P0_v - sum_v P0_v (w_v . x - lse(W x))
+                      = [x0 . E_P0[w] - lse(W x0)] - x . E_P0[w] + lse(W x),
+    with E_P0[w] and the bracket taken once from the first step's pass (x = x0; a bias adds E_P0[b] to both
+    brackets, which cancels). The same numbers as the softmax over full logits (the `reference` path, and models
+    with a softcap), up to rounding."""
+    fused = None
+    if not reference:
+        x = rows.states(deltas, init)
+        fused = vocab_logsumexp(lm, x)
+    if fused is None:
+        rw, kl_logits = (rows.logits(deltas, init, reference=True) if reference else
+                         _split(lm.adapter.unembed(x, norm=False).float(), len(rows.t_row)))
+        tok_logp = torch.log_softmax(rw, -1).gather(1, rows.t_tok_t[:, None])[:, 0]
+        kl_logp = torch.log_softmax(kl_logits, -1)
+        if "logp" not in kl0:
+            kl0["logp"] = kl_logp.detach().clone()
+        ref = kl0["logp"][act]
+        return tok_logp, rw.argmax(-1), (ref.exp() * (ref - kl_logp)).sum(-1)
+    lse, mean_w, best = fused
+    T = len(rows.t_row)
+    head = lm.adapter.unembed_module
+    tok_logp = (x[:T] * head.weight[rows.t_tok_t]).sum(-1) - lse[:T]
+    if head.bias is not None:
+        tok_logp = tok_logp + head.bias[rows.t_tok_t]
+    x_kl, lse_kl = x[T:], lse[T:]
+    if "mean" not in kl0:
+        kl0["mean"] = mean_w[T:].detach().clone()
+        kl0["neg_entropy"] = ((x_kl * kl0["mean"]).sum(-1) - lse_kl).detach()
+    kl = kl0["neg_entropy"][act] - (x_kl * kl0["mean"][act]).sum(-1) + lse_kl
+    return tok_logp, best[:T], kl
+
+
+def _split(logits: torch.Tensor, T: int):
+    return logits[:T], logits[T:]
+
+
 def optimize_targets_batch(lm, requests: list[EditRequest], layer: int, sites: tuple[str, ...], hp,
                            adaptive: bool = False, progress=None, reference: bool = False) -> list[dict]:
     """Optimize one delta per site and request at `layer`; for each request returns
@@ -342,7 +424,7 @@ def optimize_targets_batch(lm, requests: list[EditRequest], layer: int, sites: t
     delta = {s: torch.zeros(n, d, device=dev) for s in sites}
     adam = {s: {"m": torch.zeros(n, d, device=dev), "v": torch.zeros(n, d, device=dev)} for s in sites}
     init: dict[str, torch.Tensor] = {}
-    kl_init = None
+    kl_init: dict = {}  # the original distribution of each request's KL row, from the first step
     losses: list[list[dict]] = [[] for _ in range(n)]
     batch = list(range(n))  # the requests whose rows are prepared
     rows = _Rows(lm, requests, layer, sites, hp)
@@ -356,22 +438,16 @@ def optimize_targets_batch(lm, requests: list[EditRequest], layer: int, sites: t
         with torch.enable_grad():
             d_act = {s: delta[s][act].clone().requires_grad_(True) for s in sites}
             first = {} if not init else None
-            rw, kl_logits = rows.logits(d_act, init=first, reference=reference)
+            tok_logp, argmax, kl = _loss_terms(lm, rows, d_act, first, reference, kl_init, act)
             if first is not None:
                 init = first
-            logp = torch.log_softmax(rw, -1)
-            tok_nll = -logp.gather(1, rows.t_tok_t[:, None])[:, 0] * rows.t_weight
+            tok_nll = -tok_logp * rows.t_weight
             nll = torch.zeros(len(batch), device=dev).index_add(0, rows.t_req_t, tok_nll)  # per request
-            kl_logp = torch.log_softmax(kl_logits, -1)
-            if kl_init is None:
-                kl_init = kl_logp.detach().clone()
-            ref = kl_init[act]
-            kl = (ref.exp() * (ref - kl_logp)).sum(-1)  # KL(P_orig || P_delta), per request
             decay = sum(d_act[s].norm(dim=1) / init[s][act].norm(dim=1) ** 2 for s in sites)
             w = torch.full((len(batch),), float(nll_factor), device=dev)
             done = torch.zeros(len(batch), dtype=torch.bool, device=dev)
             if adaptive:  # PMET App. D: once the target wins everywhere, lower the NLL weight; stop when KL is small
-                hit = (rw.argmax(-1) == rows.t_tok_t).float()
+                hit = (argmax == rows.t_tok_t).float()
                 all_hit = torch.zeros(len(batch), device=dev).index_add(0, rows.t_req_t, 1 - hit) == 0
                 w = torch.where(all_hit, 0.1 * w, w)
                 done = all_hit & (kl.detach() <= 0.01)

@@ -1,7 +1,9 @@
 """The method registry: every editing method is one file in this folder plus its hyperparameter files.
 
 A method file defines its typed hyperparameters (a frozen dataclass extending editing.hparams.Hparams), an
-`apply(lm, requests, hp, progress=None, debug=None, reference=False) -> EditResult` and registers them:
+`apply(lm, requests, hp, progress=None, debug=None, reference=False) -> EditResult` and registers them (a method
+that carries state from one batch of a sequence to the next, as AlphaEdit its earlier keys, sets `stateful=True`
+and takes `state=`; editing/sequence.py):
 
     METHOD = register(Method(name="rome", label="ROME", apply=apply_rome, hparams=RomeHparams,
                              spreading="one layer, rank one", about="..."))
@@ -33,6 +35,7 @@ class Method:
     about: str = ""  # one sentence with the paper
     color: str = "#555555"  # its colour in charts
     batch: bool = True  # edits a batch of requests jointly (False: one after another, as ROME)
+    stateful: bool = False  # apply takes `state=` (editing/sequence.SequenceState) and returns the next one
     order: int = 100  # position in lists (built-ins: 10, 20, ...)
     hparams_dir: Path | None = None  # its per-model JSON defaults (default: assets/hparams/<name>/)
 
