@@ -11,6 +11,7 @@ def test_edit_compare_page_runs_three_methods():
     at.session_state["model_choice"] = "tiny-llama"
     at.switch_page("pages/edit_compare.py").run()
     assert not at.exception
+    at.multiselect(key="ec_methods").set_value(["rome", "memit", "pmet"])  # the seed papers' three
     at.text_input(key="ec_subject").set_value("Danielle Darrieux")
     at.number_input(key="ec_gentokens").set_value(8)
     at.button(key="ec_run").click().run()
