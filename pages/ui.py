@@ -19,6 +19,21 @@ from editkit.errors import EditkitError
 from editkit.models import DEFAULT_MODEL, EMBEDDED, TINY
 
 OTHER = "other: hub id or folder"
+
+
+def _leave_legacy_multipage_mode() -> None:
+    """Streamlit treats a folder named pages/ beside app.py as a legacy multipage app until app.py first calls
+    st.navigation: on a fresh server, a page opened directly by its URL ran alone, under a list of the folder's files
+    (app, ui, ...). Every page imports this module first, so the first such run switches the legacy mode off and
+    reruns: app.py then runs for the same URL, and its navigation shows the app's pages and picks the one asked for."""
+    from streamlit.runtime.pages_manager import PagesManager
+
+    if PagesManager.uses_pages_directory:
+        PagesManager.uses_pages_directory = False
+        st.rerun()
+
+
+_leave_legacy_multipage_mode()
 log = logging.getLogger("editkit.app")
 
 
