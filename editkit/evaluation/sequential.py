@@ -83,7 +83,7 @@ def fluency(lm, prompts=FLUENCY_PROMPTS, new_tokens: int = FLUENCY_TOKENS, seed:
     return n_gram_entropy([p + sample(lm, p, new_tokens, seed) for p in prompts])
 
 
-def rates(lm, records) -> list[dict]:
+def rates(lm, records, groups=GROUPS) -> list[dict]:
     """Per record: the CounterFact rates of its rewrite, paraphrase and neighborhood prompts (nan without data)."""
     prompts, news, trues, owner = [], [], [], []
     for i, rec in enumerate(records):
@@ -91,6 +91,8 @@ def rates(lm, records) -> list[dict]:
         if not r.target_true:
             continue
         for g, ps in zip(GROUPS, ([r.rewrite], r.paraphrase_prompts, r.neighborhood_prompts)):
+            if g not in groups:
+                continue
             for p in ps:
                 prompts.append(p)
                 news.append(r.target_new)
@@ -105,7 +107,7 @@ def rates(lm, records) -> list[dict]:
     out = []
     for i in range(len(records)):
         row = {}
-        for g in GROUPS:
+        for g in groups:
             new, true = got.get((i, g), ([], []))
             row[g] = compare(new, true, g != "neighborhood")[0] if new else math.nan
         out.append(row)
@@ -216,7 +218,7 @@ def sequential(lm, method: str, requests, hparams: dict | None = None, batch: in
         state = result.state
         done = (b + 1) * batch if b + 1 < len(batches) else len(records)
         with applied(lm, total):
-            now = rates(lm, chunk)
+            now = rates(lm, chunk, ("rewrite",))
             for i, rec in enumerate(chunk):
                 prog["took"][str(b * batch + i)] = now[i]["rewrite"] == 1.0
             if done % eval_every == 0 or b + 1 == len(batches):
