@@ -6,7 +6,7 @@ import torch
 from editkit.editing.api import run_edit
 from editkit.editing.hparams import load_hparams
 from editkit.editing.methods import get, names
-from editkit.editing.methods.alphaedit import alphaedit_update, apply_alphaedit
+from editkit.editing.methods.alphaedit import alphaedit_update, alphaedit_update_in_basis, apply_alphaedit
 from editkit.editing.requests import parse_requests
 from editkit.editing.sequence import SequenceState
 from editkit.editing.spread import batch_update
@@ -53,6 +53,21 @@ def test_update_normal_equations_and_null_space(alpha):
     assert float((D @ K).abs().max()) > 1e-3  # while the edit's own keys move
 
 
+def test_basis_solve_equals_upstream_solve():
+    """The k x k Cholesky solve in the null space's basis gives upstream's d x d solve (with and without P, with
+    earlier keys and a preserved term)."""
+    g = torch.Generator().manual_seed(2)
+    C, U, P, K, R, _ = _problem(seed=2)
+    Kp = torch.randn(K.shape[0], 5, generator=g, dtype=torch.float64)
+    for U0, PP in ((U[:, :25], P), (None, None)):
+        for prior_keys in (None, Kp):
+            prior = None if prior_keys is None else prior_keys @ prior_keys.T
+            for preserved in (None, 3.0 * C):
+                a = alphaedit_update(K, R, PP, 0.5, prior, preserved)
+                b = alphaedit_update_in_basis(K, R, U0, 0.5, prior_keys, preserved)
+                assert _rel(b, a) < 1e-9
+
+
 def test_update_reduces_to_memit():
     """P = I, alpha = 0 and the preserved term lambda C restored: MEMIT's Eq. 14; with earlier keys: MEMIT with
     them added to the preserved statistics (upstream's MEMIT_seq)."""
@@ -62,6 +77,7 @@ def test_update_reduces_to_memit():
         assert _rel(D, batch_update(K, R, C, lam)) < 1e-9
         D = alphaedit_update(K, R, None, 0.0, prior, lam * C)
         assert _rel(D, batch_update(K, R, C + prior / lam, lam)) < 1e-9
+        assert _rel(alphaedit_update_in_basis(K, R, None, 0.0, None, lam * C), batch_update(K, R, C, lam)) < 1e-9
 
 
 def test_null_dimension_rules():

@@ -129,3 +129,15 @@ def test_evaluate_sequential_command(tiny_by_name, tmp_path, capsys):
     assert set(results) == {"rome", "alphaedit"} and results["rome"]["batch"] == 1
     assert main(["evaluate", "--model", "tiny-llama", "--sequential", "--methods", "memit", "--batch-for",
                  "rome=x"]) == 2
+
+
+def test_finalize_measures_every_edit_of_a_stopped_run(tiny_by_name):
+    lm = tiny_by_name("tiny-llama")
+    records = load_eval_set("counterfact", 6)
+    part = sequential(lm, "memit", records, FAST, batch=2, sample=1, resume=False, stop_after=2, finalize=True,
+                      **SMALL)
+    assert part["batches_done"] == 2 and part["rows"][-1]["measured"] == 1
+    assert part["partial_final"]["edit"] == 4 and part["partial_final"]["measured"] == 4
+    assert final_table({"memit": part})[0]["measured"] == 4
+    rest = sequential(lm, "memit", records, FAST, batch=2, sample=1, **SMALL)
+    assert rest["resumed_at_batch"] == 2 and [r["edit"] for r in rest["rows"]] == [2, 4, 6]

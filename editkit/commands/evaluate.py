@@ -38,6 +38,8 @@ def register(sub):
     q.add_argument("--stop-after", type=int, default=None,
                    help="end after this many batches per method (rerun to continue)")
     q.add_argument("--fresh", action="store_true", help="ignore a saved checkpoint and start over")
+    q.add_argument("--finalize", action="store_true",
+                   help="when stopping before the end, measure every edit applied so far (not stored)")
     q.add_argument("--save", default=None, help="also write the results JSON to this file")
     add_model_arg(p)
     p.set_defaults(func=run, show=show)
@@ -90,7 +92,7 @@ def _sequential(args, lm, methods, progress):
         results[method] = sequential(lm, method, records, batch=batch, eval_every=every,
                                      sample=args.sample or None, seed=args.seed, ppl_tokens=args.ppl_tokens,
                                      fluency_tokens=args.fluency_tokens, resume=not args.fresh,
-                                     stop_after=args.stop_after, progress=progress)
+                                     stop_after=args.stop_after, finalize=args.finalize, progress=progress)
     out = {"model": lm.name, "set": args.set_name, "n": len(records), "sequential": results,
            "table": final_table(results)}
     if args.save:
@@ -141,7 +143,7 @@ def _show_sequential(out):
         print(f"\n{res['label']} on {res['model']}, {res['n']} edits in batches of {res['batch']} "
               f"({res['batches_done']}/{res['batches']} batches done): base perplexity {res['base_perplexity']:.2f}, "
               f"fluency {100 * res['base']['fluency']:.1f}")
-        for r in res["rows"]:
+        for r in res["rows"] + ([res["partial_final"]] if res.get("partial_final") else []):
             flag = f"  COLLAPSED: {r['reason']}" if r["collapsed"] else ""
             on = f"{r['measured']} sampled" if r["sampled"] else "all"
             print(f"edits {r['edit']:4d} ({on:>11s}): eff {_f(r['efficacy'])} gen {_f(r['generalization'])} "

@@ -50,7 +50,7 @@ def final_table(results: dict) -> list[dict]:
         rows = res.get("rows", [])
         if not rows:
             continue
-        last = rows[-1]
+        last = res.get("partial_final") or rows[-1]  # a stopped run's full measurement, when it has one
         rates = [100 * last[k] if last.get(k) is not None else None
                  for k in ("efficacy", "generalization", "specificity")]
         seconds = res.get("edit_seconds", [])
@@ -64,7 +64,8 @@ def final_table(results: dict) -> list[dict]:
             "base_fluency": 100 * res["base"]["fluency"] if _finite(res.get("base", {}).get("fluency")) else None,
             "perplexity": last.get("perplexity"), "base_perplexity": res.get("base_perplexity"),
             "perplexity_ratio": last.get("perplexity_ratio"),
-            "total_relative_norm": last.get("total_relative_norm"), "max_relative_norm": last.get("max_relative_norm"),
+            "total_relative_norm": last.get("total_relative_norm"),
+            "max_relative_norm": last.get("max_relative_norm"),
             "seconds_per_edit": (sum(seconds) / last["edit"]) if seconds and last["edit"] else None,
             "collapsed_at": res.get("collapsed_at")})
     return table

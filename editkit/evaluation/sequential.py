@@ -156,17 +156,19 @@ def _read(path: Path) -> dict:
             "progress": json.loads(meta["progress"])}
 
 
-# --- the run ---------------------------------------------------------------------------------------------------------
+# --- the run -------------------------------------------------------------------------------------------------
 
 def sequential(lm, method: str, requests, hparams: dict | None = None, batch: int = 1, eval_every: int | None = None,
                sample: int | None = 50, seed: int = 0, ppl_tokens: int = PPL_TOKENS,
                fluency_prompts=FLUENCY_PROMPTS, fluency_tokens: int = FLUENCY_TOKENS, collapse_factor: float = 2.0,
                retention_floor: float = 0.5, resume: bool = True, stop_after: int | None = None,
-               progress=None) -> dict:
+               finalize: bool = False, progress=None) -> dict:
     """Apply `requests` (EvalRecords, EditRequests or request dicts) with `method` in batches of `batch`, each at
     the weights the earlier batches left; measure at every checkpoint (module docstring). `eval_every` (edits,
     default: every batch) must be a multiple of `batch`; `sample` (None: all) caps the edits measured at
-    intermediate checkpoints; `stop_after` ends the call after that many batches (the run stays resumable)."""
+    intermediate checkpoints; `stop_after` ends the call after that many batches (the run stays resumable).
+    `finalize` measures every edit applied so far when the run stops before its end (returned as
+    "partial_final", not stored: a later call continues the run as if it had not stopped)."""
     records = [as_record(r) for r in requests]
     spec = get(method)
     if not records:
@@ -232,6 +234,13 @@ def sequential(lm, method: str, requests, hparams: dict | None = None, batch: in
     if progress:
         progress(prog["done"] / len(batches), f"{spec.label}: {prog['done']}/{len(batches)} batches")
     rows = prog["rows"]
+    partial = None
+    if finalize and 0 < prog["done"] < len(batches):
+        b = prog["done"] - 1
+        with applied(lm, total):
+            partial = _checkpoint(lm, records, order, b, batch, prog["done"] * batch, None, prog, 0.0,
+                                  fluency_prompts, fluency_tokens, seed, ppl_tokens, collapse_factor,
+                                  retention_floor, total)
     first_collapse = next((r["edit"] for r in rows if r["collapsed"]), None)
     return {"model": lm.name, "method": spec.name, "label": spec.label, "n": len(records), "batch": batch,
             "eval_every": eval_every, "sample": sample, "seed": seed, "ppl_tokens": ppl_tokens,
@@ -240,7 +249,8 @@ def sequential(lm, method: str, requests, hparams: dict | None = None, batch: in
             "base": prog["base"], "base_perplexity": prog["base"]["perplexity"], "rows": rows,
             "batches_done": prog["done"], "batches": len(batches), "complete": prog["done"] == len(batches),
             "resumed_at_batch": resumed_at, "edit_seconds": prog.get("edit_seconds", []),
-            "collapsed_at": first_collapse, "checkpoint": str(path), "notes": notes(sample, batch, eval_every)}
+            "collapsed_at": first_collapse, "checkpoint": str(path), "partial_final": partial,
+            "notes": notes(sample, batch, eval_every)}
 
 
 def _checkpoint(lm, records, order, b, batch, done, sample, prog, seconds, fluency_prompts, fluency_tokens, seed,
@@ -248,7 +258,7 @@ def _checkpoint(lm, records, order, b, batch, done, sample, prog, seconds, fluen
     """The measurements after batch b (edits 0..done-1 applied), at the current weights."""
     last = done == len(records)
     chosen = [i for i in order if i < done]
-    if sample is not None and not last:
+    if sample is not None and not last:  # (sample None: every edit so far)
         chosen = chosen[:sample]
     chosen.sort()
     measured = rates(lm, [records[i] for i in chosen])
