@@ -202,3 +202,29 @@ def test_registered_everywhere():
     assert args.method == "alphaedit"
     evaluate = parser.parse_args(["evaluate"])
     assert "alphaedit" in evaluate.methods.split(",")
+
+
+def test_spectrum_json_cli_and_figure(tiny_by_name, capsys):
+    import json
+
+    from editkit.cli import main
+    from editkit.editing.spectrum import spectrum, spectrum_figure
+
+    lm = tiny_by_name("tiny-llama")
+    assert main(["spectrum", "--model", "tiny-llama", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["rule"] == "energy" and [r["layer"] for r in out["layers"]] == [1, 2]
+    for r in out["layers"]:
+        e = r["eigenvalues"]
+        assert len(e) == r["width"] == lm.adapter.d_ff and all(a >= b for a, b in zip(e, e[1:]))
+        k = r["null_dimension"]
+        assert 0 < k < r["width"] and r["null_energy"] <= 0.05 + 1e-12
+        assert abs(sum(e[-k:]) / sum(e) - r["null_energy"]) < 1e-9 and e[-k] == r["cut"]
+        assert r["upstream_null_dimension"] == sum(v < 0.02 for v in e)
+    other = spectrum(lm, [2], "relative", 0.01)
+    assert other["layers"][0]["null_dimension"] == sum(v < 0.01 * max(out["layers"][1]["eigenvalues"])
+                                                       for v in out["layers"][1]["eigenvalues"])
+    fig = spectrum_figure(out)
+    assert len(fig.data) == 4 and fig.layout.yaxis.type == "log"
+    assert main(["spectrum", "--model", "tiny-llama", "--rule", "bogus"]) == 2
+    assert main(["spectrum", "--model", "tiny-llama", "--layers", "1,x"]) == 2
