@@ -206,15 +206,16 @@ def _raise_stop(h):
     raise Stop
 
 
-def _lse_pass(x: torch.Tensor, W: torch.Tensor, b: torch.Tensor | None = None, chunk: int = VOCAB_CHUNK):
+def _lse_pass(x: torch.Tensor, W: torch.Tensor, b: torch.Tensor | None = None, chunk: int = VOCAB_CHUNK,
+              mean: bool = True):
     """One pass over the rows w_v of W (V, d) for the rows x_i (N, d), logits l_v = w_v . x_i + b_v:
     lse_i = log sum_v exp(l_v), the softmax mean E_p_i[w] = sum_v softmax(l)_v w_v (d,) and the argmax, accumulated
     chunk by chunk with a running maximum (the online softmax), so each chunk of W is read from memory once and
-    used twice while in cache."""
+    used twice while in cache. `mean=False` skips E_p[w] (returned as None): one matmul per chunk."""
     n = x.shape[0]
     m = torch.full((n,), -float("inf"), dtype=x.dtype, device=x.device)
     s = torch.zeros(n, dtype=x.dtype, device=x.device)
-    acc = torch.zeros(n, W.shape[1], dtype=x.dtype, device=x.device)
+    acc = torch.zeros(n, W.shape[1], dtype=x.dtype, device=x.device) if mean else None
     best = torch.zeros(n, dtype=torch.long, device=x.device)
     for start in range(0, W.shape[0], chunk):
         Wc = W[start:start + chunk]
@@ -226,10 +227,11 @@ def _lse_pass(x: torch.Tensor, W: torch.Tensor, b: torch.Tensor | None = None, c
         keep = torch.exp(m - new_m)  # rescales what was summed under the old maximum (0 on the first chunk)
         e = torch.exp(logits - new_m[:, None])
         s = s * keep + e.sum(1)
-        acc = acc * keep[:, None] + e @ Wc
+        if mean:
+            acc = acc * keep[:, None] + e @ Wc
         best = torch.where(top > m, where + start, best)
         m = new_m
-    return m + torch.log(s), acc / s[:, None], best
+    return m + torch.log(s), (acc / s[:, None] if mean else None), best
 
 
 class _LogSumExp(torch.autograd.Function):
@@ -258,3 +260,22 @@ def vocab_logsumexp(lm, x: torch.Tensor):
     if a.final_softcap or not isinstance(head, torch.nn.Linear):
         return None
     return _LogSumExp.apply(x, head.weight, head.bias)
+
+
+@torch.no_grad()
+def token_logprobs(lm, x: torch.Tensor, ids: torch.Tensor, rows: int = UNEMBED_ROWS) -> torch.Tensor:
+    """log softmax(logits(x))[ids] for final-normed states x (N, d) and token ids (N,), without holding (N, V)
+    logits when the unembedding is a plain linear map (one pass over the vocabulary per `rows` states)."""
+    a = lm.adapter
+    head = a.unembed_module
+    ids = torch.as_tensor(ids, device=x.device)
+    out = []
+    for i in range(0, x.shape[0], rows):
+        xi, ti = x[i:i + rows], ids[i:i + rows]
+        if a.final_softcap or not isinstance(head, torch.nn.Linear):
+            out.append(torch.log_softmax(a.unembed(xi, norm=False).float(), -1).gather(1, ti[:, None])[:, 0])
+            continue
+        lse, _, _ = _lse_pass(xi, head.weight, head.bias, mean=False)
+        logit = (xi * head.weight[ti]).sum(-1) + (head.bias[ti] if head.bias is not None else 0)
+        out.append(logit - lse)
+    return torch.cat(out) if out else torch.zeros(0, device=x.device)

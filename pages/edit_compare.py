@@ -230,3 +230,92 @@ def sequential_section() -> None:
 
 
 sequential_section()
+
+
+# ---- AlphaEdit's null space and lifelong editing (issue 14) ---------------------------------------------------------
+def spectrum_section(lm) -> None:
+    """The eigenvalues of C = E[k kᵀ] at AlphaEdit's layers, and the null space its rule selects."""
+    from editkit.editing.spectrum import spectrum, spectrum_figure
+    from editkit.editing.stats import NULL_RULES
+
+    st.subheader("Why AlphaEdit protects old knowledge: the spectrum of the key statistics")
+    st.markdown(
+        "Keys of ordinary text fill only part of the key space: most eigenvalues of C = E[k kᵀ] are orders of "
+        "magnitude below the largest. AlphaEdit projects each update onto the directions with the smallest "
+        "eigenvalues (P = U₀U₀ᵀ, ΔW = R K₁ᵀ P (K_p K_pᵀ P + K₁K₁ᵀ P + αI)⁻¹), where ordinary keys have almost no "
+        "component, so ΔW k ≈ 0 for them. The *energy* rule puts at most a fraction of E‖k‖² in that null space, "
+        "which means the same on any model; upstream's absolute 2e-2 depends on the size of the activations.")
+    c1, c2 = st.columns(2)
+    rules = list(NULL_RULES)
+    default = load_hparams("alphaedit", lm)
+    rule = c1.selectbox("Null-space rule", rules, index=rules.index(default.nullspace_rule), key="ec_spec_rule",
+                        help="; ".join(f"{k}: {v}" for k, v in NULL_RULES.items()))
+    threshold = c2.number_input("Threshold", min_value=1e-6, max_value=1e3, value=float(default.nullspace_threshold),
+                                format="%.4g", key="ec_spec_threshold")
+    if st.button("Show the spectrum", key="ec_spec_go"):
+        with ui.guard("spectrum"), st.spinner("eigendecomposition of C (cached after the first time)"):
+            st.session_state["ec_spec"] = spectrum(lm, rule=rule, threshold=float(threshold))
+    spec = st.session_state.get("ec_spec")
+    if spec and spec["model"] == lm.name:
+        st.plotly_chart(spectrum_figure(spec), width="stretch", key="ec_spec_fig")
+        st.dataframe(pd.DataFrame([{"layer": r["layer"], "null-space dimension": f"{r['null_dimension']}/{r['width']}",
+                                    "share of E‖k‖² inside": f"{100 * r['null_energy']:.2f}%",
+                                    "eigenvalue cut": r["cut"], "largest eigenvalue": r["largest"],
+                                    "upstream 2e-2: dimension": r["upstream_null_dimension"],
+                                    "upstream 2e-2: share of E‖k‖²": f"{100 * r['upstream_null_energy']:.2f}%"}
+                                   for r in spec["layers"]]), hide_index=True, width="stretch")
+
+
+def lifelong_section(lm) -> None:
+    """Lifelong editing: the shipped 500-edit run's curves, and a short run of your own."""
+    from editkit.evaluation.lifelong import SHIPPED, final_table, load_results
+    from editkit.evaluation.lifelong_charts import lifelong_figure
+    from editkit.evaluation.sequential import sequential as lifelong
+
+    st.subheader("Lifelong editing: hundreds of edits, one batch after another")
+    st.markdown(
+        "Each batch of CounterFact edits is computed on the weights the earlier batches left. After each batch: "
+        "efficacy, generalization and specificity of all edits so far, retention (earlier edits that worked and "
+        "still work), fluency of generated text on fixed prompts, WikiText perplexity and the size of the "
+        "accumulated ‖ΔW‖. ROME collapses in this setting; AlphaEdit's claim is that it does not.")
+    if SHIPPED.exists():
+        with ui.guard("the shipped run"):
+            shipped = load_results(SHIPPED)
+            first = next(iter(shipped.values()))
+            st.caption(f"Shipped run on {first['model']}: {first['n']} CounterFact edits; {first['notes']}")
+            st.plotly_chart(lifelong_figure(shipped), width="stretch", key="ec_life_shipped")
+            st.dataframe(pd.DataFrame(final_table(shipped)), hide_index=True, width="stretch")
+    c1, c2, c3 = st.columns(3)
+    chosen = c1.multiselect("Methods", list(LABELS), list(LABELS), format_func=LABELS.get, key="ec_life_methods")
+    n = int(c2.number_input("Edits", 2, 200, 20, key="ec_life_n"))
+    batch = int(c3.number_input("Batch size (ROME: 1)", 1, 50, 5, key="ec_life_batch"))
+    if st.button("Run lifelong editing", key="ec_life_go", disabled=not chosen):
+        with ui.guard("lifelong editing"):
+            records = load_eval_set("counterfact", n)
+
+            def life_job(progress):
+                results = {}
+                with ui.session(lm):
+                    for i, m in enumerate(chosen):
+                        b = batch if get_method(m).batch else 1
+                        results[m] = lifelong(lm, m, records, overrides.get(m), batch=b,
+                                              eval_every=b * max(1, batch // b), sample=20, ppl_tokens=512,
+                                              fluency_tokens=20,
+                                              progress=lambda f, msg, i=i: progress((i + f) / len(chosen), msg))
+                return results
+
+            st.session_state["ec_life"] = ui.run_job("lifelong editing", life_job, sequential=n)
+    mine = st.session_state.get("ec_life")
+    if mine:
+        st.plotly_chart(lifelong_figure(mine), width="stretch", key="ec_life_fig")
+        st.dataframe(pd.DataFrame(final_table(mine)), hide_index=True, width="stretch")
+
+
+def get_method(name):
+    from editkit.editing.methods import get
+
+    return get(name)
+
+
+spectrum_section(lm)
+lifelong_section(lm)

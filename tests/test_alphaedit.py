@@ -6,7 +6,7 @@ import torch
 from editkit.editing.api import run_edit
 from editkit.editing.hparams import load_hparams
 from editkit.editing.methods import get, names
-from editkit.editing.methods.alphaedit import alphaedit_update, apply_alphaedit
+from editkit.editing.methods.alphaedit import alphaedit_update, alphaedit_update_in_basis, apply_alphaedit
 from editkit.editing.requests import parse_requests
 from editkit.editing.sequence import SequenceState
 from editkit.editing.spread import batch_update
@@ -53,6 +53,21 @@ def test_update_normal_equations_and_null_space(alpha):
     assert float((D @ K).abs().max()) > 1e-3  # while the edit's own keys move
 
 
+def test_basis_solve_equals_upstream_solve():
+    """The k x k Cholesky solve in the null space's basis gives upstream's d x d solve (with and without P, with
+    earlier keys and a preserved term)."""
+    g = torch.Generator().manual_seed(2)
+    C, U, P, K, R, _ = _problem(seed=2)
+    Kp = torch.randn(K.shape[0], 5, generator=g, dtype=torch.float64)
+    for U0, PP in ((U[:, :25], P), (None, None)):
+        for prior_keys in (None, Kp):
+            prior = None if prior_keys is None else prior_keys @ prior_keys.T
+            for preserved in (None, 3.0 * C):
+                a = alphaedit_update(K, R, PP, 0.5, prior, preserved)
+                b = alphaedit_update_in_basis(K, R, U0, 0.5, prior_keys, preserved)
+                assert _rel(b, a) < 1e-9
+
+
 def test_update_reduces_to_memit():
     """P = I, alpha = 0 and the preserved term lambda C restored: MEMIT's Eq. 14; with earlier keys: MEMIT with
     them added to the preserved statistics (upstream's MEMIT_seq)."""
@@ -62,6 +77,7 @@ def test_update_reduces_to_memit():
         assert _rel(D, batch_update(K, R, C, lam)) < 1e-9
         D = alphaedit_update(K, R, None, 0.0, prior, lam * C)
         assert _rel(D, batch_update(K, R, C + prior / lam, lam)) < 1e-9
+        assert _rel(alphaedit_update_in_basis(K, R, None, 0.0, None, lam * C), batch_update(K, R, C, lam)) < 1e-9
 
 
 def test_null_dimension_rules():
@@ -186,3 +202,29 @@ def test_registered_everywhere():
     assert args.method == "alphaedit"
     evaluate = parser.parse_args(["evaluate"])
     assert "alphaedit" in evaluate.methods.split(",")
+
+
+def test_spectrum_json_cli_and_figure(tiny_by_name, capsys):
+    import json
+
+    from editkit.cli import main
+    from editkit.editing.spectrum import spectrum, spectrum_figure
+
+    lm = tiny_by_name("tiny-llama")
+    assert main(["spectrum", "--model", "tiny-llama", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["rule"] == "energy" and [r["layer"] for r in out["layers"]] == [1, 2]
+    for r in out["layers"]:
+        e = r["eigenvalues"]
+        assert len(e) == r["width"] == lm.adapter.d_ff and all(a >= b for a, b in zip(e, e[1:]))
+        k = r["null_dimension"]
+        assert 0 < k < r["width"] and r["null_energy"] <= 0.05 + 1e-12
+        assert abs(sum(e[-k:]) / sum(e) - r["null_energy"]) < 1e-9 and e[-k] == r["cut"]
+        assert r["upstream_null_dimension"] == sum(v < 0.02 for v in e)
+    other = spectrum(lm, [2], "relative", 0.01)
+    assert other["layers"][0]["null_dimension"] == sum(v < 0.01 * max(out["layers"][1]["eigenvalues"])
+                                                       for v in out["layers"][1]["eigenvalues"])
+    fig = spectrum_figure(out)
+    assert len(fig.data) == 4 and fig.layout.yaxis.type == "log"
+    assert main(["spectrum", "--model", "tiny-llama", "--rule", "bogus"]) == 2
+    assert main(["spectrum", "--model", "tiny-llama", "--layers", "1,x"]) == 2

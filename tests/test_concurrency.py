@@ -2,6 +2,7 @@
 stream of sampled text, caches of weight-dependent results, results defined on the base model (statistics, context
 templates), sequential editing, the memories view, and tiny models loaded from two threads at once."""
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -181,7 +182,9 @@ def test_sequential_edits_stay_in_their_own_context(lm):
     t = threading.Thread(target=predict)
     t.start()
     try:
-        out = sequential(lm, "rome", load_eval_set("counterfact", 2), ppl_tokens=64)
+        while not seen and not errors:
+            time.sleep(0.01)
+        out = sequential(lm, "rome", load_eval_set("counterfact", 2), ppl_tokens=64, resume=False)
     finally:
         stop.set()
         t.join(timeout=120)

@@ -1,7 +1,10 @@
-"""The Edit & compare page runs all three methods on a tiny model, shows every view, and survives bad input."""
+"""The Edit & compare page runs every registered method on a tiny model, shows every view, and survives bad
+input; AlphaEdit's spectrum and the lifelong-editing section work."""
 from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
+
+from editkit.editing.methods import all_methods
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 
@@ -17,12 +20,13 @@ def test_edit_compare_page_runs_three_methods():
     at.button(key="ec_run").click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]
     out = at.session_state["ec_out"]
-    assert set(out["methods"]) == {"rome", "memit", "pmet"}
+    chosen = [m for m in all_methods() if m.name in ("rome", "memit", "pmet")]
+    assert set(out["methods"]) == {m.name for m in chosen}
     table = at.dataframe[0].value
-    assert list(table["method"]) == ["before edit", "ROME", "MEMIT", "PMET"]
+    assert list(table["method"]) == ["before edit"] + [m.label for m in chosen]
     assert len(at.get("plotly_chart")) >= 4  # three probability panels and the norms
     at.button(key="ec_trace_go").click().run()
-    assert not at.exception and set(at.session_state["ec_traces"]) == {"rome", "memit", "pmet"}
+    assert not at.exception and set(at.session_state["ec_traces"]) == {m.name for m in chosen}
     # bad input: a prompt without "{}" -> a clear error box, the earlier results kept on the page
     at.text_input(key="ec_prompt").set_value("The mother tongue of Danielle Darrieux is")
     at.run()
@@ -40,3 +44,22 @@ def test_edit_compare_sequential_stress():
     at.button(key="ec_seq_go").click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]
     assert [r["edit"] for r in at.session_state["ec_seq"]["rows"]] == [1, 2]
+
+
+def test_spectrum_and_lifelong_sections():
+    at = AppTest.from_file(APP, default_timeout=900)
+    at.session_state["model_choice"] = "tiny-gemma3"
+    at.switch_page("pages/edit_compare.py").run()
+    assert not at.exception
+    at.button(key="ec_spec_go").click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    spec = at.session_state["ec_spec"]
+    assert [r["layer"] for r in spec["layers"]] == [1, 2] and all(r["null_dimension"] > 0 for r in spec["layers"])
+    at.multiselect(key="ec_life_methods").set_value(["rome", "alphaedit"])
+    at.number_input(key="ec_life_n").set_value(4)
+    at.number_input(key="ec_life_batch").set_value(2)
+    at.button(key="ec_life_go").click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    life = at.session_state["ec_life"]
+    assert set(life) == {"rome", "alphaedit"} and life["rome"]["batch"] == 1 and life["alphaedit"]["batch"] == 2
+    assert [r["edit"] for r in life["alphaedit"]["rows"]] == [2, 4]

@@ -1,5 +1,7 @@
 """Editing speed: a one-request edit with every registered method, and a batch for the batch methods, on the same
-held-out CounterFact requests, with the statistics already cached (they are computed once per model and layer)."""
+held-out CounterFact requests, with the statistics already cached (they are computed once per model and layer).
+Each row reports wall and CPU seconds (on a shared machine the wall time also measures the others' load), the
+target optimisation's time per step and steps, and the efficacy and generalization reached."""
 from __future__ import annotations
 
 import time
@@ -14,7 +16,8 @@ from .stats import second_moment
 from .weights import applied
 
 DARRIEUX = {"prompt": "The mother tongue of {} is", "subject": "Danielle Darrieux", "target_new": "English",
-            "target_true": "French"}
+            "target_true": "French", "paraphrase_prompts": ["Danielle Darrieux, a native speaker of",
+                                                            "Where Danielle Darrieux grew up, people speak"]}
 
 
 def efficacy(lm, requests) -> float:
@@ -25,13 +28,28 @@ def efficacy(lm, requests) -> float:
     return sum(s[2 * i].logprob > s[2 * i + 1].logprob for i in range(len(requests))) / len(requests)
 
 
+def generalization(lm, requests) -> float | None:
+    """Share of paraphrase prompts that now prefer target_new over target_true (mean per-token NLL, CounterFact)."""
+    pairs = [(p, r) for r in requests for p in r.paraphrase_prompts]
+    if not pairs:
+        return None
+    new = score_targets(lm, [p for p, _ in pairs], [r.target_new for _, r in pairs])
+    true = score_targets(lm, [p for p, _ in pairs], [r.target_true for _, r in pairs])
+    return sum(a.mean_nll < b.mean_nll for a, b in zip(new, true)) / len(pairs)
+
+
 def _timed(lm, method: str, requests, reference: bool = False) -> dict:
+    cpu = time.process_time()
     result = run_edit(lm, method, requests, reference=reference)
+    cpu = time.process_time() - cpu
     with applied(lm, result.delta):
-        eff = efficacy(lm, requests)
+        eff, gen = efficacy(lm, requests), generalization(lm, requests)
     steps = [len(r["losses"]) for r in result.info["requests"]]
+    t_targets = result.info.get("seconds_targets")
     return {"method": method + (" (reference)" if reference else ""), "requests": len(requests),
-            "seconds": round(result.seconds, 2), "steps": max(steps), "steps_per_request": steps, "efficacy": eff}
+            "seconds": round(result.seconds, 2), "cpu_seconds": round(cpu, 2),
+            "seconds_targets": t_targets, "seconds_per_step": round(t_targets / max(steps), 3) if t_targets else None,
+            "steps": max(steps), "steps_per_request": steps, "efficacy": eff, "generalization": gen}
 
 
 def bench_edit(lm, n: int = 10, reference: bool = True, methods: list[str] | None = None, say=print) -> dict:

@@ -188,7 +188,25 @@ def null_dimension(e: torch.Tensor, rule: str, threshold: float) -> int:
     return int((e.cumsum(0) <= threshold * e.sum()).sum())
 
 
-def null_space_projector(lm, layer: int, rule: str, threshold: float, n_tokens: int = 20000) -> tuple[torch.Tensor, dict]:
+def _null_info(e: torch.Tensor, layer: int, rule: str, threshold: float) -> dict:
+    k = null_dimension(e, rule, threshold)
+    ep = e.clamp_min(0)
+    return {"layer": layer, "rule": rule, "threshold": float(threshold), "dimension": k, "width": int(e.numel()),
+            "largest_null_eigenvalue": float(ep[k - 1]) if k else None,
+            "null_energy": float(ep[:k].sum() / ep.sum()) if k else 0.0}
+
+
+def null_space_basis(lm, layer: int, rule: str, threshold: float,
+                     n_tokens: int = 20000) -> tuple[torch.Tensor, dict]:
+    """U0 (d, k, float64): orthonormal eigenvectors of C spanning AlphaEdit's null space (P = U0 U0^T), and the
+    summary of null_space_projector."""
+    e, U = eigen(lm, layer, n_tokens)
+    info = _null_info(e, layer, rule, threshold)
+    return U[:, :info["dimension"]].to(lm.device), info
+
+
+def null_space_projector(lm, layer: int, rule: str, threshold: float,
+                         n_tokens: int = 20000) -> tuple[torch.Tensor, dict]:
     """AlphaEdit's P = U0 U0^T (d, d, float64) onto the eigen-directions of C selected by `rule`, and a JSON
     summary (null-space dimension, the eigenvalue cut, the share of trace C inside the null space). Cached."""
     null_dimension(torch.zeros(1), rule, threshold)  # an unknown rule fails before any work
@@ -197,12 +215,8 @@ def null_space_projector(lm, layer: int, rule: str, threshold: float, n_tokens: 
 
     def build():
         e, U = eigen(lm, layer, n_tokens)
-        k = null_dimension(e, rule, threshold)
-        U0 = U[:, :k]
-        ep = e.clamp_min(0)
-        info = {"layer": layer, "rule": rule, "threshold": float(threshold), "dimension": k, "width": int(e.numel()),
-                "largest_null_eigenvalue": float(ep[k - 1]) if k else None,
-                "null_energy": float(ep[:k].sum() / ep.sum()) if k else 0.0}
+        info = _null_info(e, layer, rule, threshold)
+        U0 = U[:, :info["dimension"]]
         return {"P": U0 @ U0.T, "info": info}
 
     hit = STORE.get_or_build(path, build, lambda p: _read_tensors(p, ("P",), _width(lm, "down_proj")),

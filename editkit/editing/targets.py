@@ -128,8 +128,8 @@ class SiteReader:
             if kept is not None and kept[0] <= min(layers):
                 lm.runner.run_blocks(kept[1], kept[0], self._calls, stop=last + 1)
             else:
-                out = lm.runner.forward(input_ids=self.ids, attention_mask=self.mask, stop_after=Site("resid_post", last),
-                                        calls=True)
+                out = lm.runner.forward(input_ids=self.ids, attention_mask=self.mask,
+                                        stop_after=Site("resid_post", last), calls=True)
                 self._calls = out.calls
         self._kept = (keep, got.pop("__keep")) if keep is not None else None
         out = {}

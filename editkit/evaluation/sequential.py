@@ -1,111 +1,295 @@
-"""Sequential editing stress: edits applied one after another, each computed at the weights the previous ones left.
+"""Lifelong (sequential) editing: batch after batch of edits, each computed at the weights the earlier ones left.
 
-Edit k is computed by run_edit at the weights with edits 1..k-1 applied, and then applied itself, as nested
-`weights.applied` contexts: (W + d_1) + d_2 ..., the arithmetic of in-place edits, but only in this context. The
-shared parameters are never written, so other sessions on the same model never see these edits. After edit k: efficacy, generalization and specificity over edits 1..k (CounterFact rates,
-metrics.compare), retention = the share of the earlier edits (1..k-1) that succeeded right after they were made
-and still succeed, the relative norm ||Delta W||_F / ||W||_F of the accumulated update per edited matrix and over
-all of them together, and perplexity on the first `ppl_tokens` tokens of WikiText-2's test split.
+    sequential(lm, "alphaedit", load_eval_set("counterfact", 500), batch=25)
 
-`collapsed` is set, with the reason, when perplexity exceeds `collapse_factor` (default 2) times the base
-perplexity, or retention falls below `retention_floor` (default 0.5): the two failure modes of many sequential
-ROME edits (Gupta et al. 2024; EasyEdit issue #18, "editing capacity is around 100"). Leaving the block (also on
-an error) drops every edit.
+For every registered method. Batch b is computed by run_edit inside `weights.applied(lm, total)`, total = the sum of
+the deltas of batches 1..b-1 (context-local: the shared weights are never written), and a stateful method
+(AlphaEdit: the keys of the earlier edits) gets the SequenceState the previous batch returned. ROME takes its
+requests one after another anyway; run it with batch 1.
+
+Right after each batch, its own edits are checked (did the rewrite prompt flip?: `took`). At every checkpoint (every
+`eval_every` edits, and after the last batch), at the weights with all edits so far:
+- efficacy, generalization, specificity: the CounterFact rates (metrics.compare: P(new) > P(true) on the rewrite
+  and paraphrase prompts, P(true) > P(new) on the neighborhood prompts), averaged over records;
+- retention: of the earlier edits (before this batch) that took right after their batch, the share whose rewrite
+  prompt still prefers the new target;
+- fluency: ROME's weighted bi-/tri-gram entropy of sampled continuations (top-k 5, fixed seed) of fixed prompts
+  (FLUENCY_PROMPTS: neutral text, none of them about an edited subject);
+- perplexity on the first `ppl_tokens` tokens of WikiText-2's test split, and its ratio to the unedited model's;
+- ||Delta W||_F / ||W||_F of the accumulated update per edited matrix, the largest, and over all of them together.
+Measuring every edit at every checkpoint grows quadratically, so at intermediate checkpoints a fixed random sample
+of the edits so far (`sample` of them; a permutation fixed by `seed`, so the same edits are followed as long as they
+are in it) stands for all of them; the last checkpoint measures every edit. Each row says which (`measured`,
+`sampled`). `collapsed` is set, with the reason, when perplexity exceeds `collapse_factor` x the base perplexity or
+retention falls below `retention_floor` (Gupta et al. 2024; EasyEdit issue #18: ROME's "editing capacity is around
+100").
+
+Resumable: after every batch the accumulated deltas, the sequence state, the rows and the per-edit results are
+written to one cache entry (editkit/cache.py), keyed by the weights the run starts from (fingerprint), the method,
+its hyperparameters, the records and every setting; a rerun continues after the last completed batch.
 """
 from __future__ import annotations
 
+import json
 import math
-from contextlib import ExitStack
+import random
+import time
+from pathlib import Path
 
 import torch
 
-from .. import isolation
+from ..cache import Store, digest
 from ..corpus import token_chunks
 from ..editing.api import run_edit
-from ..editing.weights import applied, combined
+from ..editing.hparams import load_hparams
+from ..editing.methods import get
+from ..editing.sequence import SequenceState
+from ..editing.weights import applied, combined, fingerprint
 from ..errors import EditkitError
-from ..scoring import score_targets
+from ..runner import token_logprobs
 from .datasets import as_record
-from .metrics import compare
+from .metrics import compare, n_gram_entropy
+from .pairs import pair_nlls
 
 PPL_TOKENS = 2048
+FLUENCY_PROMPTS = ("The history of the city began", "In the morning, the children", "Scientists have found that",
+                   "The company announced on Monday", "My favourite book is about")
+FLUENCY_TOKENS = 40
+STORE = Store("sequential", version=1)
+GROUPS = ("rewrite", "paraphrase", "neighborhood")
 
 
 @torch.no_grad()
 def perplexity(lm, n_tokens: int = PPL_TOKENS, seq_len: int = 512) -> float:
-    """exp(mean NLL) of the next token over the first n_tokens of WikiText-2's test split."""
+    """exp(mean NLL) of the next token over the first n_tokens of WikiText-2's test split (log-probabilities from
+    one pass over the vocabulary per chunk: runner.token_logprobs)."""
     nll, count = 0.0, 0
     seq_len = min(seq_len, lm.adapter.max_length)  # tiny test models have 256 positions
     for chunk in token_chunks(lm.tok, n_tokens, seq_len, split="test"):
         ids = torch.tensor([chunk], device=lm.device)
-        logits = lm.model(input_ids=ids).logits[0, :-1].float()
-        nll += float(torch.nn.functional.cross_entropy(logits, ids[0, 1:], reduction="sum"))
+        h = lm.runner.hidden(input_ids=ids)[0, :-1]
+        nll -= float(token_logprobs(lm, h, ids[0, 1:]).double().sum())
         count += ids.shape[1] - 1
     return math.exp(nll / max(count, 1))
 
 
-def _wins(lm, record, group: str) -> float:
-    """The CounterFact rate of one record on one prompt group at the current weights (nan without data)."""
-    r = record.request
-    prompts = {"rewrite": [r.rewrite], "paraphrase": r.paraphrase_prompts,
-               "neighborhood": r.neighborhood_prompts}[group]
-    if not prompts or not r.target_true:
+@torch.no_grad()
+def fluency(lm, prompts=FLUENCY_PROMPTS, new_tokens: int = FLUENCY_TOKENS, seed: int = 0) -> float:
+    """Mean weighted n-gram entropy (bits) of sampled continuations of `prompts` (ROME's fluency, x100 in tables)."""
+    from .evaluate import sample
+
+    if not prompts or new_tokens < 1:
         return math.nan
-    new = score_targets(lm, prompts, [r.target_new] * len(prompts))
-    true = score_targets(lm, prompts, [r.target_true] * len(prompts))
-    return compare([s.mean_nll for s in new], [s.mean_nll for s in true], group != "neighborhood")[0]
+    return n_gram_entropy([p + sample(lm, p, new_tokens, seed) for p in prompts])
+
+
+def rates(lm, records, groups=GROUPS) -> list[dict]:
+    """Per record: the CounterFact rates of its rewrite, paraphrase and neighborhood prompts (nan without data)."""
+    prompts, news, trues, owner = [], [], [], []
+    for i, rec in enumerate(records):
+        r = rec.request
+        if not r.target_true:
+            continue
+        for g, ps in zip(GROUPS, ([r.rewrite], r.paraphrase_prompts, r.neighborhood_prompts)):
+            if g not in groups:
+                continue
+            for p in ps:
+                prompts.append(p)
+                news.append(r.target_new)
+                trues.append(r.target_true)
+                owner.append((i, g))
+    nlls = pair_nlls(lm, prompts, news, trues)
+    got: dict = {}
+    for (i, g), (new, true) in zip(owner, nlls):
+        got.setdefault((i, g), ([], []))
+        got[(i, g)][0].append(new)
+        got[(i, g)][1].append(true)
+    out = []
+    for i in range(len(records)):
+        row = {}
+        for g in groups:
+            new, true = got.get((i, g), ([], []))
+            row[g] = compare(new, true, g != "neighborhood")[0] if new else math.nan
+        out.append(row)
+    return out
 
 
 def _mean(values):
-    values = [v for v in values if not math.isnan(v)]
+    values = [v for v in values if v is not None and not math.isnan(v)]
     return sum(values) / len(values) if values else None
 
 
-def sequential(lm, method: str, requests, hparams: dict | None = None, collapse_factor: float = 2.0,
-               retention_floor: float = 0.5, ppl_tokens: int = PPL_TOKENS, progress=None) -> dict:
-    """Apply the edits of `requests` (EditRequests, EvalRecords or request dicts) one by one with `method`.
-    Returns {"model", "method", "base_perplexity", "collapse_factor", "retention_floor", "ppl_tokens",
-    "rows": [one dict per edit], "collapsed_at": first collapsed edit or None}."""
+def _norms(lm, total: dict) -> dict:
+    params = dict(lm.model.named_parameters())
+    rel = {n: float(d.norm() / params[n].detach().norm()) for n, d in total.items()}
+    dsq = sum(float(d.norm()) ** 2 for d in total.values())
+    wsq = sum(float(params[n].detach().norm()) ** 2 for n in total)
+    return {"relative_norm": rel, "max_relative_norm": max(rel.values()) if rel else 0.0,
+            "total_relative_norm": math.sqrt(dsq / wsq) if wsq else 0.0, "total_delta_norm": math.sqrt(dsq)}
+
+
+# --- the checkpoint ------------------------------------------------------------------------------------------------
+
+def _write(tmp: Path, value: dict) -> None:
+    from safetensors.torch import save_file
+
+    tensors = {f"delta.{k}": v.detach().contiguous().cpu() for k, v in value["total"].items()}
+    header = {}
+    if value["state"] is not None:
+        st, header = value["state"].to_tensors()
+        tensors.update(st)
+    meta = {"progress": json.dumps(value["progress"]), "state": json.dumps(header)}
+    if not tensors:
+        tensors["empty"] = torch.zeros(1)
+    save_file(tensors, str(tmp), metadata=meta)
+
+
+def _read(path: Path) -> dict:
+    from safetensors import safe_open
+
+    with safe_open(str(path), "pt") as f:
+        tensors = {k: f.get_tensor(k).clone() for k in f.keys()}
+        meta = f.metadata()
+    header = json.loads(meta["state"])
+    return {"total": {k[6:]: v for k, v in tensors.items() if k.startswith("delta.")},
+            "state": SequenceState.from_tensors(tensors, header) if header else None,
+            "progress": json.loads(meta["progress"])}
+
+
+# --- the run -------------------------------------------------------------------------------------------------
+
+def sequential(lm, method: str, requests, hparams: dict | None = None, batch: int = 1, eval_every: int | None = None,
+               sample: int | None = 50, seed: int = 0, ppl_tokens: int = PPL_TOKENS,
+               fluency_prompts=FLUENCY_PROMPTS, fluency_tokens: int = FLUENCY_TOKENS, collapse_factor: float = 2.0,
+               retention_floor: float = 0.5, resume: bool = True, stop_after: int | None = None,
+               finalize: bool = False, progress=None) -> dict:
+    """Apply `requests` (EvalRecords, EditRequests or request dicts) with `method` in batches of `batch`, each at
+    the weights the earlier batches left; measure at every checkpoint (module docstring). `eval_every` (edits,
+    default: every batch) must be a multiple of `batch`; `sample` (None: all) caps the edits measured at
+    intermediate checkpoints; `stop_after` ends the call after that many batches (the run stays resumable).
+    `finalize` measures every edit applied so far when the run stops before its end (returned as
+    "partial_final", not stored: a later call continues the run as if it had not stopped)."""
     records = [as_record(r) for r in requests]
+    spec = get(method)
     if not records:
         raise EditkitError("no requests to apply")
-    if collapse_factor <= 1 or not 0 <= retention_floor <= 1 or ppl_tokens < 2:
-        raise EditkitError("collapse_factor must exceed 1, retention_floor lie in [0, 1], ppl_tokens be >= 2")
-    rows, took = [], []
-    with isolation.session(lm), ExitStack() as stack:
-        base_ppl = perplexity(lm, ppl_tokens)
-        params = dict(lm.model.named_parameters())
-        deltas = []
-        for k, rec in enumerate(records, 1):
-            if progress:
-                progress((k - 1) / len(records), f"{method}: edit {k}/{len(records)}")
-            result = run_edit(lm, method, [rec.request], hparams)  # at the weights with edits 1..k-1
-            stack.enter_context(applied(lm, result.delta))  # edit k, in this context only
-            deltas.append(result.delta)
-            total = combined(deltas)
-            base = {n: params[n].detach() for n in total}
-            rel = {n: float(d.norm() / base[n].norm()) for n, d in total.items()}
-            total_rel = math.sqrt(sum(float(d.norm()) ** 2 for d in total.values())) / \
-                math.sqrt(sum(float(w.norm()) ** 2 for w in base.values()))
-            rates = {g: [_wins(lm, r, g) for r in records[:k]] for g in ("rewrite", "paraphrase", "neighborhood")}
-            took.append(rates["rewrite"][-1] == 1.0)
-            kept = [w == 1.0 for w, t in zip(rates["rewrite"][:-1], took[:-1]) if t]
-            retention = sum(kept) / len(kept) if kept else None
-            ppl = perplexity(lm, ppl_tokens)
-            reasons = []
-            if ppl > collapse_factor * base_ppl:
-                reasons.append(f"perplexity {ppl:.1f} > {collapse_factor:g} x base {base_ppl:.1f}")
-            if retention is not None and retention < retention_floor:
-                reasons.append(f"only {retention:.0%} of the earlier successful edits still hold")
-            rows.append({"edit": k, "case_id": rec.request.case_id, "seconds": result.seconds,
-                         "efficacy": _mean(rates["rewrite"]), "generalization": _mean(rates["paraphrase"]),
-                         "specificity": _mean(rates["neighborhood"]), "took": took[-1],
-                         "retention": retention, "relative_norm": rel, "max_relative_norm": max(rel.values()),
-                         "total_relative_norm": total_rel, "perplexity": ppl,
-                         "perplexity_ratio": ppl / base_ppl, "collapsed": bool(reasons),
-                         "reason": "; ".join(reasons)})
+    eval_every = batch if eval_every is None else eval_every
+    if batch < 1 or eval_every < 1 or eval_every % batch:
+        raise EditkitError("batch and eval_every must be at least 1, and eval_every a multiple of batch")
+    if not spec.batch and batch != 1:
+        raise EditkitError(f"{spec.label} edits one request after another; run it with batch 1 (and eval_every)")
+    if collapse_factor <= 1 or not 0 <= retention_floor <= 1 or ppl_tokens < 2 or (sample is not None and sample < 1):
+        raise EditkitError("collapse_factor must exceed 1, retention_floor lie in [0, 1], ppl_tokens be >= 2 and "
+                           "sample >= 1")
+    hp = load_hparams(spec.name, lm, hparams)
+    batches = [records[i:i + batch] for i in range(0, len(records), batch)]
+    settings = {"method": spec.name, "hparams": hp.to_dict(), "cases": digest([r.source or r.request.case_id
+                                                                                  for r in records]),
+                "n": len(records), "batch": batch, "eval_every": eval_every, "sample": sample, "seed": seed,
+                "ppl_tokens": ppl_tokens, "fluency": [list(fluency_prompts), fluency_tokens],
+                "weights": fingerprint(lm)}
+    path = STORE.path(spec.name, ".safetensors", within=lm.name, **settings)
+    order = list(range(len(records)))
+    random.Random(seed).shuffle(order)  # the fixed random sample: the first `sample` edits so far in this order
+    saved = STORE.get(path, _read) if resume else None
+    if saved is not None:
+        total, state, prog = saved["total"], saved["state"], saved["progress"]
+    else:
+        total, state = {}, None
+        with applied(lm, {}):
+            base_ppl = perplexity(lm, ppl_tokens)
+            base_flu = fluency(lm, fluency_prompts, fluency_tokens, seed)
+            first = [records[i] for i in order[:sample or len(records)]]
+            pre = rates(lm, first)
+        prog = {"done": 0, "rows": [], "took": {}, "base": {
+            "perplexity": base_ppl, "fluency": base_flu, "measured": len(first),
+            **{k: _mean([r[g] for r in pre]) for k, g in zip(("efficacy", "generalization", "specificity"), GROUPS)}}}
+    resumed_at = prog["done"]
+    stopped = 0
+    for b in range(prog["done"], len(batches)):
+        if stop_after is not None and stopped >= stop_after:
+            break
+        chunk = batches[b]
+        if progress:
+            progress(b / len(batches), f"{spec.label}: batch {b + 1}/{len(batches)}")
+        t0 = time.perf_counter()
+        with applied(lm, total):
+            result = run_edit(lm, spec.name, [r.request for r in chunk], hp, state=state)
+        seconds = time.perf_counter() - t0
+        total = combined([total, result.delta]) if total else {k: v.clone() for k, v in result.delta.items()}
+        state = result.state
+        done = (b + 1) * batch if b + 1 < len(batches) else len(records)
+        with applied(lm, total):
+            now = rates(lm, chunk, ("rewrite",))
+            for i, rec in enumerate(chunk):
+                prog["took"][str(b * batch + i)] = now[i]["rewrite"] == 1.0
+            if done % eval_every == 0 or b + 1 == len(batches):
+                prog["rows"].append(_checkpoint(lm, records, order, b, batch, done, sample, prog, seconds,
+                                                fluency_prompts, fluency_tokens, seed, ppl_tokens, collapse_factor,
+                                                retention_floor, total))
+        prog["done"] = b + 1
+        prog.setdefault("edit_seconds", []).append(round(seconds, 2))
+        STORE.put(path, {"total": total, "state": state, "progress": prog}, _write)
+        stopped += 1
     if progress:
-        progress(1.0, "sequential editing done")
-    first = next((r["edit"] for r in rows if r["collapsed"]), None)
-    return {"model": lm.name, "method": method, "base_perplexity": base_ppl, "collapse_factor": collapse_factor,
-            "retention_floor": retention_floor, "ppl_tokens": ppl_tokens, "rows": rows, "collapsed_at": first}
+        progress(prog["done"] / len(batches), f"{spec.label}: {prog['done']}/{len(batches)} batches")
+    rows = prog["rows"]
+    partial = None
+    if finalize and 0 < prog["done"] < len(batches):
+        b = prog["done"] - 1
+        with applied(lm, total):
+            partial = _checkpoint(lm, records, order, b, batch, prog["done"] * batch, None, prog, 0.0,
+                                  fluency_prompts, fluency_tokens, seed, ppl_tokens, collapse_factor,
+                                  retention_floor, total)
+    first_collapse = next((r["edit"] for r in rows if r["collapsed"]), None)
+    return {"model": lm.name, "method": spec.name, "label": spec.label, "n": len(records), "batch": batch,
+            "eval_every": eval_every, "sample": sample, "seed": seed, "ppl_tokens": ppl_tokens,
+            "fluency_prompts": list(fluency_prompts), "fluency_tokens": fluency_tokens,
+            "collapse_factor": collapse_factor, "retention_floor": retention_floor, "hparams": hp.to_dict(),
+            "base": prog["base"], "base_perplexity": prog["base"]["perplexity"], "rows": rows,
+            "batches_done": prog["done"], "batches": len(batches), "complete": prog["done"] == len(batches),
+            "resumed_at_batch": resumed_at, "edit_seconds": prog.get("edit_seconds", []),
+            "collapsed_at": first_collapse, "checkpoint": str(path), "partial_final": partial,
+            "notes": notes(sample, batch, eval_every)}
+
+
+def _checkpoint(lm, records, order, b, batch, done, sample, prog, seconds, fluency_prompts, fluency_tokens, seed,
+                ppl_tokens, collapse_factor, retention_floor, total) -> dict:
+    """The measurements after batch b (edits 0..done-1 applied), at the current weights."""
+    last = done == len(records)
+    chosen = [i for i in order if i < done]
+    if sample is not None and not last:  # (sample None: every edit so far)
+        chosen = chosen[:sample]
+    chosen.sort()
+    measured = rates(lm, [records[i] for i in chosen])
+    earlier = [(i, r) for i, r in zip(chosen, measured) if i < b * batch and prog["took"].get(str(i))]
+    retention = _mean([1.0 if r["rewrite"] == 1.0 else 0.0 for _, r in earlier]) if earlier else None
+    ppl = perplexity(lm, ppl_tokens)
+    base = prog["base"]
+    reasons = []
+    if ppl > collapse_factor * base["perplexity"]:
+        reasons.append(f"perplexity {ppl:.1f} > {collapse_factor:g} x base {base['perplexity']:.1f}")
+    if retention is not None and retention < retention_floor:
+        reasons.append(f"only {retention:.0%} of the earlier successful edits still hold")
+    this = [prog["took"][str(b * batch + i)] for i in range(done - b * batch)]
+    return {"edit": done, "batch": b + 1, "case_id": records[done - 1].request.case_id, "seconds": round(seconds, 2),
+            "measured": len(chosen), "sampled": len(chosen) < done,
+            "efficacy": _mean([r["rewrite"] for r in measured]),
+            "generalization": _mean([r["paraphrase"] for r in measured]),
+            "specificity": _mean([r["neighborhood"] for r in measured]),
+            "took": sum(this) / len(this), "retention": retention,
+            "fluency": fluency(lm, fluency_prompts, fluency_tokens, seed), "perplexity": ppl,
+            "perplexity_ratio": ppl / base["perplexity"], **_norms(lm, total), "collapsed": bool(reasons),
+            "reason": "; ".join(reasons)}
+
+
+def notes(sample, batch, eval_every) -> str:
+    where = ("every edit so far is measured at every checkpoint" if sample is None else
+             f"intermediate checkpoints measure a fixed random sample of at most {sample} of the edits so far (a "
+             "permutation fixed by the seed); the last checkpoint measures every edit")
+    return (f"batches of {batch}, checkpoints every {eval_every} edits; {where}. Rates are CounterFact's "
+            "(P(new) > P(true) on rewrite/paraphrase prompts, P(true) > P(new) on neighborhood prompts, from mean "
+            "per-token NLLs), averaged over records; retention = share of the earlier edits that took right after "
+            "their batch and still hold; fluency = ROME's weighted bi-/tri-gram entropy (bits; x100 in tables) of "
+            "sampled continuations of fixed neutral prompts; perplexity on WikiText-2 test tokens; norms are "
+            "||Delta W||_F / ||W||_F of the accumulated update.")

@@ -53,13 +53,15 @@ def apply_rome(lm, requests, hp: RomeHparams, progress=None, debug: list | None 
     if not hp.mom2_adjustment:
         C = torch.eye(a.d_ff, device=C.device)
     name = a.param_name("down_proj", layer)
-    total, details = None, []
+    total, details, t_targets = None, [], 0.0
     with ExitStack() as stack:
         for i, request in enumerate(requests):
             if progress:
                 progress(0.3 + 0.7 * i / len(requests), f"ROME: request {i + 1}/{len(requests)}")
             k_star = key_star(lm, layer, request, hp)
+            t0 = time.perf_counter()
             opt = optimize_targets(lm, request, layer, ("mlp_out",), hp, reference=reference)
+            t_targets += time.perf_counter() - t0
             v_star = opt["mlp_out"]["target"]
             k_den = k_star if hp.rrome else keys_at(lm, layer, [(request.rewrite, 0)], request.subject)[0]
             W = effective_weight(lm, "down_proj", layer)
@@ -75,7 +77,7 @@ def apply_rome(lm, requests, hp: RomeHparams, progress=None, debug: list | None 
                             "delta_norm": float(dW.norm()), "weight_norm": float(W.norm()),
                             "relative_norm": float(dW.norm() / W.norm())})
     info = {"layer": layer, "rrome": hp.rrome, "requests": details, "norms": norm_report(lm.model, total),
-            "hparams": hp.to_dict()}
+            "seconds_targets": round(t_targets, 2), "hparams": hp.to_dict()}
     if progress:
         progress(1.0, "ROME done")
     return EditResult("rome", list(requests), total, info, time.perf_counter() - start)

@@ -1,0 +1,87 @@
+"""Lifelong-editing results as tables and curves (the data behind lifelong_charts.py and the page).
+
+A result is what evaluation/sequential.py returns for one method; `results` maps method names to results.
+`SHIPPED` is the run reported in the README (the embedded model, 500 CounterFact edits), so the page can draw the
+four methods' curves without hours of computing.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from ..errors import EditkitError
+from ..paths import ASSETS
+from .metrics import harmonic_mean
+
+SHIPPED = ASSETS / "results" / "lifelong-gemma-3-270m.json"
+
+# metric -> (label, scale for display, y-axis title)
+METRICS = {
+    "efficacy": ("Efficacy", 100, "% of edits"),
+    "generalization": ("Generalization", 100, "% of paraphrases"),
+    "specificity": ("Specificity", 100, "% of neighborhood prompts"),
+    "retention": ("Retention", 100, "% of earlier edits kept"),
+    "fluency": ("Fluency", 100, "n-gram entropy x100"),
+    "perplexity_ratio": ("Perplexity / base", 1, "ratio"),
+    "total_relative_norm": ("||ΔW|| / ||W||", 1, "all edited matrices"),
+    "took": ("Edit took", 100, "% of the batch's own edits"),
+}
+
+
+def curves(results: dict) -> dict:
+    """method -> metric -> {"x": edits, "y": values (display scale), "sampled": [bool]}."""
+    out = {}
+    for method, res in results.items():
+        rows = res.get("rows", [])
+        out[method] = {}
+        for key, (_, scale, _) in METRICS.items():
+            pts = [(r["edit"], r.get(key), r.get("sampled", False)) for r in rows if r.get(key) is not None]
+            out[method][key] = {"x": [p[0] for p in pts], "y": [p[1] * scale for p in pts],
+                                "sampled": [p[2] for p in pts]}
+    return out
+
+
+def final_table(results: dict) -> list[dict]:
+    """One row per method: the last checkpoint (every edit measured once the run is complete), rates x100,
+    Score = harmonic mean of efficacy, generalization and specificity (PMET Table 1), fluency x100."""
+    table = []
+    for method, res in results.items():
+        rows = res.get("rows", [])
+        if not rows:
+            continue
+        last = res.get("partial_final") or rows[-1]  # a stopped run's full measurement, when it has one
+        rates = [100 * last[k] if last.get(k) is not None else None
+                 for k in ("efficacy", "generalization", "specificity")]
+        seconds = res.get("edit_seconds", [])
+        table.append({
+            "method": method, "label": res.get("label", method), "edits": last["edit"], "batch": res.get("batch"),
+            "complete": bool(res.get("complete")), "measured": last.get("measured"),
+            "efficacy": rates[0], "generalization": rates[1], "specificity": rates[2],
+            "score": harmonic_mean(rates) if all(r is not None for r in rates) else None,
+            "retention": 100 * last["retention"] if last.get("retention") is not None else None,
+            "fluency": 100 * last["fluency"] if _finite(last.get("fluency")) else None,
+            "base_fluency": 100 * res["base"]["fluency"] if _finite(res.get("base", {}).get("fluency")) else None,
+            "perplexity": last.get("perplexity"), "base_perplexity": res.get("base_perplexity"),
+            "perplexity_ratio": last.get("perplexity_ratio"),
+            "total_relative_norm": last.get("total_relative_norm"),
+            "max_relative_norm": last.get("max_relative_norm"),
+            "seconds_per_edit": (sum(seconds) / last["edit"]) if seconds and last["edit"] else None,
+            "collapsed_at": res.get("collapsed_at")})
+    return table
+
+
+def _finite(x) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)
+
+
+def load_results(path=SHIPPED) -> dict:
+    """method -> result, from a file written by `evaluate --sequential --save` (or the shipped one)."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise EditkitError(f"cannot read lifelong results {path}: {exc}") from None
+    results = data.get("sequential", data) if isinstance(data, dict) else None
+    if not isinstance(results, dict) or not all(isinstance(r, dict) and "rows" in r for r in results.values()):
+        raise EditkitError(f"{path} holds no lifelong results (expected the output of evaluate --sequential)")
+    return results

@@ -1,0 +1,143 @@
+"""Lifelong editing (evaluation/sequential.py): each batch at the weights the earlier ones left (and AlphaEdit's
+state carried), resumable with the same result, sampled intermediate checkpoints, the fast scorers equal to the
+plain ones, and the `evaluate --sequential` command."""
+import math
+
+import pytest
+import torch
+
+from editkit.editing.api import run_edit
+from editkit.editing.weights import applied
+from editkit.errors import EditkitError
+from editkit.evaluation import load_eval_set
+from editkit.evaluation.lifelong import curves, final_table
+from editkit.evaluation.pairs import pair_nlls
+from editkit.evaluation.sequential import perplexity, sequential
+from editkit.scoring import score_targets
+
+FAST = {"v_num_grad_steps": 2}
+SMALL = {"ppl_tokens": 64, "fluency_tokens": 5, "fluency_prompts": ("The city of",)}
+
+
+def _snapshot(model):
+    return {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("method", ["memit", "alphaedit"])
+def test_batches_build_on_each_other(tiny_by_name, method):
+    """The accumulated delta equals a manual loop: batch 2 computed inside applied(batch 1's delta), with the state
+    batch 1 returned; the shared weights are never written."""
+    lm = tiny_by_name("tiny-gemma3")
+    records = load_eval_set("counterfact", 4)
+    snap = _snapshot(lm.model)
+    out = sequential(lm, method, records, FAST, batch=2, sample=None, resume=False, **SMALL)
+    assert all(torch.equal(p, snap[n]) for n, p in lm.model.named_parameters())
+    first = run_edit(lm, method, [r.request for r in records[:2]], FAST)
+    with applied(lm, first.delta):
+        second = run_edit(lm, method, [r.request for r in records[2:]], FAST, state=first.state)
+    from editkit.evaluation.sequential import STORE, _read
+
+    saved = STORE.get(out["checkpoint"], _read)
+    for k in first.delta:
+        torch.testing.assert_close(saved["total"][k], first.delta[k] + second.delta[k], rtol=1e-5, atol=1e-6)
+    if method == "alphaedit":
+        assert saved["state"].edits == 4 and saved["state"].keys(1).shape[1] == 4
+    else:
+        assert saved["state"] is None
+    assert [r["edit"] for r in out["rows"]] == [2, 4] and out["complete"]
+
+
+def test_resume_gives_the_same_run(tiny_by_name):
+    lm = tiny_by_name("tiny-llama")
+    records = load_eval_set("counterfact", 6)
+    whole = sequential(lm, "alphaedit", records, FAST, batch=2, sample=3, resume=False, **SMALL)
+    part = sequential(lm, "alphaedit", records, FAST, batch=2, sample=3, resume=False, stop_after=1, **SMALL)
+    assert part["batches_done"] == 1 and not part["complete"]
+    rest = sequential(lm, "alphaedit", records, FAST, batch=2, sample=3, **SMALL)
+    assert rest["resumed_at_batch"] == 1 and rest["complete"]
+    for a, b in zip(whole["rows"], rest["rows"]):
+        for k in ("edit", "measured", "efficacy", "generalization", "specificity", "retention", "took"):
+            assert a[k] == b[k] or (a[k] is not None and abs(a[k] - b[k]) < 1e-9), k
+        assert abs(a["total_relative_norm"] - b["total_relative_norm"]) < 1e-5
+    # sampled intermediate checkpoints, every edit at the last; the output says so
+    assert [r["sampled"] for r in rest["rows"]] == [False, True, False]
+    assert [r["measured"] for r in rest["rows"]] == [2, 3, 6]
+    assert "sample" in rest["notes"]
+    table = final_table({"alphaedit": rest})
+    assert table[0]["edits"] == 6 and table[0]["measured"] == 6
+    assert curves({"alphaedit": rest})["alphaedit"]["efficacy"]["x"] == [2, 4, 6]
+
+
+def test_rome_checkpoints_every_k_edits(tiny_by_name):
+    lm = tiny_by_name("tiny-gpt2")
+    records = load_eval_set("counterfact", 4)
+    out = sequential(lm, "rome", records, FAST, batch=1, eval_every=2, sample=None, resume=False, **SMALL)
+    assert [r["edit"] for r in out["rows"]] == [2, 4]
+    assert out["rows"][1]["retention"] is None or 0 <= out["rows"][1]["retention"] <= 1
+    with pytest.raises(EditkitError):
+        sequential(lm, "rome", records, FAST, batch=2)
+    with pytest.raises(EditkitError):
+        sequential(lm, "memit", records, FAST, batch=2, eval_every=3)
+
+
+def test_pair_nlls_equal_score_targets(tiny):
+    records = load_eval_set("counterfact", 4)
+    P, N, T = [], [], []
+    for r in records:
+        q = r.request
+        for p in [q.rewrite] + q.paraphrase_prompts + q.neighborhood_prompts[:2]:
+            P.append(p)
+            N.append(q.target_new)
+            T.append(q.target_true)
+    P.append("The capital of France is")  # two multi-token targets: two rows
+    N.append(" New South Wales")
+    T.append(" Paris Texas")
+    fast = pair_nlls(tiny, P, N, T, batch_tokens=100)
+    new, true = score_targets(tiny, P, N), score_targets(tiny, P, T)
+    for (a, b), x, y in zip(fast, new, true):
+        assert abs(a - x.mean_nll) < 1e-4 and abs(b - y.mean_nll) < 1e-4
+
+
+def test_perplexity_equals_full_logits(tiny_by_name):
+    lm = tiny_by_name("tiny-neox")
+    from editkit.corpus import token_chunks
+
+    nll, count = 0.0, 0
+    for chunk in token_chunks(lm.tok, 100, 50, split="test"):
+        ids = torch.tensor([chunk])
+        with torch.no_grad():
+            logits = lm.model(input_ids=ids).logits[0, :-1].float()
+        nll += float(torch.nn.functional.cross_entropy(logits, ids[0, 1:], reduction="sum"))
+        count += ids.shape[1] - 1
+    assert math.isclose(perplexity(lm, 100, 50), math.exp(nll / count), rel_tol=1e-5)
+
+
+def test_evaluate_sequential_command(tiny_by_name, tmp_path, capsys):
+    from editkit.cli import main
+
+    tiny_by_name("tiny-llama")
+    save = tmp_path / "run.json"
+    rc = main(["evaluate", "--model", "tiny-llama", "--sequential", "--methods", "rome,alphaedit", "--n", "4",
+               "--batch", "2", "--batch-for", "rome=1", "--eval-every", "2", "--ppl-tokens", "64",
+               "--fluency-tokens", "5", "--fresh", "--save", str(save)])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "ROME on tiny-llama, 4 edits in batches of 1" in text and "AlphaEdit" in text and "final" in text
+    from editkit.evaluation.lifelong import load_results
+
+    results = load_results(save)
+    assert set(results) == {"rome", "alphaedit"} and results["rome"]["batch"] == 1
+    assert main(["evaluate", "--model", "tiny-llama", "--sequential", "--methods", "memit", "--batch-for",
+                 "rome=x"]) == 2
+
+
+def test_finalize_measures_every_edit_of_a_stopped_run(tiny_by_name):
+    lm = tiny_by_name("tiny-llama")
+    records = load_eval_set("counterfact", 6)
+    part = sequential(lm, "memit", records, FAST, batch=2, sample=1, resume=False, stop_after=2, finalize=True,
+                      **SMALL)
+    assert part["batches_done"] == 2 and part["rows"][-1]["measured"] == 1
+    assert part["partial_final"]["edit"] == 4 and part["partial_final"]["measured"] == 4
+    assert final_table({"memit": part})[0]["measured"] == 4
+    rest = sequential(lm, "memit", records, FAST, batch=2, sample=1, **SMALL)
+    assert rest["resumed_at_batch"] == 2 and [r["edit"] for r in rest["rows"]] == [2, 4, 6]
