@@ -10,6 +10,7 @@ from editkit.editing.hparams import load_hparams
 from editkit.editing.methods import all_methods
 from editkit.editing.probe import edit_probabilities
 from editkit.editing.requests import EditRequest
+from editkit.errors import EditkitError
 from editkit.evaluation import EvalRecord, compare_measurements, load_eval_set, measure, sequential
 from editkit.evaluation.evaluate import wikitext_idf
 from editkit.tracing import trace
@@ -68,16 +69,19 @@ with ui.guard("request"):
 # ---- methods and hyperparameters ----------------------------------------------------------------------------------
 methods = st.multiselect("Methods", list(METHODS), list(METHODS), format_func=METHODS.get, key="ec_methods")
 overrides: dict = {}
+hp_errors: dict[str, str] = {}
 with st.expander("Hyperparameters (per-model defaults from assets/hparams; edit the JSON to override)"):
     cols = st.columns(max(len(methods), 1))
     for col, m in zip(cols, methods):
         with col, ui.guard(f"{METHODS[m]} hyperparameters"):
             default = {k: v for k, v in load_hparams(m, lm).to_dict().items() if k not in ("source",)}
             text = st.text_area(METHODS[m], json.dumps(default, indent=1), height=300, key=f"ec_hp_{m}")
-            try:
-                overrides[m] = json.loads(text)
+            try:  # malformed JSON, unknown keys, NaN or out-of-range values are said here, and block the run
+                overrides[m] = json.loads(text) if text.strip() else {}
+                load_hparams(m, lm, overrides[m])
             except ValueError as exc:
-                st.error(f"{METHODS[m]}: not valid JSON ({exc}); the defaults are used")
+                hp_errors[m] = f"{METHODS[m]} hyperparameters: {exc}"
+                st.error(f"{hp_errors[m]}. Fix them, or empty the box for the defaults.")
 c1, c2 = st.columns(2)
 n_gen = c1.number_input("Generations per request", 0, 5, 1, key="ec_ngen")
 gen_tokens = c2.number_input("Tokens per generation", 5, 100, 30, key="ec_gentokens")
@@ -85,6 +89,8 @@ gen_tokens = c2.number_input("Tokens per generation", 5, 100, 30, key="ec_gentok
 ui.cancelled_note()
 if st.button("Edit and compare", type="primary", key="ec_run", disabled=not (records and methods)):
     with ui.guard("editing"):
+        if hp_errors:
+            raise EditkitError(next(iter(hp_errors.values())))
         requests = [r.request for r in records]
         idf = wikitext_idf()
 
@@ -288,6 +294,8 @@ seq_method = c1.selectbox("Method", list(METHODS), format_func=METHODS.get, key=
 seq_n = c2.number_input("Edits", 2, 50, 5, key="ec_seq_n")
 if st.button("Run sequential edits", key="ec_seq_go"):
     with ui.guard("sequential editing"):
+        if seq_method in hp_errors:
+            raise EditkitError(hp_errors[seq_method])
         def seq_job(progress):
             with ui.session(lm):
                 return sequential(lm, seq_method, load_eval_set("counterfact", int(seq_n)),
