@@ -1,13 +1,13 @@
 """editkit: an interactive workbench for locating and editing facts in transformer language models.
 
 Run with `streamlit run app.py`. This file is the home page and the navigation; each other view is a file in
-pages/ that calls the editkit library.
+app_pages/ that calls the editkit library.
 """
 import plotly.graph_objects as go
 import streamlit as st
 
 from editkit.text import logit_lens, top_k
-from pages import ui
+from app_pages import ui
 
 st.set_page_config(page_title="editkit", page_icon="🔬", layout="wide")
 
@@ -74,13 +74,16 @@ def show_prediction(r: dict) -> None:
         st.plotly_chart(fig, width="stretch")
 
 
+# The page files live in app_pages/, not pages/: a folder named pages/ beside app.py switches Streamlit to its legacy
+# multipage mode until the first st.navigation call, so a page opened by its URL on a fresh server listed every file
+# of the folder (app, ui, ...) instead of this navigation.
 PAGES = [
     st.Page(home, title="Home", icon="🏠", default=True),
-    st.Page("pages/causal_tracing.py", title="Causal tracing", icon="🔥"),
-    st.Page("pages/ffn_memories.py", title="FFN memories", icon="🧠"),
-    st.Page("pages/edit_compare.py", title="Edit & compare", icon="✏️"),
-    st.Page("pages/attention_vs_ffn.py", title="Attention vs FFN", icon="⚖️"),
-    st.Page("pages/learn.py", title="Learn", icon="📖"),
+    st.Page("app_pages/causal_tracing.py", title="Causal tracing", icon="🔥"),
+    st.Page("app_pages/ffn_memories.py", title="FFN memories", icon="🧠"),
+    st.Page("app_pages/edit_compare.py", title="Edit & compare", icon="✏️"),
+    st.Page("app_pages/attention_vs_ffn.py", title="Attention vs FFN", icon="⚖️"),
+    st.Page("app_pages/learn.py", title="Learn", icon="📖"),
 ]
 
 st.navigation(PAGES).run()

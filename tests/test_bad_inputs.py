@@ -50,7 +50,7 @@ def open_page(page: str, timeout: int = 600) -> AppTest:
     at = AppTest.from_file(APP, default_timeout=timeout)
     at.session_state["model_choice"] = MODEL
     if page != "home":
-        at.switch_page(f"pages/{page}.py")
+        at.switch_page(f"app_pages/{page}.py")
     at.run()
     assert not at.exception, at.exception
     return at

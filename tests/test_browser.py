@@ -139,7 +139,37 @@ def test_pages_are_discovered():
     names = [n for n, _, _ in PAGES]
     assert names[0] == "home" and "causal_tracing" in names
     for name, path, _ in PAGES[1:]:
-        assert (ROOT / "pages" / f"{path}.py").exists(), name
+        assert (ROOT / "app_pages" / f"{path}.py").exists(), name
+    assert not (ROOT / "pages").exists(), "a pages/ folder brings back Streamlit's legacy file-list navigation"
+
+
+@pytest.mark.parametrize("path,heading", [("learn", "Learn: locate, then edit"), ("causal_tracing", "Causal tracing")])
+def test_a_page_opened_by_its_url_on_a_fresh_server_has_the_apps_navigation(browser, path, heading):
+    """The first visitor of a fresh server opens a page by its URL: the page shows, and the sidebar lists the app's
+    pages by title (not Streamlit's file list with `app` and `ui`)."""
+    port = free_port()
+    proc = start_streamlit(port)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_http(url, proc)
+        ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
+        pg = ctx.new_page()
+        pg.set_default_timeout(LOAD_S * 1000)
+        pg.goto(f"{url}/{path}")
+        pg.get_by_role("heading", name=heading).first.wait_for()
+        wait_idle(pg, timeout=LOAD_S)
+        nav = pg.locator('[data-testid="stSidebarNav"]').inner_text().splitlines()
+        nav = [line.strip() for line in nav if any(c.isalpha() for c in line)]  # titles (icons dropped)
+        assert nav == [title for _, _, title in PAGES], nav
+        assert pg.url.rstrip("/").endswith(path)
+        _no_errors(pg, path)
+        ctx.close()
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=20)
+        except (ProcessLookupError, OSError):
+            pass
 
 
 @pytest.mark.parametrize("name,path,title", PAGES, ids=[p[0] for p in PAGES])

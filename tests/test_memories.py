@@ -200,7 +200,7 @@ def test_page_runs_on_tiny_model():
 
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
     at.session_state["model_choice"] = "tiny-gpt2"
-    at.switch_page("pages/ffn_memories.py").run()
+    at.switch_page("app_pages/ffn_memories.py").run()
     assert not at.exception
     at.button(key="FormSubmitter:mem_form-Inspect").click().run()
     assert not at.exception and not at.error

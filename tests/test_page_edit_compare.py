@@ -9,7 +9,7 @@ APP = str(Path(__file__).resolve().parent.parent / "app.py")
 def test_edit_compare_page_runs_three_methods():
     at = AppTest.from_file(APP, default_timeout=600)
     at.session_state["model_choice"] = "tiny-llama"
-    at.switch_page("pages/edit_compare.py").run()
+    at.switch_page("app_pages/edit_compare.py").run()
     assert not at.exception
     at.text_input(key="ec_subject").set_value("Danielle Darrieux")
     at.number_input(key="ec_gentokens").set_value(8)
@@ -33,7 +33,7 @@ def test_edit_compare_page_runs_three_methods():
 def test_edit_compare_sequential_stress():
     at = AppTest.from_file(APP, default_timeout=600)
     at.session_state["model_choice"] = "tiny-gpt2"
-    at.switch_page("pages/edit_compare.py").run()
+    at.switch_page("app_pages/edit_compare.py").run()
     at.selectbox(key="ec_seq_method").set_value("rome")
     at.number_input(key="ec_seq_n").set_value(2)
     at.button(key="ec_seq_go").click().run()

@@ -9,7 +9,7 @@ APP = str(Path(__file__).resolve().parent.parent / "app.py")
 def test_tracing_page_traces_and_survives_bad_input():
     at = AppTest.from_file(APP, default_timeout=300)
     at.session_state["model_choice"] = "tiny-gpt2"
-    at.switch_page("pages/causal_tracing.py").run()
+    at.switch_page("app_pages/causal_tracing.py").run()
     assert not at.exception
     at.number_input(key="trace_samples").set_value(2)
     at.button[0].click().run()  # the form's Trace button

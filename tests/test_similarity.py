@@ -105,7 +105,7 @@ def test_cli_json(capsys):
 def test_page_runs_on_tiny_gpt2():
     at = AppTest.from_file(APP, default_timeout=300)
     at.session_state["model_choice"] = "tiny-gpt2"
-    at.switch_page("pages/attention_vs_ffn.py").run()
+    at.switch_page("app_pages/attention_vs_ffn.py").run()
     assert not at.exception
     at.slider(key="sim_n").set_value(10)
     at.radio(key="sim_facts").set_value("all")

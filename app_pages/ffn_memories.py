@@ -8,7 +8,7 @@ from editkit.memories import geva, triggers
 from editkit.memories import vocab
 from editkit.memories.inspect import memories_at
 from editkit.memories.intervene import intervene, parse_memory
-from pages import ui
+from app_pages import ui
 
 st.title("FFN memories")
 st.markdown(

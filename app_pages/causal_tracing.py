@@ -9,7 +9,7 @@ from editkit.text import guess_subject
 from editkit.tracing import parse_noise, prepare, trace_setup
 from editkit.tracing.aie import CLASSES, average_indirect_effect
 from editkit.tracing.severing import sever
-from pages import ui
+from app_pages import ui
 
 COLORS = {"hidden": "Purples", "mlp": "Greens", "attn": "Reds"}
 TITLES = {"hidden": "single restored hidden state", "mlp": "restored MLP outputs (window)",

@@ -14,7 +14,7 @@ from editkit.errors import EditkitError
 from editkit.evaluation import EvalRecord, compare_measurements, load_eval_set, measure, sequential
 from editkit.evaluation.evaluate import wikitext_idf
 from editkit.tracing import trace
-from pages import ui
+from app_pages import ui
 
 METHODS = {m.name: m.label for m in all_methods()}
 COLORS = {m.name: m.color for m in all_methods()}

@@ -5,7 +5,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from editkit.similarity import DEFAULT_N, TOP_K, definition, similarity
-from pages import ui
+from app_pages import ui
 
 st.title("Attention vs FFN")
 st.markdown(
