@@ -34,14 +34,18 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from browser_util import APP, ROOT, chromium_path, free_port, wait_http  # noqa: E402
 
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))  # run as a script: editkit importable
+
 ERRORS = '[data-testid="stException"], [data-testid="stAlertContentError"]'
-FACTS = [  # (prompt, request template, subject, new target): ROME flips the top token of each on Gemma 3 270M
+FACTS = [  # (prompt, request template, subject, new target): ROME flips the top token of both on Gemma 3 270M
+    # (' Paris' 0.76 -> ' Rome' 0.99, ' French' 0.34 -> ' English' 0.99)
     ("The Eiffel Tower is located in the city of", "{} is located in the city of", "The Eiffel Tower", "Rome"),
     ("The mother tongue of Danielle Darrieux is", "The mother tongue of {} is", "Danielle Darrieux", "English"),
-    ("The Space Needle is located in the city of", "{} is located in the city of", "The Space Needle", "Tokyo"),
 ]
 LINE = re.compile(r"most likely next token (.+) \(p = ([0-9.]+)\)")
 ANSWER = re.compile(r"Answer (.+): clean p = ([0-9.]+)")
+FILLER = "The Eiffel Tower is in"  # typed first when a prompt is already in the box (a new line must appear)
 
 
 @dataclass
@@ -162,6 +166,8 @@ class Session:
     async def predict(self, prompt: str, timed: bool = True) -> str:
         """Type a prompt on the home page; the "token (p = ...)" text of its prediction line."""
         box = self.page.get_by_label("Prompt")
+        if await box.input_value() == prompt:
+            await self.predict(FILLER, timed=False)
         await box.fill(prompt)
         start = time.time()
         await box.press("Enter")
@@ -238,7 +244,7 @@ async def _run(url: str, n: int, report: Report, pid: int, timeout_s: float, can
 
     roles = report.roles
     editors = [i for i, r in enumerate(roles) if r == "editor"]
-    facts = {i: FACTS[k % len(FACTS)] for k, i in enumerate(editors)}
+    facts = {i: FACTS[k % len(FACTS)] for k, i in enumerate(editors)}  # each editor's own fact
     async with async_playwright() as p:
         browser = await p.chromium.launch(executable_path=chromium_path(), headless=True,
                                           args=["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"])
@@ -258,9 +264,8 @@ async def _run(url: str, n: int, report: Report, pid: int, timeout_s: float, can
         await asyncio.gather(*(s.idle() for s in sessions[1:]))
         # the base model's answers, read once through the app
         base = {}
-        for prompt, *_ in facts.values():
+        for prompt, *_ in FACTS:
             base[prompt] = await first.predict(prompt, timed=False)
-        await first.predict("The Eiffel Tower is in", timed=False)  # so that the next prompt differs
         prompts = list(base)
         done = asyncio.Event()
 
@@ -279,7 +284,7 @@ async def _run(url: str, n: int, report: Report, pid: int, timeout_s: float, can
 
         async def tracer(s: Session, k: int) -> None:
             await s.goto("Causal tracing")
-            prompt, _, subject, _ = list(facts.values())[k % len(facts)]
+            prompt, _, subject, _ = FACTS[k % len(FACTS)]  # the facts the editors are changing
             token, p = await s.trace(prompt, subject)
             want = LINE.search("most likely next token " + base[prompt])
             if token != want.group(1) or abs(p - float(want.group(2))) > 6e-4:  # 3 vs 4 decimals on the page
