@@ -5,10 +5,11 @@ Roles (cycled over the sessions; the small form has one of each, the full form t
 - predictor: home-page predictions, alternating between the editors' fact prompts, for as long as the long jobs
   run; each prediction is timed (Enter to the new "Prediction for ..." line) and must read exactly as the base
   model's (a difference is a leak of somebody's edit);
-- tracer: a causal trace of an editor's fact prompt (2 noise samples); its clean answer and probability must be
-  the base model's;
+- tracer: a causal trace of an editor's fact prompt (2 noise samples, the hidden-state panel and severing); its
+  clean answer and probability must be the base model's;
 - editor: a ROME edit of its own fact on Edit & compare, kept in its session, then home-page predictions: its own
-  fact must show its new target, every other editor's fact must read exactly as the base model's.
+  fact must show its new target; the other fact must show the base model's top token, never another editor's
+  target (its own edit may move that probability a little: specificity, not a leak).
 Every page is checked for error boxes after every action. Memory: the server's resident set (VmRSS, polled) and
 its peak (VmHWM) against one copy of the weights.
 
@@ -189,6 +190,10 @@ class Session:
         await page.get_by_label("Prompt", exact=True).fill(prompt)
         await page.get_by_label("Subject (a substring of the prompt; guessed if empty)").fill(subject)
         await page.get_by_label("Noise samples n").fill(str(samples))
+        for kind in ("mlp", "attn"):  # the hidden-state panel (and the severing chart) only
+            remove = page.get_by_role("button", name=f"Remove {kind}")
+            if await remove.count():
+                await remove.click()
         job = {"kind": "trace", "session": self.name, "start": time.time()}
         self.r.jobs.append(job)
         await page.get_by_role("button", name="Trace").click()
@@ -304,9 +309,17 @@ async def _run(url: str, n: int, report: Report, pid: int, timeout_s: float, can
                 report.leaks.append(f"{s.name} does not see its own edit: {prompt!r} -> {own}")
             else:
                 report.checks += 1
+            # its own edit may move other prompts a little (specificity), so here the check is that another
+            # editor's edit is not visible: the base model's top token, never the other editor's new target
             for other in prompts:
-                if other != prompt:
-                    compare(s, other, await s.predict(other))
+                if other == prompt:
+                    continue
+                got = await s.predict(other)
+                targets = [repr(" " + f[3]) for i, f in facts.items() if f[0] == other and i != s.i]
+                if not got.startswith(base[other].split(" (p")[0]) or any(got.startswith(t) for t in targets):
+                    report.leaks.append(f"{s.name} saw {got!r} for {other!r}; the base model says {base[other]!r}")
+                else:
+                    report.checks += 1
 
         start = time.time()
         tracers = [s for s in sessions if s.role == "tracer"]
