@@ -220,3 +220,9 @@ if g:
     c3.plotly_chart(fig, width="stretch", key="mem_fig9")
     st.caption(f"{g['n_positions']} positions, {g['memories_per_layer']} memories per layer, "
                f"trigger index over {g['index']['n_tokens']:,} tokens; {g['corpus']}")
+    st.caption(f"Chance level for Fig. 5: agreement 1/{a.vocab_size:,}, median rank {a.vocab_size // 2:,}. The "
+               "pipeline finds an implanted memory (a key firing on token A whose value promotes B) with rank 1 "
+               "(tests/test_memories.py). On Gemma 3 270M Fig. 5 stays near chance at every layer, also when "
+               "recomputed without the index and with signed coefficients: its gated FFN memories fire as often "
+               "negatively (promoting -v_i) as positively, and their values rarely point at the next token of "
+               "their strongest trigger (benchmarks/geva_fig5.py).")
