@@ -1,6 +1,6 @@
 """Two sessions of the app (two AppTests share the process's cached model, as two browser tabs share a server): one
-keeps a ROME edit, every page of that session computes with it, the other session still sees the base model; undo
-and undo works."""
+keeps a ROME edit, every page of that session computes with it, the other session still sees the base model, and
+undo works."""
 from pathlib import Path
 
 import pytest
