@@ -175,3 +175,33 @@ def test_a_waiting_job_can_be_cancelled_and_a_full_queue_refuses(monkeypatch):
     t.join(timeout=5)
     w1.join(timeout=5)
     assert queue.snapshot() == {"running": [], "waiting": []}
+
+
+def test_a_running_job_computes_at_background_priority():
+    """Inside jobs.run the job's thread (and threads it starts) run at JOB_NICENESS; the caller's other threads
+    keep their priority."""
+    import os
+
+    seen = {}
+
+    def work(progress):
+        seen["job"] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+        child = threading.Thread(target=lambda: seen.__setitem__(
+            "child", os.getpriority(os.PRIO_PROCESS, threading.get_native_id())))
+        child.start()
+        child.join()
+        return 1
+
+    def in_thread():
+        seen["before"] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+        assert jobs.run(Job("work"), work, JobQueue(slots=1)) == 1
+        seen["after"] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    t = threading.Thread(target=in_thread)
+    t.start()
+    t.join(timeout=10)
+    main = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    assert seen["job"] == max(jobs.JOB_NICENESS, seen["before"]) and seen["child"] == seen["job"]
+    assert main == seen["before"]
+    if os.geteuid() == 0:  # lowering a nice value back needs privileges
+        assert seen["after"] == seen["before"]
