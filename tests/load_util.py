@@ -1,7 +1,7 @@
 """Load test of the real app: `streamlit run app.py` on localhost and N concurrent browser sessions (contexts of one
 headless Chromium, driven by Playwright's async API) on the embedded Gemma 3 270M.
 
-Roles (cycled over the sessions; the small form has one of each, the full form two of each):
+Roles (tracer, editor, predictor, tracer, ...: the small form has one of each, the full form two of each):
 - predictor: home-page predictions, alternating between the editors' fact prompts, for as long as the long jobs
   run; each prediction is timed (Enter to the new "Prediction for ..." line) and must read exactly as the base
   model's (a difference is a leak of somebody's edit);
@@ -361,8 +361,9 @@ async def cancel_a_trace(s: Session, prompt: str, subject: str) -> bool:
 
 
 def roles_for(n: int) -> list[str]:
-    cycle = ["tracer", "editor", "predictor"] if n < 6 else ["tracer", "tracer", "editor", "editor", "predictor"]
-    return [cycle[i % len(cycle)] for i in range(n)] if n >= 3 else cycle[:n]
+    """tracer, editor, predictor, tracer, editor, predictor, ... (6 sessions: two of each)."""
+    cycle = ["tracer", "editor", "predictor"]
+    return [cycle[i % len(cycle)] for i in range(n)]
 
 
 def run(sessions: int = 6, timeout_s: float = 600, limits: dict | None = None, cancel: bool | None = None) -> dict:
