@@ -132,7 +132,7 @@ class Job:
 
     def __post_init__(self):
         self._cancel = threading.Event()
-        self.started = self.finished = None
+        self.admitted = self.started = self.finished = None
 
     def cancel(self) -> None:
         """Ask the job to stop: its next progress step (or its wait for a turn) raises Cancelled."""
@@ -207,10 +207,11 @@ class JobQueue:
             return self._waiting.index(job) if job in self._waiting else None
 
     def _admit(self, job: Job) -> bool:
-        free = self.slots - len(self._running)
-        if self._waiting.index(job) < free:  # the earliest arrivals take the free slots
-            self._waiting.remove(job)
+        if self._waiting[0] is job and len(self._running) < self.slots:  # only the first in line may start
+            self._waiting.pop(0)
             self._running.append(job)
+            job.admitted = time.monotonic()  # under the lock: admissions are strictly ordered
+            self._cond.notify_all()  # the next in line may take another free slot at once
             return True
         return False
 

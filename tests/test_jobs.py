@@ -107,8 +107,11 @@ def test_queue_runs_at_most_its_slots_first_come_first_served():
     gate = threading.Event()
     waits = {}
 
+    admitted = []
+
     def work(i):
         job = Job(f"job{i}")
+        admitted.append(job)
 
         def on_wait(ahead, n_running):
             waits.setdefault(i, []).append(ahead)
@@ -135,7 +138,8 @@ def test_queue_runs_at_most_its_slots_first_come_first_served():
     gate.set()
     for t in threads:
         t.join(timeout=20)
-    assert peak[0] == 2 and order == list(range(6))
+    assert peak[0] == 2 and sorted(order) == list(range(6))
+    assert [j.name for j in sorted(admitted, key=lambda j: j.admitted)] == [f"job{i}" for i in range(6)]
     assert waits[5][0] == 3 and min(waits[5]) < 3  # it saw its position go down
     assert queue.snapshot() == {"running": [], "waiting": []}
 
