@@ -45,7 +45,9 @@ def _causal_tracing(page):
 
 
 def _ffn_memories(page):
-    """Inspect the top memories of the last layer at the last token."""
+    """Inspect the top memories of the last layer at the last token, with the Latin-script words added to the raw
+    value tokens (the screenshot shows both; Noto fonts draw the other scripts)."""
+    page.get_by_text("also: Latin-script words only (for teaching)").click()
     page.get_by_role("button", name="Inspect").click()
     page.get_by_text("Top memories of layer").first.wait_for(timeout=LOAD_S * 1000)
     page.wait_for_selector(".js-plotly-plot", timeout=LOAD_S * 1000)
