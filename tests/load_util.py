@@ -194,25 +194,33 @@ class Session:
             remove = page.get_by_role("button", name=f"Remove {kind}")
             if await remove.count():
                 await remove.click()
-        job = {"kind": "trace", "session": self.name, "start": time.time()}
-        self.r.jobs.append(job)
-        await page.get_by_role("button", name="Trace").click()
-        await self._note_queue()
         answer = page.locator('[data-testid="stMarkdownContainer"]', has_text="clean p =")
-        await answer.first.wait_for(timeout=self.timeout)
-        job["end"] = time.time()
+        await self._job("trace", "Trace", answer.first)
         await self.idle()
         await self.check_errors("trace")
         m = ANSWER.search(await answer.first.inner_text())
         return m.group(1), float(m.group(2))
 
-    async def _note_queue(self) -> None:
-        """Count a visible "waiting for a turn" (the queue position) if the job had to wait."""
+    async def _watch_queue(self) -> None:
+        """Runs beside a job until it is cancelled: counts the job if its queue position ("waiting for a turn
+        (... ahead of yours)") was ever shown."""
+        while True:
+            if await self.page.get_by_text("ahead of yours").count():
+                self.r.queue_waits += 1
+                return
+            await asyncio.sleep(0.3)
+
+    async def _job(self, kind: str, button: str, done):
+        """Click `button`, wait for the `done` locator; the job's span is recorded and its queue wait noted."""
+        job = {"kind": kind, "session": self.name, "start": time.time()}
+        self.r.jobs.append(job)
+        watch = asyncio.create_task(self._watch_queue())
         try:
-            await self.page.get_by_text("waiting for a turn (").first.wait_for(timeout=1500)
-            self.r.queue_waits += 1
-        except Exception:  # noqa: BLE001 - most jobs start at once
-            pass
+            await self.page.get_by_role("button", name=button).click()
+            await done.wait_for(timeout=self.timeout)
+        finally:
+            watch.cancel()
+        job["end"] = time.time()
 
     async def edit_and_keep(self, template: str, subject: str, new: str) -> None:
         page = self.page
@@ -229,13 +237,8 @@ class Session:
         await page.get_by_label("Generations per request").fill("0")
         await page.get_by_label("Generations per request").press("Tab")
         await self.idle(quiet=0.5)
-        job = {"kind": "edit", "session": self.name, "start": time.time()}
-        self.r.jobs.append(job)
-        await page.get_by_role("button", name="Edit and compare").click()
-        await self._note_queue()
         keep = page.get_by_role("button", name="Keep the ROME edit")
-        await keep.wait_for(timeout=self.timeout)
-        job["end"] = time.time()
+        await self._job("edit", "Edit and compare", keep)
         await self.idle()
         await self.check_errors("edit")
         await keep.click()
@@ -321,9 +324,23 @@ async def _run(url: str, n: int, report: Report, pid: int, timeout_s: float, can
                 else:
                     report.checks += 1
 
+        async def shot_on_error(s: Session, coro):
+            """A failing role leaves a screenshot of its page (the report names it)."""
+            try:
+                return await coro
+            except BaseException:
+                path = Path(tempfile.gettempdir()) / f"editkit-load-{s.name}.png"
+                try:
+                    await s.page.screenshot(path=str(path), full_page=True)
+                    report.errors.append(f"{s.name}: screenshot {path}")
+                except Exception:  # noqa: BLE001
+                    pass
+                raise
+
         start = time.time()
         tracers = [s for s in sessions if s.role == "tracer"]
-        long_jobs = [tracer(s, k) for k, s in enumerate(tracers)] + [editor(s) for s in sessions if s.role == "editor"]
+        long_jobs = [shot_on_error(s, tracer(s, k)) for k, s in enumerate(tracers)] + \
+            [shot_on_error(s, editor(s)) for s in sessions if s.role == "editor"]
 
         async def long_then_stop():
             try:
