@@ -74,9 +74,9 @@ def show_prediction(r: dict) -> None:
         st.plotly_chart(fig, width="stretch")
 
 
-# The page files live in app_pages/, not pages/: a folder named pages/ beside app.py switches Streamlit to its legacy
-# multipage mode until the first st.navigation call, so a page opened by its URL on a fresh server listed every file
-# of the folder (app, ui, ...) instead of this navigation.
+# The page files live in app_pages/, not pages/: a folder named pages/ beside app.py switches Streamlit to its
+# legacy multipage mode until the first st.navigation call, so a page opened by its URL on a fresh server listed
+# every file of the folder (app, ui, ...) instead of this navigation.
 PAGES = [
     st.Page(home, title="Home", icon="🏠", default=True),
     st.Page("app_pages/causal_tracing.py", title="Causal tracing", icon="🔥"),

@@ -99,8 +99,8 @@ if st.button("Edit and compare", type="primary", key="ec_run", disabled=not (rec
             with ui.session(lm):
                 pre = [measure(lm, r, int(n_gen), int(gen_tokens)) for r in records]
                 pre_p = [edit_probabilities(lm, r) for r in requests]
-            out = {"requests": [r.to_dict() for r in requests], "pre_generations": [p["generations"] for p in pre],
-                   "pre_probabilities": pre_p, "methods": {}}
+            out = {"requests": [r.to_dict() for r in requests],
+                   "pre_generations": [p["generations"] for p in pre], "pre_probabilities": pre_p, "methods": {}}
             deltas = {}
             for i, m in enumerate(methods):
                 def step(f, msg, i=i, m=m):
@@ -112,8 +112,8 @@ if st.button("Edit and compare", type="primary", key="ec_run", disabled=not (rec
                     post = [measure(lm, r, int(n_gen), int(gen_tokens)) for r in records]
                     post_p = [edit_probabilities(lm, r) for r in requests]
                 metrics = [compare_measurements(a, b, r, idf) for a, b, r in zip(pre, post, records)]
-                out["methods"][m] = {"seconds": result.seconds, "info": result.to_dict()["info"], "metrics": metrics,
-                                     "post_probabilities": post_p,
+                out["methods"][m] = {"seconds": result.seconds, "info": result.to_dict()["info"],
+                                     "metrics": metrics, "post_probabilities": post_p,
                                      "post_generations": [p["generations"] for p in post]}
                 deltas[m] = result.delta
             return out, deltas
@@ -155,8 +155,8 @@ def show_results(out: dict) -> None:
                       "time (s)": round(r["seconds"], 1)})
     df = pd.DataFrame(table)
     st.dataframe(df, hide_index=True, width="stretch")
-    ui.keep_buttons(lm, st.session_state.get("ec_deltas", {}), METHODS,
-                    "; ".join(f"{r['prompt'].replace('{}', r['subject'])} → {r['target_new']}" for r in out["requests"]),
+    what = "; ".join(f"{r['prompt'].replace('{}', r['subject'])} → {r['target_new']}" for r in out["requests"])
+    ui.keep_buttons(lm, st.session_state.get("ec_deltas", {}), METHODS, what,
                     {"model": lm.name, "requests": out["requests"]})
 
     # ---- probabilities -------------------------------------------------------------------------------------------------

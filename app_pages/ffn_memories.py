@@ -46,9 +46,9 @@ with st.form("mem_form"):
     token_filter = st.radio("Value tokens", list(vocab.FILTERS), horizontal=True, key="mem_token_filter",
                             format_func={"all": "all tokens (what the model promotes)",
                                          "latin": "also: Latin-script words only (for teaching)"}.get,
-                            help="A 262k multilingual vocabulary has many scripts and word pieces. The filter adds "
-                                 "each memory's top Latin-script words with their rank among all tokens; the "
-                                 "unfiltered top tokens stay in the table.")
+                            help="A 262k multilingual vocabulary has many scripts and word pieces. The filter "
+                                 "adds each memory's top Latin-script words with their rank among all tokens; "
+                                 "the unfiltered top tokens stay in the table.")
     inspect_clicked = st.form_submit_button("Inspect", type="primary")
 
 ui.cancelled_note()
@@ -92,9 +92,9 @@ if view:
                 f"{vocab.readable(t['token'])} (#{t['rank']:,})" for t in m["filtered_tokens"])}
                if m.get("filtered_tokens") else {}),
         } for m in mems]), hide_index=True, width="stretch")
-        st.caption("Tokens as decoded: ␣ is a leading space, ⏎ a newline, � an incomplete UTF-8 piece (a byte "
-                   "fragment of a longer character). \"kinds\" counts Latin-script words, other scripts, numbers, "
-                   "punctuation and fragments among them.")
+        st.caption("Tokens as decoded: ␣ is a leading space, ⏎ a newline, � an incomplete UTF-8 piece (a "
+                   "byte fragment of a longer character). \"kinds\" counts Latin-script words, other scripts, "
+                   "numbers, punctuation and fragments among them.")
 
     st.subheader("Residual stream before and after each FFN")
     st.write(
