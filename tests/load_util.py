@@ -99,7 +99,8 @@ def start_server(port: int, log_path: Path, limits: dict | None) -> subprocess.P
     if limits:
         env["EDITKIT_LIMITS"] = json.dumps(limits)
     cmd = [sys.executable, "-m", "streamlit", "run", str(APP), "--server.headless", "true", "--server.port", str(port),
-           "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false"]
+           "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
+           "--server.fileWatcherType", "none"]  # as served to a class: no reloads when files change
     log = open(log_path, "wb")  # a file, not a pipe: a chatty server never blocks on a full pipe
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
