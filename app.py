@@ -49,7 +49,10 @@ def home():
 
 
 def show_prediction(r: dict) -> None:
-    """The top-k table and the logit-lens heatmap of one prediction."""
+    """The most likely token, the top-k table and the logit-lens heatmap of one prediction."""
+    top = r["preds"][0]
+    st.markdown(f"Prediction for “{ui.md_escape(r['prompt'][:200])}”: most likely next token "
+                f"**{ui.md_escape(repr(top['token']))}** (p = {top['prob']:.4f}).")
     left, right = st.columns([1, 2])
     with left:
         st.dataframe([{"token": repr(p["token"]), "probability": round(p["prob"], 4)} for p in r["preds"]],

@@ -75,6 +75,9 @@ def load_model(name: str = DEFAULT_MODEL, device: str | None = None, trust_remot
     name = (name or "").strip()
     if not name:
         raise EditkitError("no model name given")
+    if "\x00" in name or len(name) > 300 or not name.isprintable():
+        raise EditkitError("a model name is a hub id (owner/name) or a folder path of at most 300 printable "
+                           "characters")
     dev = torch.device(device) if device else default_device()
     if name in TINY:
         model, tok = _tiny(name)

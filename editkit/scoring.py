@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .errors import EditkitError
+from .jobs import limits
 
 
 @dataclass
@@ -59,9 +60,13 @@ def score_targets(lm, prompts: list[str], targets: list[str], batch_size: int = 
 def _score_batch(lm, prompts, targets):
     tok = lm.tok
     rows, spans = [], []
+    limit = min(lm.adapter.max_length, limits().prompt_tokens)
     for prompt, target in zip(prompts, targets):
         p_ids = tok(prompt, add_special_tokens=True)["input_ids"]
         t_ids = target_ids(tok, target)
+        if len(p_ids) + len(t_ids) > limit:
+            raise EditkitError(f"the prompt {prompt[:40]!r}... with its target has {len(p_ids) + len(t_ids)} "
+                               f"tokens; the limit is {limit}")
         rows.append(p_ids + t_ids)
         spans.append((len(p_ids), len(t_ids)))
     width = max(len(r) for r in rows)

@@ -66,23 +66,26 @@ with ui.guard("request"):
     records = request_inputs()
 
 # ---- methods and hyperparameters ----------------------------------------------------------------------------------
-def hparams_inputs(methods: list[str]) -> dict:
-    """One JSON box per method, prefilled with its defaults for this model; invalid JSON keeps the defaults."""
-    overrides: dict = {}
+def hparams_inputs(methods: list[str]) -> tuple[dict, dict]:
+    """One JSON box per method, prefilled with its defaults for this model. Malformed JSON, unknown keys, NaN or
+    out-of-range values are said under the box and block the run (returned as errors), never silently replaced."""
+    overrides, errors = {}, {}
     with st.expander("Hyperparameters (per-model defaults from assets/hparams; edit the JSON to override)"):
         for col, m in zip(st.columns(max(len(methods), 1)), methods):
             with col, ui.guard(f"{LABELS[m]} hyperparameters"):
                 default = {k: v for k, v in load_hparams(m, lm).to_dict().items() if k != "source"}
                 text = st.text_area(LABELS[m], json.dumps(default, indent=1), height=300, key=f"ec_hp_{m}")
                 try:
-                    overrides[m] = json.loads(text)
+                    overrides[m] = json.loads(text) if text.strip() else {}
+                    load_hparams(m, lm, overrides[m])
                 except ValueError as exc:
-                    st.error(f"{LABELS[m]}: not valid JSON ({exc}); the defaults are used")
-    return overrides
+                    errors[m] = f"{LABELS[m]} hyperparameters: {exc}"
+                    st.error(f"{errors[m]}. Fix them, or empty the box for the defaults.")
+    return overrides, errors
 
 
 methods = st.multiselect("Methods", list(LABELS), list(LABELS), format_func=LABELS.get, key="ec_methods")
-overrides = hparams_inputs(methods)
+overrides, hp_errors = hparams_inputs(methods)
 c1, c2 = st.columns(2)
 n_gen = c1.number_input("Generations per request", 0, 5, 1, key="ec_ngen")
 gen_tokens = c2.number_input("Tokens per generation", 5, 100, 30, key="ec_gentokens")
@@ -90,6 +93,8 @@ gen_tokens = c2.number_input("Tokens per generation", 5, 100, 30, key="ec_gentok
 ui.cancelled_note()
 if st.button("Edit and compare", type="primary", key="ec_run", disabled=not (records and methods)):
     with ui.guard("editing"):
+        ui.refuse(hp_errors, methods)
+
         def job(progress):  # every method starts from the same weights: base + this session's kept edits
             with ui.session(lm):
                 return compare_methods(lm, methods, records, overrides, int(n_gen), int(gen_tokens), progress)
@@ -214,6 +219,8 @@ def sequential_section() -> None:
     seq_n = c2.number_input("Edits", 2, 50, 5, key="ec_seq_n")
     if st.button("Run sequential edits", key="ec_seq_go"):
         with ui.guard("sequential editing"):
+            ui.refuse(hp_errors, [seq_method])
+
             def seq_job(progress):
                 with ui.session(lm):
                     return sequential(lm, seq_method, load_eval_set("counterfact", int(seq_n)),
@@ -291,6 +298,7 @@ def lifelong_section(lm) -> None:
     batch = int(c3.number_input("Batch size (ROME: 1)", 1, 50, 5, key="ec_life_batch"))
     if st.button("Run lifelong editing", key="ec_life_go", disabled=not chosen):
         with ui.guard("lifelong editing"):
+            ui.refuse(hp_errors, chosen)
             records = load_eval_set("counterfact", n)
 
             def life_job(progress):

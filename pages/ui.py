@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import traceback
 import uuid
 
@@ -100,6 +101,11 @@ def guard(what: str = ""):
         log.error("unexpected error%s\n%s", f" in {what}" if what else "", traceback.format_exc())
         st.error(f"Something went wrong{' in ' + what if what else ''}: {type(exc).__name__}: {exc}. "
                  "Your inputs are kept; try again or change them.")
+
+
+def md_escape(text: str) -> str:
+    """Text shown literally inside markdown (a prompt with * _ ` [ ] # $ ... is not formatted)."""
+    return re.sub(r"([\\`*_{}\[\]()#+\-.!|<>~$])", r"\\\1", text)
 
 
 def model_card(lm) -> None:
@@ -244,3 +250,10 @@ def edits_panel(lm) -> None:
                 raise EditkitError(f"{upload.name} was made for {manifest['model']}, not {lm.name}")
             keep_edit(lm, f"patch {upload.name}", delta, manifest)
             st.rerun()
+
+
+def refuse(errors: dict, names) -> None:
+    """Stop a run with the first of `errors` (name -> message) among `names`: invalid input blocks a run."""
+    for name in names:
+        if name in errors:
+            raise EditkitError(errors[name])

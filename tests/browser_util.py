@@ -22,7 +22,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def app_pages() -> list[tuple[str, str, str]]:
+def pages() -> list[tuple[str, str, str]]:
     """(name, url path, title) of every page in app.py's PAGES, in order (read from the source, so pages added
     later are covered without importing Streamlit). The default page (a function) is "home" at "/"."""
     text = APP.read_text(encoding="utf-8")

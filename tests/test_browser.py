@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from browser_util import ROOT, app_pages, chromium_path, free_port, start_streamlit, wait_http, wait_idle
+from browser_util import ROOT, pages, chromium_path, free_port, start_streamlit, wait_http, wait_idle
 
 pytestmark = pytest.mark.browser
 playwright_api = pytest.importorskip("playwright.sync_api")
@@ -45,7 +45,9 @@ def _causal_tracing(page):
 
 
 def _ffn_memories(page):
-    """Inspect the top memories of the last layer at the last token."""
+    """Inspect the top memories of the last layer at the last token, with the Latin-script words added to the raw
+    value tokens (the screenshot shows both; Noto fonts draw the other scripts)."""
+    page.get_by_text("also: Latin-script words only (for teaching)").click()
     page.get_by_role("button", name="Inspect").click()
     page.get_by_text("Top memories of layer").first.wait_for(timeout=LOAD_S * 1000)
     page.wait_for_selector(".js-plotly-plot", timeout=LOAD_S * 1000)
@@ -84,7 +86,7 @@ ACTIONS = {
     "attention_vs_ffn": _attention_vs_ffn,
 }
 
-PAGES = app_pages()
+PAGES = pages()
 
 
 @pytest.fixture(scope="session")
@@ -140,6 +142,35 @@ def test_pages_are_discovered():
     assert names[0] == "home" and "causal_tracing" in names
     for name, path, _ in PAGES[1:]:
         assert (ROOT / "pages" / f"{path}.py").exists(), name
+
+
+@pytest.mark.parametrize("path,heading", [("learn", "Learn: locate, then edit"), ("causal_tracing", "Causal tracing")])
+def test_a_page_opened_by_its_url_on_a_fresh_server_has_the_apps_navigation(browser, path, heading):
+    """The first visitor of a fresh server opens a page by its URL: the page shows, and the sidebar lists the app's
+    pages by title (not Streamlit's file list with `app` and `ui`)."""
+    port = free_port()
+    proc = start_streamlit(port)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_http(url, proc)
+        ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
+        pg = ctx.new_page()
+        pg.set_default_timeout(LOAD_S * 1000)
+        pg.goto(f"{url}/{path}")
+        pg.get_by_role("heading", name=heading).first.wait_for()
+        wait_idle(pg, timeout=LOAD_S)
+        nav = pg.locator('[data-testid="stSidebarNav"]').inner_text().splitlines()
+        nav = [line.strip() for line in nav if any(c.isalpha() for c in line)]  # titles (icons dropped)
+        assert nav == [title for _, _, title in PAGES], nav
+        assert pg.url.rstrip("/").endswith(path)
+        _no_errors(pg, path)
+        ctx.close()
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=20)
+        except (ProcessLookupError, OSError):
+            pass
 
 
 @pytest.mark.parametrize("name,path,title", PAGES, ids=[p[0] for p in PAGES])

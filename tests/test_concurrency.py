@@ -193,3 +193,37 @@ def test_sequential_edits_stay_in_their_own_context(lm):
     _assert_base(lm, base)
     assert [r["edit"] for r in out["rows"]] == [1, 2]
     assert out["rows"][1]["total_relative_norm"] > 0
+
+
+# --- lazily built registries -----------------------------------------------------------------------------------
+def test_method_registry_is_complete_for_concurrent_first_callers(monkeypatch):
+    """Two sessions opening Edit & compare at once on a fresh server: both list every method (the registry used to
+    be marked loaded before its modules were imported, so the second caller saw it empty; found by the load
+    test)."""
+    import importlib
+    import sys
+
+    from editkit.editing import methods
+
+    want = [m.name for m in methods.all_methods()]
+    monkeypatch.setattr(methods, "_REGISTRY", {})
+    monkeypatch.setattr(methods, "_loaded", False)
+    for name in [n for n in sys.modules if n.startswith("editkit.editing.methods.")]:
+        monkeypatch.delitem(sys.modules, name)  # imported (and registered) again, as on a fresh server
+        monkeypatch.setattr(methods, name.rsplit(".", 1)[1], sys.modules.get(name), raising=False)
+    real = importlib.import_module
+
+    def slow_import(name, *args):
+        threading.Event().wait(0.05)  # widens the window a second caller used to fall into
+        return real(name, *args)
+
+    monkeypatch.setattr(methods.importlib, "import_module", slow_import)
+    seen = [None] * 4
+    barrier = threading.Barrier(4)
+
+    def first_call(i):
+        barrier.wait(timeout=30)
+        seen[i] = [m.name for m in methods.all_methods()]
+
+    _threads(first_call, 4)
+    assert all(s == want for s in seen), seen

@@ -107,8 +107,11 @@ def test_queue_runs_at_most_its_slots_first_come_first_served():
     gate = threading.Event()
     waits = {}
 
+    admitted = []
+
     def work(i):
         job = Job(f"job{i}")
+        admitted.append(job)
 
         def on_wait(ahead, n_running):
             waits.setdefault(i, []).append(ahead)
@@ -137,7 +140,8 @@ def test_queue_runs_at_most_its_slots_first_come_first_served():
     gate.set()
     for t in threads:
         t.join(timeout=20)
-    assert peak[0] == 2 and order == list(range(6))
+    assert peak[0] == 2 and sorted(order) == list(range(6))
+    assert [j.name for j in sorted(admitted, key=lambda j: j.admitted)] == [f"job{i}" for i in range(6)]
     assert waits[5][0] == 3 and min(waits[5]) < 3  # it saw its position go down
     assert queue.snapshot() == {"running": [], "waiting": []}
 
@@ -177,3 +181,33 @@ def test_a_waiting_job_can_be_cancelled_and_a_full_queue_refuses(monkeypatch):
     t.join(timeout=5)
     w1.join(timeout=5)
     assert queue.snapshot() == {"running": [], "waiting": []}
+
+
+def test_a_running_job_computes_at_background_priority():
+    """Inside jobs.run the job's thread (and threads it starts) run at JOB_NICENESS; the caller's other threads
+    keep their priority."""
+    import os
+
+    seen = {}
+
+    def work(progress):
+        seen["job"] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+        child = threading.Thread(target=lambda: seen.__setitem__(
+            "child", os.getpriority(os.PRIO_PROCESS, threading.get_native_id())))
+        child.start()
+        child.join()
+        return 1
+
+    def in_thread():
+        seen["before"] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+        assert jobs.run(Job("work"), work, JobQueue(slots=1)) == 1
+        seen["after"] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    t = threading.Thread(target=in_thread)
+    t.start()
+    t.join(timeout=10)
+    main = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    assert seen["job"] == max(jobs.JOB_NICENESS, seen["before"]) and seen["child"] == seen["job"]
+    assert main == seen["before"]
+    if os.geteuid() == 0:  # lowering a nice value back needs privileges
+        assert seen["after"] == seen["before"]

@@ -231,3 +231,147 @@ def test_embedded_model_memories(gemma):
     assert len(view.memories) == 10 and len(view.lens) == gemma.adapter.n_layers
     assert view.lens[-1].after[0]["token"].strip() == "Paris"
     json.dumps(view.to_dict())
+
+
+# --- Fig. 5 on a constructed case --------------------------------------------------------------------------------
+def _deterministic_bigrams(lm, n_tokens: int, n: int) -> list[tuple[int, int]]:
+    """Token pairs (A, B) of the indexed corpus text where A occurs at least twice, never ends a chunk, and is
+    always followed by B (so A's top trigger example, whichever occurrence it is, is followed by B)."""
+    from collections import Counter, defaultdict
+
+    from editkit import corpus
+
+    succ, count, ends = defaultdict(set), Counter(), set()
+    for chunk in corpus.token_chunks(lm.tok, n_tokens, triggers.DEFAULT_SEQ_LEN):
+        for j, t in enumerate(chunk):
+            if j + 1 < len(chunk):
+                succ[t].add(chunk[j + 1])
+                count[t] += 1
+            else:
+                ends.add(t)
+    pairs, used = [], set()
+    for a in sorted(succ, key=lambda t: -count[t]):
+        b = next(iter(succ[a]))
+        if len(succ[a]) == 1 and count[a] >= 2 and a not in ends and a != lm.tok.bos_token_id and \
+                a != b and a not in used and b not in used:
+            pairs.append((a, b))
+            used |= {a, b}
+        if len(pairs) == n:
+            break
+    return pairs
+
+
+def _implant(lm, pairs, wrong: bool = False) -> list[int]:
+    """Layer 0 of a tiny GPT-2, rebuilt so memory i_j is "token A_j -> promote B_j" (the key fires on A_j, the
+    value points at B_j's output embedding); `wrong` pairs each key with another pair's B. Attention and position
+    embeddings of layer 0 are zeroed, so the MLP reads exactly the normalized token embedding."""
+    m = lm.model.transformer
+    d = lm.adapter.d_model
+    gen = torch.Generator().manual_seed(0)
+    E = torch.randn(d, len(pairs), generator=gen)
+    E = torch.linalg.qr(E - E.mean(0, keepdim=True))[0]  # orthonormal, zero-mean columns (LayerNorm keeps them)
+    memories = list(range(7, 7 + 3 * len(pairs), 3))
+    with torch.no_grad():
+        m.wpe.weight.zero_()
+        m.h[0].attn.c_proj.weight.zero_()
+        m.h[0].attn.c_proj.bias.zero_()
+        wte = m.wte.weight
+        for j, (a, _) in enumerate(pairs):
+            wte[a] = 30.0 * E[:, j]  # LayerNorm turns it into sqrt(d) * E_j: the key reads 8 there
+        for j, (i, (a, b)) in enumerate(zip(memories, pairs)):
+            b = pairs[(j + 1) % len(pairs)][1] if wrong else b
+            v = wte[b] - E @ (E.T @ wte[b])  # no component along the keys' directions (A's logits stay 0)
+            m.h[0].mlp.c_fc.weight[:, i] = E[:, j]
+            m.h[0].mlp.c_fc.bias[i] = 0.0
+            m.h[0].mlp.c_proj.weight[i] = 3.0 * v / v.norm()
+    return memories
+
+
+def test_fig5_finds_an_implanted_memory():
+    """A memory whose key fires on token A and whose value promotes token B, where B always follows A in the text:
+    the trigger index finds A as the key's top trigger, the value's top token is B, so Fig. 5 agrees (rank 1) for
+    every implanted memory; pairing each key with another pair's B gives no agreement. The layer's agreement rate
+    (all memories of layer 0) is at least the implanted share, far above chance."""
+    from editkit.models import load_model
+
+    n_tokens = 1500
+    lm = load_model("tiny-gpt2", device="cpu")  # a private copy, rebuilt below
+    pairs = _deterministic_bigrams(lm, n_tokens, 12)
+    assert len(pairs) == 12
+    memories = _implant(lm, pairs)
+    index = triggers.build_index(lm, n_tokens)
+    rows = geva.value_agreement(lm, index, 0, memories)
+    assert [r["memory"] for r in rows] == memories
+    assert [int(index.tokens[index.where[0, 0, i]]) for i in memories] == [a for a, _ in pairs]  # keys found A
+    assert [r["next_token"] for r in rows] == [b for _, b in pairs]
+    assert all(r["agree"] and r["rank"] == 1 for r in rows), rows
+    result = geva.compute(lm, n_positions=8, memories_per_layer=lm.adapter.d_ff, index_tokens=n_tokens)
+    assert result.agreement[0] >= len(pairs) / lm.adapter.d_ff
+    assert result.agreement[0] > 20 / lm.adapter.vocab_size
+
+    wrong = load_model("tiny-gpt2", device="cpu")
+    memories = _implant(wrong, pairs, wrong=True)
+    rows = geva.value_agreement(wrong, triggers.build_index(wrong, n_tokens), 0, memories)
+    assert len(rows) == len(pairs) and not any(r["agree"] for r in rows)
+
+
+# --- readable value tokens ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("text,cls", [
+    (" Paris", "latin"), ("naïve", "latin"), (" rock-and-roll", "latin"), (" l'amour", "latin"), ("a", "punctuation"),
+    (" Москва", "other script"), ("東京", "other script"), (" القاهرة", "other script"), ("Sofia Софія", "other script"),
+    (" 1984", "number"), (" ,", "punctuation"), ("   ", "space"), ("\ufffd", "fragment"), ("<0xE3>", "fragment"),
+    ("abc1", "punctuation"), ("🙂", "punctuation"),
+])
+def test_token_classes(text, cls):
+    from editkit.memories.vocab import classify
+
+    assert classify(text) == cls
+
+
+def test_readable_marks_spaces_controls_and_fragments():
+    from editkit.memories.vocab import readable
+
+    assert readable(" Paris") == "␣Paris"
+    assert readable("a\nb\tc") == "a⏎b⇥c"
+    assert readable("x\x00") == "x\\x00"
+    assert readable("\ufffd") == "\ufffd" and readable("") == "∅"
+
+
+def test_filtered_top_keeps_true_ranks(tiny):
+    """The Latin-only list is exactly the Latin-class tokens of the full ranking, in order, with their ranks."""
+    from editkit.memories import vocab
+    from editkit.memories.inspect import value_logits
+
+    logits = value_logits(tiny, 1, [3])[0].float()
+    got = vocab.filtered_top(tiny, logits, 5, ("latin",))
+    v = vocab.vocab(tiny)
+    order = logits.argsort(descending=True).tolist()
+    want = [(i, r + 1) for r, i in enumerate(order) if v.classes[i] == "latin"][:5]
+    assert [(g["token_id"], g["rank"]) for g in got] == want
+    assert all(g["class"] == "latin" for g in got)
+
+
+def test_memories_view_adds_the_filter_without_hiding_tokens(tiny):
+    raw = memories_at(tiny, PROMPT, 1, top=3)
+    view = memories_at(tiny, PROMPT, 1, top=3, token_filter="latin")
+    assert [m.value_tokens for m in view.memories] == [m.value_tokens for m in raw.memories]
+    assert all(m.filtered_tokens and m.filtered_tokens[0]["rank"] >= 1 for m in view.memories)
+    assert all(not m.filtered_tokens for m in raw.memories)
+    with pytest.raises(EditkitError, match="token_filter"):
+        memories_at(tiny, PROMPT, 1, token_filter="cjk")
+
+
+def test_vocabulary_is_built_once_by_concurrent_sessions(tiny_by_name):
+    import threading
+
+    from editkit.memories import vocab
+
+    lm = tiny_by_name("tiny-llama")
+    vocab._VOCABS.pop((id(lm.tok), lm.adapter.vocab_size), None)
+    got = []
+    threads = [threading.Thread(target=lambda: got.append(vocab.vocab(lm))) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert len(got) == 4 and all(g is got[0] for g in got)

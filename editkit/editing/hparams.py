@@ -129,6 +129,9 @@ def load_hparams(method: str, lm_or_name, overrides: dict | None = None) -> Hpar
         data = json.loads(path.read_text())
     except ValueError as exc:
         raise EditkitError(f"{path} is not valid JSON: {exc}") from None
+    if overrides is not None and not isinstance(overrides, dict):
+        raise EditkitError(f"hyperparameters must be a JSON object like {{\"v_lr\": 0.5}}, not "
+                           f"{type(overrides).__name__}")
     hp = from_dict(spec.hparams, {**data, **(overrides or {})})
     n_layers = getattr(getattr(lm_or_name, "adapter", None), "n_layers", None)
     if n_layers is not None and any(not 0 <= l < n_layers for l in hp.layers):

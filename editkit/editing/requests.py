@@ -62,6 +62,10 @@ class EditRequest:
             raise EditkitError(f"{where}: target_new equals target_true")
         for name in ("paraphrase_prompts", "neighborhood_prompts", "generation_prompts"):
             setattr(self, name, _strings(getattr(self, name), where, name))
+        texts = [self.prompt, self.subject, self.target_new, self.target_true or ""]
+        texts += self.paraphrase_prompts + self.neighborhood_prompts + self.generation_prompts
+        if any("\x00" in t for t in texts):
+            raise EditkitError(f"{where}: a prompt, subject or target contains a NUL character")
 
     @property
     def rewrite(self) -> str:

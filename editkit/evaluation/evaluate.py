@@ -18,6 +18,7 @@ import hashlib
 import json
 import math
 import os
+import threading
 from pathlib import Path
 
 import torch
@@ -123,12 +124,14 @@ def record_metrics(pre: dict, post: dict, record, idf: dict | None) -> dict:
 compare_measurements = record_metrics  # the earlier name
 
 _IDF: dict = {}
+_IDF_LOCK = threading.Lock()  # sessions opening Edit & compare at once compute it once
 
 
 def wikitext_idf() -> dict:
     """idf over the shipped WikiText-2 paragraphs (both splits)."""
-    if not _IDF:
-        _IDF.update(idf_table(list(paragraphs("valid")) + list(paragraphs("test"))))
+    with _IDF_LOCK:
+        if not _IDF:
+            _IDF.update(idf_table(list(paragraphs("valid")) + list(paragraphs("test"))))
     return _IDF
 
 

@@ -78,6 +78,36 @@ class _ValueTops:
                 self.top[(layer, i)] = t
 
 
+def trigger_next_tokens(index, layer: int, memories) -> list[tuple[int, int]]:
+    """(i, w_i) for each memory i whose key has a top-1 trigger example followed by a token in its chunk:
+    w_i is that next token (Fig. 5's "the token that follows the key's top trigger example")."""
+    pairs = []
+    for i in memories:
+        if np.isfinite(index.values[layer, 0, i]):
+            w = index.next_id(int(index.where[layer, 0, i]))
+            if w is not None:
+                pairs.append((int(i), w))
+    return pairs
+
+
+@torch.no_grad()
+def value_agreement(lm, index, layer: int, memories, norm: bool = False, batch: int = 128) -> list[dict]:
+    """Fig. 5 memory by memory: for each memory i with a trigger example (trigger_next_tokens), w_i, the value's
+    top token argmax softmax(E v_i), the rank of w_i in it (1 = top) and whether they agree."""
+    pairs = trigger_next_tokens(index, layer, memories)
+    rows = []
+    for b in range(0, len(pairs), batch):
+        part = pairs[b:b + batch]
+        logits = lm.adapter.unembed(value_vectors(lm, layer, [i for i, _ in part]), norm=norm).float()
+        w = torch.tensor([w for _, w in part], device=logits.device)
+        lw = logits.gather(1, w.view(-1, 1))
+        ranks = ((logits > lw).sum(-1) + 1).tolist()
+        tops = logits.argmax(-1).tolist()
+        rows += [{"memory": i, "next_token": wi, "top_token": t, "rank": r, "agree": t == wi}
+                 for (i, wi), t, r in zip(part, tops, ranks)]
+    return rows
+
+
 def _sample_positions(lm, n_positions: int, seed: int, seq_len: int = 128):
     """Chunks of the validation text and, per chunk, up to 8 random non-BOS positions, until n_positions."""
     rng = np.random.default_rng(seed)
@@ -139,26 +169,14 @@ def compute(lm, n_positions: int | None = None, memories_per_layer: int | None =
     for l in range(L):
         sample = (np.arange(d_ff) if memories_per_layer >= d_ff
                   else np.sort(rng.choice(d_ff, memories_per_layer, replace=False)))
-        pairs = []
-        for i in sample.tolist():
-            if np.isfinite(index.values[l, 0, i]):
-                w = index.next_id(int(index.where[l, 0, i]))
-                if w is not None:
-                    pairs.append((i, w))
-        ranks, hits = [], 0
-        for b in range(0, len(pairs), 128):
-            part = pairs[b:b + 128]
-            logits = tops.logits(l, [i for i, _ in part])
-            w = torch.tensor([w for _, w in part])
-            lw = logits.gather(1, w.view(-1, 1))
-            ranks += ((logits > lw).sum(-1) + 1).tolist()  # rank of w_i in p_i, 1 = top
-            for (i, _), t in zip(part, logits.argmax(-1).tolist()):
-                tops.top[(l, i)] = t
-            hits += int((logits.argmax(-1) == w).sum())
-        agreement.append(hits / len(pairs) if pairs else float("nan"))
+        rows = value_agreement(lm, index, l, sample.tolist(), norm)
+        for r in rows:
+            tops.top[(l, r["memory"])] = r["top_token"]
+        ranks = [r["rank"] for r in rows]
+        agreement.append(sum(r["agree"] for r in rows) / len(rows) if rows else float("nan"))
         mean_rank.append(float(np.mean(ranks)) if ranks else float("nan"))
         median_rank.append(float(np.median(ranks)) if ranks else float("nan"))
-        n_mem.append(len(pairs))
+        n_mem.append(len(rows))
         # Fig. 8 for this layer
         tops.ensure(l, [i for row in per_layer_mem[l] for i in row])
         diff = [all(tops.top[(l, i)] != t for i in row) for row, t in zip(per_layer_mem[l], ffn_top[l])]

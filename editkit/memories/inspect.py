@@ -25,6 +25,7 @@ from ..errors import EditkitError
 from ..hooks import Hooks
 from ..sites import layers
 from ..text import check_prompt, encode, token_strings
+from . import vocab
 
 
 def label(layer: int, index: int) -> str:
@@ -67,7 +68,8 @@ class Memory:
     coefficient: float  # m_i
     value_norm: float  # ||v_i||
     contribution: float  # |m_i| * ||v_i||
-    value_tokens: list[dict]  # top tokens of unembed(v_i)
+    value_tokens: list[dict]  # top tokens of unembed(v_i), each with its class (memories/vocab.py)
+    filtered_tokens: list[dict] = field(default_factory=list)  # top tokens of a class, with their full ranks
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -139,20 +141,31 @@ def value_vectors(lm, layer: int, indices) -> torch.Tensor:
 
 
 @torch.no_grad()
+def value_logits(lm, layer: int, indices: list[int], norm: bool = False) -> torch.Tensor:
+    """unembed(v_i) for each memory (norm: final norm first; Gemma: v_i scaled by its post-MLP norm)."""
+    return lm.adapter.unembed(value_vectors(lm, layer, indices), norm=norm)
+
+
+@torch.no_grad()
 def value_tokens(lm, layer: int, indices: list[int], k: int = 5, norm: bool = False) -> list[list[dict]]:
-    """Top tokens of each value vector projected to the vocabulary: unembed(v_i) (norm: final norm first;
-    Gemma: v_i scaled by its post-MLP norm, see value_vectors)."""
+    """Top tokens of each value vector projected to the vocabulary, each with its class ("latin", "other
+    script", "fragment", ...: memories/vocab.py)."""
     if not indices:
         return []
-    logits = lm.adapter.unembed(value_vectors(lm, layer, indices), norm=norm)
-    return [top_tokens(lm, row, k) for row in logits]
+    v = vocab.vocab(lm)
+    rows = [top_tokens(lm, row, k) for row in value_logits(lm, layer, indices, norm)]
+    return [[{**t, "class": v.classes[t["token_id"]]} for t in row] for row in rows]
 
 
 @torch.no_grad()
 def memories_at(lm, prompt: str, layer: int, position: int = -1, top: int = 10, norm: bool = False,
-                k_tokens: int = 5, lens_k: int = 5) -> MemoryView:
+                k_tokens: int = 5, lens_k: int = 5, token_filter: str = "all") -> MemoryView:
     """The `top` memories of `layer` at `position` by contribution |m_i| ||v_i||, with their value tokens, and the
-    logit lens of the residual before/after the FFN at every layer (at the same position)."""
+    logit lens of the residual before/after the FFN at every layer (at the same position).
+    `token_filter="latin"` adds, per memory, its top Latin-script words with their ranks in the full vocabulary
+    (the raw top tokens stay)."""
+    if token_filter not in vocab.FILTERS:
+        raise EditkitError(f"token_filter must be one of {', '.join(vocab.FILTERS)}, not {token_filter!r}")
     check_prompt(lm, prompt)
     layer = check_layer(lm, layer)
     if top < 1:
@@ -167,8 +180,11 @@ def memories_at(lm, prompt: str, layer: int, position: int = -1, top: int = 10, 
     c, idx = contribution.topk(min(top, contribution.numel()))
     idx = [int(i) for i in idx]
     vt = value_tokens(lm, layer, idx, k_tokens, norm)
-    memories = [Memory(layer, i, label(layer, i), float(m[i]), float(v_norm[i]), float(ci), toks)
-                for i, ci, toks in zip(idx, c, vt)]
+    classes = vocab.FILTERS[token_filter]
+    ft = [vocab.filtered_top(lm, row, k_tokens, classes) for row in value_logits(lm, layer, idx, norm)] \
+        if classes else [[] for _ in idx]
+    memories = [Memory(layer, i, label(layer, i), float(m[i]), float(v_norm[i]), float(ci), toks, f)
+                for i, ci, toks, f in zip(idx, c, vt, ft)]
     L = a.n_layers
     res = torch.cat([cap["before"][:, pos], cap["after"][:, pos]])  # (2L, d)
     logits = a.unembed(res, norm=True)

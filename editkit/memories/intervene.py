@@ -39,13 +39,15 @@ class InterventionResult:
         return asdict(self)
 
 
-def parse_memory(text: str) -> tuple[int, int]:
-    """'L3.M17' (or '3:17') -> (3, 17)."""
+def parse_memory(text: str, lm=None) -> tuple[int, int]:
+    """'L3.M17' (or '3:17') -> (3, 17); with `lm`, a layer or memory the model does not have is an error."""
     s = text.strip().upper().replace("L", "").replace("M", "").replace(":", ".")
     try:
         layer, index = (int(x) for x in s.split("."))
     except ValueError as exc:
         raise EditkitError(f"memory '{text}' should look like L3.M17") from exc
+    if lm is not None:
+        layer, index = check_layer(lm, layer), check_memory(lm, index)
     return layer, index
 
 

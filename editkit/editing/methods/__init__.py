@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -58,13 +59,21 @@ def unregister(name: str) -> None:
     _REGISTRY.pop(name, None)
 
 
+_LOAD_LOCK = threading.RLock()
+
+
 def _load_builtins() -> None:
+    """Import every method module once. Sessions of a served app ask at the same time: the others wait until the
+    registry is complete (marking it loaded before the imports let a second caller see it empty)."""
     global _loaded
     if _loaded:
         return
-    _loaded = True
-    for info in pkgutil.iter_modules(__path__):
-        importlib.import_module(f"{__name__}.{info.name}")
+    with _LOAD_LOCK:
+        if _loaded:
+            return
+        for info in pkgutil.iter_modules(__path__):
+            importlib.import_module(f"{__name__}.{info.name}")
+        _loaded = True
 
 
 def all_methods() -> list[Method]:
