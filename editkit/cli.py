@@ -12,7 +12,8 @@ import sys
 
 from .errors import EditkitError
 
-COMMANDS = ["models", "predict", "trace", "edit", "evaluate", "bench", "memories", "triggers", "similarity"]
+COMMANDS = ["models", "predict", "trace", "edit", "evaluate", "bench", "memories", "triggers", "similarity", "sweep",
+            "bleed"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -22,6 +22,7 @@ from ..scoring import target_ids
 from ..sites import Site, parse, site
 from ..text import find_subject_range
 from .context import context_templates
+from .memo import memoized
 from .requests import EditRequest
 
 
@@ -333,6 +334,7 @@ def _adam(p: torch.Tensor, g: torch.Tensor, state: dict, lr: float, t: int, b1=0
     p.sub_(lr * (state["m"] / (1 - b1 ** t)) / ((state["v"] / (1 - b2 ** t)).sqrt() + eps))
 
 
+@memoized  # only inside memo.reuse_targets() (sweeps): an identical optimisation is reused, not recomputed
 def optimize_targets_batch(lm, requests: list[EditRequest], layer: int, sites: tuple[str, ...], hp,
                            adaptive: bool = False, progress=None, reference: bool = False) -> list[dict]:
     """Optimize one delta per site and request at `layer`; for each request returns
