@@ -13,14 +13,14 @@ import sys
 from .errors import EditkitError
 
 COMMANDS = ["models", "predict", "trace", "edit", "evaluate", "bench", "memories", "triggers", "similarity", "sweep",
-            "bleed"]
+            "bleed", "layer-sweep"]
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m editkit", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     for name in COMMANDS:
-        importlib.import_module(f"editkit.commands.{name}").register(sub)
+        importlib.import_module(f"editkit.commands.{name.replace('-', '_')}").register(sub)
     return parser
 
 
