@@ -13,11 +13,15 @@ def register(sub):
     p.add_argument("--methods", default=",".join(names()), help=f"comma-separated: {', '.join(names())}")
     p.add_argument("--n", type=int, default=100, help="records to edit (the first N of the set)")
     p.add_argument("--batch", type=int, default=1, help="requests per edit (1 = one edit per record)")
-    p.add_argument("--set", dest="set_name", default="counterfact", help="evaluation set (see --list-sets)")
+    p.add_argument("--set", dest="set_name", default="counterfact",
+                   help="a shipped set (see --list-sets) or a .json/.jsonl file of CounterFact (ROME schema), "
+                        "EasyEdit or zsRE (MEND schema) records")
     p.add_argument("--list-sets", action="store_true", help="list the shipped evaluation sets and exit")
     p.add_argument("--gen-prompts", type=int, default=1,
                    help="generation prompts per record for fluency/consistency (ROME: 10; 0 = none)")
     p.add_argument("--gen-tokens", type=int, default=40, help="tokens sampled per generation prompt (ROME: 100)")
+    p.add_argument("--greedy-tokens", type=int, default=12,
+                   help="greedy tokens for the generation-based efficacy (QAEdit; 0 = off)")
     p.add_argument("--ppl-tokens", type=int, default=2048, help="WikiText tokens for perplexity (--sequential)")
     p.add_argument("--out", default=None, help="results folder (default: the editkit cache); reruns resume")
     p.add_argument("--sequential", action="store_true",
@@ -34,9 +38,10 @@ def run(args):
     methods = [m.strip().lower() for m in args.methods.split(",") if m.strip()]
     if not methods:
         raise EditkitError("give at least one method")
-    if args.n < 1 or args.batch < 1 or args.gen_prompts < 0 or args.gen_tokens < 1 or args.ppl_tokens < 2:
-        raise EditkitError("--n, --batch and --gen-tokens must be at least 1, --gen-prompts at least 0, "
-                           "--ppl-tokens at least 2")
+    if (args.n < 1 or args.batch < 1 or args.gen_prompts < 0 or args.gen_tokens < 1 or args.ppl_tokens < 2
+            or args.greedy_tokens < 0):
+        raise EditkitError("--n, --batch and --gen-tokens must be at least 1, --gen-prompts and --greedy-tokens at "
+                           "least 0, --ppl-tokens at least 2")
     load_eval_set(args.set_name, 1)  # an unknown set fails before the model loads
     lm = load(args)
 
@@ -47,7 +52,8 @@ def run(args):
         return sequential(lm, methods[0], load_eval_set(args.set_name, args.n), ppl_tokens=args.ppl_tokens,
                           progress=progress)
     return evaluate(lm, methods, n=args.n, batch=args.batch, set_name=args.set_name, n_gen=args.gen_prompts,
-                    gen_tokens=args.gen_tokens, out_dir=args.out, progress=progress)
+                    gen_tokens=args.gen_tokens, out_dir=args.out, progress=progress,
+                    greedy_tokens=args.greedy_tokens)
 
 
 def _fmt(cell):
@@ -76,8 +82,10 @@ def show(out):
                   f"||dW||/||W|| {r['total_relative_norm']:.3f} ppl {r['perplexity']:.2f}{flag}")
         return
     print(f"{out['model']} on {out['set']} ({out['n']} records, batch {out['batch']}); mean ± 95% half-width")
-    cols = ["score", "efficacy", "generalization", "specificity", "fluency", "consistency"]
-    print(f"{'':14s}" + "".join(f"{c.capitalize():>15s}" for c in cols) + "   s/request")
+    cols = ["score", "efficacy", "generalization", "specificity", "fluency", "consistency", "gen_efficacy",
+            "gen_generalization"]
+    names = {"gen_efficacy": "Gen. eff.", "gen_generalization": "Gen. gen."}
+    print(f"{'':14s}" + "".join(f"{names.get(c, c.capitalize()):>15s}" for c in cols) + "   s/request")
     def line(t, when):
         # Score = harmonic mean of the mean efficacy, generalization and specificity (PMET Table 1)
         return "".join(f"{_fmt({'mean': t.get(when + '_table_score')} if c == 'score' else t.get(when + '_' + c)):>15s}"
@@ -89,5 +97,7 @@ def show(out):
         print(f"{method.upper():14s}{line(t, 'post')}   {_f(t['seconds_per_request'], '.1f')}")
     g = out["generation"]
     print(f"generation: {g['n_gen']} prompt(s) x {g['gen_tokens']} tokens per record ({g['sampling']}, seed "
-          f"{g['seed']}); {out['computed_records']} record(s) computed now, the rest read from the results files")
+          f"{g['seed']}); Gen. eff./gen. = greedy {g.get('greedy_tokens', 0)}-token continuation of the rewrite/"
+          f"paraphrase prompts says the new target and not the true one (QAEdit); {out['computed_records']} "
+          "record(s) computed now, the rest read from the results files")
     print(out["notes"])

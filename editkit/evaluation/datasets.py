@@ -154,35 +154,35 @@ def record_kind(d: dict) -> str:
 
 
 def parse_set_text(text: str, label: str = "records", jsonl: bool | None = None) -> list[dict]:
-    """The records of a JSON list (or an object with a "records" / "data" list) or of JSON lines; errors name the
-    line or say what the top level is."""
+    """The records of a JSON list (or an object with a "records" / "data" list) or of JSON lines (`jsonl`; None:
+    JSON first, then JSON lines when the text has several lines); errors name the line or the top level."""
     stripped = text.lstrip("\ufeff").strip()
     if not stripped:
         raise EditkitError(f"{label} is empty")
-    if jsonl is None:
-        jsonl = not stripped.startswith("[") and "\n" in stripped and not stripped.startswith("{\n")
-    if jsonl:
-        rows = []
-        for no, line in enumerate(stripped.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except ValueError as exc:
-                raise EditkitError(f"{label}, line {no}: not valid JSON ({exc})") from None
-        return rows
-    try:
-        data = json.loads(stripped)
-    except ValueError as exc:
-        raise EditkitError(f"{label} is not valid JSON: {exc}") from None
-    if isinstance(data, dict):
-        for key in ("records", "data"):
-            if isinstance(data.get(key), list):
-                return data[key]
-        return [data]
-    if not isinstance(data, list):
-        raise EditkitError(f"{label} must hold a list of records, not {type(data).__name__}")
-    return data
+    if not jsonl:
+        try:
+            data = json.loads(stripped)
+        except ValueError as exc:
+            if jsonl is False or len([l for l in stripped.splitlines() if l.strip()]) < 2:
+                raise EditkitError(f"{label} is not valid JSON: {exc}") from None
+        else:
+            if isinstance(data, dict):
+                for key in ("records", "data"):
+                    if isinstance(data.get(key), list):
+                        return data[key]
+                return [data]
+            if not isinstance(data, list):
+                raise EditkitError(f"{label} must hold a list of records, not {type(data).__name__}")
+            return data
+    rows = []
+    for no, line in enumerate(stripped.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except ValueError as exc:
+            raise EditkitError(f"{label}, line {no}: not valid JSON ({exc})") from None
+    return rows
 
 
 def records_from(rows: list, label: str = "records", n: int | None = None, name: str = "file") -> list[EvalRecord]:
@@ -231,7 +231,7 @@ def load_eval_file(path, n: int | None = None) -> list[EvalRecord]:
         text = p.read_text(encoding="utf-8")
     except (OSError, ValueError, UnicodeDecodeError) as exc:
         raise EditkitError(f"cannot read the records file {str(path)[:200]!r}: {exc}") from None
-    rows = parse_set_text(text, label, jsonl=p.suffix.lower() == ".jsonl")
+    rows = parse_set_text(text, label, jsonl=True if p.suffix.lower() == ".jsonl" else None)
     return records_from(rows, label, n, name=set_id(path))
 
 

@@ -277,7 +277,9 @@ def evaluate(lm, methods: list[str], n: int | None = 100, batch: int = 1, set_na
 
 
 NOTES = {
-    "counterfact": "rates and magnitudes x100 as in ROME/MEMIT/PMET; efficacy/generalization/specificity = "
+    "counterfact": "rates and magnitudes x100 as in ROME/MEMIT/PMET; gen_efficacy/gen_generalization = greedy "
+                   "continuation of the rewrite/paraphrase prompts says target_new and no longer target_true "
+                   "(QAEdit, arXiv 2502.11177); efficacy/generalization/specificity = "
                    "P(new) > P(true) on rewrite/paraphrase, P(true) > P(new) on neighborhood prompts, from mean "
                    "per-token NLLs; Score = harmonic mean of the three mean rates; fluency = weighted bi-/tri-gram "
                    "entropy x100 of the generations (setting in 'generation'); consistency = TF-IDF cosine x100 of "
