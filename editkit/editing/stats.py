@@ -158,6 +158,12 @@ def _save(C, meta, path):
                                                 metadata={"provenance": json.dumps(meta)}))
 
 
+def missing(lm, layers, n_tokens: int, module: str = "down_proj") -> list[int]:
+    """The layers whose statistics are not cached yet (what a first edit will compute)."""
+    return [l for l in ([layers] if isinstance(layers, int) else sorted(set(layers)))
+            if not _path(lm, l, n_tokens, module).exists()]
+
+
 def provenance(lm, layer: int, n_tokens: int) -> dict | None:
     hit = _load(lm, layer, n_tokens)
     return hit[1] if hit else None
