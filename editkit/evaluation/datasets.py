@@ -245,3 +245,23 @@ def set_id(name) -> str:
     except OSError:
         data = str(name).encode()
     return f"{p.stem}-{hashlib.sha1(data).hexdigest()[:10]}"
+
+
+def save_upload(name: str, data: bytes, folder=None) -> Path:
+    """Keep an uploaded records file (the app's file picker) as <stem>-<digest><suffix> in the cache and check it
+    loads (errors name the record); returns its path, usable wherever a set name is."""
+    from ..paths import cache_dir
+
+    suffix = ".jsonl" if str(name).lower().endswith(".jsonl") else ".json"
+    stem = Path(str(name)).stem or "records"
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise EditkitError(f"{name} is not UTF-8 text: {exc}") from None
+    records_from(parse_set_text(text, str(name), jsonl=True if suffix == ".jsonl" else None), str(name))
+    folder = Path(folder) if folder else cache_dir("uploads")
+    path = folder / f"{''.join(c if c.isalnum() or c in '-_' else '-' for c in stem)[:60]}-" \
+                    f"{hashlib.sha1(data).hexdigest()[:10]}{suffix}"
+    if not path.exists():
+        path.write_bytes(data)
+    return path

@@ -53,18 +53,26 @@ def trace_profile(lm, request: EditRequest, kind: str = "mlp", samples: int = 10
     answer = request.target_true
     with isolation.session(lm):
         r = trace(lm, request.rewrite, request.subject, answer, kinds=kind, samples=samples, seed=seed)[kind]
-    t = r.subject_range[1] - 1
-    row = r.scores[t]
+    return profile_of(r.to_dict())
+
+
+def profile_of(trace_result: dict) -> dict:
+    """The row of a trace (TraceResult.to_dict()) at the subject's last token, per layer, and its peak layer."""
+    r = trace_result
+    t = r["subject_range"][1] - 1
+    row = r["scores"][t]
     peak = max(range(len(row)), key=row.__getitem__)
-    return {"kind": kind, "answer": r.answer, "token": r.tokens[t], "token_index": t, "scores": row,
-            "indirect_effect": [s - r.low_score for s in row], "peak_layer": peak, "low_score": r.low_score,
-            "high_score": r.high_score, "trace": r.to_dict()}
+    return {"kind": r["kind"], "answer": r["answer"], "token": r["tokens"][t], "token_index": t, "scores": row,
+            "indirect_effect": [s - r["low_score"] for s in row], "peak_layer": peak, "low_score": r["low_score"],
+            "high_score": r["high_score"], "trace": r}
 
 
 def layer_sweep(lm, request, layers=None, method: str = "rome", hparams: dict | None = None,
-                trace_kind: str | None = "mlp", samples: int = 10, progress=None) -> dict:
+                trace_kind: str | None = "mlp", samples: int = 10, progress=None,
+                trace_result: dict | None = None) -> dict:
     """Edit `request` at each of `layers` (default: every layer) with a one-layer method and measure it; with a
-    `trace_kind`, also trace it. The model is unchanged afterwards."""
+    `trace_kind`, also trace it (or use `trace_result`, a trace of the same prompt already computed). The model is
+    unchanged afterwards."""
     spec = get(method)
     record = as_record(request)
     request = record.request
@@ -97,8 +105,8 @@ def layer_sweep(lm, request, layers=None, method: str = "rome", hparams: dict | 
                      "rewrite_score": (p_post - p_pre) / max(1 - p_pre, 1e-12), "p_new": p_post,
                      "relative_norm": max((v["relative_norm"] for v in result.info["norms"].values()), default=0),
                      "seconds": round(time.perf_counter() - start, 2)})
-    profile = None
-    if trace_kind:
+    profile = profile_of(trace_result) if trace_result else None
+    if trace_kind and profile is None:
         say(0.9, f"causal trace ({trace_kind}, {samples} samples)")
         profile = trace_profile(lm, request, trace_kind, samples)
     say(1.0, "layer sweep done")
