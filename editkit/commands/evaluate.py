@@ -1,5 +1,6 @@
 """`python -m editkit evaluate --methods rome,memit,pmet --n 100 [--batch 1|10|100] [--set counterfact] --json`:
 edit and measure records of a shipped evaluation set; a table like PMET's Table 1; resumable."""
+import json
 import sys
 
 from ..cli import add_model_arg, load
@@ -22,6 +23,10 @@ def register(sub):
     p.add_argument("--gen-tokens", type=int, default=40, help="tokens sampled per generation prompt (ROME: 100)")
     p.add_argument("--greedy-tokens", type=int, default=12,
                    help="greedy tokens for the generation-based efficacy (QAEdit; 0 = off)")
+    p.add_argument("--hparams-json", default=None,
+                   help='overrides per method as JSON, e.g. \'{"rome": {"mom2_shrinkage": 0}}\'')
+    p.add_argument("--reuse-targets", action="store_true",
+                   help="reuse target vectors of earlier runs that differ only in the solve (statistics, lambda)")
     p.add_argument("--ppl-tokens", type=int, default=2048, help="WikiText tokens for perplexity (--sequential)")
     p.add_argument("--out", default=None, help="results folder (default: the editkit cache); reruns resume")
     p.add_argument("--sequential", action="store_true",
@@ -43,6 +48,14 @@ def run(args):
         raise EditkitError("--n, --batch and --gen-tokens must be at least 1, --gen-prompts and --greedy-tokens at "
                            "least 0, --ppl-tokens at least 2")
     load_eval_set(args.set_name, 1)  # an unknown set fails before the model loads
+    hparams = None
+    if args.hparams_json:
+        try:
+            hparams = json.loads(args.hparams_json)
+        except ValueError as exc:
+            raise EditkitError(f"--hparams-json is not valid JSON: {exc}") from None
+        if not isinstance(hparams, dict) or not all(isinstance(v, dict) for v in hparams.values()):
+            raise EditkitError('--hparams-json must map methods to overrides: {"rome": {"v_lr": 0.1}}')
     lm = load(args)
 
     def progress(f, msg):
@@ -53,7 +66,7 @@ def run(args):
                           progress=progress)
     return evaluate(lm, methods, n=args.n, batch=args.batch, set_name=args.set_name, n_gen=args.gen_prompts,
                     gen_tokens=args.gen_tokens, out_dir=args.out, progress=progress,
-                    greedy_tokens=args.greedy_tokens)
+                    greedy_tokens=args.greedy_tokens, hparams=hparams, reuse_targets=args.reuse_targets)
 
 
 def _fmt(cell):

@@ -21,6 +21,7 @@ import hashlib
 import json
 import math
 import os
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -205,13 +206,24 @@ def _append(path: Path, row: dict) -> None:
 
 def evaluate(lm, methods: list[str], n: int | None = 100, batch: int = 1, set_name: str = "counterfact",
              n_gen: int = N_GEN, gen_tokens: int = GEN_TOKENS, hparams: dict | None = None,
-             out_dir: str | Path | None = None, progress=None, greedy_tokens: int = GREEDY_TOKENS) -> dict:
+             out_dir: str | Path | None = None, progress=None, greedy_tokens: int = GREEDY_TOKENS,
+             reuse_targets: bool = False) -> dict:
     """Edit and measure the first `n` records of `set_name` (a shipped set or a records file) with each method,
     `batch` requests per edit.
 
     `hparams` = {method: overrides}. Results go to `out_dir` (default: the editkit cache), one JSONL file per
     (model, method, batch, set, hparams, generation setting); a rerun skips the records already there.
-    Pre-edit measurements are cached per (model, set, generation setting). Returns the summary table."""
+    Pre-edit measurements are cached per (model, set, generation setting). `reuse_targets` shares optimized target
+    vectors with earlier runs whose settings differ only in the solve (editing/memo.py). Returns the summary table."""
+    from ..editing.memo import reuse_targets as reuse
+
+    with reuse() if reuse_targets else nullcontext():
+        return _evaluate(lm, methods, n, batch, set_name, n_gen, gen_tokens, hparams, out_dir, progress,
+                         greedy_tokens)
+
+
+def _evaluate(lm, methods, n, batch, set_name, n_gen, gen_tokens, hparams, out_dir, progress,
+              greedy_tokens) -> dict:
     if isinstance(methods, str):
         methods = [m.strip() for m in methods.split(",") if m.strip()]
     methods = [m.lower() for m in methods]
