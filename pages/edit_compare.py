@@ -130,9 +130,12 @@ def show_results(out: dict) -> None:
         "on paraphrases; specificity: the true target still wins on neighborhood prompts (other subjects). Score = "
         "harmonic mean of the three. Fluency = weighted bi-/tri-gram entropy of generated text ×100 (repetition lowers "
         "it); consistency = TF-IDF cosine with reference text about the new target ×100 (only for CounterFact records). "
-        "Reliability/generalization (acc) are EasyEdit's teacher-forced token accuracies."
+        "Reliability/generalization (acc) are EasyEdit's teacher-forced token accuracies. Generation efficacy / "
+        "generalization (QAEdit): the greedy continuation of the rewrite / paraphrase prompts says the new target "
+        "and no longer the true one, what a user actually reads."
     )
     KEYS = [("efficacy", "Efficacy"), ("generalization", "Generalization"), ("specificity", "Specificity"),
+            ("gen_efficacy", "Generation efficacy"), ("gen_generalization", "Generation generalization"),
             ("score", "Score"), ("efficacy_magnitude", "Efficacy magn."), ("specificity_magnitude", "Specificity magn."),
             ("fluency", "Fluency"), ("consistency", "Consistency"), ("reliability", "Reliability (acc)"),
             ("generalization_acc", "Generalization (acc)")]
