@@ -63,12 +63,12 @@ def _code_digest() -> str:
     return hashlib.sha1((Path(__file__).parent / "targets.py").read_bytes()).hexdigest()[:12]
 
 
-def memo_key(lm, requests, layer: int, sites, hp, adaptive: bool) -> str:
+def memo_key(lm, requests, layer: int, sites, hp, adaptive: bool, reference: bool = False) -> str:
     """The digest that identifies one target optimisation (see the module docstring)."""
     hp_part = {f.name: getattr(hp, f.name) for f in fields(hp) if f.name not in SOLVE_ONLY}
     req_part = [[r.prompt, r.subject, r.target_new] for r in requests]
     text = json.dumps([lm.name, fingerprint(lm), req_part, layer, list(sites), hp_part, bool(adaptive),
-                       _code_digest()], sort_keys=True, default=str)
+                       _code_digest()] + (["reference"] if reference else []), sort_keys=True, default=str)
     return hashlib.sha1(text.encode()).hexdigest()[:20]
 
 
@@ -111,7 +111,7 @@ def memoized(optimize):
         memo = _ACTIVE.get()
         if memo is None:
             return optimize(lm, requests, layer, sites, hp, adaptive, progress, reference)
-        key = memo_key(lm, requests, layer, sites, hp, adaptive)
+        key = memo_key(lm, requests, layer, sites, hp, adaptive, reference)
         if key not in memo.entries and memo.disk:
             hit = STORE.get(STORE.path(lm.name, ".safetensors", key=key), lambda p: _read(p, lm.device))
             if hit is not None:
