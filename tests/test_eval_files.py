@@ -110,3 +110,17 @@ def test_cli_evaluate_own_file(tmp_path, capsys):
     assert main(["evaluate", "--model", "tiny-gpt2", "--methods", "rome", "--set", str(bad)]) == 2
     err = capsys.readouterr().err
     assert "bad.json, record 2 (case_id 3)" in err
+
+
+def test_uploads_are_checked_and_kept_by_content(tmp_path):
+    from editkit.evaluation.datasets import save_upload
+
+    data = json.dumps([EASYEDIT]).encode()
+    path = save_upload("my set.json", data, tmp_path)
+    assert path.parent == tmp_path and path.suffix == ".json" and path.read_bytes() == data
+    assert save_upload("my set.json", data, tmp_path) == path  # same content, same file
+    assert load_eval_set(str(path))[0].request.target_new == " Sega"
+    with pytest.raises(EditkitError, match=r"x.jsonl, line 1"):
+        save_upload("x.jsonl", b"{oops", tmp_path)
+    with pytest.raises(EditkitError, match="not UTF-8"):
+        save_upload("x.json", b"\xff\xfe", tmp_path)
