@@ -340,7 +340,8 @@ def bleed_section(lm, records, overrides) -> None:
         with ui.guard("bleed map"):
             bar = st.progress(0.0, text="editing")
             st.session_state["ec_bleed"] = bleed_map(
-                lm, method, records[0].request, overrides.get(method), n_facts=int(n_facts),
+                lm, method, records[0].request, overrides.get(method), relation=records[0].relation,
+                n_facts=int(n_facts),
                 progress=lambda f, m: bar.progress(min(f, 1.0), text=m))
             bar.empty()
     out = st.session_state.get("ec_bleed")

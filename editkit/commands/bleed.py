@@ -24,7 +24,8 @@ def register(sub):
     p.set_defaults(func=run, show=show)
 
 
-def _request(args):
+def _record(args):
+    """(request, relation or None) from --requests or --set/--record."""
     from ..editing.requests import parse_requests
     from ..evaluation.datasets import load_eval_set
 
@@ -32,7 +33,7 @@ def _request(args):
         reqs = parse_requests(args.requests)
         if len(reqs) != 1:
             raise EditkitError(f"{args.requests} holds {len(reqs)} requests; a bleed map is for one")
-        return reqs[0]
+        return reqs[0], None
     if args.record is None:
         raise EditkitError("give --requests FILE or --record I (of --set)")
     if args.record < 0:
@@ -40,7 +41,11 @@ def _request(args):
     records = load_eval_set(args.set_name, args.record + 1)
     if len(records) <= args.record:
         raise EditkitError(f"{args.set_name} has only {len(records)} records")
-    return records[args.record].request
+    return records[args.record].request, records[args.record].relation
+
+
+def _request(args):
+    return _record(args)[0]
 
 
 def run(args):
@@ -51,7 +56,7 @@ def run(args):
     get(args.method)
     if args.facts < 0:
         raise EditkitError("--facts must be at least 0")
-    request = _request(args)
+    request, relation = _record(args)
     overrides = load_hparams_file(args.hparams) if args.hparams else {}
     if args.hparams_json:
         try:
@@ -62,8 +67,8 @@ def run(args):
             raise EditkitError("--hparams-json must be a JSON object")
         overrides.update(extra)
     lm = load(args)
-    return bleed_map(lm, args.method, request, overrides or None, relation=args.relation, n_facts=args.facts,
-                     extra=args.prompt,
+    return bleed_map(lm, args.method, request, overrides or None, relation=args.relation or relation,
+                     n_facts=args.facts, extra=args.prompt,
                      progress=lambda f, m: print(f"[{100 * f:5.1f}%] {m}", file=sys.stderr, flush=True))
 
 

@@ -49,11 +49,11 @@ OUTPUT_SITE = {"down_proj": "mlp_out", "o_proj": "attn_out"}  # the site carryin
 
 
 @lru_cache(maxsize=1)
-def _relations() -> dict[str, str]:
-    """Prompt template ("{} is located in") -> Wikidata relation id, from the shipped records that have one."""
-    out = {}
+def _relations() -> dict[str, set]:
+    """Prompt template ("{} is located in") -> the Wikidata relation ids of the shipped records using it."""
+    out: dict[str, set] = {}
     for f in known_facts():
-        out.setdefault(f["prompt"].replace(f["subject"], "{}", 1), f["relation_id"])
+        out.setdefault(f["prompt"].replace(f["subject"], "{}", 1), set()).add(f["relation_id"])
     try:
         cf = json.loads((DATA / "counterfact" / "counterfact_500.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -61,13 +61,15 @@ def _relations() -> dict[str, str]:
     for d in cf:
         rw = d.get("requested_rewrite", {})
         if rw.get("prompt") and rw.get("relation_id"):
-            out.setdefault(rw["prompt"], rw["relation_id"])
+            out.setdefault(rw["prompt"], set()).add(rw["relation_id"])
     return out
 
 
 def relation_of(request: EditRequest) -> str | None:
-    """The Wikidata relation of a request's prompt template when a shipped record uses the same template."""
-    return _relations().get(request.prompt)
+    """The Wikidata relation of a request's prompt template when the shipped records use that template for one
+    relation only ("{} is located in" serves four: None, pass the relation instead)."""
+    found = _relations().get(request.prompt, set())
+    return next(iter(found)) if len(found) == 1 else None
 
 
 def prompts_for(request: EditRequest, relation: str | None = None, n_facts: int = 20,

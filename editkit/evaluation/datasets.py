@@ -56,10 +56,12 @@ class EvalRecord:
     locality: list[tuple[str, str]] = field(default_factory=list)  # (prompt, answer with leading space)
     kind: str = "counterfact"  # metric family: "counterfact" or "zsre"
     source: str = ""  # "<set>:<case_id>"
+    relation: str | None = None  # Wikidata relation id when the record has one (CounterFact's ROME schema)
 
     def to_dict(self) -> dict:
         return {"request": self.request.to_dict(), "reference_text": self.reference_text,
-                "locality": [list(p) for p in self.locality], "kind": self.kind, "source": self.source}
+                "locality": [list(p) for p in self.locality], "kind": self.kind, "source": self.source,
+                "relation": self.relation}
 
 
 def _answer(a: str) -> str:
@@ -107,7 +109,9 @@ def _to_record(d: dict, i: int, kind: str, name: str) -> EvalRecord | None:
         locality = [(p, request.target_true) for p in request.neighborhood_prompts]
     else:
         locality = []
-    return EvalRecord(request, reference, locality, kind, f"{name}:{request.case_id}")
+    relation = (d.get("requested_rewrite") or {}).get("relation_id") if isinstance(d.get("requested_rewrite"),
+                                                                                   dict) else None
+    return EvalRecord(request, reference, locality, kind, f"{name}:{request.case_id}", relation)
 
 
 def _check_n(n):
