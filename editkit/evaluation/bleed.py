@@ -75,14 +75,16 @@ def relation_of(request: EditRequest) -> str | None:
 def prompts_for(request: EditRequest, relation: str | None = None, n_facts: int = 20,
                 extra: list[str] | None = None) -> list[dict]:
     """The prompts a bleed map measures: rewrite and paraphrases (references), the request's neighbourhood
-    prompts, up to n_facts known facts of the same relation (other subjects) and `extra` prompts."""
+    prompts, up to n_facts known facts of the same relation (other subjects whose answer is not target_new
+    already) and `extra` prompts."""
     rows = [{"prompt": request.rewrite, "source": "rewrite"}]
     rows += [{"prompt": p, "source": "paraphrase"} for p in request.paraphrase_prompts]
     rows += [{"prompt": p, "source": "neighborhood"} for p in request.neighborhood_prompts]
     relation = relation or relation_of(request)
     if relation and n_facts > 0:
         same = [f for f in known_facts() if f["relation_id"] == relation and f["subject"] != request.subject
-                and request.subject not in f["prompt"]]
+                and request.subject not in f["prompt"]
+                and f["attribute"].strip() != request.target_new.strip()]  # already true: not a side effect
         rows += [{"prompt": f["prompt"], "source": "known fact", "subject": f["subject"],
                   "true": " " + f["attribute"].strip()} for f in same[:n_facts]]
     rows += [{"prompt": p, "source": "extra"} for p in (extra or []) if p.strip()]
