@@ -9,7 +9,9 @@ def test_first_edit_reports_progress_with_time_estimates(tiny_by_name, tmp_path,
     monkeypatch.setenv("EDITKIT_CACHE", str(tmp_path))
     lm = tiny_by_name("tiny-llama")
     hp = load_hparams("rome", lm, {"v_num_grad_steps": 2})
-    assert first_use(lm, hp) == {"statistics": {"down_proj": list(hp.layers)}, "templates": True}
+    assert first_use(lm, hp) == {"statistics": {"down_proj": {"all": list(hp.layers)}}, "templates": True}
+    with_entities = first_use(lm, hp.replace(mom2_entity_weight=0.5))["statistics"]
+    assert with_entities == {"down_proj": {"all": list(hp.layers), "entities": list(hp.layers)}}
     seen = []
     run_edit(lm, "rome", [REQ], hp, progress=lambda f, m: seen.append((f, m)))
     fractions = [f for f, _ in seen]
@@ -28,5 +30,5 @@ def test_pmet_ablation_needs_the_w_o_statistics_too(tiny_by_name, tmp_path, monk
     lm = tiny_by_name("tiny-llama")
     hp = load_hparams("pmet", lm, {"update_attn": True})
     need = first_use(lm, hp)["statistics"]
-    assert need == {"down_proj": list(hp.layers), "o_proj": list(hp.layers)}
+    assert need == {"down_proj": {"all": list(hp.layers)}, "o_proj": {"all": list(hp.layers)}}
     assert "down_proj" not in first_use(lm, load_hparams("rome", lm, {"mom2_adjustment": False}))["statistics"]

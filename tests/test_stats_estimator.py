@@ -66,3 +66,37 @@ def test_more_tokens_than_the_split_uses_all_of_it(tiny_by_name, tmp_path, monke
     meta = provenance(lm, 0, n + 10 ** 6)
     assert meta["tokens"] >= n  # every token of the split (plus the BOS rows, if the tokenizer adds them)
     assert calls[-1][0] == pytest.approx(1.0) and "left" in calls[len(calls) // 2][1]
+
+
+def test_entity_mask_marks_capitalised_words_but_not_sentence_starts(tiny_by_name):
+    from editkit.editing.stats import entity_mask
+
+    lm = tiny_by_name("tiny-gpt2")
+    text = "The Space Needle is in downtown Seattle. It was built by John Graham. New York is big."
+    ids = lm.tok(text)["input_ids"]
+    marked = [lm.tok.decode([i]) for i, m in zip(ids, entity_mask(lm.tok, ids)) if m]
+    words = "".join(lm.tok.decode([i]) for i in ids)
+    assert words == text
+    # the last token of Space, Needle, Seattle, John, Graham, York; not The / It / New (sentence starts)
+    assert len(marked) == 6 and marked[-1].endswith("York")
+    assert not any(m.strip() in ("The", "It", "New") for m in marked)
+
+
+def test_entity_weight_mixes_entity_keys(tiny_by_name, tmp_path, monkeypatch):
+    monkeypatch.setenv("EDITKIT_CACHE", str(tmp_path))
+    lm = tiny_by_name("tiny-llama")
+    C = second_moment(lm, [1], 400)[1]
+    C_ent = second_moment(lm, [1], 400, positions="entities")[1]
+    assert not torch.allclose(C, C_ent) and provenance_rows(lm) < 400
+    hp = load_hparams("rome", lm, {"mom2_n_tokens": 400, "mom2_entity_weight": 0.25, "mom2_shrinkage": 0.5,
+                                   "layers": [1]})
+    mixed = 0.75 * C + 0.25 * C_ent
+    assert torch.allclose(key_statistics(lm, [1], hp)[1], estimate(mixed, 0.5))
+    with pytest.raises(EditkitError, match="positions"):
+        second_moment(lm, [1], 400, positions="nouns")
+
+
+def provenance_rows(lm):
+    from editkit.editing.stats import _load
+
+    return _load(lm, 1, 400, positions="entities")[1]["tokens"]

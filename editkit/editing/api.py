@@ -41,14 +41,17 @@ def run_edit(lm, method: str, requests, hparams: "dict | Hparams | None" = None,
 
 def first_use(lm, hp) -> dict:
     """What an edit with `hp` still has to compute before it can start (empty on every edit but the first):
-    {"statistics": {module: [layers]}, "templates": bool}. Statistics: the down-projection keys of hp.layers (not
-    with ROME's mom2_adjustment false), W_O's inputs with PMET's update_attn."""
+    {"statistics": {module: {positions: [layers]}}, "templates": bool}. Statistics: the down-projection keys of
+    hp.layers (not with ROME's mom2_adjustment false), W_O's inputs with PMET's update_attn; over all tokens and,
+    with mom2_entity_weight, over entity tokens too."""
     need = {}
+    positions = ["all"] + (["entities"] if getattr(hp, "mom2_entity_weight", 0) else [])
     if getattr(hp, "mom2_adjustment", True):
-        need["down_proj"] = missing(lm, hp.layers, hp.mom2_n_tokens)
+        need["down_proj"] = {p: missing(lm, hp.layers, hp.mom2_n_tokens, "down_proj", p) for p in positions}
     if getattr(hp, "update_attn", False):
-        need["o_proj"] = missing(lm, hp.layers, hp.mom2_n_tokens, "o_proj")
-    need = {m: l for m, l in need.items() if l}
+        need["o_proj"] = {p: missing(lm, hp.layers, hp.mom2_n_tokens, "o_proj", p) for p in positions}
+    need = {m: {p: l for p, l in by.items() if l} for m, by in need.items()}
+    need = {m: by for m, by in need.items() if by}
     templates = hp.context_templates > 0 and not templates_cached(lm, hp.context_templates, hp.context_length)
     return {"statistics": need, "templates": templates} if need or templates else {}
 
@@ -61,12 +64,13 @@ def prepare(lm, hp, progress=None) -> bool:
     if not todo:
         return False
     say = progress or (lambda f, m: None)
-    parts = len(todo["statistics"]) + bool(todo.get("templates"))
+    parts = sum(len(by) for by in todo["statistics"].values()) + bool(todo.get("templates"))
     done = 0
-    for module, layers in todo["statistics"].items():
-        second_moment(lm, layers, hp.mom2_n_tokens, module=module,
-                      progress=lambda f, m, d=done: say((d + f) / parts, f"first use: {m}"))
-        done += 1
+    for module, by in todo["statistics"].items():
+        for positions, layers in by.items():
+            second_moment(lm, layers, hp.mom2_n_tokens, module=module, positions=positions,
+                          progress=lambda f, m, d=done: say((d + f) / parts, f"first use: {m}"))
+            done += 1
     if todo.get("templates"):
         context_templates(lm, hp.context_templates, hp.context_length,
                           progress=lambda f, m: say((done + f) / parts, f"first use: {m}"))

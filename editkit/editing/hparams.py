@@ -48,13 +48,15 @@ class Hparams:
     mom2_n_tokens: int = 20000  # WikiText tokens for the second-moment statistics C = E[k k^T] (more than the
     # validation split has = all of it)
     mom2_shrinkage: float = 0.0  # alpha: C is estimated as (1 - alpha) C + alpha diag(C) (stats.estimate)
+    mom2_entity_weight: float = 0.0  # beta: C mixes in (beta) the keys of named entities in the text (stats.py)
     source: str = ""  # where these values come from (provenance, shown to users)
 
     # field -> check (positive / non-negative); ints are coerced
     CHECKS = {"v_num_grad_steps": _positive, "v_lr": _positive, "clamp_norm_factor": _positive,
               "mom2_n_tokens": _positive, "context_length": _positive, "v_weight_decay": _non_negative,
               "kl_factor": _non_negative, "nll_loss_factor": _non_negative, "context_templates": _non_negative,
-              "v_stop_loss": _non_negative, "mom2_shrinkage": _unit}
+              "v_stop_loss": _non_negative, "mom2_shrinkage": _unit,
+              "mom2_entity_weight": _unit}
 
     def __post_init__(self):
         _validate(self)
