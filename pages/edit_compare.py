@@ -380,8 +380,8 @@ def sweep_section(lm) -> None:
     n = c3.number_input("Records per setting", 1, 1000, 10, key="ec_sweep_n")
     set_name = set_choice
     if set_choice == "my own file":
-        up = st.file_uploader("A .json / .jsonl file of CounterFact, EasyEdit or zsRE records", type=["json", "jsonl"],
-                              key="ec_sweep_upload")
+        up = st.file_uploader("A .json / .jsonl file of CounterFact, EasyEdit or zsRE records",
+                              type=["json", "jsonl"], key="ec_sweep_upload")
         set_name = None
         if up is not None:
             with ui.guard("your records"):

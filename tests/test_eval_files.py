@@ -1,4 +1,4 @@
-"""Bring your own data: evaluate --set FILE with CounterFact, EasyEdit or zsRE records; clear errors naming the record."""
+"""Bring your own data: evaluate --set FILE with CounterFact, EasyEdit or zsRE records; errors name the record."""
 import json
 
 import pytest
@@ -7,15 +7,17 @@ from editkit.cli import main
 from editkit.errors import EditkitError
 from editkit.evaluation.datasets import load_eval_file, load_eval_set, set_id
 
-ROME_SCHEMA = {"case_id": 7, "requested_rewrite": {"prompt": "The mother tongue of {} is", "subject": "Danielle Darrieux",
-                                                  "target_new": {"str": "English"}, "target_true": {"str": "French"}},
+ROME_SCHEMA = {"case_id": 7,
+               "requested_rewrite": {"prompt": "The mother tongue of {} is", "subject": "Danielle Darrieux",
+                                     "target_new": {"str": "English"}, "target_true": {"str": "French"}},
                "paraphrase_prompts": ["Danielle Darrieux, a native speaker of"],
                "neighborhood_prompts": ["The mother tongue of Jean Gabin is"], "generation_prompts": ["She"],
                "attribute_prompts": ["The mother tongue of Tony Blair is"]}
 EASYEDIT = {"case_id": 10, "prompt": "BBC One, by", "target_new": "Sega", "subject": "BBC One", "ground_truth": "BBC",
             "rephrase_prompt": "BBC One is owned by", "locality_prompt": "BBC Radio, by",
             "locality_ground_truth": "BBC"}
-ZSRE = {"subject": "Watts Humphrey", "src": "What university did Watts Humphrey attend?", "alt": "University of Michigan",
+ZSRE = {"subject": "Watts Humphrey", "src": "What university did Watts Humphrey attend?",
+        "alt": "University of Michigan",
         "answers": ["Illinois Institute of Technology"], "rephrase": "What university did Watts Humphrey go to?",
         "loc": "nq question: who played desmond doss father in hacksaw ridge", "loc_ans": "Hugo Weaving"}
 
