@@ -8,8 +8,9 @@ prompts (evaluate.measure):
     specificity                 P(true) - P(new) on the neighbourhood prompts (and the rate)
     rewrite score               (P_post(new) - P_pre(new)) / (1 - P_pre(new))   (Hase et al., Sec. 3)
 with P = exp(-mean per-token NLL) as in the CounterFact metrics (metrics.py), and traces the request (the trace's
-answer is target_true when given, else the model's prediction), reporting the restored probability at the subject's last token per layer and its peak layer, on the same layer axis. The
-`best_layer` is the one with the largest sum of the three magnitudes.
+answer is target_true when given, else the model's prediction), reporting the restored probability at the
+subject's last token per layer and its peak layer, on the same layer axis. The `best_layer` is the one with the
+largest sum of the three magnitudes.
 """
 from __future__ import annotations
 
