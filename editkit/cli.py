@@ -13,7 +13,7 @@ import sys
 from .errors import EditkitError
 
 COMMANDS = ["models", "predict", "trace", "edit", "apply-patch", "evaluate", "bench", "memories", "triggers", "geva",
-            "intervene", "similarity", "spectrum"]
+            "intervene", "similarity", "spectrum", "sweep", "bleed", "layer-sweep"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -35,6 +35,18 @@ def paragraphs(split: str = "valid") -> tuple[str, ...]:
     return tuple(detokenize(l) for l in lines if l.strip() and not l.strip().startswith("="))
 
 
+def corpus_tokens(tok, split: str = "valid") -> int:
+    """How many tokens `token_chunks` yields for the whole split (BOS tokens not counted), per tokenizer."""
+    key = (id(tok), split)
+    if key not in _TOTALS:
+        _TOTALS[key] = sum(len(c) - (1 if tok.bos_token_id is not None and c[0] == tok.bos_token_id else 0)
+                           for c in token_chunks(tok, 10 ** 12, split=split))
+    return _TOTALS[key]
+
+
+_TOTALS: dict = {}
+
+
 def token_chunks(tok, n_tokens: int, seq_len: int = 128, split: str = "valid") -> Iterator[list[int]]:
     """Consecutive chunks of at most `seq_len` token ids (paragraph-aligned, with the tokenizer's BOS when it
     adds one), until `n_tokens` tokens have been yielded."""

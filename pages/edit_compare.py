@@ -34,8 +34,20 @@ def _lines(text: str) -> list[str]:
 
 # ---- the request ------------------------------------------------------------------------------------------------
 def request_inputs() -> list[EvalRecord]:
-    """The records to edit: picked from CounterFact, or written here (one request with its test prompts)."""
-    source = st.radio("Request", ["Write my own", "Pick from CounterFact"], horizontal=True, key="ec_source")
+    """The records to edit: picked from CounterFact, uploaded (CounterFact, EasyEdit or zsRE records; errors name
+    the record), or written here (one request with its test prompts)."""
+    source = st.radio("Request", ["Write my own", "Pick from CounterFact", "Upload my records"], horizontal=True,
+                      key="ec_source")
+    if source == "Upload my records":
+        from editkit.evaluation.datasets import save_upload
+
+        up = st.file_uploader("A .json / .jsonl file of CounterFact, EasyEdit or zsRE records",
+                              type=["json", "jsonl"], key="ec_upload")
+        mine = load_eval_set(str(save_upload(up.name, up.getvalue()))) if up is not None else []
+        picked = st.multiselect("Records", range(len(mine)), default=[0] if mine else [], key="ec_upload_records",
+                                format_func=lambda i: f"{mine[i].request.case_id}: {mine[i].request.rewrite} → "
+                                                      f"{mine[i].request.target_new.strip()}")
+        return [mine[i] for i in picked]
     if source == "Pick from CounterFact":
         shipped = load_eval_set("counterfact")
         labels = [f"{r.request.case_id}: {r.request.rewrite} {r.request.target_true.strip()} → "
@@ -113,7 +125,9 @@ def show_metrics(out: dict):
         "same on paraphrases; specificity: the true target still wins on neighborhood prompts (other subjects). "
         "Score = harmonic mean of the three. Fluency = weighted bi-/tri-gram entropy of generated text ×100 "
         "(repetition lowers it); consistency = TF-IDF cosine with reference text about the new target ×100 (only "
-        "for CounterFact records). Reliability/generalization (acc) are EasyEdit's teacher-forced token accuracies.")
+        "for CounterFact records). Reliability/generalization (acc) are EasyEdit's teacher-forced token accuracies. "
+        "Generation efficacy / generalization (QAEdit): the greedy continuation of the rewrite / paraphrase prompts "
+        "says the new target and no longer the true one, what a user actually reads.")
     df = pd.DataFrame(figures.metrics_table(out))
     st.dataframe(df, hide_index=True, width="stretch")
     ui.keep_buttons(lm, st.session_state.get("ec_deltas", {}), LABELS,
@@ -327,3 +341,116 @@ def get_method(name):
 
 spectrum_section(lm)
 lifelong_section(lm)
+
+
+# ---- side effects: why neighbours move, and what another setting would do (issue 15) ------------------------------
+def bleed_section(lm, records, overrides) -> None:
+    """The bleed map of the first request: measured rise of P(new) on other subjects vs the update's share."""
+    from editkit.evaluation.bleed import bleed_map
+    from editkit.evaluation.charts import bleed_figure
+
+    st.subheader("Why did neighbours move? The bleed map")
+    st.markdown(
+        "An edit changes a matrix W by ΔW, so at every token whose input to W is k the layer's output changes by "
+        "exactly ΔW k. ROME's update is rank one, so that change is the edited subject's own change scaled by a "
+        "share s: a neighbour whose key looks like the edited subject's *to C⁻¹* (s near 1) is pushed toward the "
+        "new target just as hard. Each point is one prompt about another subject (CounterFact neighbours, known "
+        "facts of the same relation): x = its largest share over its tokens, y = how much P(new) rose.")
+    st.latex(r"\Delta W k = \Lambda\,(C^{-1}k_*)^\top k = s(k)\,(v_* - W k_*),\qquad "
+             r"s(k) = \frac{(C^{-1}k_*)^\top k}{(C^{-1}k_*)^\top k_*}")
+    st.caption("MEMIT, PMET and AlphaEdit: s = Σ_l ⟨ΔW_l k, ΔW_l k*⟩ / Σ_l ‖ΔW_l k*‖², with their own updates.")
+    if not records:
+        st.info("Choose a request above to map its bleed.")
+        return
+    c1, c2 = st.columns(2)
+    method = c1.selectbox("Method", list(LABELS), format_func=LABELS.get, key="ec_bleed_method")
+    n_facts = c2.number_input("Known facts of the same relation", 0, 50, 15, key="ec_bleed_facts")
+    if st.button("Map the bleed of the first request", key="ec_bleed_go"):
+        with ui.guard("bleed map"):
+            ui.refuse(hp_errors, [method])
+
+            def bleed_job(progress):
+                with ui.session(lm):
+                    return bleed_map(lm, method, records[0].request, overrides.get(method),
+                                     relation=records[0].relation, n_facts=int(n_facts), progress=progress)
+
+            st.session_state["ec_bleed"] = ui.run_job("bleed map", bleed_job, facts=int(n_facts))
+    out = st.session_state.get("ec_bleed")
+    if not out:
+        return
+    st.plotly_chart(bleed_figure(out), width="stretch", key="ec_bleed_fig")
+    c = out["check"]
+    st.caption(f"Check: the predicted change ({out['formula']}) matches the measured change of the edited layer's "
+               f"output at every token to {c['max_error']:.1e} of the largest change.")
+    rows = [{"source": r["source"], "prompt": r["prompt"], "share s": round(r["share"], 3), "at token": r["token"],
+             "P(new) before": round(r["p_new_before"], 3), "P(new) after": round(r["p_new_after"], 3)}
+            for r in sorted(out["rows"], key=lambda r: -abs(r["share"]))]
+    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+
+
+def sweep_section(lm) -> None:
+    """A hyperparameter sweep on an evaluation set, drawn as the trade-off it is (Pareto chart)."""
+    from editkit.evaluation import EVAL_SETS
+    from editkit.evaluation.charts import pareto_figure
+    from editkit.evaluation.datasets import save_upload
+    from editkit.evaluation.sweep import sweep
+
+    st.subheader("Tune the trade-off: a hyperparameter sweep")
+    st.markdown(
+        "An edit must win on the rewrite and its paraphrases (efficacy, generalization) without flipping other "
+        "subjects (specificity). Settings that push harder, e.g. less weight decay on δ or a larger norm clamp, "
+        "help the first two and hurt the third; statistics C that separate keys better help all three. Each point "
+        "is one setting evaluated on the same records; outlined points are Pareto-optimal: no other setting is "
+        "at least as good on all three rates. Choose settings on a validation set, never on the set you report.")
+    st.latex(r"\text{efficacy} = \mathbb{E}\,1[P(o^*) > P(o^c)]\ \text{(rewrite)},\quad "
+             r"\text{specificity} = \mathbb{E}\,1[P(o^c) > P(o^*)]\ \text{(neighbours)}")
+    c1, c2, c3 = st.columns(3)
+    method = c1.selectbox("Method", list(LABELS), format_func=LABELS.get, key="ec_sweep_method")
+    choices = list(EVAL_SETS) + ["my own file"]
+    set_choice = c2.selectbox("Records", choices, index=choices.index("counterfact-val"), key="ec_sweep_set")
+    n = c3.number_input("Records per setting", 1, 1000, 10, key="ec_sweep_n")
+    set_name = set_choice
+    if set_choice == "my own file":
+        up = st.file_uploader("A .json / .jsonl file of CounterFact, EasyEdit or zsRE records",
+                              type=["json", "jsonl"], key="ec_sweep_upload")
+        set_name = None
+        if up is not None:
+            with ui.guard("your records"):
+                set_name = str(save_upload(up.name, up.getvalue()))
+    params = st.text_area("Values to try, one hyperparameter per line: name=v1,v2,... (every combination runs)",
+                          "mom2_shrinkage=0,0.3,0.6", key="ec_sweep_params")
+    st.caption("Each setting edits every record once (ROME one at a time, the others in batches of 10); settings "
+               "that differ only in the statistics or λ reuse the optimized targets, and finished settings are "
+               "cached, so a wider grid only computes what is new.")
+    if st.button("Run the sweep", key="ec_sweep_go", disabled=set_name is None):
+        with ui.guard("sweep"):
+            def sweep_job(progress):
+                with ui.session(lm):
+                    return sweep(lm, method, _lines(params), set_name=set_name, n=int(n), progress=progress)
+
+            st.session_state["ec_sweep"] = ui.run_job("sweep", sweep_job, facts=int(n))
+    out = st.session_state.get("ec_sweep")
+    if not out:
+        return
+    st.plotly_chart(pareto_figure(out, ("efficacy", "generalization", "gen_efficacy")), width="stretch",
+                    key="ec_sweep_fig")
+
+    def cell(c):
+        return None if c is None or c.get("mean") is None else round(c["mean"], 1)
+
+    rows = [{"setting": r["label"], "Pareto": "★" if r["pareto"] else "", "efficacy": cell(r["efficacy"]),
+             "generalization": cell(r["generalization"]), "specificity": cell(r["specificity"]),
+             "generation efficacy": cell(r["gen_efficacy"]),
+             "score": None if r["score"] is None else round(r["score"], 1), "cached": r.get("cached")}
+            for r in out["settings"]]
+    u = out["unedited"] or {}
+    rows.insert(0, {"setting": "unedited model", "efficacy": cell(u.get("efficacy")),
+                    "generalization": cell(u.get("generalization")), "specificity": cell(u.get("specificity")),
+                    "generation efficacy": cell(u.get("gen_efficacy"))})
+    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+    st.download_button("Download the sweep (JSON)", json.dumps(out, indent=1, default=str), "sweep.json",
+                       "application/json", key="ec_sweep_json")
+
+
+bleed_section(lm, records, overrides)
+sweep_section(lm)

@@ -5,6 +5,7 @@ edit and measure records of a shipped evaluation set; a table like PMET's Table 
 batch (`--batch`, per method with `--batch-for rome=1`), each batch at the weights the earlier ones left, measured
 every `--eval-every` edits (a fixed random `--sample` of the edits so far at intermediate checkpoints, every edit at
 the last); resumable (rerun the same command)."""
+import json
 import sys
 
 from ..cli import add_model_arg, load
@@ -18,11 +19,19 @@ def register(sub):
     p.add_argument("--methods", default=",".join(names()), help=f"comma-separated: {', '.join(names())}")
     p.add_argument("--n", type=int, default=100, help="records to edit (the first N of the set)")
     p.add_argument("--batch", type=int, default=1, help="requests per edit (1 = one edit per record)")
-    p.add_argument("--set", dest="set_name", default="counterfact", help="evaluation set (see --list-sets)")
+    p.add_argument("--set", dest="set_name", default="counterfact",
+                   help="a shipped set (see --list-sets) or a .json/.jsonl file of CounterFact (ROME schema), "
+                        "EasyEdit or zsRE (MEND schema) records")
     p.add_argument("--list-sets", action="store_true", help="list the shipped evaluation sets and exit")
     p.add_argument("--gen-prompts", type=int, default=1,
                    help="generation prompts per record for fluency/consistency (ROME: 10; 0 = none)")
     p.add_argument("--gen-tokens", type=int, default=40, help="tokens sampled per generation prompt (ROME: 100)")
+    p.add_argument("--greedy-tokens", type=int, default=12,
+                   help="greedy tokens for the generation-based efficacy (QAEdit; 0 = off)")
+    p.add_argument("--hparams-json", default=None,
+                   help='overrides per method as JSON, e.g. \'{"rome": {"mom2_shrinkage": 0}}\'')
+    p.add_argument("--reuse-targets", action="store_true",
+                   help="reuse target vectors of earlier runs that differ only in the solve (statistics, lambda)")
     p.add_argument("--out", default=None, help="results folder (default: the editkit cache); reruns resume")
     p.add_argument("--sequential", action="store_true",
                    help="instead: lifelong editing, batch after batch on the weights the earlier ones left")
@@ -53,19 +62,29 @@ def run(args):
     methods = [m.strip().lower() for m in args.methods.split(",") if m.strip()]
     if not methods:
         raise EditkitError("give at least one method")
-    if args.n < 1 or args.batch < 1 or args.gen_prompts < 0 or args.gen_tokens < 1 or args.ppl_tokens < 2:
-        raise EditkitError("--n, --batch and --gen-tokens must be at least 1, --gen-prompts at least 0, "
-                           "--ppl-tokens at least 2")
+    if (args.n < 1 or args.batch < 1 or args.gen_prompts < 0 or args.gen_tokens < 1 or args.ppl_tokens < 2
+            or args.greedy_tokens < 0):
+        raise EditkitError("--n, --batch and --gen-tokens must be at least 1, --gen-prompts and --greedy-tokens at "
+                           "least 0, --ppl-tokens at least 2")
     load_eval_set(args.set_name, 1)  # an unknown set fails before the model loads
+    hparams = None
+    if args.hparams_json:
+        try:
+            hparams = json.loads(args.hparams_json)
+        except ValueError as exc:
+            raise EditkitError(f"--hparams-json is not valid JSON: {exc}") from None
+        if not isinstance(hparams, dict) or not all(isinstance(v, dict) for v in hparams.values()):
+            raise EditkitError('--hparams-json must map methods to overrides: {"rome": {"v_lr": 0.1}}')
     lm = load(args)
 
     def progress(f, msg):
         print(f"[{100 * f:5.1f}%] {msg}", file=sys.stderr, flush=True)
 
     if args.sequential:
-        return _sequential(args, lm, methods, progress)
+        return _sequential(args, lm, methods, progress, hparams)
     return evaluate(lm, methods, n=args.n, batch=args.batch, set_name=args.set_name, n_gen=args.gen_prompts,
-                    gen_tokens=args.gen_tokens, out_dir=args.out, progress=progress)
+                    gen_tokens=args.gen_tokens, out_dir=args.out, progress=progress,
+                    greedy_tokens=args.greedy_tokens, hparams=hparams, reuse_targets=args.reuse_targets)
 
 
 def _batches(args, methods) -> dict:
@@ -78,7 +97,7 @@ def _batches(args, methods) -> dict:
     return out
 
 
-def _sequential(args, lm, methods, progress):
+def _sequential(args, lm, methods, progress, hparams=None):
     import json
 
     from ..evaluation import load_eval_set
@@ -89,7 +108,7 @@ def _sequential(args, lm, methods, progress):
     results = {}
     for method, batch in _batches(args, methods).items():
         every = args.eval_every if args.eval_every is not None else batch
-        results[method] = sequential(lm, method, records, batch=batch, eval_every=every,
+        results[method] = sequential(lm, method, records, (hparams or {}).get(method), batch=batch, eval_every=every,
                                      sample=args.sample or None, seed=args.seed, ppl_tokens=args.ppl_tokens,
                                      fluency_tokens=args.fluency_tokens, resume=not args.fresh,
                                      stop_after=args.stop_after, finalize=args.finalize, progress=progress)
@@ -121,8 +140,10 @@ def show(out):
         _show_sequential(out)
         return
     print(f"{out['model']} on {out['set']} ({out['n']} records, batch {out['batch']}); mean ± 95% half-width")
-    cols = ["score", "efficacy", "generalization", "specificity", "fluency", "consistency"]
-    print(f"{'':14s}" + "".join(f"{c.capitalize():>15s}" for c in cols) + "   s/request")
+    cols = ["score", "efficacy", "generalization", "specificity", "fluency", "consistency", "gen_efficacy",
+            "gen_generalization"]
+    names = {"gen_efficacy": "Gen. eff.", "gen_generalization": "Gen. gen."}
+    print(f"{'':14s}" + "".join(f"{names.get(c, c.capitalize()):>15s}" for c in cols) + "   s/request")
     def line(t, when):
         # Score = harmonic mean of the mean efficacy, generalization and specificity (PMET Table 1)
         return "".join(f"{_fmt({'mean': t.get(when + '_table_score')} if c == 'score' else t.get(when + '_' + c)):>15s}"
@@ -134,7 +155,9 @@ def show(out):
         print(f"{method.upper():14s}{line(t, 'post')}   {_f(t['seconds_per_request'], '.1f')}")
     g = out["generation"]
     print(f"generation: {g['n_gen']} prompt(s) x {g['gen_tokens']} tokens per record ({g['sampling']}, seed "
-          f"{g['seed']}); {out['computed_records']} record(s) computed now, the rest read from the results files")
+          f"{g['seed']}); Gen. eff./gen. = greedy {g.get('greedy_tokens', 0)}-token continuation of the rewrite/"
+          f"paraphrase prompts says the new target and not the true one (QAEdit); {out['computed_records']} "
+          "record(s) computed now, the rest read from the results files")
     print(out["notes"])
 
 

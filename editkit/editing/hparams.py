@@ -26,6 +26,10 @@ def _non_negative(v):
     return v >= 0
 
 
+def _unit(v):
+    return 0 <= v <= 1
+
+
 @dataclass(frozen=True)
 class Hparams:
     """What every locate-then-edit method shares: the edited layers and the target optimisation."""
@@ -40,14 +44,18 @@ class Hparams:
     v_stop_loss: float = 5e-2  # early stop once the loss is below this
     context_templates: int = 5  # generated prefixes (ROME Sec. 3.1), plus the bare prompt
     context_length: int = 10  # tokens per generated prefix
-    mom2_n_tokens: int = 20000  # WikiText tokens for the second-moment statistics C = E[k k^T]
+    mom2_n_tokens: int = 20000  # WikiText tokens for the second-moment statistics C = E[k k^T] (more than the
+    # validation split has = all of it)
+    mom2_shrinkage: float = 0.0  # alpha: C is estimated as (1 - alpha) C + alpha diag(C) (stats.estimate)
+    mom2_entity_weight: float = 0.0  # beta: C mixes in (beta) the keys of named entities in the text (stats.py)
     source: str = ""  # where these values come from (provenance, shown to users)
 
     # field -> check (positive / non-negative); ints are coerced
     CHECKS = {"v_num_grad_steps": _positive, "v_lr": _positive, "clamp_norm_factor": _positive,
               "mom2_n_tokens": _positive, "context_length": _positive, "v_weight_decay": _non_negative,
               "kl_factor": _non_negative, "nll_loss_factor": _non_negative, "context_templates": _non_negative,
-              "v_stop_loss": _non_negative}
+              "v_stop_loss": _non_negative, "mom2_shrinkage": _unit,
+              "mom2_entity_weight": _unit}
 
     def __post_init__(self):
         _validate(self)

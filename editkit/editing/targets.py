@@ -23,6 +23,7 @@ from ..scoring import target_ids
 from ..sites import Site, parse, site
 from ..text import find_subject_range
 from .context import context_templates
+from .memo import memoized
 from .requests import EditRequest
 
 
@@ -415,6 +416,7 @@ def _split(logits: torch.Tensor, T: int):
     return logits[:T], logits[T:]
 
 
+@memoized  # only inside memo.reuse_targets() (sweeps): an identical optimisation is reused, not recomputed
 def optimize_targets_batch(lm, requests: list[EditRequest], layer: int, sites: tuple[str, ...], hp,
                            adaptive: bool = False, progress=None, reference: bool = False) -> list[dict]:
     """Optimize one delta per site and request at `layer`; for each request returns

@@ -11,6 +11,9 @@ each of the 10 prompts of a record. That is slow on a CPU, so editkit defaults t
 `gen_tokens=40` new tokens, sampled top-k 5 with a fixed seed (the same before and after the edit); the output
 states the setting. Shorter generations have lower n-gram entropy, so compare fluency only at equal settings.
 The idf of the consistency score is fit on the shipped WikiText-2 paragraphs (ROME's idf.npy is not shipped).
+
+Generation-based efficacy (QAEdit; metrics.generation_success): the rewrite and paraphrase prompts are continued
+greedily for `greedy_tokens` tokens (default 12) before and after the edit; 0 turns the check off.
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ import json
 import math
 import os
 import threading
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -31,14 +35,15 @@ from ..errors import EditkitError
 from ..paths import cache_dir, safe_name
 from ..scoring import score_targets
 from ..text import sample as text_sample
-from .datasets import EvalRecord, as_record, load_eval_set
-from .metrics import (EditMetrics, compare, harmonic_mean, idf_table, mean_ci, n_gram_entropy, nan_to_none,
-                      tfidf_cosine, token_agreement)
+from .datasets import EvalRecord, as_record, load_eval_set, set_id
+from .metrics import (EditMetrics, compare, generation_success, harmonic_mean, idf_table, mean_ci, n_gram_entropy,
+                      nan_to_none, tfidf_cosine, token_agreement)
 
 GEN_SEED = 0
 FORMAT = 3  # results-file format: bump when measure/metrics change, so old results are not resumed
 N_GEN = 1
 GEN_TOKENS = 40
+GREEDY_TOKENS = 12  # greedy continuation length for the generation-based efficacy
 
 
 def sample(lm, prompt: str, max_new_tokens: int, seed: int = GEN_SEED) -> str:
@@ -47,7 +52,22 @@ def sample(lm, prompt: str, max_new_tokens: int, seed: int = GEN_SEED) -> str:
     return text_sample(lm, prompt, max_new_tokens, seed=seed, top_k=5)
 
 
-def measure(lm, record, n_gen: int = N_GEN, gen_tokens: int = GEN_TOKENS) -> dict:
+@torch.no_grad()
+def greedy(lm, prompts: list[str], max_new_tokens: int) -> list[str]:
+    """Greedy continuations (new text only) of a batch of prompts, left-padded so every row ends at its prompt."""
+    if not prompts:
+        return []
+    batch = lm.tok(list(prompts), return_tensors="pt", padding=True, padding_side="left",
+                   add_special_tokens=True).to(lm.device)
+    pad = lm.tok.pad_token_id if lm.tok.pad_token_id is not None else lm.tok.eos_token_id
+    out = lm.model.generate(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], do_sample=False,
+                            max_new_tokens=max_new_tokens, pad_token_id=pad, top_k=None, top_p=None,
+                            temperature=None)
+    return lm.tok.batch_decode(out[:, batch["input_ids"].shape[1]:], skip_special_tokens=True)
+
+
+def measure(lm, record, n_gen: int = N_GEN, gen_tokens: int = GEN_TOKENS,
+            greedy_tokens: int = GREEDY_TOKENS) -> dict:
     """Everything the metrics need, read at the model's current weights (JSON-serializable)."""
     record = as_record(record)
     r = record.request
@@ -65,6 +85,10 @@ def measure(lm, record, n_gen: int = N_GEN, gen_tokens: int = GEN_TOKENS) -> dic
         out["locality_acc"] = [s.accuracy for s in scores]
     gens = r.generation_prompts[:max(n_gen, 0)]
     out["generations"] = [{"prompt": p, "text": p + sample(lm, p, gen_tokens)} for p in gens] if gen_tokens else []
+    if greedy_tokens:
+        prompts = [r.rewrite] + list(r.paraphrase_prompts)
+        texts = greedy(lm, prompts, greedy_tokens)
+        out["greedy"] = {"rewrite": texts[:1], "paraphrase": texts[1:]}
     return out
 
 
@@ -103,6 +127,11 @@ def metrics_of(meas: dict, record: EvalRecord, idf: dict | None) -> EditMetrics:
     m.fluency = n_gram_entropy(texts) if texts else None
     m.consistency = (tfidf_cosine(" ".join(texts), record.reference_text, idf)
                      if texts and record.reference_text and idf else None)
+    if "greedy" in meas:
+        for group, key in (("rewrite", "gen_efficacy"), ("paraphrase", "gen_generalization")):
+            hits = [generation_success(t, record.request.target_new, record.request.target_true)
+                    for t in meas["greedy"][group]]
+            setattr(m, key, _mean(hits))
     m.reliability = _mean(meas["rewrite"]["acc_new"])
     m.generalization_acc = _mean(meas["paraphrase"]["acc_new"])
     for k, v in m.to_dict().items():
@@ -137,7 +166,7 @@ def wikitext_idf() -> dict:
 
 def edit_and_measure(lm, method: str, records, hparams: dict | None = None, n_gen: int = N_GEN,
                      gen_tokens: int = GEN_TOKENS, pre: list[dict] | None = None, progress=None,
-                     keep: dict | None = None) -> list[dict]:
+                     keep: dict | None = None, greedy_tokens: int = GREEDY_TOKENS) -> list[dict]:
     """Edit `records` in one batch with `method` and measure each before and after. The model is unchanged
     afterwards. One row per record: case_id, seconds (edit time / batch size), relative_norm per edited
     matrix, metrics (record_metrics), pre / post measurements (with the generated texts). `keep["result"]` receives
@@ -147,14 +176,14 @@ def edit_and_measure(lm, method: str, records, hparams: dict | None = None, n_ge
         raise EditkitError("no records to edit")
     idf = wikitext_idf()
     if pre is None:
-        pre = [measure(lm, rec, n_gen, gen_tokens) for rec in records]
+        pre = [measure(lm, rec, n_gen, gen_tokens, greedy_tokens) for rec in records]
     result = run_edit(lm, method, [r.request for r in records], hparams, progress=progress)
     if keep is not None:
         keep["result"] = result
     seconds = result.seconds / len(records)
     rel = {k: v["relative_norm"] for k, v in result.info.get("norms", {}).items()}
     with isolation.session(lm, result.delta):
-        posts = [measure(lm, rec, n_gen, gen_tokens) for rec in records]
+        posts = [measure(lm, rec, n_gen, gen_tokens, greedy_tokens) for rec in records]
     return [{"method": method, "case_id": rec.request.case_id, "seconds": seconds, "relative_norm": rel,
              "metrics": record_metrics(p, q, rec, idf), "pre": p, "post": q}
             for rec, p, q in zip(records, pre, posts)]
@@ -185,12 +214,24 @@ def _append(path: Path, row: dict) -> None:
 
 def evaluate(lm, methods: list[str], n: int | None = 100, batch: int = 1, set_name: str = "counterfact",
              n_gen: int = N_GEN, gen_tokens: int = GEN_TOKENS, hparams: dict | None = None,
-             out_dir: str | Path | None = None, progress=None) -> dict:
-    """Edit and measure the first `n` records of `set_name` with each method, `batch` requests per edit.
+             out_dir: str | Path | None = None, progress=None, greedy_tokens: int = GREEDY_TOKENS,
+             reuse_targets: bool = False) -> dict:
+    """Edit and measure the first `n` records of `set_name` (a shipped set or a records file) with each method,
+    `batch` requests per edit.
 
     `hparams` = {method: overrides}. Results go to `out_dir` (default: the editkit cache), one JSONL file per
     (model, method, batch, set, hparams, generation setting); a rerun skips the records already there.
-    Pre-edit measurements are cached per (model, set, generation setting). Returns the summary table."""
+    Pre-edit measurements are cached per (model, set, generation setting). `reuse_targets` shares optimized target
+    vectors with earlier runs whose settings differ only in the solve (editing/memo.py). Returns the summary table."""
+    from ..editing.memo import reuse_targets as reuse
+
+    with reuse() if reuse_targets else nullcontext():
+        return _evaluate(lm, methods, n, batch, set_name, n_gen, gen_tokens, hparams, out_dir, progress,
+                         greedy_tokens)
+
+
+def _evaluate(lm, methods, n, batch, set_name, n_gen, gen_tokens, hparams, out_dir, progress,
+              greedy_tokens) -> dict:
     if isinstance(methods, str):
         methods = [m.strip() for m in methods.split(",") if m.strip()]
     methods = [m.lower() for m in methods]
@@ -198,23 +239,24 @@ def evaluate(lm, methods: list[str], n: int | None = 100, batch: int = 1, set_na
         raise EditkitError("give at least one method")
     if not isinstance(batch, int) or batch < 1:
         raise EditkitError("the batch size must be at least 1")
-    if n_gen < 0 or gen_tokens < 0:
+    if n_gen < 0 or gen_tokens < 0 or greedy_tokens < 0:
         raise EditkitError("the number of generation prompts and tokens cannot be negative")
     hps = {m: load_hparams(m, lm, (hparams or {}).get(m)) for m in methods}  # fail early on bad methods/hparams
     records = load_eval_set(set_name, n)
+    set_key = set_id(set_name)
     out_dir = Path(out_dir) if out_dir else cache_dir("evaluations", safe_name(lm.name))
     out_dir.mkdir(parents=True, exist_ok=True)
-    gen = {"n_gen": n_gen, "gen_tokens": gen_tokens, "seed": GEN_SEED, "sampling": "top-k 5"}
-    pre_path = out_dir / f"pre-{safe_name(lm.name)}-{set_name}-{_hash({**gen, 'format': FORMAT})}.jsonl"
+    gen = {"n_gen": n_gen, "gen_tokens": gen_tokens, "seed": GEN_SEED, "sampling": "top-k 5",
+           "greedy_tokens": greedy_tokens}
+    pre_path = out_dir / f"pre-{safe_name(lm.name)}-{safe_name(set_key)}-{_hash({**gen, 'format': FORMAT})}.jsonl"
     pre_done = _read_jsonl(pre_path)
     total = len(methods) * len(records)
     count, computed = 0, 0
     tables = {}
     for method in methods:
-        run_key = {"model": lm.name, "method": method, "batch": batch, "set": set_name,
-                   "hparams": hps[method].to_dict(),
-                   "format": FORMAT, **gen}
-        path = out_dir / f"{method}-{safe_name(lm.name)}-{set_name}-b{batch}-{_hash(run_key)}.jsonl"
+        run_key = {"model": lm.name, "method": method, "batch": batch, "set": set_key,
+                   "hparams": hps[method].to_dict(), "format": FORMAT, **gen}
+        path = out_dir / f"{method}-{safe_name(lm.name)}-{safe_name(set_key)}-b{batch}-{_hash(run_key)}.jsonl"
         done = _read_jsonl(path)
         rows = []
         for start in range(0, len(records), batch):
@@ -226,15 +268,19 @@ def evaluate(lm, methods: list[str], n: int | None = 100, batch: int = 1, set_na
                 continue
             if progress:
                 progress(count / total, f"{method}: records {start + 1}-{start + len(chunk)} of {len(records)}")
+            if not all(k in pre_done for k in keys):  # another process may have measured them meanwhile
+                pre_done.update(_read_jsonl(pre_path))
             for rec, key in zip(chunk, keys):
                 if key not in pre_done:
-                    pre_done[key] = {"key": key, "pre": measure(lm, rec, n_gen, gen_tokens)}
+                    pre_done[key] = {"key": key, "pre": measure(lm, rec, n_gen, gen_tokens, greedy_tokens)}
                     _append(pre_path, pre_done[key])
-            out = edit_and_measure(lm, method, chunk, (hparams or {}).get(method), n_gen, gen_tokens,
-                                   pre=[pre_done[k]["pre"] for k in keys])
+            out = edit_and_measure(lm, method, chunk, hps[method], n_gen, gen_tokens,
+                                   pre=[pre_done[k]["pre"] for k in keys], greedy_tokens=greedy_tokens)
             for key, row in zip(keys, out):
                 row = {"key": key, **{k: v for k, v in row.items() if k != "pre"}}
-                row["post_generations"] = row.pop("post")["generations"]
+                post = row.pop("post")
+                row["post_generations"] = post["generations"]
+                row["post_greedy"] = post.get("greedy")
                 _append(path, row)
                 rows.append(row)
             computed += len(chunk)
@@ -244,12 +290,15 @@ def evaluate(lm, methods: list[str], n: int | None = 100, batch: int = 1, set_na
     if progress:
         progress(1.0, "evaluation done")
     kind = records[0].kind
-    return {"model": lm.name, "set": set_name, "n": len(records), "batch": batch, "generation": gen,
+    shown = set_name if set_key == set_name else f"{set_name} ({set_key})"
+    return {"model": lm.name, "set": shown, "n": len(records), "batch": batch, "generation": gen,
             "computed_records": computed, "metric_family": kind, "notes": NOTES[kind], "methods": tables}
 
 
 NOTES = {
-    "counterfact": "rates and magnitudes x100 as in ROME/MEMIT/PMET; efficacy/generalization/specificity = "
+    "counterfact": "rates and magnitudes x100 as in ROME/MEMIT/PMET; gen_efficacy/gen_generalization = greedy "
+                   "continuation of the rewrite/paraphrase prompts says target_new and no longer target_true "
+                   "(QAEdit, arXiv 2502.11177); efficacy/generalization/specificity = "
                    "P(new) > P(true) on rewrite/paraphrase, P(true) > P(new) on neighborhood prompts, from mean "
                    "per-token NLLs; Score = harmonic mean of the three mean rates; fluency = weighted bi-/tri-gram "
                    "entropy x100 of the generations (setting in 'generation'); consistency = TF-IDF cosine x100 of "

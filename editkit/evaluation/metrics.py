@@ -13,6 +13,12 @@ generations and reference text about target_new.
 EasyEdit token accuracies (teacher forcing): reliability / generalization = share of target_new tokens that are
 the argmax after the rewrite / paraphrase prompts; locality = share of the locality answer's positions whose argmax
 is unchanged by the edit; portability = token accuracy on portability prompts (no shipped set has them).
+Generation-based efficacy (QAEdit, Yang et al. 2025, arXiv 2502.11177: teacher-forced rates overstate real success,
+38.5% vs 96.8%): the model continues the rewrite / paraphrase prompt greedily, as a user would see it; a prompt
+counts as edited when the continuation's first line mentions target_new and, with target_new's mentions removed,
+no longer mentions target_true (`generation_success`; whole words, case-insensitive).
+    gen_efficacy       = mean over rewrite prompts    1[continuation says new, not true]
+    gen_generalization = mean over paraphrase prompts 1[continuation says new, not true]
 zsRE (ROME/MEMIT): efficacy, generalization and specificity are those top-1 token accuracies (of the new answer on
 the question and its rephrase, of the NQ answer on the unrelated question); no magnitudes.
 """
@@ -80,6 +86,33 @@ def tfidf_cosine(a: str, b: str, idf: dict[str, float]) -> float:
     return sum(v * vb.get(t, 0.0) for t, v in va.items()) / (na * nb)
 
 
+def _mention(target: str) -> re.Pattern:
+    """A whole-word, case-insensitive pattern for a target (" New York" matches "new york," not "New Yorker")."""
+    words = [re.escape(w) for w in target.split()]
+    return re.compile(r"(?<!\w)" + r"\s+".join(words) + r"(?!\w)", re.IGNORECASE)
+
+
+def mentions(text: str, target: str | None) -> bool:
+    """Whether `text` mentions `target` as whole words (case-insensitive); False for an empty target."""
+    return bool(target and target.strip()) and bool(_mention(target).search(text))
+
+
+def answer_line(continuation: str) -> str:
+    """The part of a greedy continuation that answers the prompt: up to the first line break (a model that
+    finished its answer starts a new paragraph; text after that is about something else)."""
+    return continuation.lstrip("\n").split("\n", 1)[0]
+
+
+def generation_success(continuation: str, target_new: str, target_true: str | None) -> bool:
+    """QAEdit's generation check: the answer line says target_new and, once target_new's own mentions are
+    removed (a true target "America" inside a new "North America"), no longer says target_true."""
+    line = answer_line(continuation)
+    if not mentions(line, target_new):
+        return False
+    rest = _mention(target_new).sub(" ", line)
+    return not mentions(rest, target_true)
+
+
 def compare(nll_new: list[float], nll_true: list[float], new_should_win: bool) -> tuple[float, float]:
     """(success rate, magnitude) over prompts from the mean per-token NLLs of target_new and target_true."""
     if not nll_new:
@@ -126,6 +159,8 @@ class EditMetrics:
     score: float | None = None  # harmonic mean of the three rates
     fluency: float | None = None  # weighted bi-/tri-gram entropy of the generations
     consistency: float | None = None  # TF-IDF cosine of the generations and the reference text
+    gen_efficacy: float | None = None  # greedy continuation of the rewrite prompt says new, not true (QAEdit)
+    gen_generalization: float | None = None  # the same on the paraphrase prompts
     reliability: float | None = None  # EasyEdit rewrite_acc
     generalization_acc: float | None = None  # EasyEdit rephrase_acc
     portability: float | None = None  # EasyEdit portability (no shipped set has portability prompts)

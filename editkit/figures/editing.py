@@ -7,6 +7,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 METRICS = [("efficacy", "Efficacy"), ("generalization", "Generalization"), ("specificity", "Specificity"),
+           ("gen_efficacy", "Generation efficacy"), ("gen_generalization", "Generation generalization"),
            ("score", "Score"), ("efficacy_magnitude", "Efficacy magn."), ("specificity_magnitude", "Specificity magn."),
            ("fluency", "Fluency"), ("consistency", "Consistency"), ("reliability", "Reliability (acc)"),
            ("generalization_acc", "Generalization (acc)")]

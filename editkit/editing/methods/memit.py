@@ -18,7 +18,7 @@ import torch
 from ..hparams import Hparams, _non_negative
 from ..result import EditResult, norm_report
 from ..spread import Stream, batch_update, spread
-from ..stats import second_moment
+from ..stats import key_statistics
 from ..targets import optimize_targets_batch
 from . import Method, register
 
@@ -57,7 +57,7 @@ def apply_memit(lm, requests, hp: MemitHparams, progress=None, debug: list | Non
     start = time.perf_counter()
     opts = optimize_residual_targets(lm, requests, hp, progress, reference)
     t_targets = time.perf_counter() - start
-    C = second_moment(lm, hp.layers, hp.mom2_n_tokens)
+    C = key_statistics(lm, hp.layers, hp)
     targets = torch.stack([opt["resid_post"]["target"] for opt in opts], 1)
     stream = Stream("down_proj", "mlp_key", "resid_post", targets, memit_rule(C, hp.mom2_update_weight), C)
     total, per_layer, reach = spread(lm, requests, hp, [stream], divisor=float, label="MEMIT", progress=progress,

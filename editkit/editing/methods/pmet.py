@@ -21,7 +21,7 @@ import torch
 
 from ..result import EditResult
 from ..spread import Stream, spread
-from ..stats import second_moment
+from ..stats import key_statistics
 from ..targets import optimize_targets_batch
 from . import Method, register
 from .memit import MemitHparams, finish, memit_rule
@@ -40,11 +40,11 @@ def apply_pmet(lm, requests, hp: PmetHparams, progress=None, debug: list | None 
                                   progress=(lambda f, m: progress(0.5 * f, f"PMET {m}")) if progress else None)
     t_targets = time.perf_counter() - start
     lam = hp.mom2_update_weight
-    C = second_moment(lm, hp.layers, hp.mom2_n_tokens)
+    C = key_statistics(lm, hp.layers, hp)
     streams = [Stream("down_proj", "mlp_key", "mlp_out", torch.stack([o["mlp_out"]["target"] for o in opts], 1),
                       memit_rule(C, lam), C)]
     if hp.update_attn:
-        C_O = second_moment(lm, hp.layers, hp.mom2_n_tokens, module="o_proj")
+        C_O = key_statistics(lm, hp.layers, hp, module="o_proj")
         streams.append(Stream("o_proj", "attn_z", "attn_out",
                               torch.stack([o["attn_out"]["target"] for o in opts], 1), memit_rule(C_O, lam), C_O))
     total, per_layer, reach = spread(lm, requests, hp, streams, divisor=math.sqrt, label="PMET", progress=progress,

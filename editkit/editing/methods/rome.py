@@ -18,7 +18,7 @@ import torch
 
 from ..hparams import Hparams
 from ..result import EditResult, norm_report
-from ..stats import second_moment
+from ..stats import key_statistics
 from ..targets import key_star, keys_at, optimize_targets
 from ..weights import applied, effective_weight
 from . import Method, register
@@ -48,8 +48,7 @@ def apply_rome(lm, requests, hp: RomeHparams, progress=None, debug: list | None 
     start = time.perf_counter()
     a = lm.adapter
     layer = hp.layers[0]
-    C = second_moment(lm, [layer], hp.mom2_n_tokens,
-                      progress=(lambda f, m: progress(0.3 * f, m)) if progress else None)[layer]
+    C = key_statistics(lm, [layer], hp, progress=(lambda f, m: progress(0.3 * f, m)) if progress else None)[layer]
     if not hp.mom2_adjustment:
         C = torch.eye(a.d_ff, device=C.device)
     name = a.param_name("down_proj", layer)

@@ -1,0 +1,134 @@
+"""Reuse optimized target vectors across edits that differ only in how the update is solved.
+
+A hyperparameter sweep (evaluation/sweep.py) edits the same requests many times. The target vectors (ROME's v*,
+MEMIT's z, PMET's attention/MLP targets: targets.optimize_targets_batch) cost most of an edit, yet they do not
+depend on the fields that only enter the solve afterwards: the statistics (mom2_n_tokens, mom2_shrinkage), MEMIT's
+lambda (mom2_update_weight), ROME's C = I switch and denominator, PMET's W_O ablation. Inside `reuse_targets()`
+the optimisation is memoized on everything else:
+
+    with reuse_targets():          # only here; everywhere else every edit optimizes afresh
+        run_edit(lm, "rome", req, {"mom2_shrinkage": 0.0})
+        run_edit(lm, "rome", req, {"mom2_shrinkage": 0.5})   # same v*, only Eq. 2 is solved again
+
+The key holds the weights the context computes with (weights.fingerprint: base + active deltas), the requests'
+prompt/subject/target, the layer, the sites, the adaptive rule and every hyperparameter not in SOLVE_ONLY (fields a
+method adds are part of the key unless listed there, so a new method is never wrongly reused), plus a digest of
+targets.py's source, so a changed optimisation never serves old vectors. Entries are kept in memory and, with
+`disk=True`, in the cache (safetensors tensors + JSON losses) so an interrupted sweep resumes without re-optimizing.
+"""
+from __future__ import annotations
+
+import contextvars
+import functools
+import hashlib
+import json
+from contextlib import contextmanager
+from dataclasses import fields
+from pathlib import Path
+
+import torch
+
+from ..cache import Store
+from .weights import fingerprint
+
+# hyperparameters that act after the target optimisation (in the solve), never inside it
+SOLVE_ONLY = frozenset({"mom2_n_tokens", "mom2_shrinkage", "mom2_entity_weight", "mom2_update_weight",
+                        "mom2_adjustment", "rrome", "update_attn", "layers", "source"})
+
+STORE = Store("targets", version=1)
+_ACTIVE: contextvars.ContextVar = contextvars.ContextVar("editkit_targets_memo", default=None)
+
+
+class _Memo:
+    def __init__(self, disk: bool):
+        self.disk = disk
+        self.entries: dict[str, list[dict]] = {}
+        self.hits = 0
+        self.misses = 0
+
+
+@contextmanager
+def reuse_targets(disk: bool = True):
+    """Memoize target optimisations in this context (see the module docstring). Yields the memo (hits/misses)."""
+    memo = _Memo(disk)
+    token = _ACTIVE.set(memo)
+    try:
+        yield memo
+    finally:
+        _ACTIVE.reset(token)
+
+
+@functools.lru_cache(maxsize=1)
+def _code_digest() -> str:
+    return hashlib.sha1((Path(__file__).parent / "targets.py").read_bytes()).hexdigest()[:12]
+
+
+def memo_key(lm, requests, layer: int, sites, hp, adaptive: bool, reference: bool = False) -> str:
+    """The digest that identifies one target optimisation (see the module docstring)."""
+    hp_part = {f.name: getattr(hp, f.name) for f in fields(hp) if f.name not in SOLVE_ONLY}
+    req_part = [[r.prompt, r.subject, r.target_new] for r in requests]
+    text = json.dumps([lm.name, fingerprint(lm), req_part, layer, list(sites), hp_part, bool(adaptive),
+                       _code_digest()] + (["reference"] if reference else []), sort_keys=True, default=str)
+    return hashlib.sha1(text.encode()).hexdigest()[:20]
+
+
+def _copy(result: list[dict]) -> list[dict]:
+    return [{k: ({n: t.clone() for n, t in v.items()} if isinstance(v, dict) else [dict(x) for x in v])
+             for k, v in res.items()} for res in result]
+
+
+def _write(tmp: Path, result: list[dict]) -> None:
+    from safetensors.torch import save_file
+
+    tensors, losses = {}, []
+    for j, res in enumerate(result):
+        losses.append(res["losses"])
+        for s, parts in res.items():
+            if s != "losses":
+                for name, t in parts.items():
+                    tensors[f"{j}/{s}/{name}"] = t.detach().contiguous().cpu()
+    save_file(tensors, str(tmp), metadata={"losses": json.dumps(losses)})
+
+
+def _read(path: Path, device) -> list[dict]:
+    from safetensors import safe_open
+
+    with safe_open(str(path), "pt") as f:
+        losses = json.loads(f.metadata()["losses"])
+        out = [{"losses": l} for l in losses]
+        for key in f.keys():
+            j, s, name = key.split("/")
+            out[int(j)].setdefault(s, {})[name] = f.get_tensor(key).clone().to(device)
+    return out
+
+
+def memoized(optimize):
+    """Decorator for targets.optimize_targets_batch: inside `reuse_targets()` an optimisation already done (same
+    key) is returned instead of recomputed; outside it, the function runs unchanged."""
+
+    @functools.wraps(optimize)
+    def wrapper(lm, requests, layer, sites, hp, adaptive=False, progress=None, reference=False):
+        memo = _ACTIVE.get()
+        if memo is None:
+            return optimize(lm, requests, layer, sites, hp, adaptive, progress, reference)
+        key = memo_key(lm, requests, layer, sites, hp, adaptive, reference)
+        if key not in memo.entries and memo.disk:
+            hit = STORE.get(STORE.path(lm.name, ".safetensors", key=key), lambda p: _read(p, lm.device))
+            if hit is not None:
+                memo.entries[key] = hit
+        if key in memo.entries:
+            memo.hits += 1
+            if progress:
+                progress(1.0, "targets: reused from an earlier setting")
+            return _copy(memo.entries[key])
+        memo.misses += 1
+        result = optimize(lm, requests, layer, sites, hp, adaptive, progress, reference)
+        memo.entries[key] = _copy(result)
+        if memo.disk:
+            STORE.put(STORE.path(lm.name, ".safetensors", key=key), result, _write)
+        return result
+
+    return wrapper
+
+
+__all__ = ["reuse_targets", "memoized", "memo_key", "SOLVE_ONLY"]

@@ -1,0 +1,126 @@
+"""Does localization inform editing? (Hase et al. 2023): edit one request at every layer and compare with its trace.
+
+ROME edits the layer where causal tracing finds the MLP effect of the subject's last token. Hase et al. edited every
+layer and found that how well an edit works barely depends on where tracing localizes the fact. `layer_sweep` does
+it for one request: for each layer l it runs the method with layers = [l] and measures, on the request's own
+prompts (evaluate.measure):
+    efficacy / generalization   P(new) - P(true) on the rewrite / paraphrase prompts (and the 0/1 rates)
+    specificity                 P(true) - P(new) on the neighbourhood prompts (and the rate)
+    rewrite score               (P_post(new) - P_pre(new)) / (1 - P_pre(new))   (Hase et al., Sec. 3)
+with P = exp(-mean per-token NLL) as in the CounterFact metrics (metrics.py), and traces the request (the trace's
+answer is target_true when given, else the model's prediction), reporting the restored probability at the
+subject's last token per layer and its peak layer, on the same layer axis. The `best_layer` is the one with the
+largest sum of the three magnitudes.
+"""
+from __future__ import annotations
+
+import math
+import time
+
+from .. import isolation
+from ..editing.api import run_edit
+from ..editing.hparams import load_hparams
+from ..editing.methods import get
+from ..editing.requests import EditRequest
+from ..editing.stats import second_moment
+from ..errors import EditkitError
+from ..tracing import trace
+from .datasets import as_record
+from .evaluate import measure, record_metrics
+
+
+def parse_layers(text, n_layers: int) -> list[int]:
+    """'2,4,6' or '0-17' or a list -> sorted layers, checked against the model."""
+    if text is None or text == "" or text == "all":
+        return list(range(n_layers))
+    if isinstance(text, (list, tuple)):
+        layers = list(text)
+    else:
+        layers = []
+        for part in str(text).split(","):
+            part = part.strip()
+            a, sep, b = part.partition("-")
+            try:
+                layers += list(range(int(a), int(b) + 1)) if sep else [int(part)]
+            except ValueError:
+                raise EditkitError(f"layers look like '2,4,6' or '0-17', not {text!r}") from None
+    if not layers or any(not isinstance(l, int) or not 0 <= l < n_layers for l in layers):
+        raise EditkitError(f"layers must be within 0..{n_layers - 1}, not {text!r}")
+    return sorted(set(layers))
+
+
+def trace_profile(lm, request: EditRequest, kind: str = "mlp", samples: int = 10, seed: int = 1) -> dict:
+    """The request's causal trace of `kind` and its row at the subject's last token (per layer), with the peak."""
+    answer = request.target_true
+    with isolation.session(lm):
+        r = trace(lm, request.rewrite, request.subject, answer, kinds=kind, samples=samples, seed=seed)[kind]
+    return profile_of(r.to_dict())
+
+
+def profile_of(trace_result: dict) -> dict:
+    """The row of a trace (TraceResult.to_dict()) at the subject's last token, per layer, and its peak layer."""
+    r = trace_result
+    t = r["subject_range"][1] - 1
+    row = r["scores"][t]
+    peak = max(range(len(row)), key=row.__getitem__)
+    return {"kind": r["kind"], "answer": r["answer"], "token": r["tokens"][t], "token_index": t, "scores": row,
+            "indirect_effect": [s - r["low_score"] for s in row], "peak_layer": peak, "low_score": r["low_score"],
+            "high_score": r["high_score"], "trace": r}
+
+
+def layer_sweep(lm, request, layers=None, method: str = "rome", hparams: dict | None = None,
+                trace_kind: str | None = "mlp", samples: int = 10, progress=None,
+                trace_result: dict | None = None) -> dict:
+    """Edit `request` at each of `layers` (default: every layer) with a one-layer method and measure it; with a
+    `trace_kind`, also trace it (or use `trace_result`, a trace of the same prompt already computed). The model is
+    unchanged afterwards."""
+    spec = get(method)
+    record = as_record(request)
+    request = record.request
+    if not request.target_true:
+        raise EditkitError("a layer sweep needs the true target too (the trace's answer and the comparisons)")
+    layers = parse_layers(layers, lm.adapter.n_layers)
+    hps = {l: load_hparams(spec.name, lm, {**(hparams or {}), "layers": [l]}) for l in layers}
+    if any(len(hp.layers) != 1 for hp in hps.values()):
+        raise EditkitError("a layer sweep edits one layer at a time")
+    say = progress or (lambda f, m: None)
+    say(0.0, f"statistics for layers {layers[0]}..{layers[-1]} (one pass, cached)")
+    with isolation.session(lm):
+        second_moment(lm, layers, hps[layers[0]].mom2_n_tokens,
+                      progress=lambda f, m: say(0.1 * f, m))  # one pass for every layer
+        pre = measure(lm, record, n_gen=0, greedy_tokens=0)
+    rows = []
+    for i, l in enumerate(layers):
+        say(0.1 + 0.8 * i / len(layers), f"{spec.label} at layer {l} ({i + 1}/{len(layers)})")
+        start = time.perf_counter()
+        with isolation.session(lm):
+            result = run_edit(lm, spec.name, [request], hps[l])
+        with isolation.session(lm, result.delta):
+            post = measure(lm, record, n_gen=0, greedy_tokens=0)
+        m = record_metrics(pre, post, record, None)
+        p_pre, p_post = _p(pre["rewrite"]["nll_new"]), _p(post["rewrite"]["nll_new"])
+        rows.append({"layer": l, "efficacy": m["post_efficacy"], "generalization": m["post_generalization"],
+                     "specificity": m["post_specificity"], "efficacy_magnitude": m["post_efficacy_magnitude"],
+                     "generalization_magnitude": m["post_generalization_magnitude"],
+                     "specificity_magnitude": m["post_specificity_magnitude"],
+                     "rewrite_score": (p_post - p_pre) / max(1 - p_pre, 1e-12), "p_new": p_post,
+                     "relative_norm": max((v["relative_norm"] for v in result.info["norms"].values()), default=0),
+                     "seconds": round(time.perf_counter() - start, 2)})
+    profile = profile_of(trace_result) if trace_result else None
+    if trace_kind and profile is None:
+        say(0.9, f"causal trace ({trace_kind}, {samples} samples)")
+        profile = trace_profile(lm, request, trace_kind, samples)
+    say(1.0, "layer sweep done")
+    m0 = record_metrics(pre, pre, record, None)
+    unedited = {k: m0[f"pre_{k}"] for k in ("efficacy", "generalization", "specificity", "efficacy_magnitude",
+                                            "generalization_magnitude", "specificity_magnitude")}
+    best = max(rows, key=lambda r: (r["efficacy_magnitude"] or 0) + (r["generalization_magnitude"] or 0)
+               + (r["specificity_magnitude"] or 0))
+    return {"model": lm.name, "method": spec.name, "request": request.to_dict(), "layers": layers, "rows": rows,
+            "unedited": unedited, "trace": profile, "best_layer": best["layer"],
+            "default_layers": list(load_hparams(spec.name, lm).layers),
+            "peak_layer": profile["peak_layer"] if profile else None}
+
+
+def _p(nlls: list[float]) -> float:
+    return math.exp(-nlls[0]) if nlls else float("nan")

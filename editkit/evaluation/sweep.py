@@ -1,0 +1,192 @@
+"""Hyperparameter sweeps: the trade-off between making an edit work and keeping it local, per setting.
+
+    sweep(lm, "rome", {"v_weight_decay": [1e-3, 0.1], "layers": [[3], [4]]}, set_name="counterfact-val", n=50)
+
+edits the first n records of a set (a shipped set or a records file) with every combination of the given values
+(the rest of the hyperparameters are the model's defaults) and reports, per setting, the CounterFact rates of
+evaluate.py: efficacy and generalization (the new target wins on the rewrite / paraphrase prompts), specificity (the
+true target still wins on neighbourhood prompts), the generation-based efficacy (QAEdit) and the magnitudes.
+A setting is Pareto-optimal when no other setting is at least as good on efficacy, generalization and specificity
+and better on one; the front is what a user chooses from.
+
+Cost and resumption: every setting is one `evaluate` run, whose per-record results file resumes an interrupted
+setting record by record; a finished setting's summary is a cache entry (editkit/cache.py, keyed by the model's
+weights, the method, the set, n, batch and the complete hyperparameters), so a rerun or a wider grid only computes
+new settings. Settings that differ only in how the update is solved (statistics, shrinkage, lambda) share their
+target vectors (editing/memo.py), so such a setting costs a solve and the measurements, not an optimisation.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from contextlib import nullcontext
+
+from ..cache import Store
+from ..editing.hparams import load_hparams
+from ..editing.memo import reuse_targets
+from ..editing.methods import get
+from ..editing.weights import fingerprint
+from ..errors import EditkitError
+from .datasets import load_eval_set, set_id
+from .evaluate import FORMAT, GREEDY_TOKENS, evaluate
+
+STORE = Store("sweeps", version=1)
+RATES = ("efficacy", "generalization", "specificity")
+METRICS = RATES + ("gen_efficacy", "gen_generalization", "efficacy_magnitude", "generalization_magnitude",
+                   "specificity_magnitude", "reliability", "generalization_acc")
+
+
+def split_values(text: str) -> list[str]:
+    """'1,2,[3,4]' -> ['1', '2', '[3,4]']: commas inside brackets or quotes do not split."""
+    parts, depth, cur, quote = [], 0, "", None
+    for ch in text:
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "\"'":
+            quote = ch
+        elif ch in "[{":
+            depth += 1
+        elif ch in "]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+            continue
+        cur += ch
+    parts.append(cur)
+    return [p.strip() for p in parts]
+
+
+def parse_value(text: str):
+    """A JSON value (1e-3, 4, true, [2,3]); anything else is taken as a string."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text.strip("\"'")
+
+
+def parse_param(spec: str) -> tuple[str, list]:
+    """'name=v1,v2,...' -> (name, [v1, v2, ...]); for `layers` a single number n means [n] (one layer)."""
+    name, sep, values = str(spec).partition("=")
+    name = name.strip()
+    if not sep or not name or not values.strip():
+        raise EditkitError(f"a sweep parameter looks like name=v1,v2,... (got {spec!r})")
+    parsed = [parse_value(v) for v in split_values(values)]
+    if any(v == "" for v in parsed):
+        raise EditkitError(f"empty value in {spec!r}")
+    if name == "layers":
+        parsed = [[v] if isinstance(v, int) and not isinstance(v, bool) else v for v in parsed]
+    return name, parsed
+
+
+def parse_params(specs) -> dict[str, list]:
+    """A dict {name: values} from a dict, or from a list of 'name=v1,v2' strings (a name given twice is an error)."""
+    if isinstance(specs, dict):
+        return {k: list(v) if isinstance(v, (list, tuple)) else [v] for k, v in specs.items()}
+    out: dict[str, list] = {}
+    for spec in specs or []:
+        name, values = parse_param(spec)
+        if name in out:
+            raise EditkitError(f"parameter {name!r} is given twice")
+        out[name] = values
+    return out
+
+
+def grid(params: dict[str, list]) -> list[dict]:
+    """Every combination of the values (the first parameter varies slowest); [{}] for no parameters."""
+    names = list(params)
+    return [dict(zip(names, combo)) for combo in itertools.product(*(params[n] for n in names))]
+
+
+def label(setting: dict) -> str:
+    return ", ".join(f"{k}={json.dumps(v)}" for k, v in setting.items()) or "defaults"
+
+
+def dominates(a: dict, b: dict, keys=RATES) -> bool:
+    """a is at least as good as b on every key and better on one (higher is better)."""
+    va, vb = [a[k]["mean"] for k in keys], [b[k]["mean"] for k in keys]
+    if any(x is None for x in va + vb):
+        return False
+    return all(x >= y for x, y in zip(va, vb)) and any(x > y for x, y in zip(va, vb))
+
+
+def pareto(rows: list[dict], keys=RATES) -> list[int]:
+    """Indices of the settings no other setting dominates on `keys`."""
+    return [i for i, r in enumerate(rows) if not any(dominates(o, r, keys) for j, o in enumerate(rows) if j != i)]
+
+
+def _cell(t: dict, key: str) -> dict:
+    c = t.get(key) or {}
+    return {"mean": c.get("mean"), "ci95": c.get("ci95")}
+
+
+def summary_row(setting: dict, hp, table: dict) -> dict:
+    """One setting's line: its overrides, the full hyperparameters and the post-edit metrics (x100)."""
+    row = {"setting": setting, "label": label(setting), "hparams": hp.to_dict(), "records": table["records"],
+           "seconds_per_request": table.get("seconds_per_request"), "score": table.get("post_table_score"),
+           "results_file": table.get("results_file")}
+    for k in METRICS + ("locality",):
+        row[k] = _cell(table, k if k == "locality" else f"post_{k}")
+    row["unedited"] = {k: _cell(table, f"pre_{k}") for k in METRICS}
+    row["unedited"]["score"] = table.get("pre_table_score")
+    return row
+
+
+def sweep(lm, method: str, params, set_name: str = "counterfact-val", n: int = 50, batch: int | None = None,
+          n_gen: int = 0, gen_tokens: int = 40, greedy_tokens: int = GREEDY_TOKENS, out_dir=None,
+          reuse: bool = True, progress=None) -> dict:
+    """Evaluate `method` at every setting of the grid `params` ({name: values} or ['name=v1,v2', ...]).
+
+    `batch` defaults to 1 for methods that edit one request at a time (ROME) and 10 for batch methods. `n_gen`
+    sampled generations per record (fluency; 0 by default: a sweep compares rates). `reuse` shares target vectors
+    between settings (editing/memo.py). Returns {"settings": [...], "pareto": [indices], "unedited": {...}, ...}."""
+    spec = get(method)
+    params = parse_params(params)
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise EditkitError("--n must be a whole number of at least 1")
+    batch = batch or (10 if spec.batch else 1)
+    if not isinstance(batch, int) or batch < 1:
+        raise EditkitError("the batch size must be at least 1")
+    settings = grid(params)
+    hps = [load_hparams(spec.name, lm, s) for s in settings]  # every setting is valid before anything runs
+    load_eval_set(set_name, 1)  # an unknown set or a bad file fails now
+    set_key = set_id(set_name)
+    gen = {"n_gen": n_gen, "gen_tokens": gen_tokens, "greedy_tokens": greedy_tokens}
+    weights = fingerprint(lm)
+    rows, computed = [], 0
+    with reuse_targets() if reuse else nullcontext() as memo:
+        for i, (setting, hp) in enumerate(zip(settings, hps)):
+            path = STORE.path(lm.name, method=spec.name, set=set_key, n=n, batch=batch, hparams=hp.to_dict(),
+                              weights=weights, format=FORMAT, **gen)
+            hit = STORE.get(path)
+            if hit is not None:
+                rows.append({**hit, "setting": setting, "label": label(setting), "cached": True})
+                continue
+            sub = None
+            if progress:
+                def sub(f, msg, i=i):
+                    progress((i + f) / len(settings), f"setting {i + 1}/{len(settings)} ({label(setting)}): {msg}")
+            out = evaluate(lm, [spec.name], n=n, batch=batch, set_name=set_name, n_gen=n_gen, gen_tokens=gen_tokens,
+                           hparams={spec.name: hp.to_dict()}, out_dir=out_dir, progress=sub,
+                           greedy_tokens=greedy_tokens)
+            computed += out["computed_records"]
+            row = summary_row(setting, hp, out["methods"][spec.name])
+            STORE.put(path, row)
+            rows.append({**row, "cached": False})
+    front = pareto(rows)
+    for i, r in enumerate(rows):
+        r["pareto"] = i in front
+    if progress:
+        progress(1.0, "sweep done")
+    return {"model": lm.name, "method": spec.name, "set": set_name, "n": n, "batch": batch, "params": params,
+            "settings": rows, "pareto": front, "unedited": rows[0]["unedited"] if rows else None,
+            "computed_records": computed,
+            "reused_targets": None if memo is None else {"hits": memo.hits, "misses": memo.misses},
+            "defaults": load_hparams(spec.name, lm).to_dict()}
+
+
+def front_2d(rows: list[dict], x: str = "specificity", y: str = "efficacy") -> list[int]:
+    """Indices of the settings on the 2-D Pareto front of (x, y), sorted by x: what a chart's line connects."""
+    idx = pareto(rows, (x, y))
+    return sorted(idx, key=lambda i: rows[i][x]["mean"] if rows[i][x]["mean"] is not None else -math.inf)
