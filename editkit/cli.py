@@ -12,7 +12,7 @@ import sys
 
 from .errors import EditkitError
 
-COMMANDS = ["models", "predict", "trace", "edit", "evaluate", "bench", "memories", "triggers", "similarity"]
+COMMANDS = ["models", "predict", "trace", "aie", "edit", "evaluate", "bench", "memories", "triggers", "similarity"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -4,7 +4,9 @@
     out = run.forward(input_ids=ids, keep_kv=True, calls=True)   # hidden (final-normed), kv, block calls
     run.forward(input_ids=ids, stop_after="mlp_key.5")           # stop once that site is computed
     h = run.run_blocks(h, start=6, calls=out.calls, kv=prefix)   # blocks 6.. on given residuals
+    h = run.step(h, 6, calls, kv=(keys, values))                  # block 6 alone, with per-row keys/values
     p = run.answer_prob(h[:, -1], answer_id)                      # final norm + unembedding + softmax, batched
+    lp = run.answer_logprob(h[:, -1], answer_id)                  # log p(answer) = z_a - logsumexp(z), batched
 
 - `forward` runs the model body (the only code that knows `base_model_prefix` is adapter.body). It can stop right
   after a site (one stop mechanism: an exception raised by a hook of the caller's context), continue from a
@@ -14,7 +16,9 @@
   holding a copy (`KV.cache()`), so nothing ever has to be rewound: the snapshot is the rewind point.
 - `run_blocks` calls the model's own decoder blocks from a layer on, with the recorded calls and a KV prefix; patches
   and reads go through Hooks (editkit/hooks.py) as for a full forward.
-- `answer_prob` / `logits` project residuals to the vocabulary in large chunks: on a 262k-token vocabulary the
+- `step` runs ONE block on its own, attending to per-row keys/values of that layer only (each row may continue a
+  different earlier run): a caller can then step many partial runs layer by layer, adding rows as they start.
+- `answer_prob` / `answer_logprob` / `logits` project residuals to the vocabulary in large chunks: on a 262k-token vocabulary the
   unembedding matrix is read once per chunk, so few large chunks run near the CPU's matmul peak.
 """
 from __future__ import annotations
@@ -28,6 +32,7 @@ from .hooks import Hooks, first_tensor
 from .sites import parse
 
 UNEMBED_ROWS = 512  # rows per unembedding chunk: (512 x d) @ (d x V) reads the matrix once per 512 rows
+VOCAB_BLOCK = 4096  # vocabulary tokens per block of answer_logprob's online logsumexp
 
 
 class Stop(Exception):
@@ -59,6 +64,10 @@ class KV:
         index = torch.as_tensor(index, device=self.keys[0].device)
         return KV(tuple(k.index_select(0, index) for k in self.keys),
                   tuple(v.index_select(0, index) for v in self.values))
+
+    def prefix(self, length: int) -> "KV":
+        """The keys and values of positions [0, length) (views, no copy)."""
+        return KV(tuple(k[..., :length, :] for k in self.keys), tuple(v[..., :length, :] for v in self.values))
 
     def cache(self, config):
         """A fresh HF cache holding these keys and values (runs append to it; this snapshot never changes)."""
@@ -173,6 +182,26 @@ class Runner:
             h = first_tensor(a.block(l)(h, *args, **kwargs))
         return h
 
+    def step(self, h: torch.Tensor, layer: int, calls: list, kv: tuple | None = None) -> torch.Tensor:
+        """Block `layer` alone on residuals h (B, T, d), called as recorded in `calls` (recorded with a KV prefix of
+        the same length as kv's, or without one when kv is None), attending to kv = (keys, values) of THIS layer,
+        (B, kv_heads, P, head_dim), one row per row of h. Returns the block's output residual. Only this layer's
+        keys are copied into the fresh cache the block appends to, so stepping many rows through the layers one
+        block at a time costs no more than run_blocks."""
+        if calls[layer] is None:
+            raise EditkitError(f"no recorded call for block {layer}")
+        cache = None
+        if kv is not None:
+            from transformers import DynamicCache
+
+            cache = DynamicCache(config=self.config)
+            layers = _layers(cache, self.adapter.n_layers)
+            if len(layers) <= layer:
+                raise EditkitError("this model's cache does not expose its layers; step without keys/values")
+            layers[layer].update(kv[0], kv[1])
+        args, kwargs = _swap_cache(*calls[layer], cache)
+        return first_tensor(self.adapter.block(layer)(h, *args, **kwargs))
+
     def block_calls(self, batch: int, length: int, kv: KV | None = None, attention_mask=None,
                     position_ids=None) -> list:
         """How the model calls each block for `batch` rows of `length` new positions after `kv`: recorded from a
@@ -185,9 +214,9 @@ class Runner:
 
     # --- the vocabulary ----------------------------------------------------------------------------------------
     def logits(self, h: torch.Tensor, norm: bool = True) -> torch.Tensor:
-        """Logits (float32) of residuals h (..., d): lm_head(final_norm(h)) with any softcap; norm=False for
-        states already through the final norm (a forward's `hidden`)."""
-        return self.adapter.unembed(h, norm=norm).float()
+        """Logits (float32; float64 for a float64 model) of residuals h (..., d): lm_head(final_norm(h)) with any
+        softcap; norm=False for states already through the final norm (a forward's `hidden`)."""
+        return _at_least_f32(self.adapter.unembed(h, norm=norm))
 
     def answer_prob(self, h: torch.Tensor, answer_id, norm: bool = True, rows: int = UNEMBED_ROWS) -> torch.Tensor:
         """softmax(logits(h))[answer] for residual rows h (N, d), in chunks of `rows` rows. `answer_id` is one id or
@@ -199,6 +228,61 @@ class Runner:
             probs = torch.softmax(self.logits(h[i:i + rows], norm), -1)
             out.append(probs.gather(1, ids[i:i + rows, None])[:, 0])
         return torch.cat(out) if out else torch.zeros(0)
+
+    def answer_logprob(self, h: torch.Tensor, answer_id, norm: bool = True,
+                       block: int = VOCAB_BLOCK) -> torch.Tensor:
+        """log softmax(logits(h))[answer] = z_answer - logsumexp(z) for residual rows h (N, d), float32.
+
+        The vocabulary is walked in blocks of `block` tokens for ALL rows at once, keeping a running max and sum of
+        exponentials (the online logsumexp): each block's logits (N x block) are still in the CPU cache when they
+        are exponentiated, the unembedding matrix is read once for all N rows, and no (N x V) matrix is ever
+        written. The weight is the one this context sees (editing/weights.current), so an applied edit of the
+        unembedding counts; an LM head that is not a plain linear map is projected row-chunk by row-chunk."""
+        from .editing.weights import current
+
+        ids = torch.as_tensor(answer_id, device=h.device)
+        ids = ids.expand(h.shape[0]) if ids.dim() == 0 else ids
+        head = self.adapter.unembed_module
+        if not isinstance(head, torch.nn.Linear) or h.shape[0] == 0:
+            out = []
+            for i in range(0, h.shape[0], UNEMBED_ROWS):
+                z = self.logits(h[i:i + UNEMBED_ROWS], norm)
+                out.append(z.gather(1, ids[i:i + UNEMBED_ROWS, None])[:, 0] - torch.logsumexp(z, -1))
+            return torch.cat(out) if out else torch.zeros(0)
+        x = self.adapter.final_norm(h) if norm else h
+        name = self._head_name()  # None when tied to (and listed as) the embedding, which edits never change
+        W = current(self.lm.model, name) if name else head.weight.detach()
+        bias, cap = head.bias, self.adapter.final_softcap
+
+        def logits(rows, cols):
+            z = _at_least_f32(torch.nn.functional.linear(rows, W[cols], None if bias is None else bias[cols]))
+            return torch.tanh(z / cap) * cap if cap else z
+
+        dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
+        m = torch.full((x.shape[0],), -float("inf"), device=x.device, dtype=dtype)
+        total = torch.zeros(x.shape[0], device=x.device, dtype=dtype)
+        for j in range(0, W.shape[0], block):
+            z = logits(x, slice(j, j + block))
+            new = torch.maximum(m, z.amax(1))
+            total = total * torch.exp(m - new) + torch.exp(z - new[:, None]).sum(1)
+            m = new
+        unique, where = torch.unique(ids, return_inverse=True)
+        answer = logits(x, unique).gather(1, where[:, None])[:, 0]
+        return answer - (m + torch.log(total))
+
+    def _head_name(self) -> str | None:
+        """The parameter name of the LM head's weight, or None when it is tied to another listed parameter."""
+        if not hasattr(self, "_head"):
+            head = self.adapter.unembed_module
+            module = next(n for n, m in self.lm.model.named_modules() if m is head)
+            names = {n for n, _ in self.lm.model.named_parameters()}
+            self._head = module + ".weight" if module + ".weight" in names else None
+        return self._head
+
+
+def _at_least_f32(z: torch.Tensor) -> torch.Tensor:
+    """float32 logits, or float64 ones for a float64 model (finite-difference checks need them)."""
+    return z if z.dtype == torch.float64 else z.float()
 
 
 def _raise_stop(h):

@@ -6,7 +6,7 @@ The indirect effect of a state is P*_clean h_i^l [o] - P*[o].
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -45,6 +45,11 @@ class TraceSetup:
     prefix_len: int = 0
     prefix_kv: KV | None = None
     suffix_calls: list | None = None  # per block: the calls for the positions after the prefix
+    # Keys/values of every position of every corrupted sample (n rows): a restoration at token t leaves positions < t
+    # exactly as in its sample's corrupted run, so the engine computes only positions t.. on top of these (None when
+    # the model's cache does not expose them: the engine then computes every position).
+    corrupt_kv: KV | None = None
+    _calls_after: dict = field(default_factory=dict, repr=False)
 
     @property
     def n(self) -> int:
@@ -56,9 +61,20 @@ class TraceSetup:
         return (self.clean if run == "clean" else self.corrupt)[site(kind, layer).name]
 
     def block_input(self, layer: int, run: str = "corrupt") -> torch.Tensor:
-        """The residual entering block `layer` (the embedding output plus any position embedding for layer 0)."""
+        """The residual entering block `layer` (the embedding output plus any position embedding for layer 0);
+        layer = n_layers gives the last block's output."""
         states = self.clean if run == "clean" else self.corrupt
         return states["resid_pre.0"] if layer == 0 else states[f"resid_post.{layer - 1}"]
+
+    def calls_after(self, lm, base: int) -> list:
+        """Block calls for running positions base..T-1 on top of `base` cached positions (recorded once per base;
+        base 0 = the whole prompt without a cache)."""
+        if base == 0:
+            return self.calls
+        if base not in self._calls_after:
+            self._calls_after[base] = lm.runner.block_calls(
+                batch=1, length=self.input_ids.shape[1] - base, kv=self.corrupt_kv.rows([0]).prefix(base))
+        return self._calls_after[base]
 
 
 def corrupt_embeddings(setup: TraceSetup, rows: slice = slice(None)):
@@ -123,8 +139,9 @@ def prepare(lm, prompt: str, subject: str, target: str | None = None, samples: i
     with Hooks(lm) as hooks:
         hooks.set("embed", corrupt_embeddings(setup))
         setup.corrupt = hooks.capture(_sites(lm))
-        h = run.hidden(input_ids=ids.repeat(samples, 1))
-    setup.low_score = float(run.answer_prob(h[:, -1], setup.answer_id, norm=False).mean())
+        out = run.forward(input_ids=ids.repeat(samples, 1), keep_kv=True)
+    setup.corrupt_kv = out.kv
+    setup.low_score = float(run.answer_prob(out.hidden[:, -1], setup.answer_id, norm=False).mean())
     if b > 0:
         _prepare_prefix(lm, setup, b)
     return setup

@@ -1,0 +1,103 @@
+"""Attribution patching: a first-order estimate of every heatmap cell at once, the preview of a trace.
+
+Activation patching (the exact trace) restores a state a at token t, layer l, in each corrupted run and measures
+p(answer). Attribution patching (Nanda 2023, "Attribution patching: activation patching at industrial scale";
+AtP in Kramar et al. 2024, arXiv 2403.00745, Eq. 3) replaces that forward pass by the first-order Taylor term:
+
+    IE(a) = p_i(a_clean) - p_i(a_i)  ~  (a_clean - a_i) . dp_i/da |_(a = a_i)
+
+with the gradient taken in corrupted run i, averaged over the n corrupted samples. One corrupted forward and one
+backward (for all samples together) give the gradient at every state of every layer, so all cells of all three
+kinds cost one pass; the clean states come from the clean run the trace prepares anyway. ROME's MLP/attention
+windows restore several layers at once: their estimate is the sum of the layers' estimates (first order, effects
+add). The estimated score of a cell is P*[o] + IE.
+
+Where it fails (Kramar et al. 2024, Sec. 3): the estimate is linear in the change, and restoring a clean state is
+not a small change. (1) Saturation: when the corrupted run puts p(answer) near 0 (or the answer's logit deep in a
+flat region of a softmax), the gradient there is nearly zero although restoring the state recovers much of p: the
+estimate underrates exactly the large effects the heatmap is about. (2) Attention saturation: an attention softmax
+that is saturated in the corrupted run (a query attending almost only to one key) has near-zero gradient with
+respect to the other keys, so restoring a state that would move the attention elsewhere (the subject's last token,
+read by the last token in upper layers) gets almost no credit; AtP* recomputes the attention softmax exactly for
+that reason. (3) Cancellation: paths whose first-order effects cancel look unimportant. So the preview ranks cells
+roughly (see `bench trace` for its rank correlation with the exact maps) and is always labelled an estimate.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..errors import EditkitError
+from ..hooks import Hooks
+from ..sites import site
+from .setup import KINDS, TraceSetup, corrupt_embeddings, window_layers
+
+
+METHODS = ("corrupted", "clean", "mean")
+
+
+def attribution(lm, setup: TraceSetup, kinds=KINDS, window: int = 10, method: str = "corrupted") -> dict:
+    """Estimated scores (tokens, layers) per kind (see module docstring). `method` picks where the gradient is
+    taken: "corrupted" (AtP: in each corrupted run, one backward for all samples), "clean" (in the clean run: the
+    linear estimate of what corrupting the state would cost, a 1-row backward), or "mean" (their average, the
+    trapezoid rule between the two ends). Cells at tokens before the subject are the corrupted score exactly
+    (clean = corrupted there)."""
+    if method not in METHODS:
+        raise EditkitError(f"method must be one of {', '.join(METHODS)}")
+    kinds = list(kinds)
+    names = [site(kind, l).name for kind in kinds for l in range(lm.adapter.n_layers)]
+    per_layer = {}
+    if method in ("corrupted", "mean"):
+        states, grads = _gradients(lm, setup, names, corrupted=True)
+        per_layer["corrupted"] = {n: _dot(setup.clean[n] - states[n], grads[n]) for n in names}
+    if method in ("clean", "mean"):
+        _, clean_grads = _gradients(lm, setup, names, corrupted=False)
+        per_layer["clean"] = {n: _dot(setup.clean[n] - setup.corrupt[n], clean_grads[n]) for n in names}
+    ie = {n: sum(v[n] for v in per_layer.values()) / len(per_layer) for n in names}
+    return {kind: setup.low_score + _panel(setup, lm.adapter.n_layers, kind, window, ie) for kind in kinds}
+
+
+def _dot(delta: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+    """(a_clean - a_i) . dp_i/da per token, averaged over the samples: (T,)."""
+    return (delta * grad).sum(-1).mean(0).float()
+
+
+def _panel(setup, L, kind, window, ie) -> torch.Tensor:
+    per_layer = torch.stack([ie[site(kind, l).name] for l in range(L)], 1)  # (T, L)
+    per_layer[:setup.subject_range[0]] = 0.0
+    if kind == "hidden":
+        return per_layer
+    return torch.stack([per_layer[:, list(window_layers(l, window, L))].sum(1) for l in range(L)], 1)
+
+
+def _gradients(lm, setup: TraceSetup, names: list[str], corrupted: bool) -> tuple[dict, dict]:
+    """The states at `names` and the gradients of p(answer) (summed over rows) with respect to them, in the
+    corrupted runs (n rows, the setup's noise) or the clean run (1 row)."""
+    rows = setup.n if corrupted else 1
+    with torch.enable_grad(), Hooks(lm) as hooks:
+        noisy = corrupt_embeddings(setup) if corrupted else (lambda x: x.clone())
+        hooks.set("embed", lambda x: noisy(x.detach()).requires_grad_(True))
+        states = hooks.capture(names, detach=False)
+        h = lm.runner.hidden(input_ids=setup.input_ids.repeat(rows, 1))
+        p = lm.runner.answer_logprob(h[:, -1], setup.answer_id, norm=False).exp()
+        grads = torch.autograd.grad(p.sum(), [states[name] for name in names])
+    return {n: states[n].detach() for n in names}, {n: g.detach() for n, g in zip(names, grads)}
+
+
+def spearman(a, b) -> float:
+    """Spearman's rank correlation of two equally shaped arrays (average ranks for ties); nan if one is constant."""
+    x, y = _ranks(np.asarray(a, float).ravel()), _ranks(np.asarray(b, float).ravel())
+    if x.std() == 0 or y.std() == 0:
+        return float("nan")
+    return float(np.corrcoef(x, y)[0, 1])
+
+
+def _ranks(v: np.ndarray) -> np.ndarray:
+    order = np.argsort(v, kind="mergesort")
+    ranks = np.empty(len(v))
+    ranks[order] = np.arange(len(v), dtype=float)
+    for value in np.unique(v):  # ties share their average rank
+        tied = v == value
+        if tied.sum() > 1:
+            ranks[tied] = ranks[tied].mean()
+    return ranks
