@@ -18,8 +18,9 @@
   and reads go through Hooks (editkit/hooks.py) as for a full forward.
 - `step` runs ONE block on its own, attending to per-row keys/values of that layer only (each row may continue a
   different earlier run): a caller can then step many partial runs layer by layer, adding rows as they start.
-- `answer_prob` / `answer_logprob` / `logits` project residuals to the vocabulary in large chunks: on a 262k-token vocabulary the
-  unembedding matrix is read once per chunk, so few large chunks run near the CPU's matmul peak.
+- `answer_prob` / `logits` project residuals to the vocabulary in large chunks (on a 262k-token vocabulary the
+  unembedding matrix is read once per chunk, so few large chunks run near the CPU's matmul peak); `answer_logprob`
+  walks the vocabulary in blocks for all rows at once with an online logsumexp (one read of the matrix in all).
 """
 from __future__ import annotations
 
@@ -229,15 +230,16 @@ class Runner:
             out.append(probs.gather(1, ids[i:i + rows, None])[:, 0])
         return torch.cat(out) if out else torch.zeros(0)
 
-    def answer_logprob(self, h: torch.Tensor, answer_id, norm: bool = True,
-                       block: int = VOCAB_BLOCK) -> torch.Tensor:
+    def answer_logprob(self, h: torch.Tensor, answer_id, norm: bool = True, block: int = VOCAB_BLOCK,
+                       rows: int = 4096) -> torch.Tensor:
         """log softmax(logits(h))[answer] = z_answer - logsumexp(z) for residual rows h (N, d), float32.
 
         The vocabulary is walked in blocks of `block` tokens for ALL rows at once, keeping a running max and sum of
         exponentials (the online logsumexp): each block's logits (N x block) are still in the CPU cache when they
         are exponentiated, the unembedding matrix is read once for all N rows, and no (N x V) matrix is ever
-        written. The weight is the one this context sees (editing/weights.current), so an applied edit of the
-        unembedding counts; an LM head that is not a plain linear map is projected row-chunk by row-chunk."""
+        written (more than `rows` rows go in chunks of `rows`, to bound memory). The weight is the one this context
+        sees (editing/weights.current), so an applied edit of the unembedding counts; an LM head that is not a plain
+        linear map is projected row-chunk by row-chunk."""
         from .editing.weights import current
 
         ids = torch.as_tensor(answer_id, device=h.device)
@@ -249,13 +251,16 @@ class Runner:
                 z = self.logits(h[i:i + UNEMBED_ROWS], norm)
                 out.append(z.gather(1, ids[i:i + UNEMBED_ROWS, None])[:, 0] - torch.logsumexp(z, -1))
             return torch.cat(out) if out else torch.zeros(0)
+        if h.shape[0] > rows:
+            return torch.cat([self.answer_logprob(h[i:i + rows], ids[i:i + rows], norm, block, rows)
+                              for i in range(0, h.shape[0], rows)])
         x = self.adapter.final_norm(h) if norm else h
         name = self._head_name()  # None when tied to (and listed as) the embedding, which edits never change
         W = current(self.lm.model, name) if name else head.weight.detach()
         bias, cap = head.bias, self.adapter.final_softcap
 
-        def logits(rows, cols):
-            z = _at_least_f32(torch.nn.functional.linear(rows, W[cols], None if bias is None else bias[cols]))
+        def logits(x, cols):
+            z = _at_least_f32(torch.nn.functional.linear(x, W[cols], None if bias is None else bias[cols]))
             return torch.tanh(z / cap) * cap if cap else z
 
         dtype = torch.float64 if x.dtype == torch.float64 else torch.float32

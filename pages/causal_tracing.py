@@ -102,7 +102,8 @@ if submitted:
     st.button("Cancel trace", key="trace_cancel", on_click=_cancel)  # a click stops this run at its next update
 elif st.session_state.get("trace_cancelled"):
     st.warning("Trace cancelled. The panels computed before the cancel are kept; press Trace to run it again.")
-shown = kinds if submitted else [k for k in ("hidden", "mlp", "attn") if k in state["exact"] or k in state["preview"]]
+known = [k for k in ("hidden", "mlp", "attn") if k in state["exact"] or k in state["preview"]]
+shown = kinds if submitted else known
 panels = Panels(shown)
 
 if submitted:
@@ -166,9 +167,9 @@ if sev:
 st.subheader("Average indirect effect over known facts")
 st.markdown(
     "The same traces averaged over facts the model itself predicts (from ROME's known facts), by token class, "
-    "with 95% bands: mean ± 1.96·sd/√N. ROME finds a strong MLP effect at the last subject token in early-to-middle "
-    "layers and a late attention effect at the last token. Facts traced before (here or on the command line) come "
-    "from the shared cache."
+    "with 95% bands: mean ± 1.96·sd/√N. ROME finds a strong MLP effect at the last subject token in "
+    "early-to-middle layers and a late attention effect at the last token. Facts traced before (here or on the "
+    "command line) come from the shared cache."
 )
 n_facts = st.number_input("Facts", 5, 500, 30, key="trace_aie_n")
 if st.button("Compute / show average effects", key="trace_aie_go"):

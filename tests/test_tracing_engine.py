@@ -4,6 +4,7 @@ schedule, cancelling; and the runner additions it uses (step, KV.prefix, answer_
 import pytest
 import torch
 
+from editkit.errors import EditkitError
 from editkit.hooks import Hooks
 from editkit.runner import KV
 from editkit.tracing import Cancelled, Tracer, fast_trace, prepare, reference_trace
@@ -59,6 +60,25 @@ def test_shared_window_prefixes_are_computed_once(tiny_by_name):
     single = torch.stack([evaluate(lm, s, [r], work=alone)[0] for r in restores])
     _close(batch, single)
     assert together.block_rows < alone.block_rows
+
+
+def test_small_batches_give_the_same_scores(tiny_by_name, monkeypatch):
+    """Long prompts split a token's restorations into bounded batches: the scores do not change."""
+    lm = tiny_by_name("tiny-gemma3")
+    s = prepare(lm, PROMPT, SUBJECT, samples=2)
+    want = fast_trace(lm, s, "attn", window=2)
+    monkeypatch.setattr("editkit.tracing.engine.MAX_POSITION_ROWS", 1)
+    _close(fast_trace(lm, s, "attn", window=2), want)
+
+
+def test_bad_restorations_are_clear_errors(tiny_by_name):
+    lm = tiny_by_name("tiny-gpt2")
+    s = prepare(lm, PROMPT, SUBJECT, samples=2)
+    L = lm.adapter.n_layers
+    for bad in (Restore(99, 1), Restore(2, L + 1), Restore(2, 2, patches=(("mlp", 1, "clean"),)),
+                Restore(2, 0, patches=(("mlp", 1, "noisy"),))):
+        with pytest.raises(EditkitError):
+            evaluate(lm, s, [bad])
 
 
 def test_duplicate_restorations_are_computed_once(tiny_by_name):
@@ -120,10 +140,11 @@ def test_cancel_stops_and_leaves_the_model_usable(tiny_by_name):
     with pytest.raises(Cancelled):
         tracer.result("mlp")
     s = tracer.setup
+    last = f"resid_post.{lm.adapter.n_layers - 1}"
     with Hooks(lm) as hooks:  # no hook of the cancelled run is left: a plain forward equals the clean run
-        clean = hooks.capture([f"resid_post.{lm.adapter.n_layers - 1}"])
+        clean = hooks.capture([last])
         lm.runner.forward(input_ids=s.input_ids)
-    assert torch.equal(clean[f"resid_post.{lm.adapter.n_layers - 1}"], s.clean[f"resid_post.{lm.adapter.n_layers - 1}"])
+    assert torch.equal(clean[last], s.clean[last])
     _close(Tracer(lm, PROMPT, SUBJECT, samples=2, cache=False).result("mlp").scores,
            reference_trace(lm, s, "mlp", window=10))
 

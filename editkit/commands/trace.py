@@ -31,7 +31,7 @@ def run(args):
     noise = parse_noise(args.noise, uniform=args.uniform, replace=args.replace)
     tracer = Tracer(lm, args.prompt, args.subject, args.target, args.samples, noise, args.window, args.seed,
                     cache=not args.no_cache)
-    results = tracer.results(check_kinds(args.kind), engine=args.engine)
+    results = tracer.results(check_kinds(args.kind), engine=args.engine, together=True)
     first = next(iter(results.values()))
     out = {
         "model": lm.name, "prompt": args.prompt, "subject": args.subject,

@@ -28,7 +28,7 @@ def trace(lm, prompt: str, subject: str, target: str | None = None, kinds=("hidd
     recomputes); `cancel()` returning True stops the trace with Cancelled."""
     kinds = check_kinds(kinds)
     tracer = Tracer(lm, prompt, subject, target, samples, noise, window, seed, occurrence, cache, cancel)
-    out = tracer.results(kinds, progress, engine)
+    out = tracer.results(kinds, progress, engine, together=True)
     if progress:
         progress(1.0, "done")
     return out

@@ -59,7 +59,7 @@ def average_indirect_effect(lm, n_facts: int = 50, samples: int = 10, noise: str
         tracer = Tracer(lm, fact["prompt"], fact["subject"], samples=samples, noise=noise, window=window,
                         cache=cache, cancel=cancel)
         hits += all(tracer.cached(kind) is not None for kind in KINDS)
-        results = {kind: tracer.result(kind) for kind in KINDS}
+        results = tracer.results(KINDS, together=True)
         first = results["hidden"]
         done[fact["known_id"]] = {"known_id": fact["known_id"], "low": first.low_score, "high": first.high_score,
                                   "n_tokens": len(first.tokens), "subject_range": list(first.subject_range),

@@ -41,6 +41,9 @@ from ..sites import site
 from .setup import TraceSetup, check_kind, window_layers
 
 
+MAX_POSITION_ROWS = 1 << 15  # rows x positions per block step (memory bound for long prompts; Space Needle: <= 1,800)
+
+
 class Cancelled(EditkitError):
     """Raised inside a trace when its cancel flag was set; nothing is left behind (hooks are removed)."""
 
@@ -113,7 +116,8 @@ def evaluate(lm, setup: TraceSetup, restores: list[Restore], progress=None, work
     raises (e.g. Cancelled) ends the evaluation."""
     n, L = setup.n, lm.adapter.n_layers
     for r in restores:
-        if not 0 <= r.token < setup.input_ids.shape[1] or not 0 <= r.start <= L:
+        if not 0 <= r.token < setup.input_ids.shape[1] or not 0 <= r.start <= L or \
+                any(not r.start <= l < L or src not in ("clean", "corrupt") for _, l, src in r.patches):
             raise EditkitError(f"restoration out of range: {r}")
     work = work if work is not None else Work()
     work.restorations += len(restores)
@@ -126,12 +130,10 @@ def evaluate(lm, setup: TraceSetup, restores: list[Restore], progress=None, work
             todo.append(i)
     if not todo:
         return out
-    groups: dict[int, list[int]] = {}
-    for i in todo:
-        groups.setdefault(restores[i].token, []).append(i)
+    parts = _batches(setup, restores, todo)
     # progress: one unit per block step; the unembedding counts as much as all steps (on Gemma's 262k vocabulary
     # it costs about as many multiply-accumulates as the blocks)
-    steps = sum(L - min(restores[i].start for i in idx) for idx in groups.values())
+    steps = sum(L - min(restores[i].start for i in part) for _, part in parts)
     total = 2 * max(steps, 1)
     done = [0]
 
@@ -142,11 +144,11 @@ def evaluate(lm, setup: TraceSetup, restores: list[Restore], progress=None, work
 
     finals, chain_rows = [], {}
     offset = 0
-    for t, idx in sorted(groups.items()):
-        chains = [(restores[i], s) for i in idx for s in range(n)]
+    for t, part in parts:
+        chains = [(restores[i], s) for i in part for s in range(n)]
         final, node = _run_group(lm, setup, t, chains, work, tick)
         finals.append(final)
-        for k, i in enumerate(idx):
+        for k, i in enumerate(part):
             chain_rows[i] = [offset + node[k * n + s] for s in range(n)]
         offset += final.shape[0]
     final = torch.cat(finals)
@@ -158,6 +160,20 @@ def evaluate(lm, setup: TraceSetup, restores: list[Restore], progress=None, work
     if progress:
         progress(1.0)
     return out
+
+
+def _batches(setup: TraceSetup, restores: list[Restore], todo: list[int]) -> list[tuple[int, list[int]]]:
+    """(token, restorations) batches: the restorations of one token together, split to bound rows x positions;
+    in start order, so that windows sharing their lower layers stay in one batch."""
+    groups: dict[int, list[int]] = {}
+    for i in todo:
+        groups.setdefault(restores[i].token, []).append(i)
+    parts = []
+    for t, idx in sorted(groups.items()):
+        idx = sorted(idx, key=lambda i: (restores[i].start, restores[i].patches))
+        per = max(1, MAX_POSITION_ROWS // (setup.n * (setup.input_ids.shape[1] - t)))
+        parts += [(t, idx[i:i + per]) for i in range(0, len(idx), per)]
+    return parts
 
 
 def _answer_probs(lm, setup, final, work: Work) -> torch.Tensor:
@@ -296,3 +312,17 @@ def fast_trace(lm, setup: TraceSetup, kind: str, window: int = 10, progress=None
     L = lm.adapter.n_layers
     scores = evaluate(lm, setup, panel(setup, kind, window, L), progress, work)
     return scores.view(setup.input_ids.shape[1], L)
+
+
+def fast_traces(lm, setup: TraceSetup, kinds, window: int = 10, progress=None,
+                work: Work | None = None) -> dict[str, torch.Tensor]:
+    """Several heatmaps in ONE schedule: every restoration of every kind at a token shares the block steps (larger
+    batches) and the panels share one pass over the unembedding matrix; identical restorations are computed once.
+    Returns kind -> scores (tokens, layers), equal to fast_trace per kind."""
+    if not isinstance(window, int) or window < 1:
+        raise EditkitError("window must be a positive integer")
+    L, T = lm.adapter.n_layers, setup.input_ids.shape[1]
+    kinds = list(kinds)
+    restores = [r for kind in kinds for r in panel(setup, kind, window, L)]
+    scores = evaluate(lm, setup, restores, progress, work)
+    return {kind: scores[i * T * L:(i + 1) * T * L].view(T, L) for i, kind in enumerate(kinds)}

@@ -22,7 +22,7 @@ from ..cache import Store
 from ..editing.weights import fingerprint
 from ..errors import EditkitError
 from .attribution import attribution
-from .engine import Cancelled, Work, fast_trace
+from .engine import Cancelled, Work, fast_trace, fast_traces
 from .noise import NoiseSpec, parse_noise
 from .reference import reference_trace
 from .result import TraceResult
@@ -124,9 +124,24 @@ class Tracer:
             self._results[kind] = result
         return result
 
-    def results(self, kinds=KINDS, progress=None, engine: str = "fast") -> dict[str, TraceResult]:
-        """Several kinds; `progress(fraction, message)` over all of them."""
+    def results(self, kinds=KINDS, progress=None, engine: str = "fast",
+                together: bool = False) -> dict[str, TraceResult]:
+        """Several kinds; `progress(fraction, message)` over all of them. together=True computes the missing kinds
+        in one schedule (engine.fast_traces: larger batches, one pass over the unembedding): faster, but no panel
+        is ready before the others (pages stream panel by panel instead)."""
         kinds = check_kinds(kinds)
+        missing = [k for k in kinds if self.cached(k) is None]
+        if together and engine == "fast" and len(missing) > 1:
+            t0 = time.perf_counter()
+            work = Work()
+            step = self._check((lambda f: progress(f, "tracing " + ", ".join(missing))) if progress else None)
+            scores = fast_traces(self.lm, self.setup, missing, self.window, step, work)
+            seconds = time.perf_counter() - t0
+            for kind in missing:
+                result = self._make(kind, scores[kind].tolist(), seconds / len(missing), engine)
+                result.meta.update(work=work.to_dict(), together=missing)
+                self._put(kind, result.to_dict())
+                self._results[kind] = result
         out = {}
         for i, kind in enumerate(kinds):
             step = (lambda f, i=i, kind=kind: progress((i + f) / len(kinds), f"tracing {kind}")) if progress else None
