@@ -77,6 +77,21 @@ def test_estimate_equals_finite_differences(lm64, method):
     assert checked >= 10  # the derivatives checked are not all zero
 
 
+def test_the_kept_forward_gives_the_same_estimate(tiny_by_name):
+    """prepare(gradients=True) keeps the corrupted pass for the preview's backward: same setup, same estimate."""
+    lm = tiny_by_name("tiny-gemma3")
+    plain = prepare(lm, PROMPT, SUBJECT, samples=3)
+    kept = prepare(lm, PROMPT, SUBJECT, samples=3, gradients=True)
+    assert kept.corrupt_graph is not None and kept.low_score == pytest.approx(plain.low_score, abs=1e-7)
+    for name, value in plain.corrupt.items():
+        assert torch.equal(kept.corrupt[name], value) and not kept.corrupt[name].requires_grad
+    a, b = attribution(lm, plain), attribution(lm, kept)
+    assert kept.corrupt_graph is None  # used once, then freed
+    for kind in a:
+        torch.testing.assert_close(a[kind], b[kind], rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(fast_trace(lm, kept, "mlp", window=2), fast_trace(lm, plain, "mlp", window=2))
+
+
 def test_mean_method_is_the_average(lm64):
     s = prepare(lm64, PROMPT, SUBJECT, samples=2)
     a, b, m = (attribution(lm64, s, method=x) for x in ("corrupted", "clean", "mean"))

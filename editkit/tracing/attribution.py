@@ -73,6 +73,13 @@ def _panel(setup, L, kind, window, ie) -> torch.Tensor:
 def _gradients(lm, setup: TraceSetup, names: list[str], corrupted: bool) -> tuple[dict, dict]:
     """The states at `names` and the gradients of p(answer) (summed over rows) with respect to them, in the
     corrupted runs (n rows, the setup's noise) or the clean run (1 row)."""
+    if corrupted and setup.corrupt_graph is not None:  # prepare(gradients=True) kept the forward: backward only
+        p, states = setup.corrupt_graph
+        setup.corrupt_graph = None  # one backward; the graph's memory is freed
+        if all(name in states for name in names):
+            with torch.enable_grad():
+                grads = torch.autograd.grad(p.sum(), [states[name] for name in names])
+            return {n: states[n].detach() for n in names}, {n: g.detach() for n, g in zip(names, grads)}
     rows = setup.n if corrupted else 1
     with torch.enable_grad(), Hooks(lm) as hooks:
         noisy = corrupt_embeddings(setup) if corrupted else (lambda x: x.clone())

@@ -62,9 +62,12 @@ class Tracer:
     @property
     def setup(self) -> TraceSetup:
         """The clean and corrupted runs (computed on first use)."""
+        return self._prepare(False)
+
+    def _prepare(self, gradients: bool) -> TraceSetup:
         if self._setup is None:
             t0 = time.perf_counter()
-            self._setup = prepare(self.lm, *self.args)
+            self._setup = prepare(self.lm, *self.args, gradients=gradients)
             self.setup_s = time.perf_counter() - t0
         return self._setup
 
@@ -154,7 +157,7 @@ class Tracer:
         value = self._get("preview")
         if value is None:
             t0 = time.perf_counter()
-            est = attribution(self.lm, self.setup, KINDS, self.window)
+            est = attribution(self.lm, self._prepare(gradients=True), KINDS, self.window)
             seconds = time.perf_counter() - t0
             value = {k: self._make(k, est[k].tolist(), seconds, "attribution").to_dict() for k in KINDS}
             for v in value.values():
