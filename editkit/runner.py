@@ -263,17 +263,21 @@ class Runner:
             z = _at_least_f32(torch.nn.functional.linear(x, W[cols], None if bias is None else bias[cols]))
             return torch.tanh(z / cap) * cap if cap else z
 
-        dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
-        m = torch.full((x.shape[0],), -float("inf"), device=x.device, dtype=dtype)
-        total = torch.zeros(x.shape[0], device=x.device, dtype=dtype)
+        # running max m and sum of exp(z - m), accumulated in float64 (262k float32 terms would lose ~1e-5)
+        # (the answer's logit is read from the same block product, so it is rounded as its term in the sum)
+        m = torch.full((x.shape[0],), -float("inf"), device=x.device, dtype=torch.float64)
+        total = torch.zeros(x.shape[0], device=x.device, dtype=torch.float64)
+        answer = torch.zeros(x.shape[0], device=x.device, dtype=torch.float64)
         for j in range(0, W.shape[0], block):
             z = logits(x, slice(j, j + block))
-            new = torch.maximum(m, z.amax(1))
-            total = total * torch.exp(m - new) + torch.exp(z - new[:, None]).sum(1)
+            new = torch.maximum(m, z.amax(1).double())
+            total = total * torch.exp(m - new) + torch.exp(z - new[:, None].to(z.dtype)).sum(1, dtype=torch.float64)
             m = new
-        unique, where = torch.unique(ids, return_inverse=True)
-        answer = logits(x, unique).gather(1, where[:, None])[:, 0]
-        return answer - (m + torch.log(total))
+            inside = ((ids >= j) & (ids < j + z.shape[1])).nonzero()[:, 0]
+            if len(inside):
+                answer[inside] = z[inside, ids[inside] - j].double()
+        out = answer - (m + torch.log(total))
+        return out if x.dtype == torch.float64 else out.float()
 
     def _head_name(self) -> str | None:
         """The parameter name of the LM head's weight, or None when it is tied to another listed parameter."""

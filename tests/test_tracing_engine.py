@@ -181,3 +181,18 @@ def test_answer_logprob_is_the_log_softmax(tiny, monkeypatch, softcap):
         torch.testing.assert_close(tiny.runner.answer_logprob(h, ids, block=block), want, rtol=0, atol=2e-6)
     one_id = torch.log_softmax(tiny.runner.logits(h), -1)[:, 7]
     torch.testing.assert_close(tiny.runner.answer_logprob(h, 7), one_id, rtol=0, atol=2e-6)
+
+
+@torch.no_grad()
+def test_online_logsumexp_is_accurate_on_the_embedded_vocabulary(gemma):
+    """On Gemma's 262k-token vocabulary the engine's p(answer) is within 1e-5 (relative) of a float64 computation,
+    about the rounding of the float32 logits themselves (a float32 softmax over the whole vocabulary, as ROME's
+    code computes it, rounds the sum of exponentials more coarsely: ~7e-5 relative on this prompt)."""
+    s = prepare(gemma, "The Space Needle is in downtown", "Space Needle", samples=4)
+    L = gemma.adapter.n_layers
+    h = torch.cat([s.clean[f"resid_post.{L - 1}"][:, -1], s.corrupt[f"resid_post.{L - 1}"][:, -1]])
+    x = gemma.adapter.final_norm(h).double()
+    exact = torch.log_softmax(x @ gemma.adapter.unembed_module.weight.double().T, -1)[:, s.answer_id].exp()
+    got = gemma.runner.answer_logprob(h, s.answer_id).exp().double()
+    assert float(((got - exact) / exact).abs().max()) < 1e-5
+    assert float(exact[0]) > 0.3  # the clean answer is likely: the check is not on negligible values
