@@ -8,19 +8,26 @@ AtP in Kramar et al. 2024, arXiv 2403.00745, Eq. 3) replaces that forward pass b
 
 with the gradient taken in corrupted run i, averaged over the n corrupted samples. One corrupted forward and one
 backward (for all samples together) give the gradient at every state of every layer, so all cells of all three
-kinds cost one pass; the clean states come from the clean run the trace prepares anyway. ROME's MLP/attention
-windows restore several layers at once: their estimate is the sum of the layers' estimates (first order, effects
-add). The estimated score of a cell is P*[o] + IE.
+kinds cost one pass; the clean states come from the clean run the trace prepares anyway (and prepare(gradients=
+True) keeps the corrupted forward, so the preview costs one backward). ROME's MLP/attention windows restore
+several layers at once: their estimate is the sum of the layers' estimates. The estimated score of a cell is
+P*[o] + IE. For comparison, `method="clean"` takes the gradient in the clean run instead (the first-order cost of
+corrupting that one state) and `"mean"` averages the two (a two-point trapezoid); on the known facts the standard
+corrupted-run gradient ranks cells best, so the page uses it.
 
 Where it fails (Kramar et al. 2024, Sec. 3): the estimate is linear in the change, and restoring a clean state is
-not a small change. (1) Saturation: when the corrupted run puts p(answer) near 0 (or the answer's logit deep in a
-flat region of a softmax), the gradient there is nearly zero although restoring the state recovers much of p: the
-estimate underrates exactly the large effects the heatmap is about. (2) Attention saturation: an attention softmax
-that is saturated in the corrupted run (a query attending almost only to one key) has near-zero gradient with
-respect to the other keys, so restoring a state that would move the attention elsewhere (the subject's last token,
-read by the last token in upper layers) gets almost no credit; AtP* recomputes the attention softmax exactly for
-that reason. (3) Cancellation: paths whose first-order effects cancel look unimportant. So the preview ranks cells
-roughly (see `bench trace` for its rank correlation with the exact maps) and is always labelled an estimate.
+not a small change (3 sigma of noise on the subject's embeddings). (1) Saturation: the corrupted run puts
+p(answer) near 0, where the softmax is flat: the gradient there is tiny although restoring the state recovers much
+of p. On "The Space Needle is in downtown" the exact hidden panel reaches 0.38 at " Needle" (layers 1-11) where
+the estimate stays at the corrupted 0.015; the last token's late layers are found (that path is nearly linear).
+(2) Attention saturation: the last token's attention in the corrupted run hardly looks at the subject (its keys
+are noise), and a saturated softmax has near-zero gradient with respect to keys it ignores, so a restoration that
+would pull attention back to the subject gets little credit. AtP* recomputes the attention softmax exactly for
+that reason. (3) Windows: the sum of per-layer estimates also counts the paths from one restored module through
+the others, which the exact restoration overwrites; and paths whose first-order effects cancel look unimportant.
+So the preview ranks cells roughly (`bench trace` reports its Spearman rank correlation with the exact maps) and
+is always labelled an estimate; it is exact to first order (tests: finite differences; small noise, where the
+ranks agree).
 """
 from __future__ import annotations
 
