@@ -20,10 +20,10 @@ not a small change (3 sigma of noise on the subject's embeddings). (1) Saturatio
 p(answer) near 0, where the softmax is flat: the gradient there is tiny although restoring the state recovers much
 of p. On "The Space Needle is in downtown" the exact hidden panel reaches 0.38 at " Needle" (layers 1-11) where
 the estimate stays at the corrupted 0.015; the last token's late layers are found (that path is nearly linear).
-(2) Attention saturation: the last token's attention in the corrupted run hardly looks at the subject (its keys
-are noise), and a saturated softmax has near-zero gradient with respect to keys it ignores, so a restoration that
-would pull attention back to the subject gets little credit. AtP* recomputes the attention softmax exactly for
-that reason. (3) Windows: the sum of per-layer estimates also counts the paths from one restored module through
+(2) Attention saturation (AtP*'s main case): an attention softmax that is saturated in the corrupted run has
+near-zero gradient with respect to the keys it ignores, so a restoration that would move a later token's attention
+back to the subject gets little credit; AtP* recomputes the attention softmax exactly for that reason (not done
+here: the preview stays one backward). (3) Windows: the sum of per-layer estimates also counts the paths from one restored module through
 the others, which the exact restoration overwrites; and paths whose first-order effects cancel look unimportant.
 So the preview ranks cells roughly (`bench trace` reports its Spearman rank correlation with the exact maps) and
 is always labelled an estimate; it is exact to first order (tests: finite differences; small noise, where the
