@@ -12,8 +12,8 @@ import sys
 
 from .errors import EditkitError
 
-COMMANDS = ["models", "predict", "trace", "edit", "apply-patch", "evaluate", "bench", "memories", "triggers", "geva",
-            "intervene", "similarity", "spectrum", "sweep", "bleed", "layer-sweep"]
+COMMANDS = ["models", "predict", "trace", "aie", "edit", "apply-patch", "evaluate", "bench", "memories", "triggers",
+            "geva", "intervene", "similarity", "spectrum", "sweep", "bleed", "layer-sweep"]
 
 
 def build_parser() -> argparse.ArgumentParser:

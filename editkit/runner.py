@@ -4,7 +4,9 @@
     out = run.forward(input_ids=ids, keep_kv=True, calls=True)   # hidden (final-normed), kv, block calls
     run.forward(input_ids=ids, stop_after="mlp_key.5")           # stop once that site is computed
     h = run.run_blocks(h, start=6, calls=out.calls, kv=prefix)   # blocks 6.. on given residuals
+    h = run.step(h, 6, calls, kv=(keys, values))                  # block 6 alone, with per-row keys/values
     p = run.answer_prob(h[:, -1], answer_id)                      # final norm + unembedding + softmax, batched
+    lp = run.answer_logprob(h[:, -1], answer_id)                  # log p(answer) = z_a - logsumexp(z), batched
 
 - `forward` runs the model body (the only code that knows `base_model_prefix` is adapter.body). It can stop right
   after a site (one stop mechanism: an exception raised by a hook of the caller's context), continue from a
@@ -14,8 +16,11 @@
   holding a copy (`KV.cache()`), so nothing ever has to be rewound: the snapshot is the rewind point.
 - `run_blocks` calls the model's own decoder blocks from a layer on, with the recorded calls and a KV prefix; patches
   and reads go through Hooks (editkit/hooks.py) as for a full forward.
-- `answer_prob` / `logits` project residuals to the vocabulary in large chunks: on a 262k-token vocabulary the
-  unembedding matrix is read once per chunk, so few large chunks run near the CPU's matmul peak.
+- `step` runs ONE block on its own, attending to per-row keys/values of that layer only (each row may continue a
+  different earlier run): a caller can then step many partial runs layer by layer, adding rows as they start.
+- `answer_prob` / `logits` project residuals to the vocabulary in large chunks (on a 262k-token vocabulary the
+  unembedding matrix is read once per chunk, so few large chunks run near the CPU's matmul peak); `answer_logprob`
+  walks the vocabulary in blocks for all rows at once with an online logsumexp (one read of the matrix in all).
 """
 from __future__ import annotations
 
@@ -28,7 +33,7 @@ from .hooks import Hooks, first_tensor
 from .sites import parse
 
 UNEMBED_ROWS = 512  # rows per unembedding chunk: (512 x d) @ (d x V) reads the matrix once per 512 rows
-VOCAB_CHUNK = 2048  # unembedding rows per step of the one-pass logsumexp (a few MB: stays in cache between uses)
+VOCAB_BLOCK = 4096  # vocabulary tokens per block of the online logsumexp (vocab_pass): the block's logits stay in cache
 
 
 class Stop(Exception):
@@ -60,6 +65,10 @@ class KV:
         index = torch.as_tensor(index, device=self.keys[0].device)
         return KV(tuple(k.index_select(0, index) for k in self.keys),
                   tuple(v.index_select(0, index) for v in self.values))
+
+    def prefix(self, length: int) -> "KV":
+        """The keys and values of positions [0, length) (views, no copy)."""
+        return KV(tuple(k[..., :length, :] for k in self.keys), tuple(v[..., :length, :] for v in self.values))
 
     def cache(self, config):
         """A fresh HF cache holding these keys and values (runs append to it; this snapshot never changes)."""
@@ -174,6 +183,26 @@ class Runner:
             h = first_tensor(a.block(l)(h, *args, **kwargs))
         return h
 
+    def step(self, h: torch.Tensor, layer: int, calls: list, kv: tuple | None = None) -> torch.Tensor:
+        """Block `layer` alone on residuals h (B, T, d), called as recorded in `calls` (recorded with a KV prefix of
+        the same length as kv's, or without one when kv is None), attending to kv = (keys, values) of THIS layer,
+        (B, kv_heads, P, head_dim), one row per row of h. Returns the block's output residual. Only this layer's
+        keys are copied into the fresh cache the block appends to, so stepping many rows through the layers one
+        block at a time costs no more than run_blocks."""
+        if calls[layer] is None:
+            raise EditkitError(f"no recorded call for block {layer}")
+        cache = None
+        if kv is not None:
+            from transformers import DynamicCache
+
+            cache = DynamicCache(config=self.config)
+            layers = _layers(cache, self.adapter.n_layers)
+            if len(layers) <= layer:
+                raise EditkitError("this model's cache does not expose its layers; step without keys/values")
+            layers[layer].update(kv[0], kv[1])
+        args, kwargs = _swap_cache(*calls[layer], cache)
+        return first_tensor(self.adapter.block(layer)(h, *args, **kwargs))
+
     def block_calls(self, batch: int, length: int, kv: KV | None = None, attention_mask=None,
                     position_ids=None) -> list:
         """How the model calls each block for `batch` rows of `length` new positions after `kv`: recorded from a
@@ -186,9 +215,9 @@ class Runner:
 
     # --- the vocabulary ----------------------------------------------------------------------------------------
     def logits(self, h: torch.Tensor, norm: bool = True) -> torch.Tensor:
-        """Logits (float32) of residuals h (..., d): lm_head(final_norm(h)) with any softcap; norm=False for
-        states already through the final norm (a forward's `hidden`)."""
-        return self.adapter.unembed(h, norm=norm).float()
+        """Logits (float32; float64 for a float64 model) of residuals h (..., d): lm_head(final_norm(h)) with any
+        softcap; norm=False for states already through the final norm (a forward's `hidden`)."""
+        return _at_least_f32(self.adapter.unembed(h, norm=norm))
 
     def answer_prob(self, h: torch.Tensor, answer_id, norm: bool = True, rows: int = UNEMBED_ROWS) -> torch.Tensor:
         """softmax(logits(h))[answer] for residual rows h (N, d), in chunks of `rows` rows. `answer_id` is one id or
@@ -201,45 +230,101 @@ class Runner:
             out.append(probs.gather(1, ids[i:i + rows, None])[:, 0])
         return torch.cat(out) if out else torch.zeros(0)
 
+    def answer_logprob(self, h: torch.Tensor, answer_id, norm: bool = True, block: int = VOCAB_BLOCK,
+                       rows: int = 4096) -> torch.Tensor:
+        """log softmax(logits(h))[answer] = z_answer - logsumexp(z) for residual rows h (N, d), float32.
+
+        The vocabulary is walked in blocks of `block` tokens for ALL rows at once, keeping a running max and sum of
+        exponentials (the online logsumexp): each block's logits (N x block) are still in the CPU cache when they
+        are exponentiated, the unembedding matrix is read once for all N rows, and no (N x V) matrix is ever
+        written (more than `rows` rows go in chunks of `rows`, to bound memory). The weight is the one this context
+        sees (editing/weights.current), so an applied edit of the unembedding counts; an LM head that is not a plain
+        linear map is projected row-chunk by row-chunk."""
+        ids = torch.as_tensor(answer_id, device=h.device)
+        ids = ids.expand(h.shape[0]) if ids.dim() == 0 else ids
+        head = self.adapter.unembed_module
+        if not isinstance(head, torch.nn.Linear) or h.shape[0] == 0:
+            out = []
+            for i in range(0, h.shape[0], UNEMBED_ROWS):
+                z = self.logits(h[i:i + UNEMBED_ROWS], norm)
+                out.append(z.gather(1, ids[i:i + UNEMBED_ROWS, None])[:, 0] - torch.logsumexp(z, -1))
+            return torch.cat(out) if out else torch.zeros(0)
+        if h.shape[0] > rows:
+            return torch.cat([self.answer_logprob(h[i:i + rows], ids[i:i + rows], norm, block, rows)
+                              for i in range(0, h.shape[0], rows)])
+        x = self.adapter.final_norm(h) if norm else h
+        W, bias = self._head_weight()
+        lse, answer, _, _ = vocab_pass(x, W, bias, self.adapter.final_softcap, ids=ids, block=block)
+        out = answer - lse
+        return out if x.dtype == torch.float64 else out.float()
+
+    def _head_weight(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The LM head's weight as this context sees it (editing/weights.current) and its bias."""
+        from .editing.weights import current
+
+        head = self.adapter.unembed_module
+        name = self._head_name()  # None when tied to (and listed as) the embedding, which edits never change
+        return (current(self.lm.model, name) if name else head.weight.detach()), head.bias
+
+    def _head_name(self) -> str | None:
+        """The parameter name of the LM head's weight, or None when it is tied to another listed parameter."""
+        if not hasattr(self, "_head"):
+            head = self.adapter.unembed_module
+            module = next(n for n, m in self.lm.model.named_modules() if m is head)
+            names = {n for n, _ in self.lm.model.named_parameters()}
+            self._head = module + ".weight" if module + ".weight" in names else None
+        return self._head
+
+
+def _at_least_f32(z: torch.Tensor) -> torch.Tensor:
+    """float32 logits, or float64 ones for a float64 model (finite-difference checks need them)."""
+    return z if z.dtype == torch.float64 else z.float()
+
 
 def _raise_stop(h):
     raise Stop
 
 
-def _lse_pass(x: torch.Tensor, W: torch.Tensor, b: torch.Tensor | None = None, chunk: int = VOCAB_CHUNK,
-              mean: bool = True):
-    """One pass over the rows w_v of W (V, d) for the rows x_i (N, d), logits l_v = w_v . x_i + b_v:
-    lse_i = log sum_v exp(l_v), the softmax mean E_p_i[w] = sum_v softmax(l)_v w_v (d,) and the argmax, accumulated
-    chunk by chunk with a running maximum (the online softmax), so each chunk of W is read from memory once and
-    used twice while in cache. `mean=False` skips E_p[w] (returned as None): one matmul per chunk."""
+def vocab_pass(x: torch.Tensor, W: torch.Tensor, b: torch.Tensor | None = None, cap: float | None = None,
+               ids: torch.Tensor | None = None, mean: bool = False, block: int = VOCAB_BLOCK):
+    """One pass over the unembedding rows w_v (V, d) for all rows x_i (N, d), with logits z = W x + b (and Gemma 2's
+    softcap cap * tanh(z / cap)): a running maximum and a float64 sum of exponentials (the online logsumexp), so each
+    block of W is read from memory once for all rows and its logits are used while still in cache; no (N, V) matrix
+    is ever held. Returns (lse (N,) float64, z at `ids` (N,) float64 or None, E_softmax(z)[w] (N, d) when `mean`
+    (no softcap) else None, argmax (N,))."""
     n = x.shape[0]
-    m = torch.full((n,), -float("inf"), dtype=x.dtype, device=x.device)
-    s = torch.zeros(n, dtype=x.dtype, device=x.device)
+    m = torch.full((n,), -float("inf"), dtype=torch.float64, device=x.device)
+    total = torch.zeros(n, dtype=torch.float64, device=x.device)
+    answer = torch.zeros(n, dtype=torch.float64, device=x.device) if ids is not None else None
     acc = torch.zeros(n, W.shape[1], dtype=x.dtype, device=x.device) if mean else None
     best = torch.zeros(n, dtype=torch.long, device=x.device)
-    for start in range(0, W.shape[0], chunk):
-        Wc = W[start:start + chunk]
-        logits = x @ Wc.T
-        if b is not None:
-            logits = logits + b[start:start + chunk]
-        top, where = logits.max(1)
-        new_m = torch.maximum(m, top)
-        keep = torch.exp(m - new_m)  # rescales what was summed under the old maximum (0 on the first chunk)
-        e = torch.exp(logits - new_m[:, None])
-        s = s * keep + e.sum(1)
+    for j in range(0, W.shape[0], block):
+        z = _at_least_f32(torch.nn.functional.linear(x, W[j:j + block], None if b is None else b[j:j + block]))
+        if cap:
+            z = torch.tanh(z / cap) * cap
+        top, where = z.max(1)
+        new = torch.maximum(m, top.double())
+        keep = torch.exp(m - new)  # rescales what was summed under the old maximum (0 on the first block)
+        e = torch.exp(z - new[:, None].to(z.dtype))
+        total = total * keep + e.sum(1, dtype=torch.float64)
         if mean:
-            acc = acc * keep[:, None] + e @ Wc
-        best = torch.where(top > m, where + start, best)
-        m = new_m
-    return m + torch.log(s), (acc / s[:, None] if mean else None), best
+            acc = acc * keep[:, None].to(acc.dtype) + e.to(acc.dtype) @ W[j:j + block]
+        best = torch.where(top.double() > m, where + j, best)
+        m = new
+        if ids is not None:
+            inside = ((ids >= j) & (ids < j + z.shape[1])).nonzero()[:, 0]
+            if len(inside):
+                answer[inside] = z[inside, ids[inside] - j].double()
+    return m + torch.log(total), answer, (acc / total[:, None].to(acc.dtype) if mean else None), best
 
 
 class _LogSumExp(torch.autograd.Function):
-    """lse(W x + b) with its gradient d lse / dx = E_p[w] taken from the forward pass (no second read of W)."""
+    """lse(W x + b) with its gradient d lse / dx = E_p[w] taken from the same forward pass (no second read of W)."""
 
     @staticmethod
     def forward(ctx, x, W, b):
-        lse, mean_w, best = _lse_pass(x.detach(), W.detach(), None if b is None else b.detach())
+        lse, _, mean_w, best = vocab_pass(x.detach(), W.detach(), None if b is None else b.detach(), mean=True)
+        lse = lse.to(x.dtype)
         ctx.save_for_backward(mean_w)
         ctx.mark_non_differentiable(mean_w, best)
         return lse, mean_w, best
@@ -259,23 +344,13 @@ def vocab_logsumexp(lm, x: torch.Tensor):
     head = a.unembed_module
     if a.final_softcap or not isinstance(head, torch.nn.Linear):
         return None
-    return _LogSumExp.apply(x, head.weight, head.bias)
+    W, bias = lm.runner._head_weight()
+    return _LogSumExp.apply(x, W, bias)
+
 
 
 @torch.no_grad()
-def token_logprobs(lm, x: torch.Tensor, ids: torch.Tensor, rows: int = UNEMBED_ROWS) -> torch.Tensor:
-    """log softmax(logits(x))[ids] for final-normed states x (N, d) and token ids (N,), without holding (N, V)
-    logits when the unembedding is a plain linear map (one pass over the vocabulary per `rows` states)."""
-    a = lm.adapter
-    head = a.unembed_module
-    ids = torch.as_tensor(ids, device=x.device)
-    out = []
-    for i in range(0, x.shape[0], rows):
-        xi, ti = x[i:i + rows], ids[i:i + rows]
-        if a.final_softcap or not isinstance(head, torch.nn.Linear):
-            out.append(torch.log_softmax(a.unembed(xi, norm=False).float(), -1).gather(1, ti[:, None])[:, 0])
-            continue
-        lse, _, _ = _lse_pass(xi, head.weight, head.bias, mean=False)
-        logit = (xi * head.weight[ti]).sum(-1) + (head.bias[ti] if head.bias is not None else 0)
-        out.append(logit - lse)
-    return torch.cat(out) if out else torch.zeros(0, device=x.device)
+def token_logprobs(lm, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """log softmax(logits(x))[ids] (float32) for final-normed states x (N, d) and token ids (N,): the online
+    logsumexp of `vocab_pass`, no (N, V) logits held (perplexity, CounterFact pair scoring)."""
+    return lm.runner.answer_logprob(x, torch.as_tensor(ids, device=x.device), norm=False).float()

@@ -1,19 +1,15 @@
-"""Causal tracing page: ROME's three heatmaps, severing, and the average indirect effect."""
+"""Causal tracing page: a preview at once, ROME's three exact heatmaps as they are computed, severing, and the
+average indirect effect."""
 import json
 
 import pandas as pd
-import plotly.graph_objects as go
 import streamlit as st
 
 from editkit.text import guess_subject
-from editkit.tracing import parse_noise, prepare, trace_setup
-from editkit.tracing.aie import CLASSES, average_indirect_effect
-from editkit.tracing.severing import sever
+from editkit.tracing import Tracer, parse_noise
+from editkit.tracing.aie import average_indirect_effect
+from editkit.tracing.figures import aie_figure, heatmap, severing_figure
 from pages import ui
-
-COLORS = {"hidden": "Purples", "mlp": "Greens", "attn": "Reds"}
-TITLES = {"hidden": "single restored hidden state", "mlp": "restored MLP outputs (window)",
-          "attn": "restored attention outputs (window)"}
 
 st.title("Causal tracing")
 st.markdown(
@@ -23,6 +19,25 @@ st.markdown(
 )
 st.latex(r"\mathrm{IE}(h_i^{(l)}) = P_{*,\,\text{clean } h_i^{(l)}}[o] - P_*[o], \qquad "
          r"x_{\text{subject}} \leftarrow x_{\text{subject}} + \epsilon,\ \epsilon \sim \mathcal{N}(0, (3\sigma)^2)")
+with st.expander("What each view shows"):
+    st.markdown(
+        "**Preview (estimate).** Attribution patching replaces each restoration by its first-order Taylor term, "
+        "$\\mathrm{IE} \\approx (a_{\\text{clean}} - a_*) \\cdot \\partial P_*[o] / \\partial a$, with the gradient "
+        "taken in the corrupted run. One backward pass gives every cell at once, so it appears immediately; "
+        "it is linear, so it misses effects that only appear after a large change (a saturated softmax), and it is "
+        "drawn in grey until the exact panel replaces it.\n\n"
+        "**Hidden states.** Cell (i, l) copies the clean residual-stream vector $h_i^{(l)}$ (token i after layer l) "
+        "into each corrupted run and lets the rest of the network run: its colour is $P_{*,\\,\\text{clean } "
+        "h_i^{(l)}}[o]$. A bright cell is a state that carries the fact.\n\n"
+        "**MLP / attention.** Cell (i, l) restores the MLP (or attention) outputs at token i in the window of "
+        "layers $[l - w/2,\\ l + w/2)$ together (one module adds little on its own). ROME finds the MLPs at the "
+        "subject's last token in middle layers, and attention at the last token in late layers.\n\n"
+        "**Severing.** Restore $h_i^{(l)}$ at the subject's last token while the MLP (or attention) outputs at that "
+        "token stay at their corrupted values in every later layer: if the effect collapses, the later MLPs did "
+        "the work.\n\n"
+        "**Average indirect effect.** The same effects averaged over facts the model knows, per token class, with "
+        "a 95% band $\\bar x \\pm 1.96\\, s / \\sqrt{N}$."
+    )
 lm = ui.model_picker()
 if lm is None:
     st.stop()
@@ -37,13 +52,88 @@ with st.form("trace_form"):
     noise = c2.text_input("Noise ('3s' = 3 sigma, or absolute)", "3s", key="trace_noise")
     window = c3.number_input("Window (MLP/attn)", 1, 40, 10, key="trace_window")
     seed = c4.number_input("Seed", 0, 10_000, 1, key="trace_seed")
-    c5, c6, c7 = st.columns(3)
+    c5, c6, c7, c8 = st.columns(4)
     kinds = c5.multiselect("Kinds", ["hidden", "mlp", "attn"], ["hidden", "mlp", "attn"], key="trace_kinds")
     uniform = c6.checkbox("Uniform noise", key="trace_uniform")
     replace = c7.checkbox("Replace instead of add", key="trace_replace")
+    recompute = c8.checkbox("Recompute (ignore the cache)", key="trace_no_cache")
     submitted = st.form_submit_button("Trace", type="primary")
 
+
+class Panels:
+    """One slot per kind (chart, caption, progress bar) and one for severing, filled as results arrive."""
+
+    def __init__(self, kinds):
+        self.kinds = list(kinds)
+        self.header = st.empty()
+        cols = st.columns(len(self.kinds)) if self.kinds else []
+        self.slots = {k: (col.empty(), col.empty(), col.empty()) for k, col in zip(self.kinds, cols)}
+        self.drawn = set()
+
+    def draw(self, kind: str, r: dict) -> None:
+        stage = "preview" if r.get("meta", {}).get("estimate") else "exact"
+        if (kind, stage) in self.drawn or kind not in self.slots:
+            return
+        self.drawn.add((kind, stage))
+        chart, caption, _ = self.slots[kind]
+        chart.plotly_chart(heatmap(r), width="stretch", key=f"trace_fig_{kind}_{stage}")
+        if stage == "preview":
+            caption.caption("Estimate (attribution patching); the exact panel replaces it when computed.")
+        else:
+            t, l = max(((t, l) for t in range(len(r["scores"])) for l in range(len(r["scores"][0]))),
+                       key=lambda x: r["scores"][x[0]][x[1]])
+            source = "from the cache" if r.get("meta", {}).get("cached") else f"{r['seconds']:.1f} s"
+            caption.caption(f"Peak: {r['tokens'][t]!r} at layer {l}, p = {r['scores'][t][l]:.3f} "
+                            f"(IE {r['indirect_effect'][t][l]:+.3f}); exact, {source}.")
+
+    def bar(self, kind: str):
+        return self.slots[kind][2].progress(0.0, text=f"exact {kind} panel: waiting")
+
+
+def _cancel():
+    st.session_state["trace_cancelled"] = True
+
+
+state = st.session_state.setdefault("trace_state", {"exact": {}, "preview": {}, "sever": None})
+kinds = kinds or ["hidden", "mlp", "attn"]
+if submitted:
+    st.session_state["trace_cancelled"] = False
+elif st.session_state.get("trace_cancelled"):
+    st.warning("Trace cancelled. The panels computed before the cancel are kept; press Trace to run it again.")
 ui.cancelled_note()
+known = [k for k in ("hidden", "mlp", "attn") if k in state["exact"] or k in state["preview"]]
+shown = kinds if submitted else known
+panels = Panels(shown)
+
+
+def trace_job(progress, tracer, kinds, panels) -> None:
+    """The preview at once, then each exact panel as it is computed, then severing; results land in the session
+    state as they arrive, so a cancelled trace keeps what it computed."""
+    new = {"exact": {}, "preview": {}, "sever": None}
+    if any(tracer.cached(k) is None for k in kinds):
+        panels.header.info("Preview: attribution-patching estimates; computing the exact panels...")
+        progress(0.0, "preview (attribution patching)")
+        new["preview"] = {k: r.to_dict() for k, r in tracer.preview(kinds).items()}
+    st.session_state["trace_state"] = new  # bad inputs fail above and keep the earlier results
+    for kind, r in new["preview"].items():
+        panels.draw(kind, r)
+    bars = {k: panels.bar(k) for k in kinds if tracer.cached(k) is None}
+    for i, kind in enumerate(kinds):
+        bar = bars.get(kind)
+
+        def step(f, bar=bar, kind=kind, i=i):
+            progress((i + f) / (len(kinds) + 1), f"exact {kind} panel")  # a cancel stops here
+            if bar:
+                bar.progress(min(f, 1.0), text=f"exact {kind} panel")
+
+        new["exact"][kind] = tracer.result(kind, progress=step).to_dict()
+        panels.draw(kind, new["exact"][kind])
+        if bar:
+            bar.empty()
+    panels.header.empty()
+    new["sever"] = tracer.severing(progress=lambda f: progress((len(kinds) + f) / (len(kinds) + 1), "severing"))
+
+
 if submitted:
     with ui.guard("tracing"):
         subj = subject.strip() or guess_subject(prompt)
@@ -51,47 +141,23 @@ if submitted:
 
         def job(progress):
             with ui.session(lm):
-                progress(0.0, "clean and corrupted runs")
-                setup = prepare(lm, prompt, subj, target.strip() or None, int(samples), spec, int(seed))
-                results = trace_setup(lm, setup, kinds=kinds or "all", window=int(window),
-                                      progress=lambda f, msg: progress(0.95 * f, msg))
-                progress(0.95, "severing")
-                return results, sever(lm, setup)
+                tracer = Tracer(lm, prompt, subj, target.strip() or None, int(samples), spec, int(window),
+                                int(seed), cache=not recompute)
+                trace_job(progress, tracer, kinds, panels)
 
-        results, severed = ui.run_job("causal trace", job, samples=int(samples))
-        st.session_state["trace_results"] = {k: r.to_dict() for k, r in results.items()}
-        st.session_state["trace_sever"] = severed
+        ui.run_job("causal trace", job, cancel_label="Cancel trace", on_cancel=_cancel, samples=int(samples))
+    state = st.session_state["trace_state"]
 
+for kind in panels.kinds:
+    r = state["exact"].get(kind) or state["preview"].get(kind)
+    if r:
+        panels.draw(kind, r)
 
-def heatmap(r: dict) -> go.Figure:
-    b, e = r["subject_range"]
-    labels = [f"{t!r}{'*' if b <= i < e else ''}" for i, t in enumerate(r["tokens"])]
-    labels = [f"{i}: {s}" for i, s in enumerate(labels)]
-    ie = r["indirect_effect"]
-    fig = go.Figure(go.Heatmap(
-        z=r["scores"], x=list(range(len(r["scores"][0]))), y=labels, colorscale=COLORS[r["kind"]],
-        zmin=r["low_score"], customdata=ie, colorbar={"title": f"p({r['answer']!r})"},
-        hovertemplate="token %{y}<br>layer %{x}<br>p = %{z:.3f}<br>IE = %{customdata:.3f}<extra></extra>",
-    ))
-    fig.update_yaxes(autorange="reversed")
-    fig.update_layout(title=f"{TITLES[r['kind']]}" + (f", window {r['window']}" if r["kind"] != "hidden" else ""),
-                      xaxis_title="layer", height=140 + 28 * len(labels), margin={"t": 40, "b": 40})
-    return fig
-
-
-results = st.session_state.get("trace_results")
+results = state["exact"]
 if results:
     first = next(iter(results.values()))
     st.write(f"Answer **{first['answer']!r}**: clean p = {first['high_score']:.3f}, corrupted p = "
              f"{first['low_score']:.3f} (noise scale {first['noise_scale']:.3f}; `*` marks subject tokens).")
-    cols = st.columns(len(results))
-    for col, (kind, r) in zip(cols, results.items()):
-        with col:
-            st.plotly_chart(heatmap(r), width="stretch", key=f"trace_fig_{kind}")
-            t, l = max(((t, l) for t in range(len(r["scores"])) for l in range(len(r["scores"][0]))),
-                       key=lambda x: r["scores"][x[0]][x[1]])
-            st.caption(f"Peak: {r['tokens'][t]!r} at layer {l}, p = {r['scores'][t][l]:.3f} "
-                       f"(IE {r['indirect_effect'][t][l]:+.3f}).")
     rows = [{"kind": k, "token_index": t, "token": r["tokens"][t], "layer": l, "p": r["scores"][t][l],
              "indirect_effect": r["indirect_effect"][t][l]}
             for k, r in results.items() for t in range(len(r["tokens"])) for l in range(len(r["scores"][0]))]
@@ -102,27 +168,22 @@ if results:
                        key="trace_json")
     st.caption("PNG: use the camera icon in each chart's toolbar.")
 
-    sev = st.session_state.get("trace_sever")
-    if sev:
-        st.subheader("Severing: which later modules does a restored state need?")
-        st.markdown(
-            f"Restore the hidden state at {sev['token_str']!r} (the last subject token) at layer l, while the MLP "
-            "(or attention) outputs at that token stay at their corrupted values in all later layers. A drop of "
-            "the green curve means the later MLPs at that token do the decisive work (ROME, Fig. 4)."
-        )
-        fig = go.Figure()
-        for key, name, color in (("none", "no severing", "purple"), ("mlp", "MLPs severed", "green"),
-                                 ("attn", "attention severed", "red")):
-            fig.add_trace(go.Scatter(x=sev["layers"], y=sev[key], name=name, line={"color": color}))
-        fig.add_hline(y=sev["low_score"], line_dash="dot", annotation_text="corrupted")
-        fig.update_layout(xaxis_title="layer of the restored hidden state", yaxis_title="p(answer)", height=350)
-        st.plotly_chart(fig, width="stretch", key="trace_sever_fig")
+sev = state["sever"]
+if sev:
+    st.subheader("Severing: which later modules does a restored state need?")
+    st.markdown(
+        f"Restore the hidden state at {sev['token_str']!r} (the last subject token) at layer l, while the MLP "
+        "(or attention) outputs at that token stay at their corrupted values in all later layers. A drop of "
+        "the green curve means the later MLPs at that token do the decisive work (ROME, Fig. 4)."
+    )
+    st.plotly_chart(severing_figure(sev), width="stretch", key="trace_sever_fig")
 
 st.subheader("Average indirect effect over known facts")
 st.markdown(
     "The same traces averaged over facts the model itself predicts (from ROME's known facts), by token class, "
-    "with 95% bands: mean ± 1.96·sd/√N. ROME finds a strong MLP effect at the last subject token in early-to-middle "
-    "layers and a late attention effect at the last token."
+    "with 95% bands: mean ± 1.96·sd/√N. ROME finds a strong MLP effect at the last subject token in "
+    "early-to-middle layers and a late attention effect at the last token. Facts traced before (here or on the "
+    "command line) come from the shared cache."
 )
 n_facts = st.number_input("Facts", 5, 500, 30, key="trace_aie_n")
 if st.button("Compute / show average effects", key="trace_aie_go"):
@@ -134,21 +195,8 @@ if st.button("Compute / show average effects", key="trace_aie_go"):
         st.session_state["trace_aie"] = ui.run_job("average indirect effect", aie_job, facts=int(n_facts))
 aie = st.session_state.get("trace_aie")
 if aie:
-    cols = st.columns(3)
-    palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"]
-    for col, kind in zip(cols, ("hidden", "mlp", "attn")):
-        fig = go.Figure()
-        layers = list(range(aie["layers"]))
-        for c, color in zip(CLASSES, palette):
-            s = aie["kinds"][kind].get(c)
-            if not s:
-                continue
-            fig.add_trace(go.Scatter(x=layers + layers[::-1], y=s["high"] + s["low"][::-1], fill="toself",
-                                     fillcolor=color, opacity=0.15, line={"width": 0}, showlegend=False,
-                                     hoverinfo="skip"))
-            fig.add_trace(go.Scatter(x=layers, y=s["mean"], name=c, line={"color": color}))
-        fig.update_layout(title=f"AIE, {kind} (N = {aie['n_facts']})", xaxis_title="layer", height=380)
-        col.plotly_chart(fig, width="stretch", key=f"trace_aie_{kind}")
+    for col, kind in zip(st.columns(3), ("hidden", "mlp", "attn")):
+        col.plotly_chart(aie_figure(aie, kind), width="stretch", key=f"trace_aie_{kind}")
 
 
 # ---- does the traced layer edit best? (issue 15) ------------------------------------------------------------------
@@ -169,7 +217,7 @@ def layer_sweep_section(lm) -> None:
     st.latex(r"\text{rewrite score} = \frac{P_{\text{post}}(o^*) - P_{\text{pre}}(o^*)}{1 - P_{\text{pre}}(o^*)}")
     prompt = st.session_state.get("trace_prompt", "")
     subject = (st.session_state.get("trace_subject") or "").strip()
-    results = st.session_state.get("trace_results") or {}
+    results = (st.session_state.get("trace_state") or {}).get("exact") or {}
     traced = next((results[k] for k in ("mlp", "hidden", "attn") if k in results), None)
     c1, c2 = st.columns(2)
     new = c1.text_input("New target", "Paris", key="ls_new")

@@ -128,18 +128,20 @@ def session_id() -> str:
     return st.session_state.setdefault("_editkit_session", uuid.uuid4().hex[:8])
 
 
-def run_job(name: str, fn, **caps):
+def run_job(name: str, fn, cancel_label: str = "Cancel", on_cancel=None, **caps):
     """Run a long computation fn(progress) as this session's job and return its result. The values in `caps`
     are checked against the server's limits first (e.g. samples=20); the job then waits for a turn in the
     server's queue, showing how many jobs are ahead; a progress bar follows it; the Cancel button stops it at its
-    next step (any other click does too) and earlier results stay."""
+    next step (any other click does too) and earlier results stay. `on_cancel` replaces the generic "was
+    cancelled" note (cancelled_note) with the page's own."""
     jobs.limits().check(**caps)
     job = jobs.Job(name, owner=session_id())
     box = st.empty()
     with box.container():
         left, right = st.columns([6, 1])
         bar = left.progress(0.0, text=f"{name}: waiting for a turn")
-        right.button("Cancel", key=f"cancel_{name}", on_click=_cancel_clicked, args=(name,),
+        right.button(cancel_label, key=f"cancel_{name}", on_click=on_cancel or _cancel_clicked,
+                     args=() if on_cancel else (name,),
                      help="Stop this job; earlier results are kept.")
 
     def waiting(ahead: int, running: int) -> None:

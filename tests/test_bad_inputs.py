@@ -199,11 +199,11 @@ TRACE_CASES = [(f"prompt {n}", {"trace_prompt": p, **({"trace_subject": "世界"
 
 @pytest.mark.parametrize("name,values,expect", TRACE_CASES, ids=[c[0] for c in TRACE_CASES])
 def test_tracing_inputs(tracing, name, values, expect):
-    before = tracing.session_state["trace_results"]
+    before = tracing.session_state["trace_state"]
     _trace_with(tracing, **values)
     assert_ok(tracing, expect)
     if expect:
-        kept(tracing, "trace_results", before)
+        kept(tracing, "trace_state", before)
     assert len(tracing.get("plotly_chart")) == 4, "results (earlier or new) stay on the page"
 
 
@@ -216,16 +216,16 @@ def test_tracing_numbers_out_of_range(tracing):
     assert_ok(tracing, None)
     assert 1 <= tracing.number_input(key="trace_samples").value <= 100
     assert 1 <= tracing.number_input(key="trace_window").value <= 40
-    before = tracing.session_state["trace_results"]  # the trace above ran with the widgets' valid values
+    before = tracing.session_state["trace_state"]  # the trace above ran with the widgets' valid values
     tracing.number_input(key="trace_samples").set_value(80)
     _trace_with(tracing)
     assert_ok(tracing, "80 noise samples is over this server's limit of 50")
-    kept(tracing, "trace_results", before)
+    kept(tracing, "trace_state", before)
     tracing.number_input(key="trace_samples").set_value(2)
     tracing.number_input(key="trace_aie_n").set_value(400)
     click(tracing, "Compute / show average effects")
     assert_ok(tracing, "400 facts is over this server's limit of 200")
-    kept(tracing, "trace_results", before)
+    kept(tracing, "trace_state", before)
 
 
 def test_tracing_corrupt_cache_files_are_rebuilt(tracing):
@@ -235,6 +235,7 @@ def test_tracing_corrupt_cache_files_are_rebuilt(tracing):
     assert path.exists()
     path.write_text("{not json")
     tracing.number_input(key="trace_samples").set_value(2)
+    tracing.checkbox(key="trace_no_cache").check()  # the traces themselves are cached; the noise scale is read again
     _trace_with(tracing)
     assert_ok(tracing, None)
     assert json.loads(path.read_text())["sigma"] > 0

@@ -32,16 +32,38 @@ def _home(page):
     assert "Paris" in lens, "the logit lens should show ' Paris' at the last layers"
 
 
+def _charts(page) -> tuple[int, int]:
+    """(estimate heatmaps, exact heatmaps) on the page, told apart by their titles."""
+    charts = page.locator(".js-plotly-plot")
+    texts = [charts.nth(i).inner_text() for i in range(charts.count())]
+    estimates = sum("ESTIMATE" in t for t in texts)
+    exact = sum("restored" in t and "ESTIMATE" not in t for t in texts)
+    return estimates, exact
+
+
 def _causal_tracing(page):
-    """Trace the default prompt with 3 noise samples (the default 10 takes 30-90 s on Gemma alone, minutes on a
-    busy CPU) and wait for the heatmaps."""
+    """Trace the default prompt with 3 noise samples, ignoring the result cache: the preview (estimates) is drawn
+    before the first exact panel. Cancel that trace (the page stays usable and says so), then trace again and wait
+    for the three exact heatmaps."""
     samples = page.get_by_label("Noise samples n")
     samples.fill("3")
     samples.press("Tab")
+    page.get_by_text("Recompute (ignore the cache)").click()
+    page.get_by_role("button", name="Trace").click()
+    page.wait_for_function("() => [...document.querySelectorAll('.js-plotly-plot')]"
+                           ".some(e => e.textContent.includes('ESTIMATE'))", timeout=LOAD_S * 1000)
+    estimates, exact = _charts(page)
+    assert estimates >= 1 and exact == 0, (estimates, exact)  # the preview came before any exact panel
+    page.get_by_role("button", name="Cancel trace").click()
+    page.get_by_text("Trace cancelled").first.wait_for(timeout=LOAD_S * 1000)
+    wait_idle(page, timeout=LOAD_S)
     page.get_by_role("button", name="Trace").click()
     page.wait_for_selector(f".js-plotly-plot, {ERRORS}", timeout=600_000)
+    page.wait_for_function("() => [...document.querySelectorAll('.js-plotly-plot')].filter(e => "
+                           "e.textContent.includes('restored') && !e.textContent.includes('ESTIMATE')).length >= 3",
+                           timeout=600_000)
     wait_idle(page, timeout=600)
-    assert page.locator(".js-plotly-plot").count() >= 1
+    assert _charts(page)[1] == 3
 
 
 def _ffn_memories(page):

@@ -20,3 +20,29 @@ def test_tracing_page_traces_and_survives_bad_input():
     assert not at.exception
     assert any("does not occur" in e.value for e in at.error)
     assert len(at.get("plotly_chart")) == 4  # earlier results kept
+
+
+def test_tracing_page_preview_then_exact_and_a_cancelled_trace_keeps_its_panels(tmp_path, monkeypatch):
+    monkeypatch.setenv("EDITKIT_CACHE", str(tmp_path))
+    at = AppTest.from_file(APP, default_timeout=300)
+    at.session_state["model_choice"] = "tiny-gpt2"
+    at.switch_page("pages/causal_tracing.py").run()
+    at.number_input(key="trace_samples").set_value(2)
+    at.button[0].click().run()
+    state = at.session_state["trace_state"]
+    assert set(state["preview"]) == set(state["exact"]) == {"hidden", "mlp", "attn"}  # the preview came first
+    assert all(r["meta"]["estimate"] for r in state["preview"].values())
+    assert not any(r["meta"].get("estimate") for r in state["exact"].values())
+    assert len(at.get("plotly_chart")) == 4  # each preview was replaced by its exact panel
+    # A trace cancelled after its preview and the hidden panel (the Cancel button's callback sets the flag and
+    # Streamlit stops the run): the next run shows what was computed, the estimates marked as such.
+    at.session_state["trace_state"] = {"exact": {"hidden": state["exact"]["hidden"]}, "preview": state["preview"],
+                                       "sever": None}
+    at.session_state["trace_cancelled"] = True
+    at.run()
+    assert not at.exception and any("cancelled" in w.value for w in at.warning)
+    titles = [c.proto.spec for c in at.get("plotly_chart")]
+    assert len(titles) == 3 and sum("ESTIMATE" in t for t in titles) == 2
+    at.button[0].click().run()  # tracing again works: everything comes from the cache now
+    assert not at.exception and len(at.get("plotly_chart")) == 4
+    assert not any("cancelled" in w.value for w in at.warning)

@@ -149,7 +149,7 @@ def test_aie_runs_and_resumes(tiny_by_name, tmp_path, monkeypatch):
     ls = out["kinds"]["hidden"]["last token"]
     assert len(ls["mean"]) == lm.adapter.n_layers and all(lo <= m <= hi for lo, m, hi in
                                                           zip(ls["low"], ls["mean"], ls["high"]))
-    monkeypatch.setattr("editkit.tracing.aie.prepare", lambda *a, **k: pytest.fail("recomputed a cached fact"))
+    monkeypatch.setattr("editkit.tracing.tracer.prepare", lambda *a, **k: pytest.fail("recomputed a cached fact"))
     again = average_indirect_effect(lm, n_facts=3, samples=2, window=2)
     assert again == out
 

@@ -15,7 +15,12 @@ def register(sub):
     t.add_argument("--kinds", default="hidden,mlp,attn")
     t.add_argument("--samples", type=int, default=10)
     t.add_argument("--last-only-reference", action="store_true",
-                   help="also time the reference with logits at the last position only (a cheaper baseline)")
+                   help="(always on now) also time the reference with logits at the last position only")
+    t.add_argument("--no-reference", action="store_true", help="skip ROME's algorithm (engine and preview only)")
+    t.add_argument("--facts", type=int, default=20,
+                   help="known facts for the preview's rank correlation (0: only the prompt)")
+    t.add_argument("--threads", type=int, default=None,
+                   help="torch threads (default: torch's own); 1 gives steadier ratios on a busy machine")
     e = inner.add_parser("edit", help="editing: every method on one request and a batch, statistics cached")
     e.add_argument("--n", type=int, default=10, help="requests in the batch")
     e.add_argument("--methods", default=None, help="comma-separated methods (default: all registered)")
@@ -37,16 +42,23 @@ def _say(row: dict) -> None:
 
 
 def show(out: dict) -> None:
-    print("  ".join(f"{k} {v}" for k, v in out.items() if not isinstance(v, list)))
+    print("  ".join(f"{k} {v}" for k, v in out.items() if not isinstance(v, (list, dict))))
+    for k, v in out.items():
+        if isinstance(v, dict):
+            print(f"{k}: {v}")
     for row in out["results"]:
         print(_line(row))
 
 
 def run_trace(args):
+    import torch
+
     from ..tracing.bench import bench_trace
 
+    if args.threads is not None:
+        torch.set_num_threads(max(1, args.threads))
     return bench_trace(load(args), args.prompt, args.subject, args.kinds.split(","), args.samples,
-                       args.last_only_reference, say=_say)
+                       reference=not args.no_reference, facts=max(0, args.facts), say=_say)
 
 
 def run_edit(args):

@@ -3,22 +3,21 @@
 For every known fact (editkit.facts.predicted_facts) the three traces are run; each token is put in a class
 (first / middle / last subject token, first subsequent token, further tokens, last token) and its indirect
 effect IE = p_restored - p_corrupted is averaged per class and layer over facts, with a 95% band
-mean +- 1.96 * sd / sqrt(N). Results are cached per fact on disk, so the computation resumes and the page shows
-it instantly afterwards.
+mean +- 1.96 * sd / sqrt(N). Every fact is traced by the same exact engine through the shared result cache
+(tracer.py): an interrupted computation resumes where it stopped, the page shows it at once afterwards, and a fact
+traced on the tracing page (same options) is not traced again. An edited model has its own entries (the cache key
+holds the weights' fingerprint).
 """
 from __future__ import annotations
 
-import json
+import time
 
 import numpy as np
 
-from ..editing.weights import model_key
 from ..errors import EditkitError
 from ..facts import predicted_facts
-from ..cache import Store
-from .engine import fast_trace
-from .noise import parse_noise
-from .setup import KINDS, prepare
+from .setup import KINDS
+from .tracer import Tracer
 
 CLASSES = ("first subject", "middle subject", "last subject", "first subsequent", "further tokens", "last token")
 
@@ -45,47 +44,33 @@ def token_classes(n_tokens: int, subject_range: tuple[int, int]) -> dict[str, li
     return classes
 
 
-STORE = Store("tracing/aie", version=2)  # one JSON line per traced fact, appended as they finish
-
-
-def _cache_path(lm, samples, noise, window):
-    return STORE.path(model_key(lm), ".jsonl", samples=samples, noise=noise, window=window)
-
-
 def average_indirect_effect(lm, n_facts: int = 50, samples: int = 10, noise: str = "3s", window: int = 10,
-                            progress=None) -> dict:
-    """Per kind and token class: mean IE per layer, its 95% band, and N (facts)."""
-    if n_facts < 1:
+                            progress=None, cache: bool = True, cancel=None, stats: dict | None = None) -> dict:
+    """Per kind and token class: mean IE per layer, its 95% band, and N (facts). `stats`, if given, receives the
+    seconds it took and how many facts came from the cache."""
+    if not isinstance(n_facts, int) or n_facts < 1:
         raise EditkitError("n_facts must be at least 1")
     facts = predicted_facts(lm)[:n_facts]
     if not facts:
         raise EditkitError("the model predicts none of the known facts")
-    path = _cache_path(lm, samples, noise, window)
-    done = {}
-    if path.exists():
-        for line in path.read_text().splitlines():
-            try:
-                row = json.loads(line)
-                done[row["known_id"]] = row
-            except (ValueError, KeyError):
-                continue  # a torn last line from an interrupted run: recomputed below
-    spec = parse_noise(noise)
-    with path.open("a") as f:
-        for i, fact in enumerate(facts):
-            if fact["known_id"] not in done:
-                setup = prepare(lm, fact["prompt"], fact["subject"], samples=samples, noise=spec)
-                row = {"known_id": fact["known_id"], "low": setup.low_score, "high": setup.high_score,
-                       "n_tokens": len(setup.tokens), "subject_range": list(setup.subject_range)}
-                for kind in KINDS:
-                    row[kind] = fast_trace(lm, setup, kind, window).tolist()
-                f.write(json.dumps(row) + "\n")
-                f.flush()
-                done[fact["known_id"]] = row
-            if progress:
-                progress((i + 1) / len(facts), f"{i + 1}/{len(facts)} facts")
+    t0 = time.perf_counter()
+    done, hits = {}, 0
+    for i, fact in enumerate(facts):
+        tracer = Tracer(lm, fact["prompt"], fact["subject"], samples=samples, noise=noise, window=window,
+                        cache=cache, cancel=cancel)
+        hits += all(tracer.cached(kind) is not None for kind in KINDS)
+        results = tracer.results(KINDS, together=True)
+        first = results["hidden"]
+        done[fact["known_id"]] = {"known_id": fact["known_id"], "low": first.low_score, "high": first.high_score,
+                                  "n_tokens": len(first.tokens), "subject_range": list(first.subject_range),
+                                  **{kind: r.scores for kind, r in results.items()}}
+        if progress:
+            progress((i + 1) / len(facts), f"{i + 1}/{len(facts)} facts")
     rows = [done[f["known_id"]] for f in facts]
     out = {"n_facts": len(rows), "samples": samples, "noise": noise, "window": window, "classes": list(CLASSES),
            "layers": lm.adapter.n_layers, "kinds": {}}
+    if stats is not None:
+        stats.update(seconds=round(time.perf_counter() - t0, 2), cached_facts=hits, facts=len(facts))
     for kind in KINDS:
         per_class = {}
         for c in CLASSES:

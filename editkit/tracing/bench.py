@@ -1,35 +1,160 @@
-"""Causal tracing speed: the fast engine against the reference algorithm (ROME's), the same noise, in one run."""
+"""Causal tracing speed and preview quality, measured in one run against ROME's algorithm with the same noise.
+
+Per panel: the exact engine's seconds (plus the shared setup, as a panel traced alone would pay it), ROME's
+algorithm (logits at every position, as kmeng01/rome) and its last-position variant, the ratios, the largest score
+difference, and the engine's achieved GMAC/s for blocks and unembedding next to this CPU's matmul rate at the same
+shapes measured in the same run (what bounds the panel). Then the severing chart, the total (setup + panels +
+severing, panel by panel as the page streams them, and in one schedule as the CLI and the AIE run them), the preview
+(attribution patching): its seconds and its Spearman rank correlation with each exact panel, on the prompt and on
+the first `facts` known facts (their exact maps come from the shared result cache, computed when missing).
+"""
 from __future__ import annotations
 
 import time
 
+import numpy as np
+import torch
+
+from .attribution import METHODS, attribution, spearman
+from .engine import Work, block_macs_per_token, fast_trace, fast_traces
+from .reference import reference_trace
+from .setup import prepare
+from .severing import sever
+
+
+def matmul_rate(lm, rows: int = 860, repeat: int = 3) -> dict:
+    """This CPU's fp32 rate now (GMAC/s, best of `repeat`) for a block-sized matmul (rows x d) @ (d x d_ff) and for
+    the unembedding (rows x d) @ (d x V) done as the engine does it (runner.answer_logprob)."""
+    d, f = lm.adapter.d_model, lm.adapter.d_ff
+    x, w = torch.randn(rows, d), torch.randn(f, d)
+
+    def best(fn):
+        times = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        return min(times)
+
+    block = best(lambda: torch.nn.functional.linear(x, w))
+    h = torch.randn(rows, d)
+    unembed = best(lambda: lm.runner.answer_logprob(h, 0, norm=False))
+    return {"block_matmul_gmac_per_s": round(rows * d * f / block / 1e9, 1),
+            "unembed_gmac_per_s": round(rows * d * lm.adapter.vocab_size / unembed / 1e9, 1)}
+
+
+def softmax_rounding(lm, setup) -> dict:
+    """How far float32 p(answer) is from float64 on this prompt's clean and corrupted final states: ROME's
+    torch.softmax over the whole vocabulary (what the reference computes) and the engine's online logsumexp. On a
+    262k vocabulary the float32 softmax sum is the larger error, so it bounds how closely any engine can match
+    the reference."""
+    L = lm.adapter.n_layers
+    h = torch.cat([setup.clean[f"resid_post.{L - 1}"][:, -1], setup.corrupt[f"resid_post.{L - 1}"][:, -1]])
+    a = setup.answer_id
+    z = lm.runner.logits(h)
+    exact = torch.log_softmax(z.double(), -1)[:, a].exp()
+    ref = torch.softmax(z, -1)[:, a].double()
+    mine = lm.runner.answer_logprob(h, a).exp().double()
+    return {"reference_softmax_f32_max_abs_err": float((ref - exact).abs().max()),
+            "engine_lse_f32_max_abs_err": float((mine - exact).abs().max())}
+
 
 def bench_trace(lm, prompt: str, subject: str, kinds=("hidden", "mlp", "attn"), samples: int = 10,
-                last_only: bool = False, say=print) -> dict:
-    """Per kind: the reference's and the fast engine's seconds (the fast time includes the shared clean and
-    corrupted runs), their ratio and the largest score difference."""
-    from . import fast_trace, prepare, reference_trace
-
+                last_only: bool = True, reference: bool = True, facts: int = 20, say=print) -> dict:
+    """See module docstring. Returns a JSON-serializable report; `say(row)` is called as rows are measured."""
     t0 = time.perf_counter()
     setup = prepare(lm, prompt, subject, samples=samples)
     setup_s = time.perf_counter() - t0
-    rows = []
+    rate = matmul_rate(lm)
+    rounding = softmax_rounding(lm, setup)
+    say({"setup_s": round(setup_s, 2), **rate, **rounding})
+    rows, exact = [], {}
     for kind in kinds:
+        work = Work()
         t0 = time.perf_counter()
-        fast = fast_trace(lm, setup, kind)
-        fast_s = time.perf_counter() - t0 + setup_s
-        t0 = time.perf_counter()
-        ref = reference_trace(lm, setup, kind)
-        ref_s = time.perf_counter() - t0
-        row = {"kind": kind, "reference_s": round(ref_s, 2), "fast_s": round(fast_s, 2),
-               "ratio": round(ref_s / fast_s, 2), "max_abs_diff": float((fast - ref).abs().max())}
-        if last_only:
+        exact[kind] = fast_trace(lm, setup, kind, work=work)
+        engine_s = time.perf_counter() - t0
+        fast_s = engine_s + setup_s
+        row = {"kind": kind, "fast_s": round(fast_s, 2), "engine_s": round(engine_s, 2), **work.to_dict()}
+        if reference:
+            t0 = time.perf_counter()
+            ref = reference_trace(lm, setup, kind)
+            ref_s = time.perf_counter() - t0
+            row.update(reference_s=round(ref_s, 2), ratio=round(ref_s / fast_s, 2),
+                       max_abs_diff=float((exact[kind] - ref).abs().max()))
+        if reference and last_only:
             t0 = time.perf_counter()
             last = reference_trace(lm, setup, kind, last_only=True)
             last_s = time.perf_counter() - t0
             row.update(reference_last_only_s=round(last_s, 2), ratio_last_only=round(last_s / fast_s, 2),
-                       max_abs_diff_last_only=float((fast - last).abs().max()))
+                       max_abs_diff_last_only=float((exact[kind] - last).abs().max()))
+        row["bound"] = _bound(row, rate)
         rows.append(row)
         say(row)
-    return {"model": lm.name, "prompt": prompt, "subject": subject, "samples": samples, "setup_s": round(setup_s, 2),
-            "tokens": len(setup.tokens), "layers": lm.adapter.n_layers, "results": rows}
+    t0 = time.perf_counter()
+    sever(lm, setup, hidden=exact["hidden"].tolist() if "hidden" in exact else None)
+    sever_s = time.perf_counter() - t0
+    total = setup_s + sum(r["engine_s"] for r in rows) + sever_s
+    t0 = time.perf_counter()
+    together = fast_traces(lm, setup, kinds)
+    sever(lm, setup, hidden=together["hidden"].tolist() if "hidden" in together else None)
+    together_s = setup_s + time.perf_counter() - t0
+    say({"severing_s": round(sever_s, 2), "total_s": round(total, 2), "one_schedule_total_s": round(together_s, 2)})
+    preview = _preview(lm, prompt, subject, samples, exact, facts, say)
+    return {"model": lm.name, "prompt": prompt, "subject": subject, "samples": samples, "threads":
+            torch.get_num_threads(), "setup_s": round(setup_s, 2), "tokens": len(setup.tokens),
+            "layers": lm.adapter.n_layers, "block_macs_per_token": block_macs_per_token(lm, 0),
+            "severing_s": round(sever_s, 2), "total_s": round(total, 2), "one_schedule_total_s": round(together_s, 2),
+            **rate, **rounding, "preview": preview,
+            "results": rows}
+
+
+def _bound(row: dict, rate: dict) -> str:
+    """Which part dominates the panel's time and how close it runs to the CPU's matmul rate at its shapes."""
+    parts = {"blocks": (row["block_s"], row["block_gmac_per_s"], rate["block_matmul_gmac_per_s"]),
+             "unembedding": (row["unembed_s"], row["unembed_gmac_per_s"], rate["unembed_gmac_per_s"])}
+    name, (seconds, achieved, peak) = max(parts.items(), key=lambda kv: kv[1][0])
+    share = seconds / max(row["engine_s"], 1e-9)
+    eff = f"{achieved / peak:.0%} of the matmul rate" if achieved and peak else "rate unknown"
+    return f"{name}: {share:.0%} of the engine's time, at {achieved} GMAC/s ({eff})"
+
+
+def _preview(lm, prompt, subject, samples, exact, n_facts, say) -> dict:
+    """The preview as the page computes it (prepare with the kept forward + one backward), its seconds, and its
+    Spearman correlation with each exact panel, over all cells and over the cells from the subject on (before the
+    subject both maps equal the corrupted score), for every gradient point (attribution.METHODS; the page uses
+    "corrupted", standard AtP), on the prompt and on the first `n_facts` known facts."""
+    from ..facts import predicted_facts
+    from .tracer import Tracer
+
+    kinds = list(exact)
+    t0 = time.perf_counter()
+    setup = prepare(lm, prompt, subject, samples=samples, gradients=True)
+    est = {"corrupted": attribution(lm, setup, kinds)}
+    out = {"seconds_with_setup": round(time.perf_counter() - t0, 2)}
+    for method in METHODS[1:]:
+        est[method] = attribution(lm, setup, kinds, method=method)
+    out["spearman"] = {m: _spearmans(est[m], exact, setup.subject_range[0]) for m in METHODS}
+    say({"preview_s": out["seconds_with_setup"], "spearman": out["spearman"]["corrupted"]})
+    facts = predicted_facts(lm)[:n_facts] if n_facts else []
+    if facts:
+        per = {m: [] for m in METHODS}
+        for fact in facts:
+            tracer = Tracer(lm, fact["prompt"], fact["subject"], samples=samples)
+            maps = {k: torch.tensor(tracer.result(k).scores) for k in kinds}  # from the shared cache if traced
+            for method in METHODS:
+                per[method].append(_spearmans(attribution(lm, tracer.setup, kinds, method=method), maps,
+                                              tracer.setup.subject_range[0]))
+        out["facts"] = len(facts)
+        out["facts_spearman_mean"] = {m: {k: {which: round(float(np.nanmean([r[k][which] for r in rows])), 3)
+                                              for which in ("all", "from_subject")} for k in kinds}
+                                      for m, rows in per.items()}
+        out["facts_spearman_min"] = {m: {k: round(float(np.nanmin([r[k]["from_subject"] for r in rows])), 3)
+                                         for k in kinds} for m, rows in per.items()}
+        say({"facts": len(facts), "spearman_mean": out["facts_spearman_mean"]["corrupted"]})
+    return out
+
+
+def _spearmans(est: dict, exact: dict, b: int) -> dict:
+    return {k: {"all": round(spearman(est[k], exact[k]), 3),
+                "from_subject": round(spearman(est[k][b:], torch.as_tensor(exact[k])[b:]), 3)} for k in exact}

@@ -45,3 +45,12 @@ class TraceResult:
         d["subject_range"] = list(self.subject_range)
         d["indirect_effect"] = self.indirect_effect
         return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TraceResult":
+        """The result a to_dict() came from (derived fields are dropped)."""
+        names = set(cls.__dataclass_fields__)
+        kwargs = {k: v for k, v in d.items() if k in names}
+        kwargs["subject_range"] = tuple(kwargs["subject_range"])
+        kwargs["meta"] = dict(kwargs.get("meta") or {})
+        return cls(**kwargs)

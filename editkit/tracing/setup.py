@@ -6,7 +6,7 @@ The indirect effect of a state is P*_clean h_i^l [o] - P*[o].
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -45,6 +45,12 @@ class TraceSetup:
     prefix_len: int = 0
     prefix_kv: KV | None = None
     suffix_calls: list | None = None  # per block: the calls for the positions after the prefix
+    # Keys/values of every position of every corrupted sample (n rows): a restoration at token t leaves positions < t
+    # exactly as in its sample's corrupted run, so the engine computes only positions t.. on top of these (None when
+    # the model's cache does not expose them: the engine then computes every position).
+    corrupt_kv: KV | None = None
+    corrupt_graph: tuple | None = field(default=None, repr=False)  # (p per row, states) with autograd, see prepare
+    _calls_after: dict = field(default_factory=dict, repr=False)
 
     @property
     def n(self) -> int:
@@ -56,9 +62,20 @@ class TraceSetup:
         return (self.clean if run == "clean" else self.corrupt)[site(kind, layer).name]
 
     def block_input(self, layer: int, run: str = "corrupt") -> torch.Tensor:
-        """The residual entering block `layer` (the embedding output plus any position embedding for layer 0)."""
+        """The residual entering block `layer` (the embedding output plus any position embedding for layer 0);
+        layer = n_layers gives the last block's output."""
         states = self.clean if run == "clean" else self.corrupt
         return states["resid_pre.0"] if layer == 0 else states[f"resid_post.{layer - 1}"]
+
+    def calls_after(self, lm, base: int) -> list:
+        """Block calls for running positions base..T-1 on top of `base` cached positions (recorded once per base;
+        base 0 = the whole prompt without a cache)."""
+        if base == 0:
+            return self.calls
+        if base not in self._calls_after:
+            self._calls_after[base] = lm.runner.block_calls(
+                batch=1, length=self.input_ids.shape[1] - base, kv=self.corrupt_kv.rows([0]).prefix(base))
+        return self._calls_after[base]
 
 
 def corrupt_embeddings(setup: TraceSetup, rows: slice = slice(None)):
@@ -77,11 +94,6 @@ def corrupt_embeddings(setup: TraceSetup, rows: slice = slice(None)):
     return fn
 
 
-def answer_prob(lm, h_last: torch.Tensor, answer_id: int) -> torch.Tensor:
-    """p(answer) from residual vectors at the last position (rows, d): final norm + unembedding + softmax."""
-    return lm.runner.answer_prob(h_last, answer_id)
-
-
 def _sites(lm) -> list[str]:
     out = ["embed", "resid_pre.0"]
     for l in range(lm.adapter.n_layers):
@@ -91,8 +103,11 @@ def _sites(lm) -> list[str]:
 
 @torch.no_grad()
 def prepare(lm, prompt: str, subject: str, target: str | None = None, samples: int = 10,
-            noise: NoiseSpec | None = None, seed: int = 1, occurrence: int = 0) -> TraceSetup:
-    """Validate inputs, choose the answer, draw the noise, and run the clean and corrupted passes."""
+            noise: NoiseSpec | None = None, seed: int = 1, occurrence: int = 0,
+            gradients: bool = False) -> TraceSetup:
+    """Validate inputs, choose the answer, draw the noise, and run the clean and corrupted passes. gradients=True
+    keeps the corrupted pass's autograd graph (setup.corrupt_graph) for the attribution preview's backward, so the
+    preview needs no forward of its own."""
     from .noise import parse_noise
 
     check_prompt(lm, prompt)
@@ -120,11 +135,19 @@ def prepare(lm, prompt: str, subject: str, target: str | None = None, samples: i
     setup.clean, setup.calls = clean, out.calls
 
     # Corrupted run: n rows with noise on the subject embeddings.
-    with Hooks(lm) as hooks:
-        hooks.set("embed", corrupt_embeddings(setup))
-        setup.corrupt = hooks.capture(_sites(lm))
-        h = run.hidden(input_ids=ids.repeat(samples, 1))
-    setup.low_score = float(run.answer_prob(h[:, -1], setup.answer_id, norm=False).mean())
+    noisy = corrupt_embeddings(setup)
+    with torch.set_grad_enabled(gradients), Hooks(lm) as hooks:
+        hooks.set("embed", (lambda x: noisy(x.detach()).requires_grad_(True)) if gradients else noisy)
+        states = hooks.capture(_sites(lm), detach=not gradients)
+        out = run.forward(input_ids=ids.repeat(samples, 1), keep_kv=True)
+        p = run.answer_logprob(out.hidden[:, -1], setup.answer_id, norm=False).exp()
+    if gradients:
+        setup.corrupt_graph = (p, states)
+    setup.corrupt = {name: value.detach() for name, value in states.items()}
+    kv = out.kv
+    setup.corrupt_kv = None if kv is None else KV(tuple(k.detach() for k in kv.keys),
+                                                   tuple(v.detach() for v in kv.values))
+    setup.low_score = float(p.detach().mean())
     if b > 0:
         _prepare_prefix(lm, setup, b)
     return setup
@@ -154,4 +177,4 @@ def check_kind(kind: str) -> None:
         raise EditkitError(f"kind must be one of {', '.join(KINDS)} (or 'all'), not {kind!r}")
 
 
-__all__ = ["TraceSetup", "prepare", "answer_prob", "window_layers", "KINDS"]
+__all__ = ["TraceSetup", "prepare", "window_layers", "KINDS"]

@@ -3,36 +3,29 @@ keep the MLP (or attention) outputs at token t frozen at their corrupted values 
 
 If the restored state's effect collapses when the MLPs are frozen, the later MLPs at that token carry the
 decisive computation; ROME finds this for the last subject token in early-to-middle layers.
+
+The exact engine computes it (engine.severing_restores: each point is a restoration with "corrupt" patches), and
+the "none" curve is the hidden heatmap's row at that token: pass it (`hidden`) to reuse it instead of recomputing.
 """
 from __future__ import annotations
 
-import torch
-
-from .engine import run_from
-from ..sites import site
+from ..errors import EditkitError
+from .engine import evaluate, severing_restores
 from .setup import TraceSetup
 
 
-@torch.no_grad()
-def sever(lm, setup: TraceSetup, token: int | None = None) -> dict:
+def sever(lm, setup: TraceSetup, token: int | None = None, hidden: list | None = None, progress=None) -> dict:
     """Per layer, the restored score with nothing, the MLPs, or the attention frozen after it, at `token`
-    (default: the last subject token)."""
-    n, n_layers = setup.n, lm.adapter.n_layers
+    (default: the last subject token). `hidden`: the hidden heatmap's scores (tokens x layers), if known."""
+    L = lm.adapter.n_layers
     token = setup.subject_range[1] - 1 if token is None else token
-    rows = torch.arange(n)
-    positions = torch.full((n,), token)
-    out = {"token": token, "token_str": setup.tokens[token], "layers": list(range(n_layers))}
-    for frozen in ("none", "mlp", "attn"):
-        scores = []
-        for l in range(n_layers):
-            h = setup.state("hidden", l).clone()
-            h[:, token] = setup.state("hidden", l, "clean")[0, token]
-            patches = []
-            if frozen != "none":
-                for j in range(l + 1, n_layers):
-                    values = setup.state(frozen, j)[:, token]
-                    patches.append((site(frozen, j), rows, positions, values))
-            scores.append(float(run_from(lm, setup, l + 1, h, patches).mean()))
-        out[frozen] = scores
-    out["low_score"], out["high_score"] = setup.low_score, setup.high_score
-    return out
+    if not isinstance(token, int) or not 0 <= token < len(setup.tokens):
+        raise EditkitError(f"token must be an integer between 0 and {len(setup.tokens) - 1}")
+    restores = [r for frozen in ("mlp", "attn") for r in severing_restores(setup, token, frozen, L)]
+    if hidden is None:
+        restores += severing_restores(setup, token, "none", L)
+    scores = evaluate(lm, setup, restores, progress).tolist()
+    return {"token": token, "token_str": setup.tokens[token], "layers": list(range(L)),
+            "none": list(hidden[token]) if hidden is not None else scores[2 * L:],
+            "mlp": scores[:L], "attn": scores[L:2 * L],
+            "low_score": setup.low_score, "high_score": setup.high_score}

@@ -1,0 +1,188 @@
+"""A trace step by step, with a shared result cache: what pages, the CLI and the average indirect effect use.
+
+    tr = Tracer(lm, "The Space Needle is in downtown", "Space Needle")
+    tr.preview()            # kind -> TraceResult estimated by attribution patching (under a second)
+    tr.result("mlp")        # the exact heatmap (cached: the same weights and inputs return it at once)
+    tr.severing()           # ROME's severing chart at the last subject token (reuses the hidden panel's row)
+
+The cache (editkit/cache.py Store "tracing/results") is shared by every session of the server and the CLI. Its key
+is the model name, the prompt, subject, target, samples, noise, seed, subject occurrence, window (MLP/attention
+only), the engine version and `fingerprint(lm)`: a digest of the base weights plus the edits active in this context,
+so an edited model never gets the unedited model's trace. Construct a Tracer in the context whose weights it should
+trace (inside `isolation.session(lm, deltas)` for an edited model) and use it there.
+
+Cancelling: `cancel` is a callable (e.g. threading.Event().is_set); the engine checks it at every block step and
+raises Cancelled, leaving the model and the cache as they were.
+"""
+from __future__ import annotations
+
+import time
+
+from ..cache import Store
+from ..editing.weights import fingerprint
+from ..errors import EditkitError
+from .attribution import attribution
+from .engine import Cancelled, Work, fast_trace, fast_traces
+from .noise import NoiseSpec, parse_noise
+from .reference import reference_trace
+from .result import TraceResult
+from .severing import sever
+from .setup import KINDS, TraceSetup, check_kind, prepare
+
+ENGINE_VERSION = 2  # part of every cache key: bump when the engine's numbers may change
+RESULTS = Store("tracing/results", version=ENGINE_VERSION)
+
+
+def check_kinds(kinds) -> list[str]:
+    kinds = list(KINDS) if kinds in ("all", None) else [kinds] if isinstance(kinds, str) else list(kinds)
+    for kind in kinds:
+        check_kind(kind)
+    return kinds
+
+
+class Tracer:
+    """One traced prompt (see module docstring). Nothing is computed until a result is asked for."""
+
+    def __init__(self, lm, prompt: str, subject: str, target: str | None = None, samples: int = 10,
+                 noise: NoiseSpec | str = "3s", window: int = 10, seed: int = 1, occurrence: int = 0,
+                 cache: bool = True, cancel=None, setup: TraceSetup | None = None):
+        if not isinstance(window, int) or isinstance(window, bool) or window < 1:
+            raise EditkitError("window must be a positive integer")
+        self.lm, self.window, self.cache, self.cancel = lm, window, cache, cancel
+        self.spec = parse_noise(noise) if isinstance(noise, (str, int, float)) else noise
+        self.args = (prompt, subject, target, samples, self.spec, seed, occurrence)
+        self.key = {"prompt": prompt, "subject": subject, "target": target, "samples": samples,
+                    "noise": self.spec.to_dict(), "seed": seed, "occurrence": occurrence,
+                    "weights": fingerprint(lm) if cache else None}
+        self._setup = setup
+        self._results: dict[str, TraceResult] = {}
+        self.setup_s = 0.0
+
+    # --- inputs --------------------------------------------------------------------------------------------------
+    @property
+    def setup(self) -> TraceSetup:
+        """The clean and corrupted runs (computed on first use)."""
+        return self._prepare(False)
+
+    def _prepare(self, gradients: bool) -> TraceSetup:
+        if self._setup is None:
+            t0 = time.perf_counter()
+            self._setup = prepare(self.lm, *self.args, gradients=gradients)
+            self.setup_s = time.perf_counter() - t0
+        return self._setup
+
+    def _path(self, what: str):
+        extra = {"window": self.window} if what in ("mlp", "attn", "preview") else {}
+        return RESULTS.path(self.lm.name, what=what, **self.key, **extra)
+
+    def _get(self, what: str):
+        return RESULTS.get(self._path(what)) if self.cache else None
+
+    def _put(self, what: str, value) -> None:
+        if self.cache:
+            RESULTS.put(self._path(what), value)
+
+    def _check(self, progress):
+        """A progress function for the engine that first checks the cancel flag."""
+        def step(fraction):
+            if self.cancel is not None and self.cancel():
+                raise Cancelled("the trace was cancelled")
+            if progress:
+                progress(fraction)
+        return step
+
+    # --- results -------------------------------------------------------------------------------------------------
+    def cached(self, kind: str) -> TraceResult | None:
+        """The stored exact result of `kind`, or None (computes nothing)."""
+        check_kind(kind)
+        if kind not in self._results:
+            value = self._get(kind)
+            if value is not None:
+                result = TraceResult.from_dict(value)
+                result.meta["cached"] = True
+                self._results[kind] = result
+        return self._results.get(kind)
+
+    def result(self, kind: str, progress=None, engine: str = "fast") -> TraceResult:
+        """The exact heatmap of `kind` (ROME's scores), from the cache or computed and stored.
+        `progress(fraction)`; engine "reference" recomputes with ROME's algorithm (never cached)."""
+        check_kind(kind)
+        if engine not in ("fast", "reference"):
+            raise EditkitError("engine must be 'fast' or 'reference'")
+        if engine == "fast" and self.cached(kind) is not None:
+            return self._results[kind]
+        setup = self.setup
+        t0 = time.perf_counter()
+        step = self._check(progress)
+        if engine == "fast":
+            work = Work()
+            scores = fast_trace(self.lm, setup, kind, self.window, step, work)
+        else:
+            work, scores = None, reference_trace(self.lm, setup, kind, self.window, step)
+        result = self._make(kind, scores.tolist(), time.perf_counter() - t0, engine)
+        if work is not None:
+            result.meta["work"] = work.to_dict()
+        if engine == "fast":
+            self._put(kind, result.to_dict())
+            self._results[kind] = result
+        return result
+
+    def results(self, kinds=KINDS, progress=None, engine: str = "fast",
+                together: bool = False) -> dict[str, TraceResult]:
+        """Several kinds; `progress(fraction, message)` over all of them. together=True computes the missing kinds
+        in one schedule (engine.fast_traces: larger batches, one pass over the unembedding): faster, but no panel
+        is ready before the others (pages stream panel by panel instead)."""
+        kinds = check_kinds(kinds)
+        missing = [k for k in kinds if self.cached(k) is None]
+        if together and engine == "fast" and len(missing) > 1:
+            t0 = time.perf_counter()
+            work = Work()
+            step = self._check((lambda f: progress(f, "tracing " + ", ".join(missing))) if progress else None)
+            scores = fast_traces(self.lm, self.setup, missing, self.window, step, work)
+            seconds = time.perf_counter() - t0
+            for kind in missing:
+                result = self._make(kind, scores[kind].tolist(), seconds / len(missing), engine)
+                result.meta.update(work=work.to_dict(), together=missing)
+                self._put(kind, result.to_dict())
+                self._results[kind] = result
+        out = {}
+        for i, kind in enumerate(kinds):
+            step = (lambda f, i=i, kind=kind: progress((i + f) / len(kinds), f"tracing {kind}")) if progress else None
+            out[kind] = self.result(kind, step, engine)
+        return out
+
+    def preview(self, kinds=KINDS) -> dict[str, TraceResult]:
+        """Attribution-patching estimates of the heatmaps (attribution.py), labelled meta["estimate"] = True."""
+        kinds = check_kinds(kinds)
+        value = self._get("preview")
+        if value is None:
+            t0 = time.perf_counter()
+            est = attribution(self.lm, self._prepare(gradients=True), KINDS, self.window)
+            seconds = time.perf_counter() - t0
+            value = {k: self._make(k, est[k].tolist(), seconds, "attribution").to_dict() for k in KINDS}
+            for v in value.values():
+                v["meta"]["estimate"] = True
+            self._put("preview", value)
+        return {k: TraceResult.from_dict(value[k]) for k in kinds}
+
+    def severing(self, token: int | None = None, progress=None) -> dict:
+        """Per layer, the hidden state at `token` (default: the last subject token) restored with nothing, the
+        MLPs, or the attention frozen at their corrupted values in all later layers at that token (ROME Fig. 4).
+        The "none" curve is the hidden panel's row, taken from its result when it is known."""
+        what = "severing" if token is None else f"severing-{token}"
+        value = self._get(what)
+        if value is None:
+            hidden = self.cached("hidden") or self._results.get("hidden")
+            value = sever(self.lm, self.setup, token, hidden.scores if hidden is not None else None,
+                          self._check(progress))
+            self._put(what, value)
+        return value
+
+    def _make(self, kind: str, scores: list, seconds: float, engine: str) -> TraceResult:
+        s = self.setup
+        return TraceResult(
+            tokens=s.tokens, subject_range=s.subject_range, answer=s.answer, answer_id=s.answer_id,
+            high_score=s.high_score, low_score=s.low_score, kind=kind, window=1 if kind == "hidden" else self.window,
+            noise_scale=s.scale, noise=s.noise_spec.to_dict(), samples=s.n, seed=s.seed, scores=scores,
+            seconds=seconds, meta={"model": self.lm.name, "prompt": s.prompt, "engine": engine},
+        )
