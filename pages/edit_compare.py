@@ -388,11 +388,32 @@ def bleed_section(lm, records, overrides) -> None:
     st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
 
 
+def sweep_inputs():
+    """The method, the records (a shipped set or the user's file; None until uploaded), their number and the grid."""
+    from editkit.evaluation import EVAL_SETS
+    from editkit.evaluation.datasets import save_upload
+
+    c1, c2, c3 = st.columns(3)
+    method = c1.selectbox("Method", list(LABELS), format_func=LABELS.get, key="ec_sweep_method")
+    choices = list(EVAL_SETS) + ["my own file"]
+    set_choice = c2.selectbox("Records", choices, index=choices.index("counterfact-val"), key="ec_sweep_set")
+    n = int(c3.number_input("Records per setting", 1, 1000, 10, key="ec_sweep_n"))
+    set_name = set_choice
+    if set_choice == "my own file":
+        up = st.file_uploader("A .json / .jsonl file of CounterFact, EasyEdit or zsRE records",
+                              type=["json", "jsonl"], key="ec_sweep_upload")
+        set_name = None
+        if up is not None:
+            with ui.guard("your records"):
+                set_name = str(save_upload(up.name, up.getvalue()))
+    params = st.text_area("Values to try, one hyperparameter per line: name=v1,v2,... (every combination runs)",
+                          "mom2_shrinkage=0,0.3,0.6", key="ec_sweep_params")
+    return method, set_name, n, _lines(params)
+
+
 def sweep_section(lm) -> None:
     """A hyperparameter sweep on an evaluation set, drawn as the trade-off it is (Pareto chart)."""
-    from editkit.evaluation import EVAL_SETS
-    from editkit.evaluation.charts import pareto_figure
-    from editkit.evaluation.datasets import save_upload
+    from editkit.evaluation.charts import pareto_figure, sweep_table
     from editkit.evaluation.sweep import sweep
 
     st.subheader("Tune the trade-off: a hyperparameter sweep")
@@ -404,52 +425,26 @@ def sweep_section(lm) -> None:
         "at least as good on all three rates. Choose settings on a validation set, never on the set you report.")
     st.latex(r"\text{efficacy} = \mathbb{E}\,1[P(o^*) > P(o^c)]\ \text{(rewrite)},\quad "
              r"\text{specificity} = \mathbb{E}\,1[P(o^c) > P(o^*)]\ \text{(neighbours)}")
-    c1, c2, c3 = st.columns(3)
-    method = c1.selectbox("Method", list(LABELS), format_func=LABELS.get, key="ec_sweep_method")
-    choices = list(EVAL_SETS) + ["my own file"]
-    set_choice = c2.selectbox("Records", choices, index=choices.index("counterfact-val"), key="ec_sweep_set")
-    n = c3.number_input("Records per setting", 1, 1000, 10, key="ec_sweep_n")
-    set_name = set_choice
-    if set_choice == "my own file":
-        up = st.file_uploader("A .json / .jsonl file of CounterFact, EasyEdit or zsRE records",
-                              type=["json", "jsonl"], key="ec_sweep_upload")
-        set_name = None
-        if up is not None:
-            with ui.guard("your records"):
-                set_name = str(save_upload(up.name, up.getvalue()))
-    params = st.text_area("Values to try, one hyperparameter per line: name=v1,v2,... (every combination runs)",
-                          "mom2_shrinkage=0,0.3,0.6", key="ec_sweep_params")
+    method, set_name, n, params = sweep_inputs()
     st.caption("Each setting edits every record once (ROME one at a time, the others in batches of 10); settings "
                "that differ only in the statistics or λ reuse the optimized targets, and finished settings are "
                "cached, so a wider grid only computes what is new.")
     if st.button("Run the sweep", key="ec_sweep_go", disabled=set_name is None):
         with ui.guard("sweep"):
+            ui.refuse(hp_errors, [method])
+
             def sweep_job(progress):
                 with ui.session(lm):
-                    return sweep(lm, method, _lines(params), set_name=set_name, n=int(n), progress=progress)
+                    return sweep(lm, method, params, set_name=set_name, n=n, progress=progress)
 
-            st.session_state["ec_sweep"] = ui.run_job("sweep", sweep_job, facts=int(n))
+            st.session_state["ec_sweep"] = ui.run_job("sweep", sweep_job, facts=n)
     out = st.session_state.get("ec_sweep")
-    if not out:
-        return
-    st.plotly_chart(pareto_figure(out, ("efficacy", "generalization", "gen_efficacy")), width="stretch",
-                    key="ec_sweep_fig")
-
-    def cell(c):
-        return None if c is None or c.get("mean") is None else round(c["mean"], 1)
-
-    rows = [{"setting": r["label"], "Pareto": "★" if r["pareto"] else "", "efficacy": cell(r["efficacy"]),
-             "generalization": cell(r["generalization"]), "specificity": cell(r["specificity"]),
-             "generation efficacy": cell(r["gen_efficacy"]),
-             "score": None if r["score"] is None else round(r["score"], 1), "cached": r.get("cached")}
-            for r in out["settings"]]
-    u = out["unedited"] or {}
-    rows.insert(0, {"setting": "unedited model", "efficacy": cell(u.get("efficacy")),
-                    "generalization": cell(u.get("generalization")), "specificity": cell(u.get("specificity")),
-                    "generation efficacy": cell(u.get("gen_efficacy"))})
-    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
-    st.download_button("Download the sweep (JSON)", json.dumps(out, indent=1, default=str), "sweep.json",
-                       "application/json", key="ec_sweep_json")
+    if out:
+        st.plotly_chart(pareto_figure(out, ("efficacy", "generalization", "gen_efficacy")), width="stretch",
+                        key="ec_sweep_fig")
+        st.dataframe(pd.DataFrame(sweep_table(out)), hide_index=True, width="stretch")
+        st.download_button("Download the sweep (JSON)", json.dumps(out, indent=1, default=str), "sweep.json",
+                           "application/json", key="ec_sweep_json")
 
 
 bleed_section(lm, records, overrides)

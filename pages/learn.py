@@ -1,6 +1,8 @@
 """Learn: locate-then-edit model editing explained for a student (no model is loaded on this page)."""
 import streamlit as st
 
+from pages import ui  # noqa: F401  (importing it leaves Streamlit's legacy multipage mode: pages/ui.py)
+
 st.title("Learn: locate, then edit")
 st.write(
     "Model editing changes one fact a language model knows (\"The Eiffel Tower is in Paris\" → \"... in Rome\") "

@@ -232,8 +232,8 @@ class Session:
         for label in ("Paraphrase prompts (one per line)", "Neighborhood prompts (unrelated subjects, same relation)",
                       "Generation prompts"):
             await page.get_by_label(label).fill("")
-        for method in ("MEMIT", "PMET"):
-            await page.get_by_role("button", name=f"Remove {method}").click()
+        for method in ("MEMIT", "PMET", "AlphaEdit"):  # ROME only; .first: the request's multiselect, not lifelong's
+            await page.get_by_role("button", name=f"Remove {method}").first.click()
             await self.idle(quiet=0.5)
         await page.get_by_label("Generations per request").fill("0")
         await page.get_by_label("Generations per request").press("Tab")

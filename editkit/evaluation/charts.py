@@ -111,3 +111,20 @@ def layer_sweep_figure(out: dict) -> go.Figure:
     fig.update_xaxes(title_text="layer", row=1 + n_top, col=1)
     fig.update_layout(height=620 if t else 380, margin={"t": 30}, legend={"orientation": "h", "y": -0.15})
     return fig
+
+
+def sweep_table(out: dict) -> list[dict]:
+    """The sweep as table rows: the unedited model first, then each setting's rates (x100) and Pareto mark."""
+    def cell(c):
+        return None if c is None or c.get("mean") is None else round(c["mean"], 1)
+
+    u = out.get("unedited") or {}
+    rows = [{"setting": "unedited model", "efficacy": cell(u.get("efficacy")),
+             "generalization": cell(u.get("generalization")), "specificity": cell(u.get("specificity")),
+             "generation efficacy": cell(u.get("gen_efficacy"))}]
+    for r in out["settings"]:
+        rows.append({"setting": r["label"], "Pareto": "★" if r["pareto"] else "", "efficacy": cell(r["efficacy"]),
+                     "generalization": cell(r["generalization"]), "specificity": cell(r["specificity"]),
+                     "generation efficacy": cell(r.get("gen_efficacy")),
+                     "score": None if r["score"] is None else round(r["score"], 1), "cached": r.get("cached")})
+    return rows
