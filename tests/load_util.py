@@ -370,7 +370,7 @@ async def cancel_a_trace(s: Session, prompt: str, subject: str) -> bool:
     await asyncio.sleep(2)
     await page.get_by_role("button", name="Cancel").click()
     try:
-        await page.get_by_text("was cancelled").first.wait_for(timeout=60_000)
+        await page.get_by_text(re.compile("was cancelled|Trace cancelled")).first.wait_for(timeout=60_000)
     except Exception:  # noqa: BLE001
         return False
     await s.idle()
