@@ -346,11 +346,3 @@ def vocab_logsumexp(lm, x: torch.Tensor):
         return None
     W, bias = lm.runner._head_weight()
     return _LogSumExp.apply(x, W, bias)
-
-
-
-@torch.no_grad()
-def token_logprobs(lm, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    """log softmax(logits(x))[ids] (float32) for final-normed states x (N, d) and token ids (N,): the online
-    logsumexp of `vocab_pass`, no (N, V) logits held (perplexity, CounterFact pair scoring)."""
-    return lm.runner.answer_logprob(x, torch.as_tensor(ids, device=x.device), norm=False).float()

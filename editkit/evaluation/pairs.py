@@ -7,13 +7,12 @@ the same numbers up to rounding (tests/test_sequential.py):
   both targets share (causal attention), so when either target is a single token the row of the other serves both;
   only when both have several tokens are two rows run;
 - rows sorted by length and batched (little padding), the final states of all scored positions gathered and their
-  log-probabilities taken in one pass over the vocabulary (runner.token_logprobs: no (N, V) logits).
+  log-probabilities taken in one pass over the vocabulary (runner.answer_logprob: no (N, V) logits).
 """
 from __future__ import annotations
 
 import torch
 
-from ..runner import token_logprobs
 from ..scoring import target_ids
 
 
@@ -72,7 +71,7 @@ def pair_nlls(lm, prompts: list[str], news: list[str], trues: list[str], batch_t
         h = lm.runner.hidden(input_ids=ids.to(lm.device), attention_mask=mask.to(lm.device))
         sel = [(i, pos, tid, r) for i, r in enumerate(chunk) for pos, tid in wanted[r]]
         x = h[torch.tensor([s[0] for s in sel]), torch.tensor([s[1] for s in sel])]
-        logp = token_logprobs(lm, x, torch.tensor([s[2] for s in sel], device=x.device))
+        logp = lm.runner.answer_logprob(x, torch.tensor([s[2] for s in sel], device=x.device), norm=False)
         for (i, pos, tid, r), lp in zip(sel, logp.tolist()):
             scored[(r, pos, tid)] = lp
         start = end

@@ -46,7 +46,6 @@ from ..editing.methods import get
 from ..editing.sequence import SequenceState
 from ..editing.weights import applied, combined, fingerprint
 from ..errors import EditkitError
-from ..runner import token_logprobs
 from .datasets import as_record
 from .metrics import compare, n_gram_entropy
 from .pairs import pair_nlls
@@ -62,13 +61,13 @@ GROUPS = ("rewrite", "paraphrase", "neighborhood")
 @torch.no_grad()
 def perplexity(lm, n_tokens: int = PPL_TOKENS, seq_len: int = 512) -> float:
     """exp(mean NLL) of the next token over the first n_tokens of WikiText-2's test split (log-probabilities from
-    one pass over the vocabulary per chunk: runner.token_logprobs)."""
+    one pass over the vocabulary per chunk: runner.answer_logprob)."""
     nll, count = 0.0, 0
     seq_len = min(seq_len, lm.adapter.max_length)  # tiny test models have 256 positions
     for chunk in token_chunks(lm.tok, n_tokens, seq_len, split="test"):
         ids = torch.tensor([chunk], device=lm.device)
         h = lm.runner.hidden(input_ids=ids)[0, :-1]
-        nll -= float(token_logprobs(lm, h, ids[0, 1:]).double().sum())
+        nll -= float(lm.runner.answer_logprob(h, ids[0, 1:], norm=False).double().sum())
         count += ids.shape[1] - 1
     return math.exp(nll / max(count, 1))
 
