@@ -87,6 +87,24 @@ def test_reused_targets_give_the_same_edit(tiny_by_name, tmp_path, monkeypatch):
         assert (memo.hits, memo.misses) == (1, 1)
 
 
+def test_alphaedit_reuses_memits_targets(tiny_by_name, tmp_path, monkeypatch):
+    """AlphaEdit optimizes MEMIT's targets (same fields, same residual site); its null-space fields act only in the
+    solve, so an evaluation of both methods optimizes each request's targets once, and the edit is unchanged."""
+    monkeypatch.setenv("EDITKIT_CACHE", str(tmp_path))
+    lm = tiny_by_name("tiny-llama")
+    req = {"prompt": "The mother tongue of {} is", "subject": "Danielle Darrieux", "target_new": "English"}
+    shared = {"v_num_grad_steps": 3, "layers": [1, 2], "clamp_norm_factor": 0.75, "v_lr": 0.5}
+    fresh = run_edit(lm, "alphaedit", [req], dict(shared, nullspace_threshold=0.05))
+    with reuse_targets(disk=False) as memo:
+        run_edit(lm, "memit", [req], shared)
+        again = run_edit(lm, "alphaedit", [req], dict(shared, nullspace_threshold=0.05))
+        assert (memo.hits, memo.misses) == (1, 1)
+        run_edit(lm, "alphaedit", [req], dict(shared, v_lr=0.4))  # a target field: optimized afresh
+        assert (memo.hits, memo.misses) == (1, 2)
+    for name, d in fresh.delta.items():
+        assert torch.allclose(d, again.delta[name], atol=1e-6, rtol=1e-5)
+
+
 def test_sweep_rejects_bad_settings_before_running(tiny_by_name):
     lm = tiny_by_name("tiny-gpt2")
     with pytest.raises(EditkitError, match="unknown hyperparameter"):

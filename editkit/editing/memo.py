@@ -32,8 +32,10 @@ from ..cache import Store
 from .weights import fingerprint
 
 # hyperparameters that act after the target optimisation (in the solve), never inside it
+# (AlphaEdit's null-space fields too: its targets are MEMIT's, so the two share them)
 SOLVE_ONLY = frozenset({"mom2_n_tokens", "mom2_shrinkage", "mom2_entity_weight", "mom2_update_weight",
-                        "mom2_adjustment", "rrome", "update_attn", "layers", "source"})
+                        "mom2_adjustment", "rrome", "update_attn", "layers", "source", "nullspace_rule",
+                        "nullspace_threshold", "projection", "l2"})
 
 STORE = Store("targets", version=1)
 _ACTIVE: contextvars.ContextVar = contextvars.ContextVar("editkit_targets_memo", default=None)
