@@ -222,37 +222,6 @@ else:
     st.info("Enter a request, pick methods and press **Edit and compare**.")
 
 
-# ---- sequential stress -----------------------------------------------------------------------------------------------
-def sequential_section() -> None:
-    st.subheader("Sequential editing stress")
-    st.markdown("Apply CounterFact edits one after another, each on top of the last, and watch whether earlier edits "
-                "survive (retention: the share of earlier edits that worked and still work) and whether the model "
-                "stays a language model (perplexity on 512 held-out WikiText tokens, relative to the unedited model).")
-    c1, c2 = st.columns(2)
-    seq_method = c1.selectbox("Method", list(LABELS), format_func=LABELS.get, key="ec_seq_method")
-    seq_n = c2.number_input("Edits", 2, 50, 5, key="ec_seq_n")
-    if st.button("Run sequential edits", key="ec_seq_go"):
-        with ui.guard("sequential editing"):
-            ui.refuse(hp_errors, [seq_method])
-
-            def seq_job(progress):
-                with ui.session(lm):
-                    return sequential(lm, seq_method, load_eval_set("counterfact", int(seq_n)),
-                                      overrides.get(seq_method), ppl_tokens=512, progress=progress)
-
-            st.session_state["ec_seq"] = ui.run_job("sequential editing", seq_job, sequential=int(seq_n))
-    seq = st.session_state.get("ec_seq")
-    if seq:
-        st.plotly_chart(figures.sequential_figure(seq, LABELS.get(seq["method"], seq["method"])), width="stretch",
-                        key="ec_seq_fig")
-        collapsed = [r for r in seq["rows"] if r["collapsed"]]
-        if collapsed:
-            st.warning(f"The model collapsed at edit {collapsed[0]['edit']}: {collapsed[0]['reason']}.")
-
-
-sequential_section()
-
-
 # ---- AlphaEdit's null space and lifelong editing (issue 14) ---------------------------------------------------------
 def spectrum_section(lm) -> None:
     """The eigenvalues of C = E[k kᵀ] at AlphaEdit's layers, and the null space its rule selects."""
@@ -291,14 +260,15 @@ def lifelong_section(lm) -> None:
     """Lifelong editing: the shipped run's curves (50 edits), and a short run of your own."""
     from editkit.evaluation.lifelong import SHIPPED, final_table, load_results
     from editkit.evaluation.lifelong_charts import lifelong_figure
-    from editkit.evaluation.sequential import sequential as lifelong
 
     st.subheader("Lifelong editing: hundreds of edits, one batch after another")
     st.markdown(
         "Each batch of CounterFact edits is computed on the weights the earlier batches left. After each batch: "
         "efficacy, generalization and specificity of all edits so far, retention (earlier edits that worked and "
         "still work), fluency of generated text on fixed prompts, WikiText perplexity and the size of the "
-        "accumulated ‖ΔW‖. ROME collapses in this setting; AlphaEdit's claim is that it does not.")
+        "accumulated ‖ΔW‖. Batch t is solved at W_t = W_0 + ΔW_1 + … + ΔW_(t-1); retention = the share of earlier "
+        "edits with P(new) > P(true) right after their batch that still have it. Batch size 1 is the classic "
+        "sequential stress test. ROME collapses in this setting; AlphaEdit's claim is that it does not.")
     if SHIPPED.exists():
         with ui.guard("the shipped run"):
             shipped = load_results(SHIPPED)
@@ -320,10 +290,10 @@ def lifelong_section(lm) -> None:
                 with ui.session(lm):
                     for i, m in enumerate(chosen):
                         b = batch if get_method(m).batch else 1
-                        results[m] = lifelong(lm, m, records, overrides.get(m), batch=b,
-                                              eval_every=b * max(1, batch // b), sample=20, ppl_tokens=512,
-                                              fluency_tokens=20,
-                                              progress=lambda f, msg, i=i: progress((i + f) / len(chosen), msg))
+                        results[m] = sequential(
+                            lm, m, records, overrides.get(m), batch=b, eval_every=b * max(1, batch // b),
+                            sample=20, ppl_tokens=512, fluency_tokens=20,
+                            progress=lambda f, msg, i=i: progress((i + f) / len(chosen), msg))
                 return results
 
             st.session_state["ec_life"] = ui.run_job("lifelong editing", life_job, sequential=n)

@@ -401,8 +401,8 @@ def test_edit_limits_and_corrupt_statistics(editing):
     assert_ok(editing, "90 generated tokens is over this server's limit of 60")
     kept(editing, "ec_out", before)
     editing.number_input(key="ec_ngen").set_value(0)
-    editing.number_input(key="ec_seq_n").set_value(30)
-    click(editing, "Run sequential edits")
+    editing.number_input(key="ec_life_n").set_value(30)
+    click(editing, "Run lifelong editing")
     assert_ok(editing, "30 sequential edits is over this server's limit of 20")
     files = list(Path(stats.STORE.path("x", ".safetensors", within=MODEL)).parent.glob("*.safetensors"))
     assert files

@@ -35,17 +35,6 @@ def test_edit_compare_page_runs_three_methods():
     assert at.session_state["ec_out"]["methods"] and at.dataframe
 
 
-def test_edit_compare_sequential_stress():
-    at = AppTest.from_file(APP, default_timeout=600)
-    at.session_state["model_choice"] = "tiny-gpt2"
-    at.switch_page("pages/edit_compare.py").run()
-    at.selectbox(key="ec_seq_method").set_value("rome")
-    at.number_input(key="ec_seq_n").set_value(2)
-    at.button(key="ec_seq_go").click().run()
-    assert not at.exception and not at.error, [e.value for e in at.error]
-    assert [r["edit"] for r in at.session_state["ec_seq"]["rows"]] == [1, 2]
-
-
 def test_spectrum_and_lifelong_sections():
     at = AppTest.from_file(APP, default_timeout=900)
     at.session_state["model_choice"] = "tiny-gemma3"

@@ -101,18 +101,3 @@ def trace_figure(trace: dict, title: str) -> go.Figure:
     return fig
 
 
-def sequential_figure(seq: dict, label: str) -> go.Figure:
-    """Rates over the edits so far and perplexity relative to the unedited model, after each sequential edit."""
-    rows = seq["rows"]
-    x = [r["edit"] for r in rows]
-    fig = go.Figure()
-    for key, color in (("efficacy", "#008837"), ("generalization", "#7b3294"), ("specificity", "#e66101"),
-                       ("retention", "#0571b0")):
-        if key in rows[0]:
-            fig.add_trace(go.Scatter(x=x, y=[r[key] for r in rows], name=key, line={"color": color}))
-    fig.add_trace(go.Scatter(x=x, y=[r["perplexity"] / seq["base_perplexity"] for r in rows],
-                             name="perplexity / base", yaxis="y2", line={"dash": "dot", "color": "black"}))
-    fig.update_layout(xaxis_title="edits applied", yaxis={"title": "rate over edits so far", "range": [0, 1.05]},
-                      yaxis2={"title": "perplexity / base", "overlaying": "y", "side": "right"}, height=360,
-                      title=f"{label}, base perplexity {seq['base_perplexity']:.2f}")
-    return fig
