@@ -5,7 +5,6 @@
     run.forward(input_ids=ids, stop_after="mlp_key.5")           # stop once that site is computed
     h = run.run_blocks(h, start=6, calls=out.calls, kv=prefix)   # blocks 6.. on given residuals
     h = run.step(h, 6, calls, kv=(keys, values))                  # block 6 alone, with per-row keys/values
-    p = run.answer_prob(h[:, -1], answer_id)                      # final norm + unembedding + softmax, batched
     lp = run.answer_logprob(h[:, -1], answer_id)                  # log p(answer) = z_a - logsumexp(z), batched
 
 - `forward` runs the model body (the only code that knows `base_model_prefix` is adapter.body). It can stop right
@@ -18,9 +17,8 @@
   and reads go through Hooks (editkit/hooks.py) as for a full forward.
 - `step` runs ONE block on its own, attending to per-row keys/values of that layer only (each row may continue a
   different earlier run): a caller can then step many partial runs layer by layer, adding rows as they start.
-- `answer_prob` / `logits` project residuals to the vocabulary in large chunks (on a 262k-token vocabulary the
-  unembedding matrix is read once per chunk, so few large chunks run near the CPU's matmul peak); `answer_logprob`
-  walks the vocabulary in blocks for all rows at once with an online logsumexp (one read of the matrix in all).
+- `logits` projects residuals to the vocabulary; `answer_logprob` walks the vocabulary in blocks for all rows at
+  once with an online logsumexp (`vocab_pass`: one read of the unembedding matrix in all, no (N, V) matrix).
 """
 from __future__ import annotations
 
@@ -218,17 +216,6 @@ class Runner:
         """Logits (float32; float64 for a float64 model) of residuals h (..., d): lm_head(final_norm(h)) with any
         softcap; norm=False for states already through the final norm (a forward's `hidden`)."""
         return _at_least_f32(self.adapter.unembed(h, norm=norm))
-
-    def answer_prob(self, h: torch.Tensor, answer_id, norm: bool = True, rows: int = UNEMBED_ROWS) -> torch.Tensor:
-        """softmax(logits(h))[answer] for residual rows h (N, d), in chunks of `rows` rows. `answer_id` is one id or
-        one per row."""
-        ids = torch.as_tensor(answer_id, device=h.device)
-        ids = ids.expand(h.shape[0]) if ids.dim() == 0 else ids
-        out = []
-        for i in range(0, h.shape[0], rows):
-            probs = torch.softmax(self.logits(h[i:i + rows], norm), -1)
-            out.append(probs.gather(1, ids[i:i + rows, None])[:, 0])
-        return torch.cat(out) if out else torch.zeros(0)
 
     def answer_logprob(self, h: torch.Tensor, answer_id, norm: bool = True, block: int = VOCAB_BLOCK,
                        rows: int = 4096) -> torch.Tensor:

@@ -83,12 +83,12 @@ def test_run_blocks_on_a_broadcast_prefix(tiny):
 
 
 @torch.no_grad()
-def test_answer_prob_is_the_softmax(tiny):
+def test_answer_logprob_is_the_log_softmax(tiny):
     ids = _ids(tiny)
     hidden = tiny.runner.forward(input_ids=ids).hidden[0]
     probs = torch.softmax(tiny.model(input_ids=ids).logits[0].float(), -1)
     answer = int(probs[-1].argmax())
-    got = tiny.runner.answer_prob(hidden, answer, norm=False, rows=3)  # several chunks
+    got = tiny.runner.answer_logprob(hidden, answer, norm=False, rows=3, block=100).exp()  # chunks, vocab blocks
     torch.testing.assert_close(got, probs[:, answer], rtol=1e-5, atol=1e-6)
 
 
