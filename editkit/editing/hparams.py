@@ -56,6 +56,9 @@ class Hparams:
               "kl_factor": _non_negative, "nll_loss_factor": _non_negative, "context_templates": _non_negative,
               "v_stop_loss": _non_negative, "mom2_shrinkage": _unit,
               "mom2_entity_weight": _unit}
+    # fields that act after the target optimisation (in the solve), never inside it: target vectors optimized
+    # with other values of these can be reused (editing/memo.py); a method adds its own solve-only fields
+    SOLVE_ONLY = frozenset({"layers", "mom2_n_tokens", "mom2_shrinkage", "mom2_entity_weight", "source"})
 
     def __post_init__(self):
         _validate(self)

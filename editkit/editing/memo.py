@@ -2,19 +2,21 @@
 
 A hyperparameter sweep (evaluation/sweep.py) edits the same requests many times. The target vectors (ROME's v*,
 MEMIT's z, PMET's attention/MLP targets: targets.optimize_targets_batch) cost most of an edit, yet they do not
-depend on the fields that only enter the solve afterwards: the statistics (mom2_n_tokens, mom2_shrinkage), MEMIT's
-lambda (mom2_update_weight), ROME's C = I switch and denominator, PMET's W_O ablation. Inside `reuse_targets()`
-the optimisation is memoized on everything else:
+depend on the fields that only enter the solve afterwards (each Hparams class lists them in SOLVE_ONLY): the
+statistics (mom2_n_tokens, mom2_shrinkage), MEMIT's lambda (mom2_update_weight), ROME's C = I switch and
+denominator, PMET's W_O ablation, AlphaEdit's null space. Inside `reuse_targets()` the optimisation is memoized
+on everything else:
 
     with reuse_targets():          # only here; everywhere else every edit optimizes afresh
         run_edit(lm, "rome", req, {"mom2_shrinkage": 0.0})
         run_edit(lm, "rome", req, {"mom2_shrinkage": 0.5})   # same v*, only Eq. 2 is solved again
 
 The key holds the weights the context computes with (weights.fingerprint: base + active deltas), the requests'
-prompt/subject/target, the layer, the sites, the adaptive rule and every hyperparameter not in SOLVE_ONLY (fields a
-method adds are part of the key unless listed there, so a new method is never wrongly reused), plus a digest of
-targets.py's source, so a changed optimisation never serves old vectors. Entries are kept in memory and, with
-`disk=True`, in the cache (safetensors tensors + JSON losses) so an interrupted sweep resumes without re-optimizing.
+prompt/subject/target, the layer, the sites, the adaptive rule and every hyperparameter not in its class's
+SOLVE_ONLY (editing/hparams.py; fields a method adds are part of the key unless it lists them there, so a new method
+is never wrongly reused), plus a digest of targets.py's source, so a changed optimisation never serves old
+vectors. Entries are kept in memory and, with `disk=True`, in the cache (safetensors tensors + JSON losses) so an
+interrupted sweep resumes without re-optimizing.
 """
 from __future__ import annotations
 
@@ -30,12 +32,6 @@ import torch
 
 from ..cache import Store
 from .weights import fingerprint
-
-# hyperparameters that act after the target optimisation (in the solve), never inside it
-# (AlphaEdit's null-space fields too: its targets are MEMIT's, so the two share them)
-SOLVE_ONLY = frozenset({"mom2_n_tokens", "mom2_shrinkage", "mom2_entity_weight", "mom2_update_weight",
-                        "mom2_adjustment", "rrome", "update_attn", "layers", "source", "nullspace_rule",
-                        "nullspace_threshold", "projection", "l2"})
 
 STORE = Store("targets", version=1)
 _ACTIVE: contextvars.ContextVar = contextvars.ContextVar("editkit_targets_memo", default=None)
@@ -67,7 +63,7 @@ def _code_digest() -> str:
 
 def memo_key(lm, requests, layer: int, sites, hp, adaptive: bool, reference: bool = False) -> str:
     """The digest that identifies one target optimisation (see the module docstring)."""
-    hp_part = {f.name: getattr(hp, f.name) for f in fields(hp) if f.name not in SOLVE_ONLY}
+    hp_part = {f.name: getattr(hp, f.name) for f in fields(hp) if f.name not in type(hp).SOLVE_ONLY}
     req_part = [[r.prompt, r.subject, r.target_new] for r in requests]
     text = json.dumps([lm.name, fingerprint(lm), req_part, layer, list(sites), hp_part, bool(adaptive),
                        _code_digest()] + (["reference"] if reference else []), sort_keys=True, default=str)
@@ -133,4 +129,4 @@ def memoized(optimize):
     return wrapper
 
 
-__all__ = ["reuse_targets", "memoized", "memo_key", "SOLVE_ONLY"]
+__all__ = ["reuse_targets", "memoized", "memo_key"]

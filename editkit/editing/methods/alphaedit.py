@@ -53,6 +53,9 @@ class AlphaEditHparams(Hparams):
 
     CHECKS = {**Hparams.CHECKS, "nullspace_threshold": _positive, "l2": _non_negative,
               "mom2_update_weight": _non_negative}
+    # the null space acts only in the solve: AlphaEdit's targets are MEMIT's, and the two share them (memo.py)
+    SOLVE_ONLY = Hparams.SOLVE_ONLY | {"nullspace_rule", "nullspace_threshold", "projection", "l2",
+                                       "mom2_update_weight"}
 
     def __post_init__(self):
         super().__post_init__()

@@ -28,6 +28,7 @@ class MemitHparams(Hparams):
     mom2_update_weight: float = 15000.0  # lambda of Eq. 14: how strongly C's keys are preserved
 
     CHECKS = {**Hparams.CHECKS, "mom2_update_weight": _non_negative}
+    SOLVE_ONLY = Hparams.SOLVE_ONLY | {"mom2_update_weight"}
 
 
 def memit_rule(C: dict, lam: float):

@@ -31,6 +31,8 @@ from .memit import MemitHparams, finish, memit_rule
 class PmetHparams(MemitHparams):
     update_attn: bool = False  # the MHSA-update ablation: also write the attention targets into W_O
 
+    SOLVE_ONLY = MemitHparams.SOLVE_ONLY | {"update_attn"}
+
 
 def apply_pmet(lm, requests, hp: PmetHparams, progress=None, debug: list | None = None,
                reference: bool = False) -> EditResult:

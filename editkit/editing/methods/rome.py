@@ -29,6 +29,8 @@ class RomeHparams(Hparams):
     mom2_adjustment: bool = True  # C from the statistics (False: C = I, EasyEdit's Llama setting)
     rrome: bool = True  # r-ROME's denominator (k* everywhere); False reproduces kmeng01/rome's k_p
 
+    SOLVE_ONLY = Hparams.SOLVE_ONLY | {"mom2_adjustment", "rrome"}
+
 
 def rome_update(W: torch.Tensor, b: torch.Tensor | None, C: torch.Tensor, k_star: torch.Tensor,
                 v_star: torch.Tensor, k_den: torch.Tensor | None = None) -> tuple[torch.Tensor, dict]:
