@@ -257,7 +257,7 @@ def spectrum_section(lm) -> None:
 
 
 def lifelong_section(lm) -> None:
-    """Lifelong editing: the shipped run's curves (50 edits), and a short run of your own."""
+    """Lifelong editing: the shipped run's curves (500 edits), and a short run of your own."""
     from editkit.evaluation.lifelong import SHIPPED, final_table, load_results
     from editkit.evaluation.lifelong_charts import lifelong_figure
 

@@ -141,3 +141,21 @@ def test_finalize_measures_every_edit_of_a_stopped_run(tiny_by_name):
     assert final_table({"memit": part})[0]["measured"] == 4
     rest = sequential(lm, "memit", records, FAST, batch=2, sample=1, **SMALL)
     assert rest["resumed_at_batch"] == 2 and [r["edit"] for r in rest["rows"]] == [2, 4, 6]
+
+
+def test_shipped_run_and_its_figure():
+    """The shipped 500-edit run (README's table) loads, every method's last checkpoint measured every edit, and
+    the figure draws the ratios that explode on a collapse (perplexity, ||dW||/||W||) on log axes."""
+    from editkit.evaluation.lifelong import SHIPPED, load_results
+    from editkit.evaluation.lifelong_charts import LOG_PANELS, PANELS, lifelong_figure
+
+    shipped = load_results(SHIPPED)
+    assert set(shipped) == {"rome", "memit", "pmet", "alphaedit"}
+    for res in shipped.values():
+        assert res["complete"] and res["n"] == 500 and res["rows"][-1]["measured"] == 500
+    assert shipped["rome"]["batch"] == 1 and shipped["memit"]["batch"] == 25
+    table = {r["method"]: r for r in final_table(shipped)}
+    assert table["rome"]["collapsed_at"] is not None and table["alphaedit"]["collapsed_at"] is None
+    fig = lifelong_figure(shipped)
+    kinds = {PANELS[i]: fig.layout[f"yaxis{i + 1 if i else ''}"].type for i in range(len(PANELS))}
+    assert {p for p, t in kinds.items() if t == "log"} == set(LOG_PANELS)

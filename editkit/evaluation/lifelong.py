@@ -1,7 +1,7 @@
 """Lifelong-editing results as tables and curves (the data behind lifelong_charts.py and the page).
 
 A result is what evaluation/sequential.py returns for one method; `results` maps method names to results.
-`SHIPPED` is the run reported in the README (the embedded model, 50 CounterFact edits: ROME one by one, the others
+`SHIPPED` is the run reported in the README (the embedded model, 500 CounterFact edits: ROME one by one, the others
 in batches of 25), so the page can draw the four methods' curves without an hour of computing.
 """
 from __future__ import annotations

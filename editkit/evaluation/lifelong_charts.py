@@ -6,6 +6,9 @@ from .lifelong import METRICS, curves
 
 PANELS = ("efficacy", "generalization", "specificity", "retention", "fluency", "perplexity_ratio",
           "total_relative_norm")
+# ratios that grow by orders of magnitude once a method collapses (perplexity 10^5 x the base, ||dW|| 100 x ||W||):
+# on a linear axis one collapsed curve would flatten every other method's
+LOG_PANELS = frozenset({"perplexity_ratio", "total_relative_norm"})
 
 
 def _style(method: str) -> tuple[str, str]:
@@ -42,7 +45,7 @@ def lifelong_figure(results: dict, panels=PANELS, columns: int = 4):
         fig.update_xaxes(title_text="edits" if i // columns == rows - 1 else None, row=i // columns + 1,
                          col=i % columns + 1)
         fig.update_yaxes(title_text=METRICS[panel][2], title_font={"size": 10}, row=i // columns + 1,
-                         col=i % columns + 1)
+                         col=i % columns + 1, type="log" if panel in LOG_PANELS else "linear")
     fig.update_layout(height=300 * rows + 60, margin={"t": 50}, legend={"orientation": "h", "y": 1.08},
                       title="Lifelong editing: metrics of all edits so far after each checkpoint "
                             "(hollow markers: a fixed random sample of them)")
