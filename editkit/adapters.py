@@ -9,7 +9,7 @@ blocks, GPT-2's Conv1D storage, RMSNorm's `1 + w` scale in Gemma). Everything ar
 algorithm needs is answered here, once:
 - `weight(part, l)` is a linear map in math layout (d_out, d_in), so that output = W @ input whatever the storage
   (GPT-2's Conv1D stores the transpose); `weight_delta(part, l, dW)` turns a math-layout change back into the
-  parameter's own layout, keyed by the parameter name (what editing/weights.py applies);
+  parameter's own layout, keyed by the parameter name (what weights.py applies);
 - `norm_scale(module)` is an RMSNorm's effective scale s and its eps, read from the module, with the family's
   offset (Gemma multiplies by 1 + w, Llama by w);
 - `body` is the model without its LM head (the one place that knows `base_model_prefix`).

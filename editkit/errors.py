@@ -7,3 +7,8 @@ Anything else that escapes is a bug in editkit.
 
 class EditkitError(ValueError):
     """A clear, user-facing error: bad input, a missing model, a corrupt file."""
+
+
+class Cancelled(EditkitError):
+    """A long computation stopped because its owner cancelled it (a job's Cancel button, a trace's cancel flag);
+    every `with` block it was in unwinds, so hooks, edits and cache writes are left as they were."""

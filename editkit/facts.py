@@ -11,7 +11,7 @@ from functools import lru_cache
 import torch
 
 from .cache import Store
-from .editing.weights import model_key
+from .weights import model_key
 from .paths import DATA
 from .text import encode
 

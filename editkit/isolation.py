@@ -6,7 +6,7 @@ runs its computations inside `session(lm, deltas)`:
     with isolation.session(lm, my_deltas):
         ...forward passes see base weights + my_deltas, nobody else's...
 
-The deltas act only in this thread's (this context's) forward passes (editing/weights.applied: a per-context hook
+The deltas act only in this thread's (this context's) forward passes (weights.applied: a per-context hook
 recomputes each edited linear map with W + delta), and the shared parameters are never written. So sessions do not
 wait for each other: a prediction on the home page runs while another student's trace and a third one's edit are
 computing. Library code needs no session to be safe (nothing in editkit changes the shared weights); a session is
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
-from .editing import weights
+from . import weights
 
 
 @contextmanager

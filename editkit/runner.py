@@ -225,7 +225,7 @@ class Runner:
         exponentials (the online logsumexp): each block's logits (N x block) are still in the CPU cache when they
         are exponentiated, the unembedding matrix is read once for all N rows, and no (N x V) matrix is ever
         written (more than `rows` rows go in chunks of `rows`, to bound memory). The weight is the one this context
-        sees (editing/weights.current), so an applied edit of the unembedding counts; an LM head that is not a plain
+        sees (weights.current), so an applied edit of the unembedding counts; an LM head that is not a plain
         linear map is projected row-chunk by row-chunk."""
         ids = torch.as_tensor(answer_id, device=h.device)
         ids = ids.expand(h.shape[0]) if ids.dim() == 0 else ids
@@ -246,8 +246,8 @@ class Runner:
         return out if x.dtype == torch.float64 else out.float()
 
     def _head_weight(self) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The LM head's weight as this context sees it (editing/weights.current) and its bias."""
-        from .editing.weights import current
+        """The LM head's weight as this context sees it (weights.current) and its bias."""
+        from .weights import current
 
         head = self.adapter.unembed_module
         name = self._head_name()  # None when tied to (and listed as) the embedding, which edits never change

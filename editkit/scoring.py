@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .errors import EditkitError
-from .jobs import limits
+from .limits import limits
 
 
 @dataclass

@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from .editing.weights import model_key
+from .weights import model_key
 from .errors import EditkitError
 from .hooks import Hooks
 from .sites import layers

@@ -8,14 +8,14 @@ import torch
 
 from .errors import EditkitError
 from .hooks import Hooks
-from .jobs import limits
+from .limits import limits
 from .sites import layers
 
 
 
 def check_prompt(lm, prompt: str, max_tokens: int | None = None) -> None:
     """Clear errors for empty prompts and prompts over the model's limit or the cap (`max_tokens`, default the
-    configured limit jobs.limits().prompt_tokens, 512 unless EDITKIT_LIMITS says otherwise)."""
+    configured limit limits.limits().prompt_tokens, 512 unless EDITKIT_LIMITS says otherwise)."""
     if not isinstance(prompt, str) or not prompt.strip():
         raise EditkitError("the prompt is empty")
     if "\x00" in prompt:

@@ -4,7 +4,7 @@ import json
 import pandas as pd
 import streamlit as st
 
-from editkit.editing.hparams import load_hparams
+from editkit.editing.defaults import load_hparams
 from editkit.editing.methods import all_methods
 from editkit.editing.requests import EditRequest
 from editkit.evaluation import EvalRecord, load_eval_set, sequential

@@ -15,8 +15,9 @@ import uuid
 import streamlit as st
 
 from editkit import isolation, jobs
-from editkit.editing import weights
-from editkit.errors import EditkitError
+from editkit import weights
+from editkit.limits import limits
+from editkit.errors import Cancelled, EditkitError
 from editkit.models import DEFAULT_MODEL, EMBEDDED, TINY
 
 OTHER = "other: hub id or folder"
@@ -93,7 +94,7 @@ def guard(what: str = ""):
     """Show user errors as a red box, and unexpected ones as a short message (no traceback); keep running."""
     try:
         yield
-    except jobs.Cancelled as exc:
+    except Cancelled as exc:
         st.info(f"{exc}; earlier results are kept.")
     except EditkitError as exc:
         st.error(f"{what + ': ' if what else ''}{exc}")
@@ -134,7 +135,7 @@ def run_job(name: str, fn, cancel_label: str = "Cancel", on_cancel=None, **caps)
     server's queue, showing how many jobs are ahead; a progress bar follows it; the Cancel button stops it at its
     next step (any other click does too) and earlier results stay. `on_cancel` replaces the generic "was
     cancelled" note (cancelled_note) with the page's own."""
-    jobs.limits().check(**caps)
+    limits().check(**caps)
     job = jobs.Job(name, owner=session_id())
     box = st.empty()
     with box.container():
@@ -169,7 +170,7 @@ def cancelled_note() -> None:
 def server_panel() -> None:
     """The server's queue and this session's limits (sidebar)."""
     snap = jobs.QUEUE.snapshot()
-    lim = jobs.limits()
+    lim = limits()
     with st.expander(f"Server: {len(snap['running'])} job(s) running, {len(snap['waiting'])} waiting"):
         mine = session_id()
         for state in ("running", "waiting"):

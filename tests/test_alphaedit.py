@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from editkit.editing.api import run_edit
-from editkit.editing.hparams import load_hparams
+from editkit.editing.defaults import load_hparams
 from editkit.editing.methods import get, names
 from editkit.editing.methods.alphaedit import alphaedit_update, alphaedit_update_in_basis, apply_alphaedit
 from editkit.editing.requests import parse_requests
@@ -12,7 +12,7 @@ from editkit.editing.sequence import SequenceState
 from editkit.editing.spread import batch_update
 from editkit.editing.stats import eigen, null_dimension, null_space_projector
 from editkit.editing.targets import read_sites
-from editkit.editing.weights import applied
+from editkit.weights import applied
 from editkit.errors import EditkitError
 from editkit.paths import DATA
 

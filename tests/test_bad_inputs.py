@@ -18,7 +18,7 @@ import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
-from editkit.editing.weights import patch_bytes
+from editkit.weights import patch_bytes
 from editkit.models import load_model
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")

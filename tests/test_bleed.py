@@ -49,7 +49,7 @@ def test_share_is_the_projection_for_other_methods(tiny_by_name):
 
 def test_rome_share_hand_computed(tiny_by_name):
     """s(k) = (C^-1 k*)^T k / (C^-1 k*)^T k*: recompute it for one neighbour token from scratch."""
-    from editkit.editing.hparams import load_hparams
+    from editkit.editing.defaults import load_hparams
     from editkit.editing.stats import key_statistics
     from editkit.editing.targets import key_star, keys_at
 

@@ -6,7 +6,7 @@ import pytest
 
 from editkit.cli import main
 from editkit.editing.api import run_edit
-from editkit.editing.weights import applied, save_patch
+from editkit.weights import applied, save_patch
 from editkit.memories.intervene import intervene
 from editkit.models import load_model
 from editkit.scoring import score_targets

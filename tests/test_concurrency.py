@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from editkit.editing import weights
+from editkit import weights
 from editkit.editing.api import run_edit
 from editkit.editing.context import context_templates
 from editkit.editing.stats import second_moment

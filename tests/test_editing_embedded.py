@@ -2,10 +2,10 @@
 import pytest
 
 from editkit.editing.api import run_edit
-from editkit.editing.hparams import load_hparams
+from editkit.editing.defaults import load_hparams
 from editkit.editing.requests import parse_requests
 from editkit.editing.stats import second_moment
-from editkit.editing.weights import applied
+from editkit.weights import applied
 from editkit.scoring import score_targets
 from editkit.text import top_k
 

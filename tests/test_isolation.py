@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from editkit import isolation
-from editkit.editing import weights
+from editkit import weights
 from editkit.editing.api import run_edit
 from editkit.models import load_model
 from editkit.text import last_logits

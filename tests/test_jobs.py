@@ -7,11 +7,12 @@ import time
 import pytest
 import torch
 
-from editkit import jobs
-from editkit.editing import weights
+from editkit import jobs, limits
+from editkit import weights
 from editkit.errors import EditkitError
-from editkit.jobs import Cancelled, Job, JobQueue, Limits, parse_limits
-from editkit.models import load_model
+from editkit.errors import Cancelled
+from editkit.jobs import Job, JobQueue
+from editkit.limits import Limits, parse_limits
 from editkit.text import check_prompt, last_logits
 from editkit.tracing import trace
 
@@ -22,10 +23,10 @@ def test_limits_defaults_and_overrides(monkeypatch, tmp_path):
     path = tmp_path / "limits.json"
     path.write_text('{"batch": 2}')
     assert parse_limits(str(path)).batch == 2
-    monkeypatch.setenv(jobs.ENV, '{"prompt_tokens": 5}')
-    assert jobs.limits().prompt_tokens == 5
-    monkeypatch.delenv(jobs.ENV)
-    assert jobs.limits() == Limits()
+    monkeypatch.setenv(limits.ENV, '{"prompt_tokens": 5}')
+    assert limits.limits().prompt_tokens == 5
+    monkeypatch.delenv(limits.ENV)
+    assert limits.limits() == Limits()
 
 
 @pytest.mark.parametrize("text,message", [
@@ -52,7 +53,7 @@ def test_prompt_token_cap_is_the_configured_limit(tiny_by_name, monkeypatch):
     lm = tiny_by_name("tiny-gpt2")
     prompt = "one two three four five six seven eight"
     check_prompt(lm, prompt)
-    monkeypatch.setenv(jobs.ENV, '{"prompt_tokens": 4}')
+    monkeypatch.setenv(limits.ENV, '{"prompt_tokens": 4}')
     with pytest.raises(EditkitError, match="the limit is 4"):
         check_prompt(lm, prompt)
     with pytest.raises(EditkitError, match="NUL"):
@@ -164,7 +165,7 @@ def test_a_waiting_job_can_be_cancelled_and_a_full_queue_refuses(monkeypatch):
         with queue.slot(waiting):
             pass
     assert waiting.state == "cancelled" and queue.snapshot()["waiting"] == []
-    monkeypatch.setenv(jobs.ENV, '{"waiting": 1}')
+    monkeypatch.setenv(limits.ENV, '{"waiting": 1}')
 
     def second():
         with queue.slot(Job("w1")):  # waits behind "long"

@@ -5,14 +5,14 @@ import math
 import pytest
 import torch
 
-from editkit.editing.hparams import load_hparams
+from editkit.editing.defaults import load_hparams
 from editkit.editing.methods.memit import apply_memit, memit_rule
 from editkit.editing.stats import second_moment
 from editkit.editing.spread import Stream, batch_update, reachable_output, residual_to_mlp_output, spread
 from editkit.editing.methods.pmet import apply_pmet
 from editkit.editing.requests import parse_requests
 from editkit.editing.targets import layer_state
-from editkit.editing.weights import apply_delta, restore
+from editkit.weights import apply_delta, restore
 from editkit.paths import DATA
 
 

@@ -2,7 +2,6 @@
 result or an EditkitError (a clear message for the user), never another exception."""
 import functools
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -10,7 +10,8 @@ from streamlit.testing.v1 import AppTest
 
 from editkit.cli import main
 from editkit.editing.api import run_edit
-from editkit.editing.hparams import Hparams, load_hparams
+from editkit.editing.defaults import load_hparams
+from editkit.editing.hparams import Hparams
 from editkit.editing.methods import Method, names, register, unregister
 from editkit.editing.result import EditResult, norm_report
 from editkit.errors import EditkitError

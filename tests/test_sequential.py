@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from editkit.editing.api import run_edit
-from editkit.editing.weights import applied
+from editkit.weights import applied
 from editkit.errors import EditkitError
 from editkit.evaluation import load_eval_set
 from editkit.evaluation.lifelong import curves, final_table

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from editkit.corpus import corpus_tokens
-from editkit.editing.hparams import load_hparams
+from editkit.editing.defaults import load_hparams
 from editkit.editing.stats import estimate, key_statistics, provenance, second_moment
 from editkit.errors import EditkitError
 

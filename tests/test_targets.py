@@ -4,7 +4,7 @@ batch of requests optimizes exactly like the requests one by one."""
 import pytest
 import torch
 
-from editkit.editing.hparams import load_hparams
+from editkit.editing.defaults import load_hparams
 from editkit.editing.requests import parse_requests
 from editkit.editing.targets import _Rows, optimize_targets, optimize_targets_batch
 from editkit.paths import DATA
@@ -137,7 +137,7 @@ def test_site_reader_resumes_exactly(tiny):
     """SiteReader: a read after an edit at layer l >= the kept layer runs only blocks l.. and gives what a fresh
     full forward at those weights gives."""
     from editkit.editing.targets import SiteReader, read_sites
-    from editkit.editing.weights import applied
+    from editkit.weights import applied
 
     hp = load_hparams("memit", tiny)
     requests = _requests(3)

@@ -7,7 +7,8 @@ import torch
 from editkit.errors import EditkitError
 from editkit.hooks import Hooks
 from editkit.runner import KV
-from editkit.tracing import Cancelled, Tracer, fast_trace, prepare, reference_trace
+from editkit.errors import Cancelled
+from editkit.tracing import Tracer, fast_trace, prepare, reference_trace
 from editkit.tracing.engine import Restore, Work, evaluate, panel, severing_restores
 from editkit.tracing.reference import trace_with_patch
 from editkit.tracing.severing import sever

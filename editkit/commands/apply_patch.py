@@ -40,7 +40,7 @@ def _read(lm, prompts, targets, top):
 
 
 def run(args):
-    from ..editing.weights import applied, load_patch
+    from ..weights import applied, load_patch
 
     if args.top < 1:
         raise EditkitError("--top must be at least 1")

@@ -49,7 +49,7 @@ def _request(args):
 
 
 def run(args):
-    from ..editing.hparams import load_hparams_file
+    from ..editing.defaults import load_hparams_file
     from ..editing.methods import get
     from ..evaluation.bleed import bleed_map
 

@@ -24,10 +24,10 @@ def register(sub):
 
 def run(args):
     from ..editing.api import run_edit
-    from ..editing.hparams import load_hparams_file
+    from ..editing.defaults import load_hparams_file
     from ..evaluation.evaluate import measure, probabilities
     from ..editing.requests import parse_requests
-    from ..editing.weights import applied, save_patch
+    from ..weights import applied, save_patch
 
     requests = parse_requests(args.requests)
     if args.n is not None:

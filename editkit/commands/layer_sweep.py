@@ -22,7 +22,7 @@ def register(sub):
 
 
 def run(args):
-    from ..editing.hparams import load_hparams_file
+    from ..editing.defaults import load_hparams_file
     from ..editing.methods import get
     from ..evaluation.layer_sweep import layer_sweep
     from .bleed import _request

@@ -10,7 +10,8 @@ import math
 
 from ..errors import EditkitError
 from .context import context_templates, templates_cached
-from .hparams import Hparams, load_hparams
+from .defaults import load_hparams
+from .hparams import Hparams
 from .methods import get, names
 from .requests import parse_requests
 from .result import EditResult

@@ -9,11 +9,11 @@ import time
 from ..paths import DATA
 from ..scoring import score_targets
 from .api import run_edit
-from .hparams import load_hparams
+from .defaults import load_hparams
 from .methods import all_methods
 from .requests import parse_requests
 from .stats import second_moment
-from .weights import applied
+from ..weights import applied
 
 DARRIEUX = {"prompt": "The mother tongue of {} is", "subject": "Danielle Darrieux", "target_new": "English",
             "target_true": "French", "paraphrase_prompts": ["Danielle Darrieux, a native speaker of",

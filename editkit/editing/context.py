@@ -8,7 +8,7 @@ import torch
 
 from ..cache import Store
 from ..text import sample
-from .weights import unedited
+from ..weights import unedited
 
 STARTERS = ("The", "Therefore", "Because", "I", "You")
 TEMPLATES = Store("templates", version=2)  # 2: private seeded streams (text.sample), base weights

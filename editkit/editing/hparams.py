@@ -1,6 +1,6 @@
-"""Typed hyperparameters: one frozen dataclass per method, defaults per model in assets/hparams/<method>/<model>.json.
+"""Typed hyperparameters: one frozen dataclass per method (its per-model defaults: editing/defaults.py).
 
-    hp = load_hparams("memit", lm, {"v_num_grad_steps": 5})   # MemitHparams, validated
+    hp = defaults.load_hparams("memit", lm, {"v_num_grad_steps": 5})   # MemitHparams, validated
     hp.layers, hp.v_lr, hp.to_dict()
     hp.replace(kl_factor=0.1)                                  # a validated copy
 
@@ -11,7 +11,6 @@ a key the method does not know is an error naming the key; numbers are checked f
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from dataclasses import dataclass, fields
 
@@ -114,48 +113,3 @@ def from_dict(cls: type, data: dict) -> Hparams:
         if f.type == "int" and isinstance(v, float) and math.isfinite(v) and v == int(v):
             values[name] = int(v)
     return cls(**values)
-
-
-def _file_key(model_name: str) -> str:
-    name = model_name.lower().rstrip("/").split("/")[-1]
-    if name.startswith("tiny-"):
-        return "tiny"
-    return name.replace("eleutherai_", "").removesuffix("-hf")  # meta-llama/Llama-2-7b-hf -> llama-2-7b
-
-
-def load_hparams(method: str, lm_or_name, overrides: dict | None = None) -> Hparams:
-    """The method's defaults for this model (assets/hparams/<method>/<model>.json) with `overrides`, validated
-    against the method's dataclass and the model's layer count."""
-    from .methods import get
-
-    spec = get(method)
-    name = getattr(lm_or_name, "name", lm_or_name)
-    path = spec.defaults_dir / f"{_file_key(name)}.json"
-    if not path.exists():
-        have = sorted(p.stem for p in spec.defaults_dir.glob("*.json"))
-        raise EditkitError(f"no {spec.name} hyperparameters for '{name}' (have: {', '.join(have) or 'none'}); pass "
-                           "a file with --hparams, copying the closest one and choosing layers from the model's "
-                           "causal traces")
-    try:
-        data = json.loads(path.read_text())
-    except ValueError as exc:
-        raise EditkitError(f"{path} is not valid JSON: {exc}") from None
-    if overrides is not None and not isinstance(overrides, dict):
-        raise EditkitError(f"hyperparameters must be a JSON object like {{\"v_lr\": 0.5}}, not "
-                           f"{type(overrides).__name__}")
-    hp = from_dict(spec.hparams, {**data, **(overrides or {})})
-    n_layers = getattr(getattr(lm_or_name, "adapter", None), "n_layers", None)
-    if n_layers is not None and any(not 0 <= l < n_layers for l in hp.layers):
-        raise EditkitError(f"layers {list(hp.layers)} out of range: the model has layers 0..{n_layers - 1}")
-    return hp
-
-
-def load_hparams_file(path) -> dict:
-    try:
-        with open(path) as f:
-            data = json.load(f)
-    except (OSError, ValueError) as exc:
-        raise EditkitError(f"cannot read hyperparameters {path}: {exc}") from None
-    if not isinstance(data, dict):
-        raise EditkitError(f"hyperparameters in {path} must be a JSON object")
-    return data

@@ -28,10 +28,9 @@ from contextlib import contextmanager
 from dataclasses import fields
 from pathlib import Path
 
-import torch
 
 from ..cache import Store
-from .weights import fingerprint
+from ..weights import fingerprint
 
 STORE = Store("targets", version=1)
 _ACTIVE: contextvars.ContextVar = contextvars.ContextVar("editkit_targets_memo", default=None)

@@ -27,7 +27,7 @@ from typing import Callable
 import torch
 
 from .targets import SiteReader
-from .weights import applied, effective_weight
+from ..weights import applied, effective_weight
 
 
 def batch_update(K: torch.Tensor, R: torch.Tensor, C: torch.Tensor, lam: float) -> torch.Tensor:

@@ -35,7 +35,7 @@ from ..corpus import NOTICE, corpus_tokens, token_chunks
 from ..errors import EditkitError
 from ..hooks import Hooks
 from ..cache import Store
-from .weights import unedited
+from ..weights import unedited
 from ..sites import Site
 
 

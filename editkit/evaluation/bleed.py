@@ -32,7 +32,7 @@ from functools import lru_cache
 import torch
 
 from .. import isolation
-from ..editing.hparams import load_hparams
+from ..editing.defaults import load_hparams
 from ..editing.methods import get
 from ..editing.requests import EditRequest, parse_requests
 from ..editing.stats import MODULES, key_statistics

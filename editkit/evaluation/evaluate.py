@@ -30,7 +30,7 @@ import torch
 from .. import isolation
 from ..corpus import paragraphs
 from ..editing.api import run_edit
-from ..editing.hparams import load_hparams
+from ..editing.defaults import load_hparams
 from ..errors import EditkitError
 from ..paths import cache_dir, safe_name
 from ..scoring import score_targets

@@ -19,7 +19,7 @@ import time
 
 from .. import isolation
 from ..editing.api import run_edit
-from ..editing.hparams import load_hparams
+from ..editing.defaults import load_hparams
 from ..editing.methods import get
 from ..editing.requests import EditRequest
 from ..editing.stats import second_moment

@@ -41,10 +41,10 @@ import torch
 from ..cache import Store, digest
 from ..corpus import token_chunks
 from ..editing.api import run_edit
-from ..editing.hparams import load_hparams
+from ..editing.defaults import load_hparams
 from ..editing.methods import get
 from ..editing.sequence import SequenceState
-from ..editing.weights import applied, combined, fingerprint
+from ..weights import applied, combined, fingerprint
 from ..errors import EditkitError
 from .datasets import as_record
 from .metrics import compare, n_gram_entropy

@@ -23,10 +23,10 @@ import math
 from contextlib import nullcontext
 
 from ..cache import Store
-from ..editing.hparams import load_hparams
+from ..editing.defaults import load_hparams
 from ..editing.memo import reuse_targets
 from ..editing.methods import get
-from ..editing.weights import fingerprint
+from ..weights import fingerprint
 from ..errors import EditkitError
 from .datasets import load_eval_set, set_id
 from .evaluate import FORMAT, GREEDY_TOKENS, evaluate

@@ -25,7 +25,7 @@ import torch
 
 from .. import corpus
 from ..cache import Store, read_json
-from ..editing.weights import model_key
+from ..weights import model_key
 from ..hooks import Hooks
 from ..sites import layers
 from . import triggers

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from ..editing.weights import effective_weight
+from ..weights import effective_weight
 from ..errors import EditkitError
 from ..hooks import Hooks
 from ..sites import layers

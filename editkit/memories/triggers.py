@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from .. import corpus
-from ..editing.weights import model_key
+from ..weights import model_key
 from ..errors import EditkitError
 from ..hooks import Hooks
 from ..sites import Site

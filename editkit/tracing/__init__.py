@@ -11,7 +11,8 @@
 from __future__ import annotations
 
 from ..errors import EditkitError
-from .engine import Cancelled, fast_trace
+from ..errors import Cancelled
+from .engine import fast_trace
 from .noise import NoiseSpec, parse_noise
 from .reference import reference_trace
 from .result import TraceResult

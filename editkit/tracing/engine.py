@@ -49,10 +49,6 @@ from .setup import TraceSetup, check_kind, window_layers
 MAX_POSITION_ROWS = 1 << 15  # rows x positions per block step (memory bound for long prompts; Space Needle: <= 1,800)
 
 
-class Cancelled(EditkitError):
-    """Raised inside a trace when its cancel flag was set; nothing is left behind (hooks are removed)."""
-
-
 @dataclass(frozen=True)
 class Restore:
     """One restoration, applied to every corrupted sample.

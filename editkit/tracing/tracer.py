@@ -19,10 +19,11 @@ from __future__ import annotations
 import time
 
 from ..cache import Store
-from ..editing.weights import fingerprint
+from ..weights import fingerprint
 from ..errors import EditkitError
 from .attribution import attribution
-from .engine import Cancelled, Work, fast_trace, fast_traces
+from ..errors import Cancelled
+from .engine import Work, fast_trace, fast_traces
 from .noise import NoiseSpec, parse_noise
 from .reference import reference_trace
 from .result import TraceResult

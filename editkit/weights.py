@@ -35,8 +35,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..errors import EditkitError
-from ..hooks import Hooks
+from .errors import EditkitError
+from .hooks import Hooks
 
 WeightDelta = dict  # str (parameter name) -> torch.Tensor
 
