@@ -91,9 +91,10 @@ class Hooks:
         return s.module(self.adapter), s.direction
 
     # --- reading -------------------------------------------------------------------------------------------
-    def capture(self, where, what: str = "output", detach: bool = True) -> dict:
+    def capture(self, where, what: str = "output", detach: bool = True, then: Callable | None = None) -> dict:
         """Fill and return a dict name -> tensor. `where` is a list of sites (keyed by site name) or a dict
-        name -> site or module (a module's output, or its first input with what="input")."""
+        name -> site or module (a module's output, or its first input with what="input"). `then(cache)` is called
+        after each tensor is kept (the runner stops a run once it holds every one)."""
         if not isinstance(where, dict):
             where = {parse(s).name: s for s in where}
         cache: dict = {}
@@ -102,6 +103,8 @@ class Hooks:
 
             def keep(t, name=name):
                 cache[name] = t.detach() if detach else t
+                if then is not None:
+                    then(cache)
 
             if direction == "output":
                 self._add(module, lambda mod, args, output, keep=keep: keep(first_tensor(output)), "output")

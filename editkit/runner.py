@@ -2,11 +2,16 @@
 
     run = lm.runner
     out = run.forward(input_ids=ids, keep_kv=True, calls=True)   # hidden (final-normed), kv, block calls
+    got = run.read(["mlp_key.5", "resid_post.3"], input_ids=ids) # those sites' tensors; stops once all are read
+    z = run.full_logits(input_ids=ids)                            # (B, T, V) float32 logits of a whole run
     run.forward(input_ids=ids, stop_after="mlp_key.5")           # stop once that site is computed
     h = run.run_blocks(h, start=6, calls=out.calls, kv=prefix)   # blocks 6.. on given residuals
     h = run.step(h, 6, calls, kv=(keys, values))                  # block 6 alone, with per-row keys/values
     lp = run.answer_logprob(h[:, -1], answer_id)                  # log p(answer) = z_a - logsumexp(z), batched
 
+- `read` is hooks and a run as one call: the tensors at the given sites (editkit/sites.py), the run stopped as soon
+  as every one is read (or run to the end with `full=True`, keeping the final hidden state); `edit(hooks)` may
+  register overwrites in the same context first (an intervention read in the same pass).
 - `forward` runs the model body (the only code that knows `base_model_prefix` is adapter.body). It can stop right
   after a site (one stop mechanism: an exception raised by a hook of the caller's context), continue from a
   key/value prefix (`kv`), return the keys and values it computed (`keep_kv`), and record how it called each
@@ -157,6 +162,34 @@ class Runner:
             result.kv = KV.from_cache(out.past_key_values, a.n_layers)
         return result
 
+    def read(self, sites, *, full: bool = False, detach: bool = True, edit=None, what: str = "output",
+             **inputs) -> "Reading":
+        """The tensors at `sites` (a list of site names, or a dict name -> site or module; a module is read at its
+        output, or its first input with what="input") in one run of the body on `inputs` (forward's arguments).
+        The run stops once every tensor is read, unless `full` (then `.hidden` holds the final-normed state).
+        `edit(hooks)`, when given, registers overwrites (Hooks.set/patch) in the same context before the run."""
+        n = len(sites)
+        with Hooks(self.lm) as hooks:
+            if edit is not None:
+                edit(hooks)
+            got = hooks.capture(sites, what=what, detach=detach,
+                                then=None if full else (lambda cache: _stop_when(len(cache) >= n)))
+            try:
+                out = self.forward(**inputs)
+                hidden = out.hidden
+            except Stop:
+                hidden = None
+        missing = [name for name in (sites if isinstance(sites, dict) else [parse(s).name for s in sites])
+                   if name not in got]
+        if missing:
+            raise EditkitError(f"the run never reached {', '.join(missing)}")
+        return Reading(got, hidden)
+
+    def full_logits(self, **inputs) -> torch.Tensor:
+        """Logits (B, T, V) of a whole run on `inputs` (forward's arguments), float32, as the model's own head
+        computes them from the final-normed state."""
+        return self.logits(self.forward(**inputs).hidden, norm=False)
+
     def run_until(self, site, **inputs) -> None:
         """Run the body only until `site` is computed; the caller's Hooks read what they need on the way."""
         self.forward(stop_after=site, **inputs)
@@ -270,6 +303,19 @@ def _at_least_f32(z: torch.Tensor) -> torch.Tensor:
 
 def _raise_stop(h):
     raise Stop
+
+
+def _stop_when(done: bool) -> None:
+    if done:
+        raise Stop
+
+
+class Reading(dict):
+    """Site name -> tensor read by Runner.read; `hidden` is the final-normed state when the run went to the end."""
+
+    def __init__(self, values: dict, hidden: torch.Tensor | None = None):
+        super().__init__(values)
+        self.hidden = hidden
 
 
 def vocab_pass(x: torch.Tensor, W: torch.Tensor, b: torch.Tensor | None = None, cap: float | None = None,

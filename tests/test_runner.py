@@ -4,6 +4,7 @@ import torch
 
 from editkit.errors import EditkitError
 from editkit.hooks import Hooks
+from editkit.models import load_model
 from editkit.runner import KV
 from editkit.sites import Site, parse, site
 from editkit.text import encode
@@ -131,3 +132,29 @@ def test_hooks_act_only_in_their_own_thread(tiny):
     t.join()
     assert torch.equal(seen["other"], clean)
     assert not torch.allclose(zeroed, clean)
+
+
+@pytest.mark.parametrize("name", ["tiny-gpt2", "tiny-gemma3"])
+def test_read_equals_hooks_and_stops_early(name):
+    """runner.read gives the tensors a hand-written Hooks block gives, stops after the last one read (no later
+    module runs), and full_logits equals the model's own logits."""
+
+    lm = load_model(name)
+    ids = lm.tok("The Eiffel Tower is in", return_tensors="pt")["input_ids"]
+    sites = ["mlp_key.1", "resid_post.0", "attn_out.1"]
+    with Hooks(lm) as hooks:
+        want = hooks.capture(sites)
+        lm.runner.forward(input_ids=ids)
+    ran = []
+    last = lm.adapter.block(lm.adapter.n_layers - 1)
+    handle = last.register_forward_hook(lambda *a: ran.append(1))
+    try:
+        got = lm.runner.read(sites, input_ids=ids)
+    finally:
+        handle.remove()
+    assert not ran and got.hidden is None
+    for s in sites:
+        assert torch.equal(got[s], want[s])
+    full = lm.runner.read(["resid_post.0"], input_ids=ids, full=True)
+    assert full.hidden is not None
+    assert torch.allclose(lm.runner.full_logits(input_ids=ids), lm.model(input_ids=ids).logits.float(), atol=1e-5)
