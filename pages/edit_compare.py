@@ -405,7 +405,8 @@ def sweep_section(lm) -> None:
 
             def sweep_job(progress):
                 with ui.session(lm):
-                    return sweep(lm, method, params, set_name=set_name, n=n, progress=progress)
+                    return sweep(lm, method, params, set_name=set_name, n=n, progress=progress,
+                                 hparams=overrides.get(method))
 
             st.session_state["ec_sweep"] = ui.run_job("sweep", sweep_job, facts=n)
     out = st.session_state.get("ec_sweep")

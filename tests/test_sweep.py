@@ -105,6 +105,17 @@ def test_alphaedit_reuses_memits_targets(tiny_by_name, tmp_path, monkeypatch):
         assert torch.allclose(d, again.delta[name], atol=1e-6, rtol=1e-5)
 
 
+def test_sweep_starts_from_the_given_overrides(tiny_by_name, tmp_path, monkeypatch):
+    """Every setting is the defaults + the user's overrides + the grid's values (the grid wins on a shared key)."""
+    monkeypatch.setenv("EDITKIT_CACHE", str(tmp_path))
+    lm = tiny_by_name("tiny-gpt2")
+    out = sweep(lm, "rome", ["mom2_shrinkage=0,0.5"], n=1, greedy_tokens=0,
+                hparams={"v_num_grad_steps": 2, "v_weight_decay": 0.25, "mom2_shrinkage": 0.9})
+    assert [r["hparams"]["mom2_shrinkage"] for r in out["settings"]] == [0, 0.5]
+    assert all(r["hparams"]["v_weight_decay"] == 0.25 for r in out["settings"])
+    assert out["overrides"]["v_weight_decay"] == 0.25 and out["defaults"]["v_weight_decay"] != 0.25
+
+
 def test_sweep_rejects_bad_settings_before_running(tiny_by_name):
     lm = tiny_by_name("tiny-gpt2")
     with pytest.raises(EditkitError, match="unknown hyperparameter"):

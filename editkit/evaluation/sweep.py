@@ -135,8 +135,11 @@ def summary_row(setting: dict, hp, table: dict) -> dict:
 
 def sweep(lm, method: str, params, set_name: str = "counterfact-val", n: int = 50, batch: int | None = None,
           n_gen: int = 0, gen_tokens: int = 40, greedy_tokens: int = GREEDY_TOKENS, out_dir=None,
-          reuse: bool = True, progress=None) -> dict:
+          reuse: bool = True, progress=None, hparams: dict | None = None) -> dict:
     """Evaluate `method` at every setting of the grid `params` ({name: values} or ['name=v1,v2', ...]).
+
+    Every setting starts from the model's defaults with `hparams` (the user's overrides) applied, and the grid's
+    values on top of those.
 
     `batch` defaults to 1 for methods that edit one request at a time (ROME) and 10 for batch methods. `n_gen`
     sampled generations per record (fluency; 0 by default: a sweep compares rates). `reuse` shares target vectors
@@ -149,7 +152,8 @@ def sweep(lm, method: str, params, set_name: str = "counterfact-val", n: int = 5
     if not isinstance(batch, int) or batch < 1:
         raise EditkitError("the batch size must be at least 1")
     settings = grid(params)
-    hps = [load_hparams(spec.name, lm, s) for s in settings]  # every setting is valid before anything runs
+    base = dict(hparams or {})
+    hps = [load_hparams(spec.name, lm, {**base, **s}) for s in settings]  # all valid before anything runs
     load_eval_set(set_name, 1)  # an unknown set or a bad file fails now
     set_key = set_id(set_name)
     gen = {"n_gen": n_gen, "gen_tokens": gen_tokens, "greedy_tokens": greedy_tokens}
@@ -183,7 +187,7 @@ def sweep(lm, method: str, params, set_name: str = "counterfact-val", n: int = 5
             "settings": rows, "pareto": front, "unedited": rows[0]["unedited"] if rows else None,
             "computed_records": computed,
             "reused_targets": None if memo is None else {"hits": memo.hits, "misses": memo.misses},
-            "defaults": load_hparams(spec.name, lm).to_dict()}
+            "defaults": load_hparams(spec.name, lm).to_dict(), "overrides": base}
 
 
 def front_2d(rows: list[dict], x: str = "specificity", y: str = "efficacy") -> list[int]:
