@@ -8,7 +8,7 @@ import streamlit as st
 from editkit.text import guess_subject
 from editkit.tracing import Tracer, parse_noise
 from editkit.tracing.aie import average_indirect_effect
-from editkit.tracing.figures import aie_figure, heatmap, severing_figure
+from editkit.figures.tracing import aie_figure, heatmap, severing_figure
 from pages import ui
 
 st.title("Causal tracing")
@@ -204,7 +204,7 @@ def layer_sweep_section(lm) -> None:
     """ROME at every layer for the traced fact, on the trace's layer axis (Hase et al. 2023)."""
     from editkit.editing.requests import EditRequest
     from editkit.errors import EditkitError
-    from editkit.evaluation.charts import layer_sweep_figure
+    from editkit.figures.side_effects import layer_sweep_figure
     from editkit.evaluation.layer_sweep import layer_sweep
 
     st.subheader("Does the traced layer edit best? Edit every layer")

@@ -259,7 +259,7 @@ def spectrum_section(lm) -> None:
 def lifelong_section(lm) -> None:
     """Lifelong editing: the shipped run's curves (500 edits), and a short run of your own."""
     from editkit.evaluation.lifelong import SHIPPED, final_table, load_results
-    from editkit.evaluation.lifelong_charts import lifelong_figure
+    from editkit.figures.lifelong import lifelong_figure
 
     st.subheader("Lifelong editing: hundreds of edits, one batch after another")
     st.markdown(
@@ -317,7 +317,7 @@ lifelong_section(lm)
 def bleed_section(lm, records, overrides) -> None:
     """The bleed map of the first request: measured rise of P(new) on other subjects vs the update's share."""
     from editkit.evaluation.bleed import bleed_map
-    from editkit.evaluation.charts import bleed_figure
+    from editkit.figures.side_effects import bleed_figure
 
     st.subheader("Why did neighbours move? The bleed map")
     st.markdown(
@@ -383,7 +383,7 @@ def sweep_inputs():
 
 def sweep_section(lm) -> None:
     """A hyperparameter sweep on an evaluation set, drawn as the trade-off it is (Pareto chart)."""
-    from editkit.evaluation.charts import pareto_figure, sweep_table
+    from editkit.figures.side_effects import pareto_figure, sweep_table
     from editkit.evaluation.sweep import sweep
 
     st.subheader("Tune the trade-off: a hyperparameter sweep")

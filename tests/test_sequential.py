@@ -147,7 +147,7 @@ def test_shipped_run_and_its_figure():
     """The shipped 500-edit run (README's table) loads, every method's last checkpoint measured every edit, and
     the figure draws the ratios that explode on a collapse (perplexity, ||dW||/||W||) on log axes."""
     from editkit.evaluation.lifelong import SHIPPED, load_results
-    from editkit.evaluation.lifelong_charts import LOG_PANELS, PANELS, lifelong_figure
+    from editkit.figures.lifelong import LOG_PANELS, PANELS, lifelong_figure
 
     shipped = load_results(SHIPPED)
     assert set(shipped) == {"rome", "memit", "pmet", "alphaedit"}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .sweep import front_2d
+from ..evaluation.sweep import front_2d
 
 RATE_COLORS = {"efficacy": "#1b9e77", "generalization": "#7570b3", "specificity": "#d95f02"}
 SOURCE_COLORS = {"rewrite": "#1b9e77", "paraphrase": "#7570b3", "neighborhood": "#d95f02", "known fact": "#e7298a",
