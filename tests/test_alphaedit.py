@@ -208,7 +208,8 @@ def test_spectrum_json_cli_and_figure(tiny_by_name, capsys):
     import json
 
     from editkit.cli import main
-    from editkit.editing.spectrum import spectrum, spectrum_figure
+    from editkit.editing.spectrum import spectrum
+    from editkit.figures.spectrum import spectrum_figure
 
     lm = tiny_by_name("tiny-llama")
     assert main(["spectrum", "--model", "tiny-llama", "--json"]) == 0
