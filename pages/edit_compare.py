@@ -1,13 +1,14 @@
 """Edit & compare: one request (or a few), ROME, MEMIT and PMET on the same base weights, every side effect visible."""
 import json
+from dataclasses import replace
 
 import pandas as pd
 import streamlit as st
 
 from editkit.editing.defaults import load_hparams
-from editkit.editing.methods import all_methods
+from editkit.editing.methods import all_methods, get
 from editkit.editing.requests import EditRequest
-from editkit.evaluation import EvalRecord, load_eval_set, sequential
+from editkit.evaluation import EvalRecord, SequentialSpec, load_eval_set, sequential
 from editkit.evaluation.compare import compare_methods
 from editkit.figures import editing as figures
 from editkit.tracing import trace
@@ -290,11 +291,11 @@ def lifelong_section(lm) -> None:
                 results = {}
                 with ui.session(lm):
                     for i, m in enumerate(chosen):
-                        b = batch if get_method(m).batch else 1
-                        results[m] = sequential(
-                            lm, m, records, overrides.get(m), batch=b, eval_every=b * max(1, batch // b),
-                            sample=20, ppl_tokens=512, fluency_tokens=20,
-                            progress=lambda f, msg, i=i: progress((i + f) / len(chosen), msg))
+                        b = batch if get(m).batch else 1
+                        spec = SequentialSpec(batch=b, eval_every=b * max(1, batch // b), sample=20, ppl_tokens=512,
+                                              fluency_tokens=20)
+                        results[m] = sequential(lm, m, records, overrides.get(m), spec,
+                                                progress=lambda f, msg, i=i: progress((i + f) / len(chosen), msg))
                 return results
 
             st.session_state["ec_life"] = ui.run_job("lifelong editing", life_job, sequential=n)
@@ -302,12 +303,6 @@ def lifelong_section(lm) -> None:
     if mine:
         st.plotly_chart(lifelong_figure(mine), width="stretch", key="ec_life_fig")
         st.dataframe(pd.DataFrame(final_table(mine)), hide_index=True, width="stretch")
-
-
-def get_method(name):
-    from editkit.editing.methods import get
-
-    return get(name)
 
 
 spectrum_section(lm)
@@ -385,7 +380,7 @@ def sweep_inputs():
 def sweep_section(lm) -> None:
     """A hyperparameter sweep on an evaluation set, drawn as the trade-off it is (Pareto chart)."""
     from editkit.figures.side_effects import pareto_figure, sweep_table
-    from editkit.evaluation.sweep import sweep
+    from editkit.evaluation.sweep import SWEEP, sweep
 
     st.subheader("Tune the trade-off: a hyperparameter sweep")
     st.markdown(
@@ -406,8 +401,8 @@ def sweep_section(lm) -> None:
 
             def sweep_job(progress):
                 with ui.session(lm):
-                    return sweep(lm, method, params, set_name=set_name, n=n, progress=progress,
-                                 hparams=overrides.get(method))
+                    return sweep(lm, method, params, replace(SWEEP, set_name=set_name, n=n),
+                                 hparams=overrides.get(method), progress=progress)
 
             st.session_state["ec_sweep"] = ui.run_job("sweep", sweep_job, facts=n)
     out = st.session_state.get("ec_sweep")

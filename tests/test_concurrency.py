@@ -12,7 +12,7 @@ from editkit import weights
 from editkit.editing.api import run_edit
 from editkit.editing.context import context_templates
 from editkit.editing.stats import second_moment
-from editkit.evaluation import sequential
+from editkit.evaluation import SequentialSpec, sequential
 from editkit.evaluation.datasets import load_eval_set
 from editkit.memories import triggers
 from editkit.memories.inspect import value_vectors
@@ -184,7 +184,8 @@ def test_sequential_edits_stay_in_their_own_context(lm):
     try:
         while not seen and not errors:
             time.sleep(0.01)
-        out = sequential(lm, "rome", load_eval_set("counterfact", 2), ppl_tokens=64, resume=False)
+        out = sequential(lm, "rome", load_eval_set("counterfact", 2), spec=SequentialSpec(ppl_tokens=64),
+                         cache=False)
     finally:
         stop.set()
         t.join(timeout=120)

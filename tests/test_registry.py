@@ -15,7 +15,7 @@ from editkit.editing.hparams import Hparams
 from editkit.editing.methods import Method, names, register, unregister
 from editkit.editing.result import EditResult, norm_report
 from editkit.errors import EditkitError
-from editkit.evaluation import evaluate
+from editkit.evaluation import EvalSpec, evaluate
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 REQUEST = {"prompt": "The mother tongue of {} is", "subject": "Danielle Darrieux", "target_new": "English",
@@ -68,7 +68,8 @@ def test_toy_method_in_the_cli(toy, tmp_path, capsys):
 
 
 def test_toy_method_in_evaluate(toy, tiny_by_name, tmp_path):
-    out = evaluate(tiny_by_name("tiny-llama"), ["toy"], n=1, set_name="counterfact", n_gen=0, out_dir=tmp_path)
+    out = evaluate(tiny_by_name("tiny-llama"), ["toy"], EvalSpec(set_name="counterfact", n=1, n_gen=0),
+                   out_dir=tmp_path)
     assert set(out["methods"]) == {"toy"} and out["methods"]["toy"]["records"] == 1
 
 

@@ -1,4 +1,4 @@
-"""`python -m editkit sweep --method M --param name=v1,v2 [--param ...] --set S --n N --json`: evaluate a method at
+"""`python -m editkit sweep --method M --param name=v1,v2 [--param ...] --set S --n N --json`: a method's rates at
 every combination of hyperparameter values; resumable, each finished setting cached (evaluation/sweep.py)."""
 import sys
 
@@ -29,9 +29,11 @@ def register(sub):
 
 
 def run(args):
+    from dataclasses import replace
+
     from ..editing.methods import get
     from ..evaluation.datasets import load_eval_set
-    from ..evaluation.sweep import parse_params, sweep
+    from ..evaluation.sweep import SWEEP, parse_params, sweep
 
     get(args.method)
     params = parse_params(args.param)
@@ -43,9 +45,9 @@ def run(args):
     def progress(f, msg):
         print(f"[{100 * f:5.1f}%] {msg}", file=sys.stderr, flush=True)
 
-    return sweep(lm, args.method, params, set_name=args.set_name, n=args.n, batch=args.batch,
-                 n_gen=args.gen_prompts, greedy_tokens=args.greedy_tokens, out_dir=args.out,
-                 reuse=not args.no_reuse, progress=progress)
+    spec = replace(SWEEP, set_name=args.set_name, n=args.n, batch=args.batch, n_gen=args.gen_prompts,
+                   greedy_tokens=args.greedy_tokens)
+    return sweep(lm, args.method, params, spec, out_dir=args.out, reuse=not args.no_reuse, progress=progress)
 
 
 def _c(cell):

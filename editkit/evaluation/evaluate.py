@@ -3,8 +3,8 @@
 `measure(lm, record)` reads the model at its current weights (teacher-forced NLLs and argmax tokens, sampled
 generations); `record_metrics(pre, post, record)` turns a pre/post pair into the metrics of metrics.py.
 `edit_and_measure(lm, method, records)` edits one batch and measures it (no files: for the app);
-`evaluate(...)` runs methods over a shipped set in batches, appending one JSON line per record to a results file
-so an interrupted run resumes where it stopped.
+`evaluate(lm, methods, EvalSpec(...))` runs methods over a shipped set in batches, appending one JSON line per record
+to a results file so an interrupted run resumes where it stopped.
 
 Generations (fluency, consistency): ROME samples one 100-token continuation per generation prompt (top-k 5) for
 each of the 10 prompts of a record. That is slow on a CPU, so editkit defaults to `n_gen=1` prompt and
@@ -23,6 +23,7 @@ import math
 import os
 import threading
 from contextlib import nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -44,6 +45,21 @@ FORMAT = 3  # results-file format: bump when measure/metrics change, so old resu
 N_GEN = 1
 GEN_TOKENS = 40
 GREEDY_TOKENS = 12  # greedy continuation length for the generation-based efficacy
+
+
+@dataclass(frozen=True)
+class EvalSpec:
+    """What a batch evaluation edits and measures: the first `n` records of `set_name` (a shipped set or a records
+    file; n None: all of them), `batch` requests per edit, `n_gen` sampled generations of `gen_tokens` tokens per
+    record (fluency, consistency) and greedy continuations of `greedy_tokens` tokens of the rewrite and paraphrase
+    prompts (generation-based efficacy; 0: off). A sweep leaves `batch` None for the method's own default."""
+
+    set_name: str = "counterfact"
+    n: int | None = 100
+    batch: int | None = 1
+    n_gen: int = N_GEN
+    gen_tokens: int = GEN_TOKENS
+    greedy_tokens: int = GREEDY_TOKENS
 
 
 def sample(lm, prompt: str, max_new_tokens: int, seed: int = GEN_SEED) -> str:
@@ -150,8 +166,6 @@ def record_metrics(pre: dict, post: dict, record, idf: dict | None) -> dict:
     return out
 
 
-compare_measurements = record_metrics  # the earlier name
-
 _IDF: dict = {}
 _IDF_LOCK = threading.Lock()  # sessions opening Edit & compare at once compute it once
 
@@ -164,26 +178,27 @@ def wikitext_idf() -> dict:
     return _IDF
 
 
-def edit_and_measure(lm, method: str, records, hparams: dict | None = None, n_gen: int = N_GEN,
-                     gen_tokens: int = GEN_TOKENS, pre: list[dict] | None = None, progress=None,
-                     keep: dict | None = None, greedy_tokens: int = GREEDY_TOKENS) -> list[dict]:
-    """Edit `records` in one batch with `method` and measure each before and after. The model is unchanged
-    afterwards. One row per record: case_id, seconds (edit time / batch size), relative_norm per edited
-    matrix, metrics (record_metrics), pre / post measurements (with the generated texts). `keep["result"]` receives
-    the EditResult (its delta and diagnostics), when a dict is given."""
+def edit_and_measure(lm, method: str, records, hparams: dict | None = None, spec: EvalSpec = EvalSpec(),
+                     pre: list[dict] | None = None, keep: dict | None = None, progress=None) -> list[dict]:
+    """Edit `records` in one batch with `method` and measure each before and after, with `spec`'s generation
+    settings (n_gen, gen_tokens, greedy_tokens). The model is unchanged afterwards. One row per record: case_id,
+    seconds (edit time / batch size), relative_norm per edited matrix, metrics (record_metrics), pre / post
+    measurements (with the generated texts). `keep["result"]` receives the EditResult (its delta and diagnostics),
+    when a dict is given."""
     records = [as_record(r) for r in records]
     if not records:
         raise EditkitError("no records to edit")
     idf = wikitext_idf()
+    gen = (spec.n_gen, spec.gen_tokens, spec.greedy_tokens)
     if pre is None:
-        pre = [measure(lm, rec, n_gen, gen_tokens, greedy_tokens) for rec in records]
+        pre = [measure(lm, rec, *gen) for rec in records]
     result = run_edit(lm, method, [r.request for r in records], hparams, progress=progress)
     if keep is not None:
         keep["result"] = result
     seconds = result.seconds / len(records)
     rel = {k: v["relative_norm"] for k, v in result.info.get("norms", {}).items()}
     with isolation.session(lm, result.delta):
-        posts = [measure(lm, rec, n_gen, gen_tokens, greedy_tokens) for rec in records]
+        posts = [measure(lm, rec, *gen) for rec in records]
     return [{"method": method, "case_id": rec.request.case_id, "seconds": seconds, "relative_norm": rel,
              "metrics": record_metrics(p, q, rec, idf), "pre": p, "post": q}
             for rec, p, q in zip(records, pre, posts)]
@@ -212,12 +227,9 @@ def _append(path: Path, row: dict) -> None:
         os.fsync(f.fileno())
 
 
-def evaluate(lm, methods: list[str], n: int | None = 100, batch: int = 1, set_name: str = "counterfact",
-             n_gen: int = N_GEN, gen_tokens: int = GEN_TOKENS, hparams: dict | None = None,
-             out_dir: str | Path | None = None, progress=None, greedy_tokens: int = GREEDY_TOKENS,
-             reuse_targets: bool = False) -> dict:
-    """Edit and measure the first `n` records of `set_name` (a shipped set or a records file) with each method,
-    `batch` requests per edit.
+def evaluate(lm, methods: list[str], spec: EvalSpec = EvalSpec(), hparams: dict | None = None,
+             out_dir: str | Path | None = None, reuse_targets: bool = False, progress=None) -> dict:
+    """Edit and measure the records `spec` names with each method, `spec.batch` requests per edit.
 
     `hparams` = {method: overrides}. Results go to `out_dir` (default: the editkit cache), one JSONL file per
     (model, method, batch, set, hparams, generation setting); a rerun skips the records already there.
@@ -226,15 +238,14 @@ def evaluate(lm, methods: list[str], n: int | None = 100, batch: int = 1, set_na
     from ..editing.memo import reuse_targets as reuse
 
     with reuse() if reuse_targets else nullcontext():
-        return _evaluate(lm, methods, n, batch, set_name, n_gen, gen_tokens, hparams, out_dir, progress,
-                         greedy_tokens)
+        return _evaluate(lm, methods, spec, hparams, out_dir, progress)
 
 
-def _evaluate(lm, methods, n, batch, set_name, n_gen, gen_tokens, hparams, out_dir, progress,
-              greedy_tokens) -> dict:
+def _evaluate(lm, methods, spec: EvalSpec, hparams, out_dir, progress) -> dict:
     if isinstance(methods, str):
         methods = [m.strip() for m in methods.split(",") if m.strip()]
     methods = [m.lower() for m in methods]
+    batch, n_gen, gen_tokens, greedy_tokens = spec.batch, spec.n_gen, spec.gen_tokens, spec.greedy_tokens
     if not methods:
         raise EditkitError("give at least one method")
     if not isinstance(batch, int) or batch < 1:
@@ -242,7 +253,8 @@ def _evaluate(lm, methods, n, batch, set_name, n_gen, gen_tokens, hparams, out_d
     if n_gen < 0 or gen_tokens < 0 or greedy_tokens < 0:
         raise EditkitError("the number of generation prompts and tokens cannot be negative")
     hps = {m: load_hparams(m, lm, (hparams or {}).get(m)) for m in methods}  # fail early on bad methods/hparams
-    records = load_eval_set(set_name, n)
+    set_name = spec.set_name
+    records = load_eval_set(set_name, spec.n)
     set_key = set_id(set_name)
     out_dir = Path(out_dir) if out_dir else cache_dir("evaluations", safe_name(lm.name))
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -274,8 +286,7 @@ def _evaluate(lm, methods, n, batch, set_name, n_gen, gen_tokens, hparams, out_d
                 if key not in pre_done:
                     pre_done[key] = {"key": key, "pre": measure(lm, rec, n_gen, gen_tokens, greedy_tokens)}
                     _append(pre_path, pre_done[key])
-            out = edit_and_measure(lm, method, chunk, hps[method], n_gen, gen_tokens,
-                                   pre=[pre_done[k]["pre"] for k in keys], greedy_tokens=greedy_tokens)
+            out = edit_and_measure(lm, method, chunk, hps[method], spec, pre=[pre_done[k]["pre"] for k in keys])
             for key, row in zip(keys, out):
                 row = {"key": key, **{k: v for k, v in row.items() if k != "pre"}}
                 post = row.pop("post")
