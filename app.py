@@ -16,7 +16,7 @@ def home():
     st.title("editkit")
     st.write(
         "Find where a language model stores a fact, look inside its feed-forward memories, and rewrite the fact "
-        "with ROME, MEMIT or PMET while watching the side effects. Pick a model in the sidebar; the embedded "
+        f"with {ui.method_list('or')} while watching the side effects. Pick a model in the sidebar; the embedded "
         "Gemma 3 270M works offline."
     )
     lm = ui.model_picker()

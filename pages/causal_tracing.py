@@ -199,7 +199,7 @@ if aie:
         col.plotly_chart(aie_figure(aie, kind), width="stretch", key=f"trace_aie_{kind}")
 
 
-# ---- does the traced layer edit best? (issue 15) ------------------------------------------------------------------
+# ---- does the traced layer edit best? (tracing localizes; editing elsewhere may work as well) -----------------------
 def layer_sweep_section(lm) -> None:
     """ROME at every layer for the traced fact, on the trace's layer axis (Hase et al. 2023)."""
     from editkit.editing.requests import EditRequest

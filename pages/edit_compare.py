@@ -1,4 +1,5 @@
-"""Edit & compare: one request (or a few), ROME, MEMIT and PMET on the same base weights, every side effect visible."""
+"""Edit & compare: one request (or a few), every registered editing method on the same base weights, every side
+effect visible."""
 import json
 from dataclasses import replace
 
@@ -19,10 +20,12 @@ LABELS = {m.name: m.label for m in all_methods()}
 st.title("Edit & compare")
 st.markdown(
     "Rewrite a fact with several locate-then-edit methods and compare what else changed. Each method turns the "
-    "request into a weight change ΔW of the feed-forward down-projections: ROME one layer with a rank-one update, "
-    "MEMIT and PMET several layers with a least-squares update that keeps other keys' outputs "
-    r"(ΔW = R Kᵀ (λC + K Kᵀ)⁻¹). Every method starts from the same base weights, and your edits exist only "
-    "inside your own computations: other users of this server never see them."
+    "request into a weight change ΔW of the feed-forward down-projections that keeps what other keys k output "
+    r"(C = E[k kᵀ] weighs them; MEMIT's least-squares update is ΔW = R Kᵀ (λC + K Kᵀ)⁻¹). How each method spreads "
+    "it over the layers:\n\n"
+    + "\n".join(f"- **{m.label}**: {m.spreading}" for m in all_methods())
+    + "\n\nEvery method starts from the same base weights, and your edits exist only inside your own computations: "
+    "other users of this server never see them."
 )
 lm = ui.model_picker()
 if lm is None:
@@ -223,7 +226,7 @@ else:
     st.info("Enter a request, pick methods and press **Edit and compare**.")
 
 
-# ---- AlphaEdit's null space and lifelong editing (issue 14) ---------------------------------------------------------
+# ---- AlphaEdit's null space, and what hundreds of edits in a row do to each method ----------------------------------
 def spectrum_section(lm) -> None:
     """The eigenvalues of C = E[k kᵀ] at AlphaEdit's layers, and the null space its rule selects."""
     from editkit.editing.spectrum import spectrum
@@ -309,7 +312,7 @@ spectrum_section(lm)
 lifelong_section(lm)
 
 
-# ---- side effects: why neighbours move, and what another setting would do (issue 15) ------------------------------
+# ---- side effects: why neighbours move, and what another setting would do -------------------------------------------
 def bleed_section(lm, records, overrides) -> None:
     """The bleed map of the first request: measured rise of P(new) on other subjects vs the update's share."""
     from editkit.evaluation.bleed import bleed_map

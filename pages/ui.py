@@ -255,6 +255,15 @@ def edits_panel(lm) -> None:
             st.rerun()
 
 
+def method_list(last: str = "and") -> str:
+    """The registered methods' labels as text ("ROME, MEMIT, PMET and AlphaEdit"), so the pages name every method
+    without listing them by hand."""
+    from editkit.editing.methods import all_methods
+
+    labels = [m.label for m in all_methods()]
+    return f"{', '.join(labels[:-1])} {last} {labels[-1]}" if len(labels) > 1 else "".join(labels)
+
+
 def refuse(errors: dict, names) -> None:
     """Stop a run with the first of `errors` (name -> message) among `names`: invalid input blocks a run."""
     for name in names:
