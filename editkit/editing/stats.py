@@ -39,7 +39,7 @@ from ..weights import unedited
 from ..sites import Site
 
 
-# the key site of each editable linear map: the FFN down-projection's input (ROME/MEMIT/PMET), or W_O's (PMET's
+# the key site of each editable linear map: the FFN down-projection's input (every method), or W_O's (PMET's
 # MHSA update)
 MODULES = {"down_proj": "mlp_key", "o_proj": "attn_z"}
 

@@ -1,4 +1,4 @@
-"""What ROME, MEMIT and PMET share: keys k at the subject's last token, and target vectors found by gradient descent.
+"""What the editing methods share: keys k at the subject's last token, and target vectors found by gradient descent.
 
 Keys (ROME Sec. 3.1, Eq. 3): k* = mean over context templates x_j of the down-projection input at the subject's last
 token of x_j + prompt(subject).
