@@ -161,3 +161,12 @@ def test_shipped_run_and_its_figure():
     fig = lifelong_figure(shipped)
     kinds = {PANELS[i]: fig.layout[f"yaxis{i + 1 if i else ''}"].type for i in range(len(PANELS))}
     assert {p for p, t in kinds.items() if t == "log"} == set(LOG_PANELS)
+
+
+def test_no_cache_and_its_earlier_name():
+    """`evaluate --sequential --no-cache` starts over; `--fresh`, the earlier name, still means the same."""
+    from editkit.cli import build_parser
+
+    for flag in ("--no-cache", "--fresh"):
+        assert build_parser().parse_args(["evaluate", "--sequential", flag]).no_cache
+    assert not build_parser().parse_args(["evaluate", "--sequential"]).no_cache
