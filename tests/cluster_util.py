@@ -36,7 +36,8 @@ def probabilities(lm, request: dict) -> list[float]:
     return [s.logprob for s in score_targets(lm, prompts, [" " + request["target_new"], " " + request["target_true"]])]
 
 
-def edit_record(lm, request: dict, log: str | None = None, shared: dict | None = None) -> dict:
+def edit_record(lm, request: dict, log: str | None = None, shared: dict | None = None,
+                hparams: dict | None = None) -> dict:
     """ROME on one request; log-probabilities of the new and true targets before and after (and, given `shared`,
     a value read from it, to show it arrived). `log`: a file that gets one line per execution."""
     from editkit.editing.api import run_edit
@@ -45,7 +46,7 @@ def edit_record(lm, request: dict, log: str | None = None, shared: dict | None =
     if log:
         with open(log, "a") as f:
             f.write(request["subject"] + "\n")
-    result = run_edit(lm, "rome", [request], (shared or {}).get("hparams", STEPS))
+    result = run_edit(lm, "rome", [request], (shared or {}).get("hparams", STEPS if hparams is None else hparams))
     with applied(lm, result.delta):
         post = probabilities(lm, request)
     out = {"pre": probabilities(lm, request), "post": post,
@@ -76,18 +77,20 @@ def items(reqs: list[dict], **kwargs) -> list[cluster.Item]:
     return [cluster.Item(edit_record, (r,), dict(kwargs), label=r["subject"]) for r in reqs]
 
 
-def measure(model: str, n: int, workers: tuple[int, ...] = (1, 2)) -> dict:
+def measure(model: str, n: int, workers: tuple[int, ...] = (1, 2), hparams: dict | None = None) -> dict:
     """Seconds per item in process and with 1 and 2 Ray workers (each in a fresh local cluster), and the fixed
     costs: connecting (starting the local cluster) and starting the workers (model loaded once each)."""
     from editkit.models import load_model
 
     lm = load_model(model, device="cpu")
     reqs = requests(n)
-    run = items(reqs)
+    run = items(reqs, hparams=hparams)
     cluster.run_items(lm, run[:1])  # warm: statistics and templates in the cache, as for the workers
     t0 = time.perf_counter()
     serial = cluster.run_items(lm, run)
-    report = {"model": model, "items": n, "cpus": os.cpu_count(),
+    report = {"model": model, "items": n, "hparams": STEPS if hparams is None else hparams,
+              "cpus": os.cpu_count(),
+              "load_average": [round(x, 1) for x in os.getloadavg()],
               "in_process": {"seconds_per_item": round((time.perf_counter() - t0) / n, 3)}}
     for w in workers:
         backend = cluster.parse_backend(f"local:{w}")
@@ -101,7 +104,8 @@ def measure(model: str, n: int, workers: tuple[int, ...] = (1, 2)) -> dict:
         cluster.shutdown()
         report[f"ray_{w}"] = {"connect_s": round(t1 - t0, 2), "workers_start_s": round(t2 - t1, 2),
                               "run_s": round(t3 - t2, 2), "seconds_per_item": round((t3 - t2) / n, 3),
-                              "equal_to_in_process": out == serial, "workers": info}
+                              "equal_to_in_process": out == serial, "workers": info,
+                              "load_average": [round(x, 1) for x in os.getloadavg()]}
     return report
 
 
@@ -112,8 +116,10 @@ if __name__ == "__main__":
     parser.add_argument("--model", default="tiny-gpt2")
     parser.add_argument("--records", type=int, default=12)
     parser.add_argument("--threads", type=int, default=1, help="torch threads of the in-process run")
+    parser.add_argument("--hparams", type=json.loads, default=None, help='ROME overrides (JSON); default '
+                        f'{json.dumps(STEPS)}; {{}} for the model\'s defaults')
     args = parser.parse_args()
     import torch
 
     torch.set_num_threads(args.threads)
-    print(json.dumps(measure(args.model, args.records), indent=1))
+    print(json.dumps(measure(args.model, args.records, hparams=args.hparams), indent=1))
