@@ -15,7 +15,7 @@ from cluster_util import STEPS, die_once, edit_record, items, requests, stepper 
 from editkit import cluster  # noqa: E402
 from editkit.cli import add_ray_arg, ray_backend  # noqa: E402
 from editkit.editing.api import run_edit  # noqa: E402
-from editkit.errors import EditkitError  # noqa: E402
+from editkit.errors import Cancelled, EditkitError  # noqa: E402
 from editkit.models import load_model  # noqa: E402
 
 N = 6
@@ -137,6 +137,18 @@ def test_item_error_is_the_callers(lm, local):
     bad = {"prompt": "The capital is", "subject": "Nobody Here", "target_new": "Paris", "target_true": "Rome"}
     with pytest.raises(EditkitError, match="Nobody Here"):
         cluster.run_items(lm, [cluster.Item(edit_record, (bad,))], local)
+
+
+def test_cancel_stops_the_run(lm, local):
+    """A progress callback that raises Cancelled ends the run at once; the workers computing are stopped."""
+    def cancel(fraction, message):
+        raise Cancelled("stopped")
+
+    t0 = time.monotonic()
+    with pytest.raises(Cancelled):
+        cluster.run_items(lm, items(requests(N)), local, cancel)
+    assert time.monotonic() - t0 < 60
+    assert not any(s.busy for pool in cluster._POOLS.values() for s in pool.slots)
 
 
 def test_bad_model_name_fails_clearly(local):
