@@ -10,8 +10,8 @@ from editkit.editing.methods.alphaedit import alphaedit_update, alphaedit_update
 from editkit.editing.requests import parse_requests
 from editkit.editing.sequence import SequenceState
 from editkit.editing.spread import batch_update
-from editkit.editing.stats import eigen, null_dimension, null_space_projector
-from editkit.editing.targets import read_sites
+from editkit.editing.keys import read_sites
+from editkit.editing.nullspace import eigen, null_dimension, null_space_projector
 from editkit.weights import applied
 from editkit.errors import EditkitError
 from editkit.paths import DATA

@@ -11,7 +11,7 @@ from editkit.editing.stats import second_moment
 from editkit.editing.spread import Stream, batch_update, reachable_output, residual_to_mlp_output, spread
 from editkit.editing.methods.pmet import apply_pmet
 from editkit.editing.requests import parse_requests
-from editkit.editing.targets import layer_state
+from editkit.editing.keys import layer_state
 from editkit.weights import apply_delta, restore
 from editkit.paths import DATA
 

@@ -26,7 +26,7 @@ from typing import Callable
 
 import torch
 
-from .targets import SiteReader
+from .keys import SiteReader
 from ..weights import applied, effective_weight
 
 
@@ -124,7 +124,7 @@ def spread(lm, requests, hp, streams: list[Stream], divisor: Callable[[int], flo
             averaged = {f"K{j}": f"{s.key}.{layer}" for j, s in enumerate(streams)}
             plain = {f"current{j}": f"{s.target}.{z_layer}" for j, s in enumerate(streams)}
             plain["mlp"] = f"mlp_out.{layer}"
-            state = reader.read(averaged, plain, keep=layer)
+            state = reader.read(averaged, plain, resume_at=layer)
             delta, row = {}, {"layer": layer}
             for j, s in enumerate(streams):
                 K, now = state[f"K{j}"], state[f"current{j}"]

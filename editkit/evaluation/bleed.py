@@ -36,7 +36,7 @@ from ..editing.defaults import load_hparams
 from ..editing.methods import get
 from ..editing.requests import EditRequest, parse_requests
 from ..editing.stats import MODULES, key_statistics
-from ..editing.targets import read_sites
+from ..editing.keys import read_sites
 from ..errors import EditkitError
 from ..facts import known_facts
 from ..hooks import Hooks

@@ -38,7 +38,8 @@ from ..hparams import Hparams, _non_negative, _positive
 from ..result import EditResult
 from ..sequence import SequenceState
 from ..spread import Stream, spread
-from ..stats import NULL_RULES, null_space_basis, second_moment
+from ..nullspace import NULL_RULES, null_space_basis
+from ..stats import second_moment
 from . import Method, register
 from .memit import finish, optimize_residual_targets
 

@@ -19,7 +19,8 @@ import torch
 from ..hparams import Hparams
 from ..result import EditResult, norm_report
 from ..stats import key_statistics
-from ..targets import key_star, keys_at, optimize_targets
+from ..keys import key_star, keys_at
+from ..targets import optimize_targets
 from ...weights import applied, effective_weight
 from . import Method, register
 
