@@ -1,1 +1,1 @@
-"""Locate-then-edit methods (ROME, MEMIT, PMET) and the machinery they share."""
+"""Locate-then-edit methods (ROME, MEMIT, PMET, AlphaEdit: methods/) and the machinery they share."""
