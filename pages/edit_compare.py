@@ -231,7 +231,7 @@ def spectrum_section(lm) -> None:
     """The eigenvalues of C = E[k kᵀ] at AlphaEdit's layers, and the null space its rule selects."""
     from editkit.editing.spectrum import spectrum
     from editkit.figures.spectrum import spectrum_figure
-    from editkit.editing.stats import NULL_RULES
+    from editkit.editing.nullspace import NULL_RULES
 
     st.subheader("Why AlphaEdit protects old knowledge: the spectrum of the key statistics")
     st.markdown(
