@@ -349,11 +349,16 @@ def bleed_section(lm, records, overrides) -> None:
         return
     st.plotly_chart(bleed_figure(out), width="stretch", key="ec_bleed_fig")
     c = out["check"]
-    st.caption(f"Check: the predicted change ({out['formula']}) matches the measured change of the edited layer's "
-               f"output at every token to {c['max_error']:.1e} of the largest change.")
-    rows = [{"source": r["source"], "prompt": r["prompt"], "share s": round(r["share"], 3), "at token": r["token"],
+    if c is None:
+        st.caption(f"{out['method']} declares no prediction of its effect on other keys: the chart shows the "
+                   "measured rise only.")
+    else:
+        st.caption(f"Check: the predicted change ({out['formula']}) matches the measured change of the edited "
+                   f"layer's output at every token to {c['max_error']:.1e} of the largest change.")
+    rows = [{"source": r["source"], "prompt": r["prompt"],
+             "share s": None if r["share"] is None else round(r["share"], 3), "at token": r["token"],
              "P(new) before": round(r["p_new_before"], 3), "P(new) after": round(r["p_new_after"], 3)}
-            for r in sorted(out["rows"], key=lambda r: -abs(r["share"]))]
+            for r in sorted(out["rows"], key=lambda r: -abs(r["share"] or 0.0))]
     st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
 
 
