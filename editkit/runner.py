@@ -235,8 +235,8 @@ class Runner:
     def full_logits(self, *, edit=None, **inputs) -> torch.Tensor:
         """Logits (B, T, V) of a whole run on `inputs` (forward's arguments), float32, as the model's own head
         computes them from the final-normed state; `edit(hooks)` as in `read` (a patched run's logits)."""
-        hidden = self.forward(**inputs).hidden if edit is None else self.read({}, full=True, edit=edit, **inputs).hidden
-        return self.logits(hidden, norm=False)
+        out = self.forward(**inputs) if edit is None else self.read({}, full=True, edit=edit, **inputs)
+        return self.logits(out.hidden, norm=False)
 
     def run_until(self, site, **inputs) -> None:
         """Run the body only until `site` is computed; the caller's Hooks read what they need on the way."""
