@@ -12,7 +12,7 @@ from editkit.editing.requests import EditRequest
 from editkit.evaluation import EvalRecord, SequentialSpec, load_eval_set, sequential
 from editkit.evaluation.compare import compare_methods
 from editkit.figures import editing as figures
-from editkit.tracing import trace
+from editkit.tracing import TraceSpec, trace
 from pages import ui
 
 LABELS = {m.name: m.label for m in all_methods()}
@@ -194,9 +194,9 @@ def show_traces(out: dict) -> None:
                 traces = {}
                 for i, m in enumerate(m for m in out["methods"] if m in deltas):
                     with ui.session(lm, deltas[m]):
-                        r = trace(lm, req["prompt"].replace("{}", req["subject"]), req["subject"], req["target_new"],
-                                  kinds="hidden", samples=int(samples),
-                                  progress=lambda f, msg, i=i: progress((i + f) / len(deltas), msg))
+                        spec = TraceSpec(req["prompt"].replace("{}", req["subject"]), req["subject"],
+                                         req["target_new"], int(samples), kinds="hidden")
+                        r = trace(lm, spec, progress=lambda f, msg, i=i: progress((i + f) / len(deltas), msg))
                     traces[m] = r["hidden"].to_dict()
                 return traces
 

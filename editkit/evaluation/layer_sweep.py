@@ -23,7 +23,7 @@ from ..editing.defaults import load_hparams
 from ..editing.methods import get
 from ..editing.requests import EditRequest
 from ..errors import EditkitError
-from ..tracing import trace
+from ..tracing import TraceSpec, trace
 from .datasets import as_record
 from .evaluate import measure, record_metrics
 
@@ -52,7 +52,7 @@ def trace_profile(lm, request: EditRequest, kind: str = "mlp", samples: int = 10
     """The request's causal trace of `kind` and its row at the subject's last token (per layer), with the peak."""
     answer = request.target_true
     with isolation.session(lm):
-        r = trace(lm, request.rewrite, request.subject, answer, kinds=kind, samples=samples, seed=seed)[kind]
+        r = trace(lm, TraceSpec(request.rewrite, request.subject, answer, samples, seed=seed, kinds=kind))[kind]
     return profile_of(r.to_dict())
 
 
