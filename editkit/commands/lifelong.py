@@ -2,8 +2,9 @@
 `evaluate` command that runs when `--sequential` is given. Each method applies the N records batch after batch
 (`--batch`, per method with `--batch-for rome=1`), each batch at the weights the earlier ones left, measured every
 `--eval-every` edits (a fixed random `--sample` of the edits so far at intermediate checkpoints, every edit at the
-last); resumable (rerun the same command); with `--ray` the methods run in parallel on a Ray cluster. Not a command of its own: evaluate.py adds these options to its parser
-(`add_arguments`) and hands the run over (`run`, `show`)."""
+last); resumable (rerun the same command); with `--ray` the methods run in parallel on a Ray cluster. Not a
+command of its own: evaluate.py adds these options to its parser (`add_arguments`) and hands the run over (`run`,
+`show`)."""
 import json
 
 from ..errors import EditkitError
