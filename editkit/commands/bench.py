@@ -26,6 +26,11 @@ def register(sub):
     e.add_argument("--methods", default=None, help="comma-separated methods (default: all registered)")
     e.add_argument("--no-reference", action="store_true",
                    help="skip the reference run (ROME with the full model at every optimisation step)")
+    for q in (t, e):
+        q.add_argument("--model", default="gemma-3-270m")
+        q.add_argument("--json", action="store_true")
+    t.set_defaults(func=run_trace, show=show)
+    e.set_defaults(func=run_edit, show=show)
     s = inner.add_parser("scale", help="one evaluation in process and on 1, 2, ... Ray workers (local clusters): "
                                        "per-record cost, fixed costs, speed-up")
     s.add_argument("--records", type=int, default=20, help="records evaluated (the first N of --set)")
@@ -33,11 +38,8 @@ def register(sub):
     s.add_argument("--method", default="rome", help="the method, at batch 1 with its default hyperparameters")
     s.add_argument("--set", dest="set_name", default="counterfact")
     s.add_argument("--threads", type=int, default=1, help="torch threads of the in-process run (a worker has 1)")
-    for q in (t, e, s):
-        q.add_argument("--model", default="gemma-3-270m")
-        q.add_argument("--json", action="store_true")
-    t.set_defaults(func=run_trace, show=show)
-    e.set_defaults(func=run_edit, show=show)
+    s.add_argument("--model", default="gemma-3-270m")
+    s.add_argument("--json", action="store_true")
     s.set_defaults(func=run_scale, show=show_scale)
 
 
