@@ -54,7 +54,7 @@ if st.button("Compute similarity curves", type="primary", key="sim_compute"):
         def job(progress):
             with ui.session(lm):
                 return similarity(lm, n=int(n), facts=facts, mode=mode,
-                                  progress=lambda f: progress(f, f"{f:.0%} of the facts (cached on disk)"))
+                                  progress=lambda f, msg: progress(f, f"{f:.0%} of the facts (cached on disk)"))
 
         result = ui.run_job("similarity curves", job, facts=int(n))
         st.session_state["sim_result"] = result.to_dict()

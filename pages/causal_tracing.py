@@ -7,7 +7,7 @@ import streamlit as st
 
 from editkit.cluster import Item
 from editkit.text import guess_subject
-from editkit.tracing import Tracer, parse_noise
+from editkit.tracing import Tracer, TraceSpec, parse_noise
 from editkit.tracing.aie import average_indirect_effect
 from editkit.figures.tracing import aie_figure, heatmap, severing_figure
 from pages import ui
@@ -122,7 +122,7 @@ def trace_job(progress, tracer, kinds, panels) -> None:
     for i, kind in enumerate(kinds):
         bar = bars.get(kind)
 
-        def step(f, bar=bar, kind=kind, i=i):
+        def step(f, msg, bar=bar, kind=kind, i=i):
             progress((i + f) / (len(kinds) + 1), f"exact {kind} panel")  # a cancel stops here
             if bar:
                 bar.progress(min(f, 1.0), text=f"exact {kind} panel")
@@ -132,18 +132,19 @@ def trace_job(progress, tracer, kinds, panels) -> None:
         if bar:
             bar.empty()
     panels.header.empty()
-    new["sever"] = tracer.severing(progress=lambda f: progress((len(kinds) + f) / (len(kinds) + 1), "severing"))
+    new["sever"] = tracer.severing(
+        progress=lambda f, msg: progress((len(kinds) + f) / (len(kinds) + 1), "severing"))
 
 
 if submitted:
     with ui.guard("tracing"):
         subj = subject.strip() or guess_subject(prompt)
-        spec = parse_noise(noise, uniform=uniform, replace=replace)
+        spec = TraceSpec(prompt, subj, target.strip() or None, int(samples),
+                         parse_noise(noise, uniform=uniform, replace=replace), int(window), int(seed))
 
         def job(progress):
             with ui.session(lm):
-                tracer = Tracer(lm, prompt, subj, target.strip() or None, int(samples), spec, int(window),
-                                int(seed), cache=not recompute)
+                tracer = Tracer(lm, spec, cache=not recompute)
                 trace_job(progress, tracer, kinds, panels)
 
         ui.run_job("causal trace", job, cancel_label="Cancel trace", on_cancel=_cancel, samples=int(samples))

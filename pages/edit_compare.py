@@ -14,7 +14,7 @@ from editkit.evaluation import EvalRecord, SequentialSpec, load_eval_set
 from editkit.evaluation.sequential import sequential_methods
 from editkit.evaluation.compare import compare_methods
 from editkit.figures import editing as figures
-from editkit.tracing import trace
+from editkit.tracing import TraceSpec, trace
 from pages import ui
 
 LABELS = {m.name: m.label for m in all_methods()}
@@ -194,9 +194,9 @@ def show_traces(out: dict) -> None:
                 traces = {}
                 for i, m in enumerate(m for m in out["methods"] if m in deltas):
                     with ui.session(lm, deltas[m]):
-                        r = trace(lm, req["prompt"].replace("{}", req["subject"]), req["subject"], req["target_new"],
-                                  kinds="hidden", samples=int(samples),
-                                  progress=lambda f, msg, i=i: progress((i + f) / len(deltas), msg))
+                        spec = TraceSpec(req["prompt"].replace("{}", req["subject"]), req["subject"],
+                                         req["target_new"], int(samples), kinds="hidden")
+                        r = trace(lm, spec, progress=lambda f, msg, i=i: progress((i + f) / len(deltas), msg))
                     traces[m] = r["hidden"].to_dict()
                 return traces
 
@@ -231,7 +231,7 @@ def spectrum_section(lm) -> None:
     """The eigenvalues of C = E[k kᵀ] at AlphaEdit's layers, and the null space its rule selects."""
     from editkit.editing.spectrum import spectrum
     from editkit.figures.spectrum import spectrum_figure
-    from editkit.editing.stats import NULL_RULES
+    from editkit.editing.nullspace import NULL_RULES
 
     st.subheader("Why AlphaEdit protects old knowledge: the spectrum of the key statistics")
     st.markdown(
@@ -341,11 +341,16 @@ def bleed_section(lm, records, overrides) -> None:
         return
     st.plotly_chart(bleed_figure(out), width="stretch", key="ec_bleed_fig")
     c = out["check"]
-    st.caption(f"Check: the predicted change ({out['formula']}) matches the measured change of the edited layer's "
-               f"output at every token to {c['max_error']:.1e} of the largest change.")
-    rows = [{"source": r["source"], "prompt": r["prompt"], "share s": round(r["share"], 3), "at token": r["token"],
+    if c is None:
+        st.caption(f"{out['method']} declares no prediction of its effect on other keys: the chart shows the "
+                   "measured rise only.")
+    else:
+        st.caption(f"Check: the predicted change ({out['formula']}) matches the measured change of the edited "
+                   f"layer's output at every token to {c['max_error']:.1e} of the largest change.")
+    rows = [{"source": r["source"], "prompt": r["prompt"],
+             "share s": None if r["share"] is None else round(r["share"], 3), "at token": r["token"],
              "P(new) before": round(r["p_new_before"], 3), "P(new) after": round(r["p_new_after"], 3)}
-            for r in sorted(out["rows"], key=lambda r: -abs(r["share"]))]
+            for r in sorted(out["rows"], key=lambda r: -abs(r["share"] or 0.0))]
     st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
 
 

@@ -25,7 +25,8 @@ def register(sub):
     e.add_argument("--n", type=int, default=10, help="requests in the batch")
     e.add_argument("--methods", default=None, help="comma-separated methods (default: all registered)")
     e.add_argument("--no-reference", action="store_true",
-                   help="skip the reference run (ROME with the full model at every optimisation step)")
+                   help="skip the reference run (the first method with the full model at every optimisation "
+                        "step)")
     for q in (t, e):
         q.add_argument("--model", default="gemma-3-270m")
         q.add_argument("--json", action="store_true")

@@ -10,7 +10,7 @@ comparison (JSON-serializable); figures/spectrum.py draws it.
 from __future__ import annotations
 
 from .defaults import load_hparams
-from .stats import NULL_RULES, eigen, null_dimension
+from .nullspace import NULL_RULES, eigen, null_dimension
 
 UPSTREAM = ("absolute", 0.02)  # jianghoucheng/AlphaEdit hparams: nullspace_threshold 2e-2 for every model
 

@@ -25,8 +25,6 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
 from .. import isolation
 from ..cluster import Backend
 from ..corpus import paragraphs
@@ -34,6 +32,7 @@ from ..editing.api import run_edit
 from ..editing.defaults import load_hparams
 from ..errors import EditkitError
 from ..paths import cache_dir, safe_name
+from ..runner import Decoding
 from ..scoring import score_targets
 from ..text import sample as text_sample
 from ..weights import active_digest
@@ -69,18 +68,11 @@ def sample(lm, prompt: str, max_new_tokens: int, seed: int = GEN_SEED) -> str:
     return text_sample(lm, prompt, max_new_tokens, seed=seed, top_k=5)
 
 
-@torch.no_grad()
 def greedy(lm, prompts: list[str], max_new_tokens: int) -> list[str]:
     """Greedy continuations (new text only) of a batch of prompts, left-padded so every row ends at its prompt."""
     if not prompts:
         return []
-    batch = lm.tok(list(prompts), return_tensors="pt", padding=True, padding_side="left",
-                   add_special_tokens=True).to(lm.device)
-    pad = lm.tok.pad_token_id if lm.tok.pad_token_id is not None else lm.tok.eos_token_id
-    out = lm.model.generate(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], do_sample=False,
-                            max_new_tokens=max_new_tokens, pad_token_id=pad, top_k=None, top_p=None,
-                            temperature=None)
-    return lm.tok.batch_decode(out[:, batch["input_ids"].shape[1]:], skip_special_tokens=True)
+    return list(lm.runner.generate(list(prompts), Decoding.greedy(max_new_tokens)))
 
 
 def measure(lm, record, n_gen: int = N_GEN, gen_tokens: int = GEN_TOKENS,
