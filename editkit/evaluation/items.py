@@ -158,9 +158,8 @@ def _rows(done: dict, records) -> list[dict]:
 
 
 def _prepare(lm, hps) -> None:
-    """What the first edit computes and caches (second-moment statistics, context templates), here, once, before
+    """What the first edits compute and cache (second-moment statistics, context templates), here, once, before
     the workers start: otherwise each worker would compute the same statistics at the same time."""
-    from ..editing.api import prepare
+    from ..editing.api import prepare_first_use
 
-    for hp in hps:
-        prepare(lm, hp)
+    prepare_first_use(lm, list(hps))

@@ -294,10 +294,9 @@ def sequential_methods(lm, plans: dict, requests, cache: bool = True, progress=N
         spec.check()
         load_hparams(get(method).name, lm, overrides)
     if backend.ray:  # the statistics and templates every first edit needs, once, before the workers start
-        from ..editing.api import prepare
+        from ..editing.api import prepare_first_use
 
-        for method, (overrides, _spec) in plans.items():
-            prepare(lm, load_hparams(get(method).name, lm, overrides))
+        prepare_first_use(lm, [load_hparams(get(m).name, lm, hp) for m, (hp, _spec) in plans.items()])
     items = [Item(sequential, (method, records, overrides, spec), {"cache": cache}, label=get(method).label,
                   progress=True) for method, (overrides, spec) in plans.items()]
     return dict(zip(plans, run_items(lm, items, backend, progress)))
