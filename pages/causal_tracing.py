@@ -5,6 +5,7 @@ import json
 import pandas as pd
 import streamlit as st
 
+from editkit.cluster import Item
 from editkit.text import guess_subject
 from editkit.tracing import Tracer, TraceSpec, parse_noise
 from editkit.tracing.aie import average_indirect_effect
@@ -189,11 +190,8 @@ st.markdown(
 n_facts = st.number_input("Facts", 5, 500, 30, key="trace_aie_n")
 if st.button("Compute / show average effects", key="trace_aie_go"):
     with ui.guard("average indirect effect"):
-        def aie_job(progress):
-            with ui.session(lm):
-                return average_indirect_effect(lm, int(n_facts), progress=progress)
-
-        st.session_state["trace_aie"] = ui.run_job("average indirect effect", aie_job, facts=int(n_facts))
+        job = Item(average_indirect_effect, (int(n_facts),), progress=True)
+        st.session_state["trace_aie"] = ui.run_item("average indirect effect", lm, job, facts=int(n_facts))
 aie = st.session_state.get("trace_aie")
 if aie:
     for col, kind in zip(st.columns(3), ("hidden", "mlp", "attn")):
@@ -241,12 +239,9 @@ def layer_sweep_section(lm) -> None:
             use = traced if same else None  # the trace above, when it is of this prompt and answer
             samples = int(st.session_state.get("trace_samples", 10))
 
-            def sweep_job(progress):
-                with ui.session(lm):
-                    return layer_sweep(lm, request, layers, trace_kind="mlp", samples=samples, trace_result=use,
-                                       progress=progress)
-
-            st.session_state["ls_out"] = ui.run_job("layer sweep", sweep_job, samples=samples)
+            job = Item(layer_sweep, (request, layers),
+                       {"trace_kind": "mlp", "samples": samples, "trace_result": use}, progress=True)
+            st.session_state["ls_out"] = ui.run_item("layer sweep", lm, job, samples=samples)
     out = st.session_state.get("ls_out")
     if out:
         st.plotly_chart(layer_sweep_figure(out), width="stretch", key="ls_fig")
