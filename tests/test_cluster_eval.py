@@ -16,7 +16,7 @@ from editkit import cluster  # noqa: E402
 from editkit.editing.api import run_edit  # noqa: E402
 from editkit.evaluation import EvalSpec, evaluate, load_eval_set  # noqa: E402
 from editkit.evaluation.sequential import SequentialSpec, sequential_methods  # noqa: E402
-from editkit.evaluation.sweep import SWEEP, sweep  # noqa: E402
+from editkit.evaluation.sweep import sweep  # noqa: E402
 from editkit.models import load_model  # noqa: E402
 
 FAST = {"v_num_grad_steps": 3}
