@@ -5,10 +5,11 @@ import json
 import pandas as pd
 import streamlit as st
 
-from editkit.cluster import Item
+from editkit.cluster import Item, backend_from_env
 from editkit.text import guess_subject
 from editkit.tracing import Tracer, TraceSpec, parse_noise
 from editkit.tracing.aie import average_indirect_effect
+from editkit.tracing.tracer import exact_panels
 from editkit.figures.tracing import aie_figure, heatmap, severing_figure
 from pages import ui
 
@@ -142,12 +143,18 @@ if submitted:
         spec = TraceSpec(prompt, subj, target.strip() or None, int(samples),
                          parse_noise(noise, uniform=uniform, replace=replace), int(window), int(seed))
 
-        def job(progress):
-            with ui.session(lm):
-                tracer = Tracer(lm, spec, cache=not recompute)
-                trace_job(progress, tracer, kinds, panels)
+        if backend_from_env().ray:  # on a Ray worker with this session's kept edits; drawn when it is done
+            job = Item(exact_panels, (spec, kinds), {"cache": not recompute}, progress=True)
+            out = ui.run_item("causal trace", lm, job, cancel_label="Cancel trace", on_cancel=_cancel,
+                              samples=int(samples))
+            st.session_state["trace_state"] = {"exact": out["exact"], "preview": {}, "sever": out["sever"]}
+        else:
+            def job(progress):
+                with ui.session(lm):
+                    tracer = Tracer(lm, spec, cache=not recompute)
+                    trace_job(progress, tracer, kinds, panels)
 
-        ui.run_job("causal trace", job, cancel_label="Cancel trace", on_cancel=_cancel, samples=int(samples))
+            ui.run_job("causal trace", job, cancel_label="Cancel trace", on_cancel=_cancel, samples=int(samples))
     state = st.session_state["trace_state"]
 
 for kind in panels.kinds:

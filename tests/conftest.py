@@ -25,6 +25,19 @@ def tiny_by_name():
     return _load
 
 
+@pytest.fixture(scope="module")
+def ray_local():
+    """The Ray backend of a local cluster of 2 CPUs without a dashboard (editkit/cluster.py starts it at the first
+    run that uses it, handing the workers this process's $EDITKIT_CACHE then), torn down after the module. One per
+    module: a process uses one cluster at a time. Bounded waits, so a broken cluster fails instead of hanging."""
+    ray = pytest.importorskip("ray", reason="the Ray backend needs the `ray` package (pip install -r requirements.txt)")
+    from editkit import cluster
+
+    yield cluster.parse_backend("local:2", start_timeout=240, item_timeout=240)
+    cluster.shutdown()
+    assert not ray.is_initialized()
+
+
 @pytest.fixture(scope="session")
 def gemma():
     """The embedded model (built into the cache on first use, about a minute; then ~5 s)."""

@@ -1,7 +1,7 @@
 """Evaluations, sweeps, lifelong runs and the app's jobs on Ray (editkit/cluster.py) give the serial results: the same
 numbers in the same order, also when a worker is killed mid-run; the results files written as items finish let a
-rerun resume from what any worker computed. One local Ray cluster of 2 CPUs (no dashboard) serves the module and is
-torn down after it."""
+rerun resume from what any worker computed. One local Ray cluster of 2 CPUs (no dashboard; conftest's ray_local)
+serves the module and is torn down after it."""
 import shutil
 import threading
 import time
@@ -60,14 +60,6 @@ def serial(lm, tmp_path_factory):
     return evaluate(lm, ["rome", "memit"], SPEC, HPARAMS, out_dir=tmp_path_factory.mktemp("serial"))
 
 
-@pytest.fixture(scope="module")
-def local(lm, serial):
-    backend = cluster.parse_backend("local:2", start_timeout=240, item_timeout=240)
-    yield backend
-    cluster.shutdown()
-    assert not ray.is_initialized()
-
-
 def test_cli_ray_argument_fails_clearly(capsys):
     """A malformed or unreachable --ray address: one line and status 2, before any work."""
     from editkit.cli import main
@@ -79,23 +71,23 @@ def test_cli_ray_argument_fails_clearly(capsys):
     assert "cannot reach the Ray cluster at 127.0.0.1:1" in capsys.readouterr().err and time.monotonic() - t0 < 60
 
 
-def test_evaluate_on_ray_equals_serial_and_resumes(lm, serial, local, tmp_path):
-    out = evaluate(lm, ["rome", "memit"], SPEC, HPARAMS, out_dir=tmp_path, backend=local)
+def test_evaluate_on_ray_equals_serial_and_resumes(lm, serial, ray_local, tmp_path):
+    out = evaluate(lm, ["rome", "memit"], SPEC, HPARAMS, out_dir=tmp_path, backend=ray_local)
     assert out["computed_records"] == 6 and same(out, serial)
     assert out["methods"]["rome"]["post_efficacy"] == serial["methods"]["rome"]["post_efficacy"]
     # the calling process wrote every line: a rerun, here or on Ray, computes nothing
     assert evaluate(lm, ["rome", "memit"], SPEC, HPARAMS, out_dir=tmp_path)["computed_records"] == 0
     lines = open(out["methods"]["memit"]["results_file"]).read().splitlines()
     open(out["methods"]["memit"]["results_file"], "w").write("\n".join(lines[:1]) + "\n")
-    again = evaluate(lm, ["rome", "memit"], SPEC, HPARAMS, out_dir=tmp_path, backend=local)
+    again = evaluate(lm, ["rome", "memit"], SPEC, HPARAMS, out_dir=tmp_path, backend=ray_local)
     assert again["computed_records"] == 2 and same(again["methods"], serial["methods"])
 
 
-def test_killed_worker_during_evaluate(lm, serial, local, tmp_path):
+def test_killed_worker_during_evaluate(lm, serial, ray_local, tmp_path):
     """ray.kill of a worker computing an edit: its item runs again elsewhere; the results are the undisturbed
     run's."""
     killed = []
-    assert len(cluster.start_workers(lm.name, local)) == 2
+    assert len(cluster.start_workers(lm.name, ray_local)) == 2
 
     def progress(fraction, message):
         pool = next(iter(cluster._POOLS.values()))
@@ -104,36 +96,36 @@ def test_killed_worker_during_evaluate(lm, serial, local, tmp_path):
             killed.append(busy[0].handle)
             ray.kill(busy[0].handle)
 
-    out = evaluate(lm, ["rome", "memit"], SPEC, HPARAMS, out_dir=tmp_path, backend=local, progress=progress)
+    out = evaluate(lm, ["rome", "memit"], SPEC, HPARAMS, out_dir=tmp_path, backend=ray_local, progress=progress)
     assert killed and same(out, serial)
 
 
-def test_sweep_on_ray_equals_serial(lm, local, cache, tmp_path):
+def test_sweep_on_ray_equals_serial(lm, ray_local, cache, tmp_path):
     spec = SWEEP_SPEC
     here = sweep(lm, "rome", GRID, spec, out_dir=tmp_path / "here")
     for folder in ("sweeps", "targets"):  # computed afresh on Ray, not read from the serial run's cache
         shutil.rmtree(cache / folder, ignore_errors=True)
-    there = sweep(lm, "rome", GRID, spec, out_dir=tmp_path / "there", backend=local)
+    there = sweep(lm, "rome", GRID, spec, out_dir=tmp_path / "there", backend=ray_local)
     assert there["computed_records"] == 4 and not any(r["cached"] for r in there["settings"])
     assert same(there["settings"], here["settings"]) and there["pareto"] == here["pareto"]
-    again = sweep(lm, "rome", GRID, spec, out_dir=tmp_path / "there", backend=local)
+    again = sweep(lm, "rome", GRID, spec, out_dir=tmp_path / "there", backend=ray_local)
     assert all(r["cached"] for r in again["settings"]) and again["computed_records"] == 0
 
 
-def test_lifelong_methods_in_parallel(lm, local):
+def test_lifelong_methods_in_parallel(lm, ray_local):
     """Each method's sequence on its own worker; a rerun reads the checkpoints the workers wrote."""
     records = load_eval_set("counterfact-val", 4)
     small = dict(ppl_tokens=64, fluency_tokens=5, sample=2)
     plans = {"rome": (FAST, SequentialSpec(batch=1, eval_every=2, **small)),
              "memit": (FAST, SequentialSpec(batch=2, **small))}
     here = sequential_methods(lm, plans, records)
-    there = sequential_methods(lm, plans, records, cache=False, backend=local)
+    there = sequential_methods(lm, plans, records, cache=False, backend=ray_local)
     assert list(there) == ["rome", "memit"] and same(there, here)
-    resumed = sequential_methods(lm, plans, records, backend=local)
+    resumed = sequential_methods(lm, plans, records, backend=ray_local)
     assert all(r["resumed_at_batch"] == r["batches"] for r in resumed.values()) and same(resumed, here)
 
 
-def test_app_job_with_kept_edits(lm, local, tmp_path):
+def test_app_job_with_kept_edits(lm, ray_local, tmp_path):
     """A page's job as one item (pages/ui.run_item): on a worker, with the session's kept edits as delta, it gives
     what the server computes in process with them; and its results never come from the base model's files."""
     kept = run_edit(lm, "rome", [{"prompt": "The mother tongue of {} is", "subject": "Danielle Darrieux",
@@ -142,22 +134,22 @@ def test_app_job_with_kept_edits(lm, local, tmp_path):
     job = cluster.Item(evaluate, (["rome"], spec, HPARAMS), {"out_dir": str(tmp_path)}, progress=True)
     base = cluster.run_one(lm, job)
     seen = []
-    there = cluster.run_one(lm, job, local, lambda f, m: seen.append(f), delta=[kept])
+    there = cluster.run_one(lm, job, ray_local, lambda f, m: seen.append(f), delta=[kept])
     here = cluster.run_one(lm, job, delta=[kept])
     assert there["computed_records"] == 1 and here["computed_records"] == 0  # the worker's file, resumed here
     assert same(there["methods"], here["methods"]) and not same(there["methods"], base["methods"])
     assert seen and seen[-1] == 1.0
 
 
-def test_concurrent_runs_share_the_workers(lm, local):
+def test_concurrent_runs_share_the_workers(lm, ray_local):
     """Two runs at once (two sessions' jobs): the second gets a worker as soon as one of the first run's items
     ends, and ends long before the first run (which then continues on one worker)."""
-    cluster.start_workers(lm.name, local)
+    cluster.start_workers(lm.name, ray_local)
     out = {}
 
     def run(name, n):
         items = [cluster.Item(stepper, (4, 0.5), label=f"{name} {k}", progress=True) for k in range(n)]  # 2 s each
-        out[name] = cluster.run_items(lm, items, local)
+        out[name] = cluster.run_items(lm, items, ray_local)
         out[name + " end"] = time.monotonic()
 
     first = threading.Thread(target=run, args=("long", 6))
