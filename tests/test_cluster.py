@@ -1,6 +1,7 @@
 """The fan-out layer (editkit/cluster.py): in process it is the serial loop; on a local Ray cluster of 2 CPUs
-(conftest's ray_local: started without a dashboard, torn down after) the same items give the same results, in item order, also when
-a worker dies mid-item; an unreachable cluster and an unloadable model fail fast with one clear message."""
+(conftest's ray_local: started without a dashboard, torn down after) the same items give the same results, in item
+order, also when a worker dies mid-item; an unreachable cluster and an unloadable model fail fast with one clear
+message."""
 import argparse
 import time
 from dataclasses import replace
