@@ -271,7 +271,7 @@ def _rss_mb() -> float:
 
 
 _LOCK = threading.Lock()
-_STATE: dict = {"target": None, "owned": False, "actor_class": None, "stop": None}
+_STATE: dict = {"target": None, "owned": False, "actor_class": None, "stop": None, "pending": None}
 _POOLS: dict = {}  # (model name, backend settings) -> _Pool
 
 
@@ -286,7 +286,9 @@ def _probe(address: str, timeout: float) -> None:
 
 def connect(backend: Backend) -> None:
     """Connect this process to the backend's cluster (start it for local:N), at most once per process; bounded by
-    backend.connect_timeout."""
+    backend.connect_timeout (for local:N at least LOCAL_START seconds: starting Ray's processes on a loaded machine
+    takes longer than reaching a running cluster). Callers arriving while a connection is under way, also one whose
+    first caller gave up waiting, wait for that one: never a second ray.init."""
     ray = _ray()
     target = backend.address
     if target == "auto" and os.environ.get("RAY_ADDRESS"):
@@ -294,48 +296,68 @@ def connect(backend: Backend) -> None:
     if not backend.local and target != "auto":
         _probe(target, backend.connect_timeout)
     with _LOCK:
-        if ray.is_initialized():
+        pending = _STATE["pending"]
+        if pending is None and ray.is_initialized():
             if _STATE["target"] not in (None, target):
                 raise EditkitError(f"this process already uses the Ray cluster {_STATE['target']}; one cluster "
                                    f"per process")
             _STATE["target"] = _STATE["target"] or target
             return
-        kwargs = dict(logging_level=logging.WARNING, log_to_driver=False)
-        if backend.local:
-            # Workers on this machine import what this process imports and share its cache.
-            from .paths import cache_dir
+        if pending is not None and pending.target != target:
+            raise EditkitError(f"this process is connecting to the Ray cluster {pending.target}; one cluster per "
+                               f"process")
+        if pending is None:
+            kwargs = dict(logging_level=logging.WARNING, log_to_driver=False)
+            if backend.local:
+                # Workers on this machine import what this process imports and share its cache.
+                from .paths import cache_dir
 
-            path = [os.path.abspath(p or ".") for p in sys.path if os.path.isdir(p or ".")]
-            env = {"PYTHONPATH": os.pathsep.join(dict.fromkeys(path)), "EDITKIT_CACHE": str(cache_dir())}
-            kwargs.update(num_cpus=backend.local, include_dashboard=False, runtime_env={"env_vars": env})
-        else:
-            kwargs.update(address=target)
-        _init(kwargs, backend.connect_timeout, target)
+                path = [os.path.abspath(p or ".") for p in sys.path if os.path.isdir(p or ".")]
+                env = {"PYTHONPATH": os.pathsep.join(dict.fromkeys(path)), "EDITKIT_CACHE": str(cache_dir())}
+                kwargs.update(num_cpus=backend.local, include_dashboard=False, runtime_env={"env_vars": env})
+            else:
+                kwargs.update(address=target)
+            pending = _STATE["pending"] = _Init(target, kwargs)
+    timeout = max(backend.connect_timeout, LOCAL_START) if backend.local else backend.connect_timeout
+    pending.wait(timeout)
 
 
-def _init(kwargs: dict, timeout: float, target: str) -> None:
-    """ray.init(**kwargs) in a thread that lives until shutdown(), waiting at most `timeout` seconds for it. The
-    thread stays because the local cluster's processes die with the thread that started them (Ray sets
-    PR_SET_PDEATHSIG), and a short-lived caller (a page's script run) must not take them along."""
-    box: dict = {}
-    ready, stop = threading.Event(), threading.Event()
+LOCAL_START = 120.0  # seconds a local:N cluster may take to start (measured 12-14 s at a load average of 12-15)
 
-    def own():
+
+class _Init:
+    """ray.init(**kwargs) in a thread that lives until shutdown(). The thread stays because the local cluster's
+    processes die with the thread that started them (Ray sets PR_SET_PDEATHSIG), and a short-lived caller (a
+    page's script run) must not take them along."""
+
+    def __init__(self, target: str, kwargs: dict):
+        self.target, self.error = target, None
+        self.ready, self.stop = threading.Event(), threading.Event()
+        threading.Thread(target=self._own, args=(kwargs,), daemon=True, name="editkit-ray").start()
+
+    def _own(self, kwargs: dict) -> None:
         try:
             _ray().init(**kwargs)
-        except BaseException as exc:  # noqa: BLE001 - reported by the caller
-            box["error"] = exc
-            ready.set()
+        except BaseException as exc:  # noqa: BLE001 - reported by the callers
+            self.error = exc
+            self.ready.set()
             return
-        ready.set()
-        stop.wait()
+        self.ready.set()
+        self.stop.wait()
 
-    threading.Thread(target=own, daemon=True, name="editkit-ray").start()
-    if not ready.wait(timeout):
-        raise EditkitError(f"connecting to the Ray cluster {target} did not finish within {timeout:.0f} s")
-    if "error" in box:
-        raise EditkitError(f"connecting to the Ray cluster {target} failed: {_first_line(box['error'])}") from None
-    _STATE.update(target=target, owned=True, stop=stop)
+    def wait(self, timeout: float) -> None:
+        """Wait at most `timeout` seconds for the connection; the first caller to see it done records it."""
+        if not self.ready.wait(timeout):
+            raise EditkitError(f"connecting to the Ray cluster {self.target} did not finish within {timeout:.0f} "
+                               f"s (the machine may be busy; it goes on, and the next run waits for it)")
+        with _LOCK:
+            if _STATE["pending"] is self:
+                _STATE["pending"] = None
+                if self.error is None:
+                    _STATE.update(target=self.target, owned=True, stop=self.stop)
+        if self.error is not None:
+            raise EditkitError(f"connecting to the Ray cluster {self.target} failed: "
+                               f"{_first_line(self.error)}") from None
 
 
 @dataclass
@@ -621,8 +643,11 @@ def shutdown() -> None:
     with _LOCK:
         pools = list(_POOLS.values())
         _POOLS.clear()
-        owned, stop = _STATE["owned"], _STATE["stop"]
-        _STATE.update(target=None, owned=False, actor_class=None, stop=None)
+        owned, stop, pending = _STATE["owned"], _STATE["stop"], _STATE["pending"]
+        _STATE.update(target=None, owned=False, actor_class=None, stop=None, pending=None)
+    if pending is not None:  # a connection under way: take it down once it is made
+        pending.ready.wait(LOCAL_START)
+        owned, stop = owned or pending.error is None, stop or pending.stop
     for pool in pools:
         pool.close()
     if owned:

@@ -3,6 +3,7 @@
 order, also when a worker dies mid-item; an unreachable cluster and an unloadable model fail fast with one clear
 message."""
 import argparse
+import threading
 import time
 from dataclasses import replace
 from types import SimpleNamespace
@@ -149,6 +150,34 @@ def test_bad_model_name_fails_clearly(ray_local):
     with pytest.raises(EditkitError, match="could not load model '/no/such/model'"):
         cluster.run_items(SimpleNamespace(name="/no/such/model"), items(requests(2)), replace(ray_local, workers=1))
     assert time.monotonic() - t0 < 120
+
+
+def test_callers_wait_for_one_connection(lm, serial, ray_local, monkeypatch):
+    """A caller that gives up waiting for the local cluster to start leaves it starting; the callers after it (two
+    at once here: two sessions' first jobs) wait for that start, and Ray is initialised once."""
+    cluster.shutdown()
+    inits = []
+    real = ray.init
+    monkeypatch.setattr(ray, "init", lambda **kw: inits.append(1) or real(**kw))
+    monkeypatch.setattr(cluster, "LOCAL_START", 0.01)
+    with pytest.raises(EditkitError, match="did not finish within 0 s"):
+        cluster.connect(replace(ray_local, connect_timeout=0.01))
+    monkeypatch.setattr(cluster, "LOCAL_START", 120.0)
+    errors = []
+
+    def connect():
+        try:
+            cluster.connect(ray_local)
+        except EditkitError as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=connect) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=180)
+    assert not errors and inits == [1] and ray.is_initialized()
+    assert cluster.run_items(lm, items(requests(2)), ray_local) == serial[:2]
 
 
 @pytest.mark.parametrize("address", ["127.0.0.1:1", "192.0.2.1:6379"])  # refused; TEST-NET-1, never answers
