@@ -1,0 +1,76 @@
+"""Stabilisers as options of the editing methods (ENCORE's early stopping and norm bound, norm-anchor scaling,
+the condition-number view, PMET's residual targets): each is off by default and then changes nothing, and when
+on it does what it says."""
+import pytest
+import torch
+
+from editkit.editing.defaults import load_hparams
+from editkit.editing.requests import parse_requests
+from editkit.editing.targets import optimize_targets_batch
+from editkit.paths import DATA
+
+
+def _requests(n=3):
+    return parse_requests(DATA / "counterfact" / "counterfact_500.json")[:n]
+
+
+def _run(lm, hp, sites=("resid_post",), adaptive=False):
+    return optimize_targets_batch(lm, _requests(), 2, sites, hp, adaptive=adaptive)
+
+
+@pytest.mark.parametrize("adaptive", [False, True])
+def test_stabilisers_off_is_the_plain_optimisation(tiny_by_name, adaptive):
+    """Explicit zeros (off) give the same deltas and losses, bit for bit, as the defaults."""
+    lm = tiny_by_name("tiny-llama")
+    sites = ("attn_out", "mlp_out") if adaptive else ("resid_post",)
+    hp = load_hparams("pmet", lm, {"v_num_grad_steps": 5})
+    off = hp.replace(v_stop_top1=0, v_stop_prob=0.0, v_stop_stall=0.0, v_max_norm=0.0)
+    a, b = _run(lm, hp, sites, adaptive), _run(lm, off, sites, adaptive)
+    for x, y in zip(a, b):
+        assert x["losses"] == y["losses"]
+        for s in sites:
+            assert torch.equal(x[s]["delta"], y[s]["delta"])
+
+
+def test_norm_bound_holds(tiny_by_name):
+    lm = tiny_by_name("tiny-gemma3")
+    hp = load_hparams("memit", lm, {"v_num_grad_steps": 6, "v_stop_loss": 0.0})
+    free = _run(lm, hp)
+    bound = 0.5 * min(float(o["resid_post"]["delta"].norm()) for o in free)
+    for o in _run(lm, hp.replace(v_max_norm=bound)):
+        assert float(o["resid_post"]["delta"].norm()) <= bound * (1 + 1e-5)
+
+
+def test_early_stop_rules_stop_where_they_say(tiny_by_name):
+    """A probability threshold below the first step's stops at step 0 (zero delta); a threshold no request reaches
+    runs every step; the most-probable rule stops exactly at the first step with the target top-1 everywhere."""
+    lm = tiny_by_name("tiny-llama")
+    hp = load_hparams("memit", lm, {"v_num_grad_steps": 8, "v_stop_loss": 0.0, "v_lr": 1.0})
+    plain = _run(lm, hp)
+    low = _run(lm, hp.replace(v_stop_prob=1e-9))
+    for o in low:
+        assert len(o["losses"]) == 1 and o["losses"][0]["stopped_by"] == "prob"
+        assert float(o["resid_post"]["delta"].abs().max()) == 0.0
+    high = _run(lm, hp.replace(v_stop_prob=1 - 1e-12))
+    assert [len(o["losses"]) for o in high] == [len(o["losses"]) for o in plain]
+    stall = _run(lm, hp.replace(v_stop_stall=1.0))  # any step that does not halve... lowers by < 100%: step 1
+    assert all(len(o["losses"]) == 2 and o["losses"][-1]["stopped_by"] == "stall" for o in stall)
+    top1 = _run(lm, hp.replace(v_stop_top1=1))  # tiny random models never make the target top-1 here
+    assert [o["losses"] for o in top1] == [o["losses"] for o in plain]
+
+
+def test_most_probable_rule_counts_steps_per_request():
+    """ENCORE's rule on a batch of two requests (two target tokens each): it stops a request at the n-th step at
+    which all its target tokens are the argmax, counted per request across steps."""
+    from types import SimpleNamespace
+    from editkit.editing.targets import _stabiliser_stops
+    rows = SimpleNamespace(t_tok_t=torch.tensor([5, 6, 7, 8]), t_req_t=torch.tensor([0, 0, 1, 1]))
+    hp = SimpleNamespace(v_stop_top1=2, v_stop_prob=0.0, v_stop_stall=0.0)
+    tracker = {"top1": torch.zeros(2, dtype=torch.long), "prev": {}, "why": []}
+    loss = torch.ones(2)
+    hits = [torch.tensor([5, 6, 7, 0]), torch.tensor([5, 0, 7, 8]), torch.tensor([5, 6, 7, 8])]
+    got = [_stabiliser_stops(hp, rows, [0, 1], None, a, loss, tracker).tolist() for a in hits]
+    assert got == [[False, False], [False, False], [True, False]]
+    assert tracker["why"][0] == "top1"
+    got = _stabiliser_stops(hp, rows, [0, 1], None, hits[2], loss, tracker).tolist()
+    assert got == [True, True]
