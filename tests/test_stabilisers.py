@@ -68,7 +68,7 @@ def test_most_probable_rule_counts_steps_per_request():
     hp = SimpleNamespace(v_stop_top1=2, v_stop_prob=0.0, v_stop_stall=0.0)
     tracker = {"top1": torch.zeros(2, dtype=torch.long), "prev": {}, "why": []}
     loss = torch.ones(2)
-    hits = [torch.tensor([5, 6, 7, 0]), torch.tensor([5, 0, 7, 8]), torch.tensor([5, 6, 7, 8])]
+    hits = [torch.tensor([5, 6, 7, 0]), torch.tensor([5, 0, 7, 0]), torch.tensor([5, 6, 7, 8])]
     got = [_stabiliser_stops(hp, rows, [0, 1], None, a, loss, tracker).tolist() for a in hits]
     assert got == [[False, False], [False, False], [True, False]]
     assert tracker["why"][0] == "top1"
