@@ -74,3 +74,44 @@ def test_most_probable_rule_counts_steps_per_request():
     assert tracker["why"][0] == "top1"
     got = _stabiliser_stops(hp, rows, [0, 1], None, hits[2], loss, tracker).tolist()
     assert got == [True, True]
+
+
+def test_condition_number_is_torch_cond():
+    from editkit.editing.result import condition_number
+    g = torch.Generator().manual_seed(0)
+    for shape in ((64, 256), (256, 64), (40, 40)):
+        a = torch.randn(*shape, generator=g)
+        assert condition_number(a) == pytest.approx(float(torch.linalg.cond(a.double())), rel=1e-9)
+    assert condition_number(torch.zeros(3, 5)) == float("inf")
+
+
+def test_condition_view_off_and_on(tiny_by_name):
+    """Off (default): no condition in the report; on: cond(W + dW) of every edited matrix, nothing else changed."""
+    from editkit.editing.api import run_edit
+    from editkit.editing.result import condition_number
+    lm = tiny_by_name("tiny-llama")
+    hp = {"v_num_grad_steps": 2}
+    off = run_edit(lm, "memit", _requests(2), hp)
+    on = run_edit(lm, "memit", _requests(2), {**hp, "report_condition": True})
+    params = dict(lm.model.named_parameters())
+    assert all("condition" not in v for v in off.info["norms"].values())
+    for name, d in on.delta.items():
+        assert torch.equal(d, off.delta[name])
+        want = float(torch.linalg.cond((params[name].detach() + d).double()))
+        assert on.norms[name].condition == pytest.approx(want, rel=1e-6)
+        assert on.info["norms"][name]["condition"] == on.norms[name].condition
+
+
+def test_layer_figure_draws_norm_and_condition_per_matrix():
+    from editkit.evaluation.lifelong import layer_curves
+    from editkit.figures.lifelong import layer_figure
+    names = ["model.layers.3.mlp.down_proj.weight", "model.layers.2.mlp.down_proj.weight"]
+    rows = [{"edit": e, "relative_norm": {n: 0.1 * e for n in names}, "condition": {n: 10.0 + e for n in names}}
+            for e in (5, 10)]
+    results = {"memit": {"rows": rows}, "rome": {"rows": [{"edit": 5, "relative_norm": {names[0]: 0.3}}]}}
+    data = layer_curves(results)
+    assert list(data) == names[::-1]  # in layer order
+    assert data[names[0]]["rome"]["condition"] == [None]
+    fig = layer_figure(results)
+    assert len(fig.data) == 2 * 2 + 1  # memit: 2 matrices x 2 panels; rome: its norm only
+    assert fig.layout.yaxis.type == "log" and fig.layout.yaxis3.type == "log"

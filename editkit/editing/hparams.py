@@ -55,6 +55,7 @@ class Hparams:
     # validation split has = all of it)
     mom2_shrinkage: float = 0.0  # alpha: C is estimated as (1 - alpha) C + alpha diag(C) (stats.estimate)
     mom2_entity_weight: float = 0.0  # beta: C mixes in (beta) the keys of named entities in the text (stats.py)
+    report_condition: bool = False  # report cond(W + dW) of every edited matrix in EditResult.norms (a view)
     source: str = ""  # where these values come from (provenance, shown to users)
 
     # field -> check (positive / non-negative); ints are coerced
@@ -66,7 +67,8 @@ class Hparams:
               "mom2_entity_weight": _unit}
     # fields that act after the target optimisation (in the solve), never inside it: target vectors optimized
     # with other values of these can be reused (editing/memo.py); a method adds its own solve-only fields
-    SOLVE_ONLY = frozenset({"layers", "mom2_n_tokens", "mom2_shrinkage", "mom2_entity_weight", "source"})
+    SOLVE_ONLY = frozenset({"layers", "mom2_n_tokens", "mom2_shrinkage", "mom2_entity_weight", "source",
+                            "report_condition"})
 
     def __post_init__(self):
         _validate(self)
