@@ -115,3 +115,47 @@ def test_layer_figure_draws_norm_and_condition_per_matrix():
     fig = layer_figure(results)
     assert len(fig.data) == 2 * 2 + 1  # memit: 2 matrices x 2 panels; rome: its norm only
     assert fig.layout.yaxis.type == "log" and fig.layout.yaxis3.type == "log"
+
+
+@pytest.mark.parametrize("site", ["mlp_out", "resid_post"])
+def test_nas_rescales_value_vectors_to_the_anchor(tiny_by_name, site):
+    """NAS: every value vector is rescaled to the anchor norm; for a residual target the value vector is what the
+    MLP adds (mlp_write) plus the delta, and the rest of the residual is kept. Off: the same objects back."""
+    from editkit.editing.anchor import anchor_targets
+    from editkit.editing.keys import site_output
+    lm = tiny_by_name("tiny-gemma3")
+    hp = load_hparams("memit", lm, {"v_num_grad_steps": 2})
+    requests = _requests()
+    opts = optimize_targets_batch(lm, requests, 2, (site,), hp)
+    assert anchor_targets(lm, requests, opts, site, 2, hp) is opts
+    anchor = 3.0
+    scaled = anchor_targets(lm, requests, opts, site, 2, hp.replace(nas_anchor=anchor))
+    for r, o, s in zip(requests, opts, scaled):
+        v = s[site]["target"] if site == "mlp_out" else site_output(lm, "mlp_write", 2, r) + s[site]["delta"]
+        assert float(v.norm()) == pytest.approx(anchor, rel=1e-5)
+        assert torch.equal(s[site]["init"], o[site]["init"]) and not s["nas"]["skipped"]
+        torch.testing.assert_close(s[site]["delta"], s[site]["target"] - s[site]["init"])
+        if site == "resid_post":  # the direction of v0 + delta is kept
+            before = site_output(lm, "mlp_write", 2, r) + o[site]["delta"]
+            torch.testing.assert_close(v / v.norm(), before / before.norm(), rtol=1e-4, atol=1e-5)
+    skipped = anchor_targets(lm, requests, opts, site, 2, hp.replace(nas_anchor=anchor, nas_skip_factor=1e-6))
+    for s in skipped:
+        assert s["nas"]["skipped"] and torch.equal(s[site]["target"], s[site]["init"])
+
+
+def test_rome_with_nas_writes_the_anchor(tiny_by_name):
+    """End to end: ROME's v* (its solve's v_star) has the anchor norm, and the report says so."""
+    from editkit.editing.api import run_edit
+    lm = tiny_by_name("tiny-llama")
+    result = run_edit(lm, "rome", _requests(1), {"v_num_grad_steps": 2, "nas_anchor": 2.5}, solves=True)
+    assert float(result.solves[0].v_star.norm()) == pytest.approx(2.5, rel=1e-5)
+    assert result.per_request[0].details["nas"]["written_norm"] == 2.5
+
+
+def test_anchor_norm_is_the_mean_of_kept_norms(tiny_by_name):
+    from editkit.editing.anchor import anchor_norm
+    lm = tiny_by_name("tiny-llama")
+    hp = load_hparams("rome", lm, {"v_num_grad_steps": 2})
+    got = anchor_norm(lm, _requests(4), 1, "mlp_out", hp, quantile=0.5)
+    norms = sorted(got["norms"])
+    assert got["kept"] == 2 and got["anchor"] == pytest.approx((norms[0] + norms[1]) / 2, rel=1e-6)

@@ -55,6 +55,8 @@ class Hparams:
     # validation split has = all of it)
     mom2_shrinkage: float = 0.0  # alpha: C is estimated as (1 - alpha) C + alpha diag(C) (stats.estimate)
     mom2_entity_weight: float = 0.0  # beta: C mixes in (beta) the keys of named entities in the text (stats.py)
+    nas_anchor: float = 0.0  # > 0: norm-anchor scaling, every value vector v* rescaled to this norm (anchor.py)
+    nas_skip_factor: float = 0.0  # > 0: with NAS, an edit whose ||v*|| exceeds this x nas_anchor is skipped
     report_condition: bool = False  # report cond(W + dW) of every edited matrix in EditResult.norms (a view)
     source: str = ""  # where these values come from (provenance, shown to users)
 
@@ -64,11 +66,12 @@ class Hparams:
               "kl_factor": _non_negative, "nll_loss_factor": _non_negative, "context_templates": _non_negative,
               "v_stop_loss": _non_negative, "mom2_shrinkage": _unit, "v_stop_top1": _non_negative,
               "v_stop_prob": _unit, "v_stop_stall": _unit, "v_max_norm": _non_negative,
+              "nas_anchor": _non_negative, "nas_skip_factor": _non_negative,
               "mom2_entity_weight": _unit}
-    # fields that act after the target optimisation (in the solve), never inside it: target vectors optimized
-    # with other values of these can be reused (editing/memo.py); a method adds its own solve-only fields
+    # fields that act after the target optimisation (in the solve or on its result), never inside it: target
+    # vectors optimized with other values of these can be reused (editing/memo.py); a method adds its own
     SOLVE_ONLY = frozenset({"layers", "mom2_n_tokens", "mom2_shrinkage", "mom2_entity_weight", "source",
-                            "report_condition"})
+                            "report_condition", "nas_anchor", "nas_skip_factor"})
 
     def __post_init__(self):
         _validate(self)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from ...progress import part
+from ..anchor import anchor_targets
 from ..result import EditResult
 from ..share import update_share
 from ..spread import Stream, finish, memit_rule, spread
@@ -48,6 +49,7 @@ def apply_pmet(lm, requests, hp: PmetHparams, progress=None, reference: bool = F
     opts = optimize_targets_batch(lm, list(requests), hp.layers[-1], ("attn_out", "mlp_out"), hp, adaptive=True,
                                   reference=reference,
                                   progress=part(progress, 0, 0.5, "PMET ") if progress else None)
+    opts = anchor_targets(lm, requests, opts, "mlp_out", hp.layers[-1], hp)  # NAS, when chosen
     t_targets = time.perf_counter() - start
     lam = hp.mom2_update_weight
     C = key_statistics(lm, hp.layers, hp)
