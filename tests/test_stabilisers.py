@@ -159,3 +159,46 @@ def test_anchor_norm_is_the_mean_of_kept_norms(tiny_by_name):
     got = anchor_norm(lm, _requests(4), 1, "mlp_out", hp, quantile=0.5)
     norms = sorted(got["norms"])
     assert got["kept"] == 2 and got["anchor"] == pytest.approx((norms[0] + norms[1]) / 2, rel=1e-6)
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-gemma3"])
+def test_pmet_residual_target_is_the_residual_of_its_mlp_target(tiny_by_name, name):
+    """z = h_L + n(m*) - n(m) is exactly the block output at layer L when the MLP output at L is m* (the delta
+    added to the MLP's output on the plain prompt), through Gemma's post-MLP norm too."""
+    from editkit.editing.keys import subject_last
+    from editkit.editing.methods.pmet import residual_targets
+    from editkit.sites import site
+    lm = tiny_by_name(name)
+    hp = load_hparams("pmet", lm, {"v_num_grad_steps": 3})
+    requests = _requests(2)
+    opts = optimize_targets_batch(lm, requests, 2, ("attn_out", "mlp_out"), hp, adaptive=True)
+    z = residual_targets(lm, requests, opts, 2)
+    for j, (r, o) in enumerate(zip(requests, opts)):
+        idx = subject_last(lm.tok, r.rewrite, r.subject, 0)
+        ids = lm.tok(r.rewrite, return_tensors="pt")["input_ids"]
+        delta = o["mlp_out"]["delta"]
+
+        def edit(hooks):
+            def add(h):
+                h = h.clone()
+                h[0, idx] = h[0, idx] + delta.to(h.dtype)
+                return h
+            hooks.set(site("mlp_out", 2), add)
+
+        where = site("resid_post", 2)
+        h = lm.runner.read([where], edit=edit, input_ids=ids)[where.name][0, idx].float()
+        torch.testing.assert_close(z[:, j], h, rtol=1e-4, atol=1e-4)
+
+
+def test_pmet_residual_option_edits(tiny_by_name):
+    """The option runs end to end and changes the update; off is the faithful rule (the default)."""
+    from editkit.editing.api import run_edit
+    lm = tiny_by_name("tiny-gemma3")
+    hp = {"v_num_grad_steps": 2}
+    plain = run_edit(lm, "pmet", _requests(2), hp)
+    again = run_edit(lm, "pmet", _requests(2), {**hp, "residual_targets": False})
+    resid = run_edit(lm, "pmet", _requests(2), {**hp, "residual_targets": True})
+    for name, d in plain.delta.items():
+        assert torch.equal(d, again.delta[name])
+        assert not torch.equal(d, resid.delta[name]) and bool(resid.delta[name].isfinite().all())
+    assert all(r.reached is not None for r in resid.per_request)
