@@ -80,11 +80,10 @@ def apply_pmet(lm, requests, hp: PmetHparams, progress=None, reference: bool = F
     lam = hp.mom2_update_weight
     C = key_statistics(lm, hp.layers, hp)
     if hp.residual_targets:
-        streams = [Stream("down_proj", "mlp_key", "resid_post", residual_targets(lm, requests, opts, hp.layers[-1]),
-                          memit_rule(C, lam), C)]
+        kind, targets = "resid_post", residual_targets(lm, requests, opts, hp.layers[-1])
     else:
-        streams = [Stream("down_proj", "mlp_key", "mlp_out", torch.stack([o["mlp_out"]["target"] for o in opts], 1),
-                          memit_rule(C, lam), C)]
+        kind, targets = "mlp_out", torch.stack([o["mlp_out"]["target"] for o in opts], 1)
+    streams = [Stream("down_proj", "mlp_key", kind, targets, memit_rule(C, lam), C)]
     if hp.update_attn:
         C_O = key_statistics(lm, hp.layers, hp, module="o_proj")
         streams.append(Stream("o_proj", "attn_z", "attn_out",
