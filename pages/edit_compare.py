@@ -264,7 +264,7 @@ def spectrum_section(lm) -> None:
 def lifelong_section(lm) -> None:
     """Lifelong editing: the shipped run's curves (500 edits), and a short run of your own."""
     from editkit.evaluation.lifelong import SHIPPED, final_table, load_results
-    from editkit.figures.lifelong import lifelong_figure
+    from editkit.figures.lifelong import layer_figure, lifelong_figure
 
     st.subheader("Lifelong editing: hundreds of edits, one batch after another")
     st.markdown(
@@ -280,6 +280,7 @@ def lifelong_section(lm) -> None:
             first = next(iter(shipped.values()))
             st.caption(f"Shipped run on {first['model']}: {first['n']} CounterFact edits; {first['notes']}")
             st.plotly_chart(lifelong_figure(shipped), width="stretch", key="ec_life_shipped")
+            st.plotly_chart(layer_figure(shipped), width="stretch", key="ec_life_shipped_layers")
             st.dataframe(pd.DataFrame(final_table(shipped)), hide_index=True, width="stretch")
     c1, c2, c3 = st.columns(3)
     chosen = c1.multiselect("Methods", list(LABELS), list(LABELS), format_func=LABELS.get, key="ec_life_methods")
@@ -300,6 +301,9 @@ def lifelong_section(lm) -> None:
     mine = st.session_state.get("ec_life")
     if mine:
         st.plotly_chart(lifelong_figure(mine), width="stretch", key="ec_life_fig")
+        st.caption("Per edited matrix: ‖ΔW‖/‖W‖ and the condition number of W + ΔW (σ_max/σ_min, the quantity "
+                   "PRUNE bounds), after each checkpoint.")
+        st.plotly_chart(layer_figure(mine), width="stretch", key="ec_life_layers")
         st.dataframe(pd.DataFrame(final_table(mine)), hide_index=True, width="stretch")
 
 

@@ -24,6 +24,9 @@ def register(sub):
     e = inner.add_parser("edit", help="editing: every method on one request and a batch, statistics cached")
     e.add_argument("--n", type=int, default=10, help="requests in the batch")
     e.add_argument("--methods", default=None, help="comma-separated methods (default: all registered)")
+    e.add_argument("--hparams", default=None,
+                   help="JSON file of overrides for every method, e.g. an early-stopping rule {\"v_stop_top1\": 1}")
+    e.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
     e.add_argument("--no-reference", action="store_true",
                    help="skip the reference run (the first method with the full model at every optimisation "
                         "step)")
@@ -75,8 +78,15 @@ def run_trace(args):
 def run_edit(args):
     from ..editing.bench import bench_edit
 
+    import torch
+
+    from ..editing.defaults import load_hparams_file
+
+    if args.threads is not None:
+        torch.set_num_threads(max(1, args.threads))
     methods = [m.strip() for m in args.methods.split(",")] if args.methods else None
-    return bench_edit(load(args), args.n, not args.no_reference, methods, say=_say)
+    overrides = load_hparams_file(args.hparams) if args.hparams else None
+    return bench_edit(load(args), args.n, not args.no_reference, methods, say=_say, overrides=overrides)
 
 
 def run_scale(args):

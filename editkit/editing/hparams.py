@@ -41,23 +41,37 @@ class Hparams:
     clamp_norm_factor: float = 4.0  # ||delta|| <= clamp_norm_factor * ||init|| after every step
     nll_loss_factor: float = 1.0  # weight of the NLL of the new target
     v_stop_loss: float = 5e-2  # early stop once the loss is below this
+    # Stabilisers of the target optimisation (ENCORE, Gupta et al. 2025; targets.py), all off by default:
+    v_stop_top1: int = 0  # > 0: stop at the n-th step at which the new target is the most probable token at every
+    # target position of every template (ENCORE's most-probable early stopping; its prob_cutoff -n)
+    v_stop_prob: float = 0.0  # > 0: stop once the mean over templates of P(target_new) passes this (ENCORE's
+    # prob_cutoff > 0)
+    v_stop_stall: float = 0.0  # > 0: stop once one step lowers the loss by less than this share of it
+    v_max_norm: float = 0.0  # > 0: ||v* - v|| = ||delta|| <= v_max_norm (model units) after every step, beside
+    # the relative clamp (ENCORE's norm constraint on the target shift)
     context_templates: int = 5  # generated prefixes (ROME Sec. 3.1), plus the bare prompt
     context_length: int = 10  # tokens per generated prefix
     mom2_n_tokens: int = 20000  # WikiText tokens for the second-moment statistics C = E[k k^T] (more than the
     # validation split has = all of it)
     mom2_shrinkage: float = 0.0  # alpha: C is estimated as (1 - alpha) C + alpha diag(C) (stats.estimate)
     mom2_entity_weight: float = 0.0  # beta: C mixes in (beta) the keys of named entities in the text (stats.py)
+    nas_anchor: float = 0.0  # > 0: norm-anchor scaling, every value vector v* rescaled to this norm (anchor.py)
+    nas_skip_factor: float = 0.0  # > 0: with NAS, an edit whose ||v*|| exceeds this x nas_anchor is skipped
+    report_condition: bool = False  # report cond(W + dW) of every edited matrix in EditResult.norms (a view)
     source: str = ""  # where these values come from (provenance, shown to users)
 
     # field -> check (positive / non-negative); ints are coerced
     CHECKS = {"v_num_grad_steps": _positive, "v_lr": _positive, "clamp_norm_factor": _positive,
               "mom2_n_tokens": _positive, "context_length": _positive, "v_weight_decay": _non_negative,
               "kl_factor": _non_negative, "nll_loss_factor": _non_negative, "context_templates": _non_negative,
-              "v_stop_loss": _non_negative, "mom2_shrinkage": _unit,
+              "v_stop_loss": _non_negative, "mom2_shrinkage": _unit, "v_stop_top1": _non_negative,
+              "v_stop_prob": _unit, "v_stop_stall": _unit, "v_max_norm": _non_negative,
+              "nas_anchor": _non_negative, "nas_skip_factor": _non_negative,
               "mom2_entity_weight": _unit}
-    # fields that act after the target optimisation (in the solve), never inside it: target vectors optimized
-    # with other values of these can be reused (editing/memo.py); a method adds its own solve-only fields
-    SOLVE_ONLY = frozenset({"layers", "mom2_n_tokens", "mom2_shrinkage", "mom2_entity_weight", "source"})
+    # fields that act after the target optimisation (in the solve or on its result), never inside it: target
+    # vectors optimized with other values of these can be reused (editing/memo.py); a method adds its own
+    SOLVE_ONLY = frozenset({"layers", "mom2_n_tokens", "mom2_shrinkage", "mom2_entity_weight", "source",
+                            "report_condition", "nas_anchor", "nas_skip_factor"})
 
     def __post_init__(self):
         _validate(self)

@@ -48,6 +48,7 @@ from ..corpus import token_chunks
 from ..editing.api import run_edit
 from ..editing.defaults import load_hparams
 from ..editing.methods import get
+from ..editing.result import condition_number
 from ..editing.sequence import SequenceState
 from ..weights import applied, combined, fingerprint
 from ..errors import EditkitError
@@ -160,11 +161,14 @@ def _mean(values):
 
 
 def _norms(lm, total: dict) -> dict:
+    """Per edited matrix ||dW|| / ||W|| and cond(W + dW) (PRUNE's quantity, one SVD each per checkpoint), and the
+    totals over all edited matrices."""
     params = dict(lm.model.named_parameters())
     rel = {n: float(d.norm() / params[n].detach().norm()) for n, d in total.items()}
+    cond = {n: condition_number(params[n].detach() + d.to(params[n].dtype)) for n, d in total.items()}
     dsq = sum(float(d.norm()) ** 2 for d in total.values())
     wsq = sum(float(params[n].detach().norm()) ** 2 for n in total)
-    return {"relative_norm": rel, "max_relative_norm": max(rel.values()) if rel else 0.0,
+    return {"relative_norm": rel, "condition": cond, "max_relative_norm": max(rel.values()) if rel else 0.0,
             "total_relative_norm": math.sqrt(dsq / wsq) if wsq else 0.0, "total_delta_norm": math.sqrt(dsq)}
 
 
