@@ -12,15 +12,16 @@ from editkit.cli import main
 from editkit.editing.api import first_use, run_edit
 from editkit.editing.defaults import load_hparams
 from editkit.editing.methods import get, names
-from editkit.editing.methods.ultraedit import apply_ultraedit, group_of
+from editkit.editing.methods.ultraedit import group_of
 from editkit.editing.requests import parse_requests
 from editkit.editing.sequence import SequenceState
-from editkit.editing.ultra import (EPS, RunningStats, keys_and_gradients, pseudo_values, ridge_solve,
-                                  ultraedit_update)
+from editkit.editing.ultra import (EPS, RunningStats, answer_batch, keys_and_gradients, pseudo_values,
+                                  ridge_solve, ultraedit_update)
 from editkit.errors import EditkitError
-from editkit.evaluation import evaluate
+from editkit.evaluation import EvalSpec, evaluate
 from editkit.paths import DATA
 from editkit.scoring import score_targets
+from editkit.sites import Site
 from editkit.weights import applied
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
@@ -128,32 +129,84 @@ def test_keys_and_gradients_at_the_target_tokens(tiny_by_name):
 # --- the method --------------------------------------------------------------------------------------------------
 def test_ultraedit_on_every_family(tiny):
     """Each layer's update solves its normal equations with the round's keys and pseudo-values, is stored in the
-    parameter's layout (GPT-2's Conv1D transposed), the weights are never changed, and the state holds the
-    statistics of every row of the round (shared by the layers: one group per module shape)."""
+    parameter's layout (GPT-2's Conv1D transposed), the weights are never changed, the typed result reports every
+    parameter, request and layer, and the state holds the statistics of every row of the round (shared by the
+    layers: one group per module shape), equal to a batch recomputation over those rows."""
     hp = load_hparams("ultraedit", tiny)
     requests = _requests()
     snap = {n: p.detach().clone() for n, p in tiny.model.named_parameters()}
-    debug = []
-    result = apply_ultraedit(tiny, requests, hp, debug=debug)
+    result = run_edit(tiny, "ultraedit", requests, hp, solves=True)
     assert all(torch.equal(p, snap[n]) for n, p in tiny.model.named_parameters())
     a = tiny.adapter
-    assert [d["layer"] for d in debug] == list(hp.layers)
-    for d in debug:
-        K, V, D = d["K"].double(), d["values"], d["delta"]
+    assert [s.layer for s in result.solves] == list(hp.layers) and first_use(tiny, hp) == {}
+    for s in result.solves:
+        K, V, D = s.keys, s.values, s.delta
+        assert K.dtype == torch.float64 and s.part == "down_proj"
         lhs = (K.T @ K + hp.ridge * torch.eye(K.shape[1], dtype=torch.float64)) @ D.T
-        assert _rel(lhs, K.T @ V) < 1e-8
-        name = a.param_name("down_proj", d["layer"])
+        assert _rel(lhs, K.T @ V) < 1e-8  # (K^T K + ridge I) Delta = K^T V
+        # push-through: V - K Delta = ridge (K K^T + ridge I)^-1 V, what the solve leaves unwritten
+        rest = hp.ridge * torch.linalg.solve(K @ K.T + hp.ridge * torch.eye(len(K), dtype=torch.float64), V)
+        assert _rel(V - s.predicted, rest) < 1e-8
+        # the values are built from the running statistics as stored: v = -lr ||k_hat||^2 g_hat
+        z_hat = s.stats.normalize(torch.cat([K, s.gradients], 1))
+        assert _rel(s.k_hat, z_hat[:, :K.shape[1]]) < 1e-12 and _rel(s.g_hat, z_hat[:, K.shape[1]:]) < 1e-12
+        assert _rel(V, pseudo_values(s.k_hat, s.g_hat, hp.lr)) < 1e-12
+        name = a.param_name("down_proj", s.layer)
         stored = result.delta[name]
         assert stored.shape == dict(tiny.model.named_parameters())[name].shape
         if a.family.conv1d:
             assert stored.shape == (a.d_ff, a.d_model)
         torch.testing.assert_close(stored.T if a.family.conv1d else stored, D.float(), rtol=0, atol=0)
-    rows = torch.cat([torch.cat([d["K"], d["G"]], 1).double() for d in debug])
+        norm = result.norms[name]
+        assert abs(norm.delta_norm - float(D.norm())) < 1e-4 * float(D.norm())
+        assert abs(norm.weight_norm - float(snap[name].norm())) < 1e-4 * norm.weight_norm
+    assert [r.layer for r in result.layers] == list(hp.layers) and set(result.norms) == set(result.delta)
+    assert [r.case_id for r in result.per_request] == [r.case_id for r in requests]
+    assert all(r.steps == 0 and r.details["tokens"] > 0 for r in result.per_request)
+    rows = torch.cat([torch.cat([s.keys, s.gradients], 1) for s in result.solves])
     group = group_of(tiny, hp.layers[0], "shape")
-    s = result.state.tensors
-    assert result.state.edits == 3 and int(s[f"stats.{group}.n"]) == len(rows)
-    assert _rel(s[f"stats.{group}.mean"], rows.mean(0)) < 1e-10
-    assert _rel((s[f"stats.{group}.m2"] / (len(rows) - 1)).sqrt(), rows.std(0)) < 1e-8
+    st = result.state.tensors
+    assert result.state.edits == 3 and int(st[f"stats.{group}.n"]) == len(rows)
+    assert _rel(st[f"stats.{group}.mean"], rows.mean(0)) < 1e-10
+    assert _rel((st[f"stats.{group}.m2"] / (len(rows) - 1)).sqrt(), rows.std(0)) < 1e-8
+    json.dumps(result.to_dict())  # the CLI's JSON
+
+
+def test_applying_the_delta_writes_the_predicted_outputs(tiny):
+    """With the update applied, the lowest edited map's output at the round's target tokens (whose keys no edit
+    changes) moves by exactly K Delta, the solve's prediction; every edited map's output moves by dW k at the keys
+    the edited model reads; after the context the base weights are bit-identical again."""
+    hp = load_hparams("ultraedit", tiny)
+    requests = _requests()
+    snap = {n: p.detach().clone() for n, p in tiny.model.named_parameters()}
+    result = run_edit(tiny, "ultraedit", requests, hp, solves=True)
+    sites = {}
+    for l in hp.layers:
+        sites[f"key.{l}"] = Site("mlp_key", l)
+        sites[f"out.{l}"] = Site("mlp_out", l)
+    prompts, targets = [r.rewrite for r in requests], [r.target_new for r in requests]
+    b = answer_batch(tiny, prompts, targets)
+
+    def read():
+        with torch.no_grad():
+            got = tiny.runner.read(sites, input_ids=b["input_ids"], attention_mask=b["attention_mask"])
+        return {k: got[k][b["row"], b["pos"]].double() for k in sites}
+
+    before = read()
+    with applied(tiny, result.delta):
+        after = read()
+    low = result.solves[0]
+    assert _rel(before[f"key.{low.layer}"], low.keys) < 1e-6
+    change = after[f"out.{low.layer}"] - before[f"out.{low.layer}"]
+    assert float((change - low.predicted).abs().max()) < 1e-4 * float(low.predicted.abs().max()) + 1e-6
+    for s in result.solves:
+        k = after[f"key.{s.layer}"]
+        moved = after[f"out.{s.layer}"] - k.float().double() @ tiny.adapter.weight("down_proj", s.layer).double().T
+        bias = tiny.adapter.bias("down_proj", s.layer)
+        if bias is not None:
+            moved = moved - bias.double()
+        assert float((moved - k @ s.delta.T).abs().max()) < 1e-3 * float((k @ s.delta.T).abs().max()) + 1e-5
+    assert all(torch.equal(p, snap[n]) for n, p in tiny.model.named_parameters())
 
 
 def test_an_edit_raises_the_target(tiny):
@@ -223,13 +276,17 @@ def test_bad_hyperparameters(tiny_by_name):
 
 
 def test_registered_everywhere(tiny_by_name, tmp_path, capsys):
-    """The CLI, evaluate and the first-use preparation find UltraEdit through the registry; it needs no statistics
-    or templates before its first edit; Gemma 3 270M has its defaults."""
+    """The CLI (`edit`, `evaluate`, `evaluate --sequential`), bench edit and the first-use preparation find
+    UltraEdit through the registry; it needs no statistics or templates before its first edit; Gemma 3 270M has
+    its defaults."""
     from editkit.cli import build_parser
+    from editkit.editing.api import prepare_first_use
+    from editkit.editing.bench import bench_edit
 
     assert "ultraedit" in names() and get("ultraedit").stateful
     lm = tiny_by_name("tiny-neox")
-    assert first_use(lm, load_hparams("ultraedit", lm)) == {}
+    hp = load_hparams("ultraedit", lm)
+    assert first_use(lm, hp) == {} and prepare_first_use(lm, hp) is False and prepare_first_use(lm, [hp]) is False
     assert max(load_hparams("ultraedit", "gemma-3-270m").layers) < 18
     evaluate_args = build_parser().parse_args(["evaluate"])
     assert "ultraedit" in evaluate_args.methods.split(",")
@@ -238,8 +295,18 @@ def test_registered_everywhere(tiny_by_name, tmp_path, capsys):
     assert main(["edit", "--model", "tiny-neox", "--method", "ultraedit", "--requests", str(req), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["method"] == "ultraedit" and out["hparams"]["normalizer"] == "shape"
-    got = evaluate(lm, ["ultraedit"], n=2, batch=2, set_name="counterfact", n_gen=0, out_dir=tmp_path)
+    got = evaluate(lm, ["ultraedit"], EvalSpec(set_name="counterfact", n=2, batch=2, n_gen=0), out_dir=tmp_path)
     assert got["methods"]["ultraedit"]["records"] == 2
+    save = tmp_path / "run.json"
+    assert main(["evaluate", "--model", "tiny-neox", "--sequential", "--methods", "ultraedit", "--n", "4",
+                 "--batch", "2", "--ppl-tokens", "64", "--fluency-tokens", "5", "--no-cache",
+                 "--save", str(save)]) == 0
+    assert "UltraEdit" in capsys.readouterr().out
+    from editkit.evaluation.lifelong import load_results
+
+    assert set(load_results(save)) == {"ultraedit"}
+    bench = bench_edit(lm, n=2, methods=["ultraedit"], say=lambda row: None)
+    assert [r["method"] for r in bench["results"]][-1] == "ultraedit" and bench["results"][0]["steps"] == 0
 
 
 def test_on_the_page():

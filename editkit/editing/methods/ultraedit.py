@@ -9,6 +9,12 @@ from batch to batch and a checkpoint resumes them. A single edit starts from emp
 all it normalises with. Groups: upstream keeps one normaliser per module *shape* (all edited down-projections of
 a model share one); `normalizer: "module"` keeps one per edited layer instead.
 
+The result (editing/result.py): per edited down-projection a ParameterNorm and a LayerReport (its "residual_norm"
+is the mean ||v|| of the pseudo-values the layer was asked to write), per request a RequestReport with no
+optimisation steps (the NLL and P(target) at which the gradients were taken are in its details), and with
+`solves=True` a RidgeSolve per layer: K, G, k_hat, g_hat, V, the statistics and Delta, so the normal equations and
+the predicted output change K Delta can be checked. First use: nothing (no covariance, no templates).
+
 Upstream's hyperparameters (config/editor/ultraedit.yaml): lr 1e-6, `token: ans`, 100 edits per round in forward
 batches of 10 (config/dataset/*.yaml); the edited modules per model in config/model/*.yaml (e.g. GPT-J's fc_out of
 layers 18-26 of 28, Mistral-7B's down_proj of layers 29-30 of 32). editkit edits the down-projections (the maps
@@ -25,11 +31,11 @@ from typing import ClassVar
 import torch
 
 from ...errors import EditkitError
-from ..hparams import _non_negative, _positive, from_dict
-from ..result import EditResult, norm_report
+from ..hparams import _positive, from_dict
+from ..result import EditResult, LayerReport, RequestReport, Solve, norm_report
 from ..sequence import SequenceState
 from ..ultra import RunningStats, keys_and_gradients, ultraedit_update
-from . import Method, register
+from . import Method, nothing, register
 
 NORMALIZERS = ("shape", "module")
 
@@ -49,11 +55,6 @@ class UltraEditHparams:
 
     CHECKS: ClassVar[dict] = {"lr": _positive, "ridge": _positive, "forward_batch": _positive}
     SOLVE_ONLY: ClassVar[frozenset] = frozenset()  # no target optimisation to reuse (editing/memo.py)
-    # What today's first-use preparation (editing/api.first_use) reads: UltraEdit needs no second-moment
-    # statistics and no context templates before its first edit.
-    mom2_adjustment: ClassVar[bool] = False
-    context_templates: ClassVar[int] = 0
-    context_length: ClassVar[int] = 0
 
     def __post_init__(self):
         _validate(self)
@@ -123,12 +124,34 @@ def state_with(state: SequenceState, stats: dict, n_requests: int, normalizer: s
 
 
 # --- the method --------------------------------------------------------------------------------------------------
+@dataclass(kw_only=True)
+class RidgeSolve(Solve):
+    """One layer's UltraEdit update with the inputs of its equation, float64 and row-wise (n rows = the round's
+    target tokens): (K^T K + ridge I) Delta = K^T V, and `delta` (the Solve's, math layout) is Delta^T."""
+
+    keys: torch.Tensor  # K (n, d_in): the raw keys, the down-projection's inputs at the target tokens
+    gradients: torch.Tensor  # G (n, d_out): dL/dy of the mean cross-entropy at the same positions
+    k_hat: torch.Tensor  # the keys normalised with the running statistics (n, d_in)
+    g_hat: torch.Tensor  # the gradients normalised with them (n, d_out)
+    values: torch.Tensor  # V = -lr ||k_hat||^2 g_hat (n, d_out), what the solve asks the map to write
+    stats: RunningStats  # the running statistics of [k, g] after this round, as used
+    group: str  # their statistics group
+    ridge: float
+    lr: float
+
+    @property
+    def predicted(self) -> torch.Tensor:
+        """K Delta (n, d_out): the change of the map's output at the round's keys once the update is added."""
+        return self.keys @ self.delta.T
+
+
 def _keys_and_gradients(lm, requests, hp: UltraEditHparams, progress=None) -> tuple[dict, dict, list]:
     """K (n, d_ff) and G (n, d_model) per layer over every target token of the round, in forward batches of
-    `forward_batch` requests, and per request the NLL at which the gradients were taken."""
+    `forward_batch` requests, and per request a RequestReport with the NLL at which the gradients were taken
+    (no optimisation steps: UltraEdit has no target optimisation)."""
     keys = {l: [] for l in hp.layers}
     grads = {l: [] for l in hp.layers}
-    details = []
+    reports = []
     size = hp.forward_batch
     for c in range(0, len(requests), size):
         chunk = requests[c:c + size]
@@ -141,10 +164,9 @@ def _keys_and_gradients(lm, requests, hp: UltraEditHparams, progress=None) -> tu
             grads[l].append(got["grads"][l])
         for j, r in enumerate(chunk):
             nll = got["nll"][got["row"] == j]
-            loss = float(nll.mean())
-            details.append({"case_id": r.case_id, "tokens": len(nll), "losses": [
-                {"step": 0, "loss": loss, "nll": loss, "p_target": float(torch.exp(-nll.sum()))}]})
-    return ({l: torch.cat(keys[l]) for l in hp.layers}, {l: torch.cat(grads[l]) for l in hp.layers}, details)
+            reports.append(RequestReport(r.case_id, details={
+                "tokens": len(nll), "nll_before": float(nll.mean()), "p_target_before": float(torch.exp(-nll.sum()))}))
+    return ({l: torch.cat(keys[l]) for l in hp.layers}, {l: torch.cat(grads[l]) for l in hp.layers}, reports)
 
 
 def _statistics(lm, state: SequenceState, K: dict, G: dict, normalizer: str) -> tuple[dict, dict]:
@@ -165,20 +187,18 @@ def _statistics(lm, state: SequenceState, K: dict, G: dict, normalizer: str) -> 
     return groups, stats
 
 
-def _diagnostics(layer: int, group: str, K: torch.Tensor, G: torch.Tensor, up: dict, W: torch.Tensor) -> dict:
-    dW = up["delta"]
-    fit = (K.double() @ dW.T - up["values"]).norm() / up["values"].norm().clamp_min(1e-300)
-    return {"layer": layer, "rows": K.shape[0], "group": group, "key_norm": float(K.norm(dim=1).mean()),
-            "key_hat_norm": float(up["k_hat"].norm(dim=1).mean()), "gradient_norm": float(G.norm(dim=1).mean()),
-            "value_norm": float(up["values"].norm(dim=1).mean()), "fit_residual": float(fit),
-            "delta_norm": float(dW.norm()), "weight_norm": float(W.norm()),
-            "relative_norm": float(dW.norm() / W.norm())}
+def _solve_summary(layer: int, K: torch.Tensor, up: dict) -> dict:
+    """How well the ridge solve writes its values (||K Delta - V|| / ||V||) and the sizes that set them."""
+    fit = (K.double() @ up["delta"].T - up["values"]).norm() / up["values"].norm().clamp_min(1e-300)
+    return {"layer": layer, "rows": K.shape[0], "key_norm": float(K.norm(dim=1).mean()),
+            "key_hat_norm": float(up["k_hat"].norm(dim=1).mean()), "fit_residual": float(fit)}
 
 
-def apply_ultraedit(lm, requests, hp: UltraEditHparams, progress=None, debug: list | None = None,
-                    reference: bool = False, state: SequenceState | None = None) -> EditResult:
+def apply_ultraedit(lm, requests, hp: UltraEditHparams, progress=None, reference: bool = False,
+                    solves: bool = False, state: SequenceState | None = None) -> EditResult:
     """One UltraEdit round on `requests` at the weights this context sees. `reference` has no effect (there is no
-    target optimisation); `state` carries the running statistics of the earlier rounds of a sequence."""
+    target optimisation); `state` carries the running statistics of the earlier rounds of a sequence; `solves`
+    keeps each layer's RidgeSolve."""
     start = time.perf_counter()
     state = state if state is not None else SequenceState("ultraedit")
     state.check("ultraedit")
@@ -186,32 +206,38 @@ def apply_ultraedit(lm, requests, hp: UltraEditHparams, progress=None, debug: li
         raise EditkitError(f"this sequence's statistics are per {state.meta['normalizer']}; keep normalizer "
                            f"{state.meta['normalizer']!r} for the whole sequence")
     a, requests = lm.adapter, list(requests)
-    K, G, details = _keys_and_gradients(lm, requests, hp, progress)
+    K, G, reports = _keys_and_gradients(lm, requests, hp, progress)
     t_gradients = time.perf_counter() - start
     groups, stats = _statistics(lm, state, K, G, hp.normalizer)
-    delta, per_layer = {}, []
+    delta, layers, kept, summaries = {}, [], [], []
     for i, l in enumerate(hp.layers):
         if progress:
             progress(0.8 + 0.2 * i / len(hp.layers), f"UltraEdit: solving layer {l}")
         up = ultraedit_update(K[l], G[l], stats[groups[l]], hp.lr, hp.ridge)
         W = a.weight("down_proj", l)
         delta.update(a.weight_delta("down_proj", l, up["delta"].to(W.device)))
-        per_layer.append(_diagnostics(l, groups[l], K[l], G[l], up, W))
-        if debug is not None:
-            debug.append({"layer": l, "K": K[l], "G": G[l], "stats": stats[groups[l]], **up})
-    info = {"layers": list(hp.layers), "per_layer": per_layer, "requests": details, "normalizer": hp.normalizer,
-            "statistics_rows": {g: s.n for g, s in stats.items()}, "sequence_edits_before": state.edits,
-            "seconds_gradients": round(t_gradients, 2), "norms": norm_report(lm.model, delta),
-            "hparams": hp.to_dict()}
+        dn, wn = float(up["delta"].norm()), float(W.norm())
+        layers.append(LayerReport(l, "down_proj", float(up["values"].norm(dim=1).mean()), dn, wn,
+                                  dn / wn if wn else float("inf")))
+        summaries.append(_solve_summary(l, K[l], up))
+        if solves:
+            kept.append(RidgeSolve(layer=l, part="down_proj", delta=up["delta"], keys=K[l].double().cpu(),
+                                   gradients=G[l].double().cpu(), k_hat=up["k_hat"], g_hat=up["g_hat"],
+                                   values=up["values"], stats=stats[groups[l]], group=groups[l], ridge=hp.ridge,
+                                   lr=hp.lr))
+    details = {"layers": list(hp.layers), "normalizer": hp.normalizer, "solve": summaries,
+               "statistics_rows": {g: s.n for g, s in stats.items()}, "sequence_edits_before": state.edits,
+               "seconds_gradients": round(t_gradients, 2)}
     if progress:
         progress(1.0, "UltraEdit done")
-    return EditResult("ultraedit", requests, delta, info, time.perf_counter() - start,
-                      state=state_with(state, stats, len(requests), hp.normalizer))
+    return EditResult("ultraedit", requests, delta, hp, per_request=reports, layers=layers,
+                      norms=norm_report(lm.model, delta), seconds=time.perf_counter() - start, details=details,
+                      solves=kept, state=state_with(state, stats, len(requests), hp.normalizer))
 
 
 METHOD = register(Method(
     name="ultraedit", label="UltraEdit", apply=apply_ultraedit, hparams=UltraEditHparams, order=50,
-    color="#66a61e", stateful=True,
+    color="#66a61e", stateful=True, first_use=nothing,
     spreading="each edited layer's own ridge solve from its keys and gradients, no statistics of text",
     about="UltraEdit (Gu et al. 2025): lifelong editing by a closed-form ridge solve per round from the target "
           "tokens' keys and gradients, normalised with running statistics kept across rounds."))
