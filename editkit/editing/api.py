@@ -82,7 +82,7 @@ def prepare_first_use(lm, hps: "Hparams | list[Hparams]", progress=None, method:
     positions and token count for all their layers) with progress messages and time estimates; True when
     something was computed. The statistics dominate: one pass over mom2_n_tokens WikiText tokens that stops
     after the highest layer (Gemma 3 270M, 20,000 tokens, layer 4: see README, "the first edit")."""
-    hps = [hps] if isinstance(hps, Hparams) else list(hps)
+    hps = list(hps) if isinstance(hps, (list, tuple)) else [hps]
     passes: dict[tuple, set] = {}
     templates: set[tuple[int, int]] = set()
     for hp in hps:
