@@ -3,7 +3,7 @@ in the same run. The measurements live in the library (tracing/bench.py, editing
 arguments and prints."""
 import sys
 
-from ..cli import load
+from ..cli import add_model_arg, load
 
 
 def register(sub):
@@ -27,8 +27,7 @@ def register(sub):
     e.add_argument("--no-reference", action="store_true",
                    help="skip the reference run (ROME with the full model at every optimisation step)")
     for q in (t, e):
-        q.add_argument("--model", default="gemma-3-270m")
-        q.add_argument("--json", action="store_true")
+        add_model_arg(q)
     t.set_defaults(func=run_trace, show=show)
     e.set_defaults(func=run_edit, show=show)
 

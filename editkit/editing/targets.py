@@ -388,7 +388,7 @@ def _loss_terms(lm, rows: _Rows, deltas: dict, init: dict | None, reference: boo
     fused = None
     if not reference:
         x = rows.states(deltas, init)
-        fused = vocab_logsumexp(lm, x)
+        fused = vocab_logsumexp(lm, x.float())  # the loss in float32 whatever the model's dtype
     if fused is None:
         rw, kl_logits = (rows.logits(deltas, init, reference=True) if reference else
                          _split(lm.adapter.unembed(x, norm=False).float(), len(rows.t_row)))
@@ -398,7 +398,7 @@ def _loss_terms(lm, rows: _Rows, deltas: dict, init: dict | None, reference: boo
             kl0["logp"] = kl_logp.detach().clone()
         ref = kl0["logp"][act]
         return tok_logp, rw.argmax(-1), (ref.exp() * (ref - kl_logp)).sum(-1)
-    lse, mean_w, best = fused
+    (lse, mean_w, best), x = fused, x.float()
     T = len(rows.t_row)
     head = lm.adapter.unembed_module
     tok_logp = (x[:T] * head.weight[rows.t_tok_t]).sum(-1) - lse[:T]
