@@ -147,7 +147,7 @@ def load_model(name: str = DEFAULT_MODEL, device: str | None = None, trust_remot
         if name in TINY:
             model, tok = _tiny(name)
         elif name in SHIPPED:
-            model, tok = _load_folder(shipped_folder(name, say), dtype, mapping)
+            model, tok = _load_folder(shipped_folder(name, say, dtype), dtype, mapping)
         else:
             model, tok = _pretrained(name, trust_remote_code, say, dtype, mapping)
     except torch.cuda.OutOfMemoryError as exc:
@@ -388,10 +388,22 @@ def _first_line(exc: Exception) -> str:
 
 
 # --- real models shipped on PyPI -----------------------------------------------------------------------------
-def shipped_folder(name: str, say: Say = lambda m: None) -> Path:
-    """The float32 safetensors folder of a shipped model (editkit/shipped.py), converted from its GGUF once."""
+def shipped_folder(name: str, say: Say = lambda m: None, dtype: torch.dtype = torch.float32) -> Path:
+    """The safetensors folder of a shipped model (editkit/shipped.py): float32, converted from its GGUF once; in
+    half precision, a copy in that dtype made once from the float32 one, so that a half-precision load maps a file
+    of half the size instead of reading the float32 one and casting it (which took more memory than float32)."""
     spec = SHIPPED[name]
+    if dtype != torch.float32:
+        return cached_folder(full_name(name, dtype),
+                             lambda out, say: _save_as(shipped_folder(name, say), out, dtype, say), say)
     return cached_folder(name, lambda out, say: _convert_gguf(spec.gguf(say), out, spec.name, say), say)
+
+
+def _save_as(folder: Path, out: Path, dtype: torch.dtype, say: Say) -> None:
+    say(f"writing a {dtype_name(dtype)} copy of the cached model (once)")
+    model, tok = _load_folder(folder, dtype)
+    model.save_pretrained(out, safe_serialization=True)
+    tok.save_pretrained(out)
 
 
 def _load_folder(folder: Path, dtype: torch.dtype = torch.float32, mapping: dict | None = None):
