@@ -56,15 +56,15 @@ class Footprint:
         """A one-line estimate for progress messages, or an EditkitError with the numbers when the weights (plus
         OVERHEAD) exceed the free memory of `device` (RAM for the CPU, the GPU's free memory for CUDA)."""
         free, where = available(device) if free is None else (free, _where(device))
-        line = f"{name}: {self.describe()}; {where} free: {free / GB:.1f} GB"
+        line = f"{name}: {self.describe()}; {where} free: {gigabytes(free)}"
         if self.needed <= free:
             return line
         hint = ""
         if self.dtype == torch.float32:
             half = Footprint(self.parameters, torch.bfloat16)
-            hint = f"; in bfloat16 it would need {half.needed / GB:.1f} GB (--dtype bfloat16)"
-        raise EditkitError(f"{name} does not fit: {self.describe()}, about {self.needed / GB:.1f} GB with "
-                           f"activations and buffers, but only {free / GB:.1f} GB of {where} is free{hint}")
+            hint = f"; in bfloat16 it would need {gigabytes(half.needed)} (--dtype bfloat16)"
+        raise EditkitError(f"{name} does not fit: {self.describe()}, about {gigabytes(self.needed)} with "
+                           f"activations and buffers, but only {gigabytes(free)} of {where} is free{hint}")
 
 
 def gigabytes(n: float) -> str:
@@ -110,12 +110,12 @@ def device_map(config, fp: Footprint, name: str, free: dict[int, int] | None = N
         return None
     total = sum(free.values())
     if fp.needed > total:
-        raise EditkitError(f"{name} does not fit: {fp.describe()}, about {fp.needed / GB:.1f} GB with activations "
-                           f"and buffers, but the {len(free)} GPU(s) have {total / GB:.1f} GB free together")
+        raise EditkitError(f"{name} does not fit: {fp.describe()}, about {gigabytes(fp.needed)} with activations "
+                           f"and buffers, but the {len(free)} GPU(s) have {gigabytes(total)} free together")
     mapping = (plan or _accelerate_plan)(config, fp, {i: int(f / OVERHEAD) for i, f in free.items()})
     if any(not isinstance(d, int) for d in mapping.values()):
         raise EditkitError(f"{name} does not fit on the GPUs without offloading weights to the CPU or disk "
-                           f"({fp.describe()}; free: {', '.join(f'GPU {i} {f / GB:.1f} GB' for i, f in free.items())})")
+                           f"({fp.describe()}; free: {', '.join(f'GPU {i} {gigabytes(f)}' for i, f in free.items())})")
     return mapping
 
 

