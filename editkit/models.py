@@ -158,8 +158,7 @@ def load_model(name: str = DEFAULT_MODEL, device: str | None = None, trust_remot
     model = model.eval()
     for p in model.parameters():
         p.requires_grad_(False)
-    if tok.pad_token is None:
-        tok.pad_token = tok.eos_token
+    _pad_convention(tok)
     report(1.0, f"{shown} loaded on {next(model.parameters()).device}")
     return LM(name=shown, model=model, tok=SerialTokenizer(tok), adapter=adapter_for(model))
 
@@ -251,6 +250,14 @@ def estimate(name: str, dtype=None, device: str | None = None, trust_remote_code
     except EditkitError as exc:
         text, fits = str(exc), False
     return {"parameters": fp.parameters, "bytes": fp.bytes, "needed": fp.needed, "fits": fits, "text": text}
+
+
+def _pad_convention(tok) -> None:
+    """Give every tokenizer a pad id at load, so no caller needs a fallback: its own pad token, else its end-of-text
+    token, else token 0. Padded positions are masked out (and a generation pads only rows that have ended), so which
+    id fills them changes no number."""
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token if tok.eos_token is not None else tok.convert_ids_to_tokens(0)
 
 
 class SerialTokenizer:

@@ -1,15 +1,15 @@
 """Learn: locate-then-edit model editing explained for a student (no model is loaded on this page)."""
 import streamlit as st
 
-from pages import ui  # noqa: F401  (importing it leaves Streamlit's legacy multipage mode: pages/ui.py)
+from pages import ui  # (importing it also leaves Streamlit's legacy multipage mode: pages/ui.py)
 
 st.title("Learn: locate, then edit")
 st.write(
     "Model editing changes one fact a language model knows (\"The Eiffel Tower is in Paris\" → \"... in Rome\") "
     "without retraining it and without disturbing the rest. The *locate-then-edit* methods in editkit work in two "
     "steps: first find **where** the fact is recalled (causal tracing), then rewrite the weights of exactly that "
-    "place, a feed-forward (FFN) layer, with a closed-form update (ROME, MEMIT, PMET). This page explains the ideas "
-    "and formulas behind every other page; it needs no model."
+    f"place, a feed-forward (FFN) layer, with a closed-form update ({ui.method_list()}). This page explains the "
+    "ideas and formulas behind every other page; it needs no model."
 )
 
 st.header("1. Causal tracing: where is the fact recalled?")

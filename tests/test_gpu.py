@@ -13,7 +13,7 @@ from editkit.editing.stats import second_moment
 from editkit.models import load_model
 from editkit.scoring import score_targets
 from editkit.text import top_k
-from editkit.tracing import fast_trace, parse_noise, prepare
+from editkit.tracing import TraceSetup, TraceSpec, fast_trace
 from editkit.weights import applied
 
 pytestmark = [pytest.mark.gpu,
@@ -61,8 +61,8 @@ def test_home_page_model_card_shows_the_gpu():
 def test_tracing_on_cuda_equals_cpu(pair, kind):
     cpu, gpu = pair
     prompt, subject = "The Space Needle is in downtown Seattle", "Space Needle"
-    a = fast_trace(cpu, prepare(cpu, prompt, subject, samples=3, noise=parse_noise("0.5")), kind, window=2)
-    b = fast_trace(gpu, prepare(gpu, prompt, subject, samples=3, noise=parse_noise("0.5")), kind, window=2)
+    a = fast_trace(cpu, TraceSetup.build(cpu, TraceSpec(prompt, subject, samples=3, noise="0.5")), kind, window=2)
+    b = fast_trace(gpu, TraceSetup.build(gpu, TraceSpec(prompt, subject, samples=3, noise="0.5")), kind, window=2)
     assert float((a.cpu() - b.cpu()).abs().max()) < 1e-4
 
 

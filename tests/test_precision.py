@@ -15,7 +15,7 @@ from editkit.editing.stats import second_moment
 from editkit.errors import EditkitError
 from editkit.models import TINY, load_model, tiny_config
 from editkit.scoring import score_targets
-from editkit.tracing import fast_trace, parse_noise, prepare
+from editkit.tracing import TraceSetup, TraceSpec, fast_trace
 from editkit.weights import apply_delta, applied, current, restore
 
 # One request every tiny family can be pushed towards (ROME's and MEMIT's target optimisation moves it far).
@@ -143,8 +143,8 @@ def test_bf16_statistics_are_float32_and_close(tiny_by_name):
 def test_bf16_tracing_within_tolerance(tiny):
     half = _half(tiny.name)
     prompt, subject = "The Space Needle is in downtown Seattle", "Space Needle"
-    full_setup = prepare(tiny, prompt, subject, samples=3, noise=parse_noise("0.5"))
-    half_setup = prepare(half, prompt, subject, samples=3, noise=parse_noise("0.5"))  # the same noise draw
+    full_setup = TraceSetup.build(tiny, TraceSpec(prompt, subject, samples=3, noise="0.5"))
+    half_setup = TraceSetup.build(half, TraceSpec(prompt, subject, samples=3, noise="0.5"))  # the same noise draw
     assert abs(half_setup.high_score - full_setup.high_score) <= TRACE_TOLERANCE
     for kind in ("hidden", "mlp"):
         a, b = fast_trace(tiny, full_setup, kind, window=2), fast_trace(half, half_setup, kind, window=2)
