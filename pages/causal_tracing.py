@@ -12,6 +12,7 @@ from editkit.tracing.aie import average_indirect_effect
 from editkit.tracing.tracer import exact_panels
 from editkit.figures.tracing import aie_figure, heatmap, severing_figure
 from pages import ui
+from pages.two_models import two_models_section
 
 st.title("Causal tracing")
 st.markdown(
@@ -137,11 +138,16 @@ def trace_job(progress, tracer, kinds, panels) -> None:
         progress=lambda f, msg: progress((len(kinds) + f) / (len(kinds) + 1), "severing"))
 
 
+def form_spec() -> TraceSpec:
+    """The trace form's inputs as a TraceSpec (an EditkitError for a bad noise text)."""
+    subj = subject.strip() or guess_subject(prompt)
+    return TraceSpec(prompt, subj, target.strip() or None, int(samples),
+                     parse_noise(noise, uniform=uniform, replace=replace), int(window), int(seed))
+
+
 if submitted:
     with ui.guard("tracing"):
-        subj = subject.strip() or guess_subject(prompt)
-        spec = TraceSpec(prompt, subj, target.strip() or None, int(samples),
-                         parse_noise(noise, uniform=uniform, replace=replace), int(window), int(seed))
+        spec = form_spec()
 
         if backend_from_env().ray:  # on a Ray worker with this session's kept edits; drawn when it is done
             job = Item(exact_panels, (spec, kinds), {"cache": not recompute}, progress=True)
@@ -204,6 +210,10 @@ if aie:
     for col, kind in zip(st.columns(3), ("hidden", "mlp", "attn")):
         col.plotly_chart(aie_figure(aie, kind), width="stretch", key=f"trace_aie_{kind}")
 
+spec_now = None
+with ui.guard("two-model trace"):
+    spec_now = form_spec() if prompt.strip() else None
+two_models_section(lm, spec_now)
 
 # ---- does the traced layer edit best? (tracing localizes; editing elsewhere may work as well) -----------------------
 def layer_sweep_section(lm) -> None:

@@ -47,3 +47,4 @@ def gemma():
 def pytest_configure(config):
     config.addinivalue_line("markers", "browser: end-to-end tests in headless Chromium (deselect: -m 'not browser')")
     config.addinivalue_line("markers", "load: concurrent browser sessions of the served app (deselect: -m 'not load')")
+    config.addinivalue_line("markers", "gpu: the CUDA path, skipped without a CUDA GPU (benchmarks/gpu.sh runs them)")

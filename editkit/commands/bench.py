@@ -3,7 +3,7 @@ algorithm in the same run, and an evaluation in process against 1, 2, ... Ray wo
 library (tracing/bench.py, editing/bench.py, evaluation/scale.py); this file parses the arguments and prints."""
 import sys
 
-from ..cli import load
+from ..cli import add_model_arg, load
 
 
 def register(sub):
@@ -31,8 +31,7 @@ def register(sub):
                    help="skip the reference run (the first method with the full model at every optimisation "
                         "step)")
     for q in (t, e):
-        q.add_argument("--model", default="gemma-3-270m")
-        q.add_argument("--json", action="store_true")
+        add_model_arg(q)
     t.set_defaults(func=run_trace, show=show)
     e.set_defaults(func=run_edit, show=show)
     s = inner.add_parser("scale", help="one evaluation in process and on 1, 2, ... Ray workers (local clusters): "

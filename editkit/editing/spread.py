@@ -162,7 +162,7 @@ def spread(lm, requests, hp, streams: list[Stream], divisor: Callable[[int], flo
                     R = residual_to_mlp_output(lm, layer, state["mlp"], R)
                 dW64 = s.rule(layer, K, R)
                 W = effective_weight(lm, s.part, layer)
-                dW = dW64.to(W.dtype)
+                dW = dW64.to(torch.promote_types(W.dtype, torch.float32))  # a half-precision model: float32
                 delta.update(a.weight_delta(s.part, layer, dW))
                 out.layers.append(LayerReport(layer, s.part, float(R.norm(dim=0).mean()), float(dW.norm()),
                                               float(W.norm()), float(dW.norm() / W.norm())))

@@ -259,7 +259,7 @@ def _loss_terms(lm, rows: _Rows, deltas: dict, init: dict | None, reference: boo
     fused = None
     if not reference:
         x = rows.states(deltas, init)
-        fused = vocab_logsumexp(lm, x)
+        fused = vocab_logsumexp(lm, x.float())  # the loss in float32 whatever the model's dtype
     if fused is None:
         rw, kl_logits = (rows.logits(deltas, init, reference=True) if reference else
                          _split(lm.runner.logits(x, norm=False), len(rows.t_row)))
@@ -269,7 +269,7 @@ def _loss_terms(lm, rows: _Rows, deltas: dict, init: dict | None, reference: boo
             kl0["logp"] = kl_logp.detach().clone()
         ref = kl0["logp"][act]
         return tok_logp, rw.argmax(-1), (ref.exp() * (ref - kl_logp)).sum(-1)
-    lse, mean_w, best = fused
+    (lse, mean_w, best), x = fused, x.float()
     T = len(rows.t_row)
     W, bias = lm.runner._head_weight()  # as this context sees it, the weight vocab_logsumexp used
     tok_logp = (x[:T] * W[rows.t_tok_t]).sum(-1) - lse[:T]

@@ -59,7 +59,7 @@ def rome_update(W: torch.Tensor, b: torch.Tensor | None, C: torch.Tensor, k_star
     delta = torch.outer(v_star.double() - current_out, u) / denominator
     info = {"division_factor": float(denominator / u.norm()), "denominator": float(denominator),
             "u": u, "lam": (v_star.double() - current_out) / denominator}
-    return delta.to(W.dtype), info
+    return delta.to(torch.promote_types(W.dtype, torch.float32)), info  # float32 for a half-precision W
 
 
 def first_use(hp: RomeHparams) -> FirstUse:
