@@ -88,7 +88,6 @@ def test_condition_number_is_torch_cond():
 def test_condition_view_off_and_on(tiny_by_name):
     """Off (default): no condition in the report; on: cond(W + dW) of every edited matrix, nothing else changed."""
     from editkit.editing.api import run_edit
-    from editkit.editing.result import condition_number
     lm = tiny_by_name("tiny-llama")
     hp = {"v_num_grad_steps": 2}
     off = run_edit(lm, "memit", _requests(2), hp)
