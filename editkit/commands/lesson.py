@@ -32,8 +32,8 @@ class Bar:
     """A progress bar on stderr: percentage, the part being computed and the time left. On a terminal one line is
     redrawn; in a log a line is written when the part changes, or every 10 s."""
 
-    def __init__(self, stream=sys.stderr):
-        self.stream, self.last, self.part, self.at = stream, "", None, 0.0
+    def __init__(self, stream=None):
+        self.stream, self.last, self.part, self.at = stream or sys.stderr, "", None, 0.0
 
     def __call__(self, fraction: float, message: str) -> None:
         filled = int(30 * fraction)
