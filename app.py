@@ -80,7 +80,7 @@ PAGES = [
     st.Page("pages/ffn_memories.py", title="FFN memories", icon="🧠"),
     st.Page("pages/edit_compare.py", title="Edit & compare", icon="✏️"),
     st.Page("pages/attention_vs_ffn.py", title="Attention vs FFN", icon="⚖️"),
-    st.Page("pages/learn.py", title="Learn", icon="📖"),
+    st.Page("pages/lesson.py", title="Lesson", icon="🎓"),
 ]
 
 st.navigation(PAGES).run()
