@@ -319,9 +319,10 @@ def step_windows(pack, fid, fact):
     if sev is None:
         st.info("This pack has no severing result for this fact.")
         return
-    done = ask(pack, fid, 3, f"Restore the hidden state at the last subject token {sev['token_str']!r}, but "
-                             "freeze the MLPs (or the attention) at that token in all later layers in their "
-                             "corrupted state. Do the later MLPs do the work?",
+    done = ask(pack, fid, 3, f"Restore the hidden state at the subject token {sev['token_str']!r} (where "
+                             "the hidden-state trace peaks), but freeze the MLPs (or the attention) at that "
+                             "token in all later layers in their corrupted state. Do the later MLPs do the "
+                             "work?",
                lambda: st.radio("Answer", range(3), format_func=lambda i: grading.SEVER_CHOICES[i],
                                 index=None, key=f"lesson_q3_{fid}"),
                lambda c: grading.grade_severing(sev, _chosen(c)))
@@ -334,10 +335,10 @@ def step_windows(pack, fid, fact):
     explain(
         "Restoring a window of 10 MLP (or attention) outputs at one token, the layers [l − 5, l + 5), shows "
         "which module carries the effect: ROME finds the MLPs at the last subject token in middle layers and "
-        "attention at the last token in late layers. Severing restores the hidden state at the last subject "
-        "token while the later MLPs (or attention) at that token stay corrupted: when the effect collapses "
-        "with the MLPs frozen, the MLPs did the recall. On a small model a window of 10 covers many of its "
-        "layers.",
+        "attention at the last token in late layers. Severing restores the hidden state at a subject token "
+        "(ROME: the last one; here the one where this trace peaks) while the later MLPs (or attention) at "
+        "that token stay corrupted: when the effect collapses with the MLPs frozen, the MLPs did the recall. "
+        "On a small model a window of 10 covers many of its layers.",
         [r"\text{MLP window at } l:\ m_i^{(j)} \leftarrow m_{i,\text{clean}}^{(j)},\ "
          r"\max(0, l-5) \le j < \min(L, l+5)"], ["tracing"])
     try_own(3, "MLP and attention windows and severing on your prompt", lambda: trace_inputs(3, fact, pack),
@@ -366,11 +367,11 @@ def step_memories(pack, fid, fact):
     if view is None:
         return
     token = view["tokens"][view["position"]]
-    done = ask(pack, fid, 4, f"At {token!r}, layer {view['layer']} (where the MLP trace peaks at the last "
-                             f"subject token), the FFN adds a weighted sum of {view['d_ff']} value vectors. "
-                             f"Will the value of one of its {len(view['memories'])} strongest memories put "
-                             f"{view['answer']!r} among its top "
-                             f"{len(view['memories'][0]['value_tokens']) if view['memories'] else 0} tokens?",
+    k = len(view["memories"][0]["value_tokens"]) if view["memories"] else 0
+    done = ask(pack, fid, 4, f"At {token!r}, layer {view['layer']} (where the MLP trace peaks among the "
+                             f"subject's tokens), the FFN adds a weighted sum of {view['d_ff']} value "
+                             f"vectors. Will the value of one of its {len(view['memories'])} strongest "
+                             f"memories put {view['answer']!r} among its top {k} tokens?",
                lambda: st.radio("Answer", ["yes", "no"], index=None, horizontal=True, key=f"lesson_q4_{fid}"),
                lambda c: grading.grade_memories(view, _yes(c)))
     if done:
@@ -470,8 +471,8 @@ def show_edit(edits: dict, key: str = "pack") -> None:
     for e in edits.values():
         g = e["greedy"]
         st.markdown(f"**{e['label']}**, greedy continuation of “{ui.md_escape(e['rewrite'])}”  \n"
-                    f"before: …{ui.md_escape(g['pre']['rewrite'][0])}  \nafter: …"
-                    f"{ui.md_escape(g['post']['rewrite'][0])}")
+                    f"before: …{ui.md_escape(figs.compact(g['pre']['rewrite'][0]))}  \nafter: …"
+                    f"{ui.md_escape(figs.compact(g['post']['rewrite'][0]))}")
 
 
 def step_retrace(pack, fid, fact):
@@ -618,7 +619,8 @@ def step_sweep(pack, fid, fact):
         return
     peak = sweep.get("peak_layer")
     new = sweep["request"]["target_new"].strip()
-    done = ask(pack, fid, 9, f"The MLP trace at the last subject token peaks at layer {peak}. ROME edited "
+    token = (sweep.get("trace") or {}).get("token", "the subject")
+    done = ask(pack, fid, 9, f"The MLP trace at {token!r} peaks at layer {peak}. ROME edited "
                              f"the fact to {new!r} at every layer, one at a time. Is the traced layer "
                              "(within one layer) the one where the edit works best?",
                lambda: st.radio("Answer", ["yes", "no"], index=None, horizontal=True, key=f"lesson_q9_{fid}"),

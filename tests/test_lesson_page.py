@@ -7,10 +7,9 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from editkit.lesson import compute, grading
 from editkit.lesson.classroom import ClassStore, default_path
 from editkit.lesson.pack import Pack
-from lesson_util import tiny_pack
+from lesson_util import answers_for, tiny_pack
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 
@@ -71,47 +70,6 @@ def test_every_step_renders_from_the_pack_without_the_model(env, monkeypatch):
         assert at.get("expander"), step  # "try your own" (and the reference text where a section exists)
 
 
-def answers_for(pack: Pack, fid: str) -> dict:
-    """step -> (widget setter, a right answer, a wrong answer), from the pack's own numbers."""
-    lens = pack.part(fid, "lens")
-    tr = pack.part(fid, "trace")
-    hidden, sev = tr["traces"]["hidden"], tr["severing"]
-    mem = pack.part(fid, "memories")
-    edit = pack.part(fid, "edit-0-rome")
-    retrace = pack.part(fid, "retrace-0-rome")
-    bleed = pack.part(fid, "bleed-0")
-    edits = {m: pack.part(fid, f"edit-0-{m}") for m in pack.manifest["method_names"]}
-    sweep = pack.part(fid, "sweep")
-    lifelong_truth = grading.first_collapse(compute.lifelong()["results"])
-
-    def cells(trace):
-        early = grading.sites(trace)["early"]
-        n_tok, n_lay = len(trace["tokens"]), len(trace["scores"][0])
-        wrong = next((t, l) for t in range(n_tok - 1) for l in range(n_lay)
-                     if grading.grade_cell(trace, t, l).verdict == "wrong")
-        return early, wrong
-
-    far_layer = max(range(len(lens["layers"])), key=lambda l: abs(l - lens["first_layer"]))
-    moved = [r["prompt"] for r in grading.neighbours(bleed) if grading.moved(r)]
-    still = [r["prompt"] for r in grading.neighbours(bleed) if not grading.moved(r)]
-    says = [m for m, e in edits.items() if grading.says_new(e)]
-    truth_bin = grading.bin_of(edit["probabilities"]["post"]["rewrite"][0]["p_new"])
-    return {
-        1: ("slider", f"lesson_q1_{fid}", lens["first_layer"], far_layer),
-        2: ("cell", 2, *cells(hidden)),
-        3: ("radio", f"lesson_q3_{fid}", grading.severing_truth(sev), (grading.severing_truth(sev) + 1) % 3),
-        4: ("radio", f"lesson_q4_{fid}", "yes" if grading.memory_hits(mem) else "no",
-            "no" if grading.memory_hits(mem) else "yes"),
-        5: ("radio", f"lesson_q5_{fid}_0", truth_bin, 3 if truth_bin < 2 else 0),
-        6: ("cell", 6, *cells(retrace)),
-        7: ("multiselect", f"lesson_q7_{fid}_0", moved, still),
-        8: ("multiselect", f"lesson_q8_{fid}_0", says, [m for m in edits if m not in says]),
-        9: ("radio", f"lesson_q9_{fid}", "yes" if grading.sweep_truth(sweep) else "no",
-            "no" if grading.sweep_truth(sweep) else "yes"),
-        10: ("radio", f"lesson_q10_{fid}", lifelong_truth, "AlphaEdit" if lifelong_truth != "AlphaEdit" else "ROME"),
-    }
-
-
 def answer(at: AppTest, fid: str, spec, value) -> None:
     kind = spec[0]
     if kind == "cell":
@@ -170,6 +128,31 @@ def test_try_your_own_runs_as_a_job(env):
     click(at, "Run it")
     assert not at.exception and any("does not occur" in e.value for e in at.error)
     assert at.session_state["lesson_own_2"]["traces"]["hidden"] == hidden  # the earlier result stays
+
+
+@pytest.mark.parametrize("step", [3, 4, 5, 6, 7, 8, 9, 10])
+def test_try_your_own_at_every_step(env, step):
+    at = open_lesson(timeout=600)
+    go(at, step)
+    if step == 3:
+        at.number_input(key="lesson_own_samples_3").set_value(2)
+    if step == 9:
+        at.text_input(key="lesson_own_layers_9").set_value("0,2")
+    if step == 10:
+        at.number_input(key="lesson_own_life_n").set_value(4)
+        at.number_input(key="lesson_own_life_batch").set_value(2)
+    click(at, "Run it")
+    ok(at)
+    own = at.session_state[f"lesson_own_{step}"]
+    expect = {3: lambda r: set(r["traces"]) == {"mlp", "attn"} and r["severing"],
+              4: lambda r: r["memories"] and r["layer"] == 0,
+              5: lambda r: r["rome"]["target_new"] == " Rome",
+              6: lambda r: r["trace"]["answer"] and r["layers"],
+              7: lambda r: r["rows"] and r["method"] == "rome",
+              8: lambda r: set(r) == set(env.manifest["method_names"]),
+              9: lambda r: [row["layer"] for row in r["rows"]] == [0, 2],
+              10: lambda r: set(r["results"]) == {"rome", "memit"}}[step]
+    assert expect(own), own
 
 
 def test_teacher_sees_and_clears_the_class_answers(env, monkeypatch):

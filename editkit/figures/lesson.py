@@ -4,6 +4,8 @@ answer marked on the chart, an empty grid to click before the trace is revealed.
 """
 from __future__ import annotations
 
+import re
+
 import plotly.graph_objects as go
 
 from ..evaluation.charts import bleed_figure, layer_sweep_figure
@@ -11,8 +13,16 @@ from ..evaluation.lifelong_charts import lifelong_figure
 from ..tracing.figures import heatmap, severing_figure
 from .editing import probability_figure, trace_figure
 
-__all__ = ["lens_figure", "pick_grid", "trace_with_marks", "severing_figure", "memories_figure", "edits_figure",
+__all__ = ["compact", "lens_figure", "pick_grid", "trace_with_marks", "severing_figure", "memories_figure", "edits_figure",
            "retrace_figure", "bleed_figure", "sweep_figure", "lifelong_figure", "methods_table"]
+
+
+def compact(text: str) -> str:
+    """Generated text with a run of one repeated special token written once with its count (an edited model may
+    repeat "<start_of_image>" a dozen times): "Rome, Italy<start_of_image> ×17". The text is otherwise as
+    generated."""
+    return re.sub(r"(<[^<>\s]{1,40}>)(?:\1){2,}", lambda m: f"{m.group(1)} ×{len(m.group(0)) // len(m.group(1))}",
+                  text)
 
 
 def token_labels(trace: dict) -> list[str]:

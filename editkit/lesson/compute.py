@@ -183,9 +183,10 @@ def traces(lm, prompt: str, subject: str, answer: str | None, s: Settings, kinds
         for i, kind in enumerate(kinds):
             step = part(progress, i / n, (i + 1) / n, f"{kind} trace: ")
             out[kind] = _trace_dict(tracer.result(kind, progress=lambda f, step=step: step(f, "restoring states")))
-        if sever:
+        if sever:  # at the subject token where the hidden-state trace peaks (default: the last subject token)
             step = part(progress, (n - 1) / n, 1.0, "severing: ")
-            severing = tracer.severing(progress=lambda f: step(f, "freezing later MLPs / attention"))
+            token = subject_peak(out["hidden"])[0] if "hidden" in out else None
+            severing = tracer.severing(token, progress=lambda f: step(f, "freezing later MLPs / attention"))
     return {"traces": out, "severing": rounded(severing) if severing else None}
 
 
@@ -197,10 +198,11 @@ def _trace_dict(result) -> dict:
 
 
 def subject_peak(trace: dict) -> tuple[int, int]:
-    """(token, layer) of the largest score at the subject's last token (the early site)."""
-    t = trace["subject_range"][1] - 1
-    row = trace["scores"][t]
-    return t, max(range(len(row)), key=row.__getitem__)
+    """(token, layer) of the largest score at the subject's tokens: where restoring a state of the subject helps
+    most (ROME finds it at the last subject token; a subject of several words may peak at an earlier one)."""
+    b, e = trace["subject_range"]
+    return max(((t, l) for t in range(b, e) for l in range(len(trace["scores"][t]))),
+               key=lambda x: trace["scores"][x[0]][x[1]])
 
 
 # --- step 4 -------------------------------------------------------------------------------------------------------
@@ -222,8 +224,8 @@ def memories(lm, prompt: str, token: int, layer: int, s: Settings, answer: str |
 
 
 def memories_at_peak(lm, prompt: str, mlp_trace: dict, s: Settings) -> dict:
-    """The memories at the subject's last token, in the layer where the MLP trace peaks there (the centre of the
-    restored window with the largest effect)."""
+    """The memories at the subject token and layer where the MLP trace peaks (the centre of the restored window
+    with the largest effect at the subject's tokens)."""
     token, layer = subject_peak(mlp_trace)
     return memories(lm, prompt, token, layer, s, mlp_trace["answer"])
 
@@ -280,9 +282,14 @@ def bleed(lm, record, s: Settings, method: str = "rome", progress=None) -> dict:
 
 # --- step 9 ---------------------------------------------------------------------------------------------------------
 def layer_sweep(lm, record, mlp_trace: dict | None, s: Settings, layers=None, progress=None) -> dict:
-    """ROME at each layer (default: the pack's `sweep_layers`) for the record, beside its MLP trace."""
+    """ROME at each layer (default: the pack's `sweep_layers`) for the record, beside its MLP trace: the trace's
+    row at the subject token where it peaks (evaluation/layer_sweep.py reads the row of the subject range's last
+    token, so the range handed to it ends at that token)."""
     from ..evaluation.layer_sweep import layer_sweep as sweep
 
+    if mlp_trace is not None:
+        token = subject_peak(mlp_trace)[0]
+        mlp_trace = {**mlp_trace, "subject_range": [mlp_trace["subject_range"][0], token + 1]}
     with session(lm):
         out = sweep(lm, record, s.sweep_layers if layers is None else layers, "rome", None, "mlp", s.samples,
                     progress=progress, trace_result=mlp_trace)
