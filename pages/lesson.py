@@ -96,7 +96,7 @@ def ask(pack, fid: str, n: int, question: str, widgets, grade) -> dict | None:
         if check:
             with ui.guard("checking the answer"):
                 g = grade(answer).to_dict()
-                done = {"grade": g, "row": classroom.answer_row(fid, n, question, g)}
+                done = {"grade": g, "row": classroom.answer_row(fid, n, question, g), "answer": answer}
                 answers()[key] = done
                 try:
                     class_store().record(lesson_id(pack), fid, str(n), ui.session_id(), g["choice"],
@@ -229,11 +229,18 @@ def pick_cell(fid: str, n: int, trace: dict, title: str):
         if points and points[0].get("customdata"):
             st.session_state[tkey], st.session_state[lkey] = (int(v) for v in points[0]["customdata"][:2])
 
-    picked = (st.session_state.get(tkey), st.session_state.get(lkey))
-    st.plotly_chart(figs.pick_grid(trace, picked if None not in picked else None, title), width="stretch",
-                    key=gkey, on_select=clicked, selection_mode="points")
+    if f"{fid}:{n}" not in answers():  # only before the reveal
+        picked = (st.session_state.get(tkey), st.session_state.get(lkey))
+        st.plotly_chart(figs.pick_grid(trace, picked if None not in picked else None, title), width="stretch",
+                        key=gkey, on_select=clicked, selection_mode="points")
     labels = figs.token_labels(trace)
     return tkey, lkey, labels
+
+
+def picked_cell(done: dict):
+    """The student's (token, layer), when they answered (not skipped)."""
+    cell = done.get("answer") if done.get("grade") else None
+    return tuple(int(v) for v in cell) if cell and None not in cell else None
 
 
 def cell_widgets(tkey: str, lkey: str, labels: list[str], n_layers: int):
@@ -271,7 +278,7 @@ def step_trace(pack, fid, fact):
                              "the most? Click a cell or pick a token and a layer.",
                cell_widgets(tkey, lkey, labels, len(hidden["scores"][0])), grade_pick(hidden))
     if done:
-        show_hidden(hidden, done, tkey, lkey)
+        show_hidden(hidden, done)
     explain(
         "Causal tracing (Meng et al. 2022): a clean run predicts the answer o; a corrupted run adds Gaussian "
         "noise (3 times the standard deviation of the embeddings) to the subject's token embeddings, so the "
@@ -301,11 +308,10 @@ def trace_inputs(n: int, fact: dict, pack):
     return prompt, subject, compute.Settings(**{**s.to_dict(), "samples": int(samples)})
 
 
-def show_hidden(hidden: dict, done: dict, tkey: str, lkey: str) -> None:
+def show_hidden(hidden: dict, done: dict) -> None:
     s = grading.sites(hidden)
-    picked = (st.session_state.get(tkey), st.session_state.get(lkey))
-    st.plotly_chart(figs.trace_with_marks(hidden, picked if None not in picked and done["grade"] else None,
-                                          s["early"]), width="stretch", key="lesson_fig_hidden")
+    st.plotly_chart(figs.trace_with_marks(hidden, picked_cell(done), s["early"]), width="stretch",
+                    key="lesson_fig_hidden")
     t, l = s["late"]
     st.caption(f"★ the strongest state before the last token; the last token's own state recovers up to "
                f"{s['late_p']:.3f} at layer {l} (the late site). `*` marks the subject's tokens.")
@@ -489,10 +495,8 @@ def step_retrace(pack, fid, fact):
                              f"{', '.join(map(str, edit['layers']))}.",
                cell_widgets(tkey, lkey, labels, len(trace["scores"][0])), grade_pick(trace))
     if done:
-        picked = (st.session_state.get(tkey), st.session_state.get(lkey))
-        st.plotly_chart(figs.trace_with_marks(trace, picked if None not in picked and done["grade"] else None,
-                                              grading.sites(trace)["early"]), width="stretch",
-                        key="lesson_fig_retrace")
+        st.plotly_chart(figs.trace_with_marks(trace, picked_cell(done), grading.sites(trace)["early"]),
+                        width="stretch", key="lesson_fig_retrace")
         others = [(m, pack.part(fid, packs.retrace_name(t, m)), pack.part(fid, packs.edit_name(t, m)))
                   for m in pack.manifest.get("method_names", []) if m != "rome"]
         others = [o for o in others if o[1] and o[2]]
@@ -674,9 +678,10 @@ def step_lifelong(pack, fid, fact):
                 st.caption(f"This run is editkit's on {first['model']}; the pack's model is {pack.model}.")
     explain(
         "Lifelong editing applies edits one batch after another, each computed on the weights the earlier "
-        "ones left. Checkpoints every 100 edits measure all edits so far, WikiText perplexity and ‖ΔW‖; a "
-        "run counts as collapsed when perplexity passes twice the unedited model's or fewer than half of the "
-        "earlier successful edits still hold. Sequential ROME edits degrade a model (Gupta et al. 2024); "
+        "ones left. Checkpoints every 100 edits measure the edits so far (a fixed sample of 50 of them, all "
+        "at the last), WikiText perplexity and ‖ΔW‖; a run counts as collapsed when perplexity passes twice "
+        "the unedited model's or fewer than half of the earlier successful edits still hold. Sequential ROME "
+        "edits degrade a model (Gupta et al. 2024); "
         "AlphaEdit's null-space projection is meant to keep what the earlier edits and the model already "
         "stored.",
         [r"W_t = W_0 + \Delta W_1 + \dots + \Delta W_t,\qquad \text{collapse: } "
