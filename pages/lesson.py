@@ -79,6 +79,23 @@ def needs(pack: packs.Pack, fid: str, name: str, what: str):
     return value
 
 
+@st.cache_resource(show_spinner=False, max_entries=512)
+def _figure(key: tuple, _build):
+    return _build()
+
+
+def chart(where, build, key: str, part=None, *extra) -> None:
+    """Draw build()'s figure. A figure of a pack's part (`part` given) is built once per server and shared by
+    every session (its key: the pack, its version, the part and `extra`); a live result's is built each
+    time."""
+    if part is not None:
+        pack = current_pack()
+        fig = _figure((str(pack.folder), pack.stamp(), id(part), key, *extra), build)
+    else:
+        fig = build()
+    where.plotly_chart(fig, width="stretch", key=key)
+
+
 # --- asking, checking, revealing ----------------------------------------------------------------------------
 def ask(pack, fid: str, n: int, question: str, widgets, grade) -> dict | None:
     """The question of step n (its inputs drawn by `widgets()` inside a form, which returns the answer); on
@@ -216,7 +233,7 @@ def show_lens(lens: dict, key: str = "pack") -> None:
     left, right = st.columns([1, 2])
     left.dataframe(pd.DataFrame([{"token": repr(p["token"]), "p": round(p["prob"], 4)} for p in lens["top"]]),
                    hide_index=True, width="stretch")
-    right.plotly_chart(figs.lens_figure(lens), width="stretch", key=f"lesson_lens_{key}")
+    chart(right, lambda: figs.lens_figure(lens), f"lesson_lens_{key}", lens if key == "pack" else None)
 
 
 def pick_cell(fid: str, n: int, trace: dict, title: str):
@@ -310,8 +327,8 @@ def trace_inputs(n: int, fact: dict, pack):
 
 def show_hidden(hidden: dict, done: dict) -> None:
     s = grading.sites(hidden)
-    st.plotly_chart(figs.trace_with_marks(hidden, picked_cell(done), s["early"]), width="stretch",
-                    key="lesson_fig_hidden")
+    pick = picked_cell(done)
+    chart(st, lambda: figs.trace_with_marks(hidden, pick, s["early"]), "lesson_fig_hidden", hidden, pick)
     t, l = s["late"]
     st.caption(f"★ the strongest state before the last token; the last token's own state recovers up to "
                f"{s['late_p']:.3f} at layer {l} (the late site). `*` marks the subject's tokens.")
@@ -335,9 +352,9 @@ def step_windows(pack, fid, fact):
     if done:
         cols = st.columns(2)
         for col, kind in zip(cols, ("mlp", "attn")):
-            col.plotly_chart(figs.trace_with_marks(tr["traces"][kind]), width="stretch",
-                             key=f"lesson_fig_{kind}")
-        st.plotly_chart(figs.severing_figure(sev), width="stretch", key="lesson_fig_sever")
+            chart(col, lambda kind=kind: figs.trace_with_marks(tr["traces"][kind]), f"lesson_fig_{kind}",
+                  tr["traces"][kind])
+        chart(st, lambda: figs.severing_figure(sev), "lesson_fig_sever", sev)
     explain(
         "Restoring a window of 10 MLP (or attention) outputs at one token, the layers [l − 5, l + 5), shows "
         "which module carries the effect: ROME finds the MLPs at the last subject token in middle layers and "
@@ -414,7 +431,7 @@ def show_memories(view: dict, key: str = "pack") -> None:
                 f"{view['d_ff']} memories have m_i > 0 (m from {view['coefficient_min']:.2f} to "
                 f"{view['coefficient_max']:.2f}).")
     left, right = st.columns([2, 3])
-    left.plotly_chart(figs.memories_figure(view), width="stretch", key=f"lesson_mem_{key}")
+    chart(left, lambda: figs.memories_figure(view), f"lesson_mem_{key}", view if key == "pack" else None)
     right.dataframe(pd.DataFrame([{
         "memory": m["label"], "m_i": round(m["coefficient"], 3), "||v_i||": round(m["value_norm"], 3),
         "value tokens": " · ".join(m.get("value_text", [t["token"] for t in m["value_tokens"]])),
@@ -468,12 +485,13 @@ def step_edit(pack, fid, fact):
 
 def show_edit(edits: dict, key: str = "pack") -> None:
     cols = st.columns(3)
+    first = next(iter(edits.values()))
     for col, group in zip(cols, ("rewrite", "paraphrase", "neighborhood")):
-        fig = figs.edits_figure(edits, group)
-        if fig is None:
+        if not first["probabilities"]["pre"][group]:
             col.caption(f"no {group} prompts")
-        else:
-            col.plotly_chart(fig, width="stretch", key=f"lesson_edit_{group}_{key}")
+            continue
+        chart(col, lambda group=group: figs.edits_figure(edits, group), f"lesson_edit_{group}_{key}",
+              first if key == "pack" else None, group, *edits)
     for e in edits.values():
         g = e["greedy"]
         st.markdown(f"**{e['label']}**, greedy continuation of “{ui.md_escape(e['rewrite'])}”  \n"
@@ -495,16 +513,17 @@ def step_retrace(pack, fid, fact):
                              f"{', '.join(map(str, edit['layers']))}.",
                cell_widgets(tkey, lkey, labels, len(trace["scores"][0])), grade_pick(trace))
     if done:
-        st.plotly_chart(figs.trace_with_marks(trace, picked_cell(done), grading.sites(trace)["early"]),
-                        width="stretch", key="lesson_fig_retrace")
+        pick = picked_cell(done)
+        chart(st, lambda: figs.trace_with_marks(trace, pick, grading.sites(trace)["early"]),
+              "lesson_fig_retrace", trace, pick)
         others = [(m, pack.part(fid, packs.retrace_name(t, m)), pack.part(fid, packs.edit_name(t, m)))
                   for m in pack.manifest.get("method_names", []) if m != "rome"]
         others = [o for o in others if o[1] and o[2]]
         if others:
             st.markdown("The same trace after the other methods' edits (their edited layers dotted):")
             for col, (m, r, e) in zip(st.columns(len(others)), others):
-                col.plotly_chart(figs.retrace_figure(r, e["label"], e["layers"]), width="stretch",
-                                 key=f"lesson_fig_retrace_{m}")
+                chart(col, lambda r=r, e=e: figs.retrace_figure(r, e["label"], e["layers"]),
+                      f"lesson_fig_retrace_{m}", r)
     explain(
         "The edited model traced again, with the new target o* as the answer. A restored state brings P(o*) "
         "back when the new association is in it or computed from it: the clean state of the subject's last "
@@ -559,7 +578,7 @@ def step_bleed(pack, fid, fact):
 
 
 def show_bleed(bleed: dict, key: str = "pack") -> None:
-    st.plotly_chart(figs.bleed_figure(bleed), width="stretch", key=f"lesson_bleed_{key}")
+    chart(st, lambda: figs.bleed_figure(bleed), f"lesson_bleed_{key}", bleed if key == "pack" else None)
     st.dataframe(pd.DataFrame([{"source": r["source"], "prompt": r["prompt"], "share s": round(r["share"], 3),
                                 "at token": r["token"], "P(new) before": round(r["p_new_before"], 4),
                                 "P(new) after": round(r["p_new_after"], 4), "moved": grading.moved(r)}
@@ -652,7 +671,8 @@ def sweep_inputs(pack, fact):
 
 
 def show_sweep(sweep: dict, mlp_trace, key: str = "pack") -> None:
-    st.plotly_chart(figs.sweep_figure(sweep, mlp_trace), width="stretch", key=f"lesson_sweep_{key}")
+    chart(st, lambda: figs.sweep_figure(sweep, mlp_trace), f"lesson_sweep_{key}",
+          sweep if key == "pack" else None)
     st.dataframe(pd.DataFrame([{"layer": r["layer"], "efficacy margin": r["efficacy_magnitude"],
                                 "generalization margin": r["generalization_magnitude"],
                                 "specificity margin": r["specificity_magnitude"],
@@ -672,7 +692,7 @@ def step_lifelong(pack, fid, fact):
                    lambda: st.radio("Answer", labels, index=None, horizontal=True, key=f"lesson_q10_{fid}"),
                    lambda c: grading.grade_lifelong(results, _picked(c)))
         if done:
-            st.plotly_chart(figs.lifelong_figure(results), width="stretch", key="lesson_fig_lifelong")
+            chart(st, lambda: figs.lifelong_figure(results), "lesson_fig_lifelong", results)
             st.dataframe(pd.DataFrame(shipped["table"]), hide_index=True, width="stretch")
             if first["model"] != pack.model:
                 st.caption(f"This run is editkit's on {first['model']}; the pack's model is {pack.model}.")
