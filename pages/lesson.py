@@ -97,11 +97,17 @@ def chart(where, build, key: str, part=None, *extra) -> None:
 
 
 # --- asking, checking, revealing ----------------------------------------------------------------------------
-def ask(pack, fid: str, n: int, question: str, widgets, grade) -> dict | None:
+def answer_key(fid: str, n: int, target: int | None = None) -> str:
+    """Where a step's answer is kept: per fact, and per new target for the steps about an edit."""
+    return f"{fid}:{n}" if target is None else f"{fid}:{n}:{target}"
+
+
+def ask(pack, fid: str, n: int, question: str, widgets, grade, target: int | None = None) -> dict | None:
     """The question of step n (its inputs drawn by `widgets()` inside a form, which returns the answer); on
     "Check my answer" the answer is graded (`grade(answer)` -> Grade), kept in the session and counted for the
-    class. Returns the stored answer once the step is revealed, else None."""
-    key = f"{fid}:{n}"
+    class. `target`: the new target the step is about (steps 5-8). Returns the stored answer once the step is
+    revealed, else None."""
+    key = answer_key(fid, n, target)
     st.markdown(f"**Your prediction first.** {question}")
     done = answers().get(key)
     if done is None:
@@ -116,7 +122,8 @@ def ask(pack, fid: str, n: int, question: str, widgets, grade) -> dict | None:
                 done = {"grade": g, "row": classroom.answer_row(fid, n, question, g), "answer": answer}
                 answers()[key] = done
                 try:
-                    class_store().record(lesson_id(pack), fid, str(n), ui.session_id(), g["choice"],
+                    where = fid if target is None else f"{fid} → {pack.fact(fid)['targets'][target].strip()}"
+                    class_store().record(lesson_id(pack), where, str(n), ui.session_id(), g["choice"],
                                          g["verdict"], g["score"])
                 except Exception:  # noqa: BLE001 - the class view is optional; the student's own answer stays
                     ui.log.warning("could not record an answer for the class view", exc_info=True)
@@ -236,9 +243,9 @@ def show_lens(lens: dict, key: str = "pack") -> None:
     chart(right, lambda: figs.lens_figure(lens), f"lesson_lens_{key}", lens if key == "pack" else None)
 
 
-def pick_cell(fid: str, n: int, trace: dict, title: str):
+def pick_cell(fid: str, n: int, trace: dict, title: str, target: int | None = None):
     """The empty grid (click a cell) above the form; the click fills the token and layer inputs."""
-    tkey, lkey = f"lesson_q{n}_token_{fid}", f"lesson_q{n}_layer_{fid}"
+    tkey, lkey = f"lesson_q{n}_token_{fid}", f"lesson_q{n}_layer_{fid}"  # the form's inputs
     gkey = f"lesson_q{n}_grid_{fid}"
 
     def clicked():
@@ -246,7 +253,7 @@ def pick_cell(fid: str, n: int, trace: dict, title: str):
         if points and points[0].get("customdata"):
             st.session_state[tkey], st.session_state[lkey] = (int(v) for v in points[0]["customdata"][:2])
 
-    if f"{fid}:{n}" not in answers():  # only before the reveal
+    if answer_key(fid, n, target) not in answers():  # only before the reveal
         picked = (st.session_state.get(tkey), st.session_state.get(lkey))
         st.plotly_chart(figs.pick_grid(trace, picked if None not in picked else None, title), width="stretch",
                         key=gkey, on_select=clicked, selection_mode="points")
@@ -465,7 +472,7 @@ def step_edit(pack, fid, fact):
                              f"{pre['p_new']:.3f} after the prompt. After the edit it will be:",
                lambda: st.radio("Answer", range(len(grading.BINS)), format_func=lambda i: grading.BINS[i][2],
                                 index=None, horizontal=True, key=f"lesson_q5_{fid}_{t}"),
-               lambda c: grading.grade_edit(edit, _chosen(c)))
+               lambda c: grading.grade_edit(edit, _chosen(c)), target=t)
     if done:
         show_edit({"rome": edit})
     explain(
@@ -506,12 +513,12 @@ def step_retrace(pack, fid, fact):
     if edit is None or trace is None:
         return
     tkey, lkey, labels = pick_cell(fid, 6, trace, f"Before the reveal: which state carries "
-                                                  f"{trace['answer']!r} now?")
+                                                  f"{trace['answer']!r} now?", t)
     done = ask(pack, fid, 6, f"The edited model says {trace['answer']!r} (p = {trace['high_score']:.3f}). "
                              f"Traced again with {trace['answer']!r} as the answer: which state, before the "
                              "last token, carries the new fact now? ROME edited layer "
                              f"{', '.join(map(str, edit['layers']))}.",
-               cell_widgets(tkey, lkey, labels, len(trace["scores"][0])), grade_pick(trace))
+               cell_widgets(tkey, lkey, labels, len(trace["scores"][0])), grade_pick(trace), target=t)
     if done:
         pick = picked_cell(done)
         chart(st, lambda: figs.trace_with_marks(trace, pick, grading.sites(trace)["early"]),
@@ -558,7 +565,7 @@ def step_bleed(pack, fid, fact):
                              f"least {100 * grading.MOVE:.0f} percentage point)?",
                lambda: st.multiselect("They will move", [r["prompt"] for r in rows],
                                       key=f"lesson_q7_{fid}_{t}"),
-               lambda picked: grading.grade_neighbours(bleed, picked or []))
+               lambda picked: grading.grade_neighbours(bleed, picked or []), target=t)
     if done:
         show_bleed(bleed)
     explain(
@@ -599,7 +606,7 @@ def step_methods(pack, fid, fact):
                              f"{new.strip()!r}?",
                lambda: st.multiselect("They will say it", list(edits), format_func=labels.get,
                                       key=f"lesson_q8_{fid}_{t}"),
-               lambda picked: grading.grade_generation(edits, picked or []))
+               lambda picked: grading.grade_generation(edits, picked or []), target=t)
     if done:
         st.dataframe(pd.DataFrame(figs.methods_table(edits)), hide_index=True, width="stretch")
         show_edit(edits)
