@@ -67,9 +67,11 @@ def no_errors(page, where: str) -> None:
 
 
 def choose(page, testid: str, label: str, option: str) -> None:
-    """Pick `option` in the select / multiselect widget labelled `label`."""
-    page.locator(f'[data-testid="{testid}"]').filter(has_text=label).locator('[data-baseweb="select"]').click()
-    page.get_by_role("option", name=option, exact=True).click()
+    """Pick `option` in the select / multiselect widget labelled `label` (Streamlit's react-aria combobox: a
+    pointer-down on its input opens the list of role=option items)."""
+    widget = page.locator(f'[data-testid="{testid}"]').filter(has_text=label).first
+    widget.locator("input").first.click()
+    page.get_by_role("option", name=option, exact=True).first.click()
     page.keyboard.press("Escape")
 
 
