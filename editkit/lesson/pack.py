@@ -44,7 +44,9 @@ def editkit_version() -> str:
         out = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"], capture_output=True,
                              text=True, timeout=10)
         if out.returncode == 0 and out.stdout.strip():
-            return f"git {out.stdout.strip()}"
+            dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", "editkit"],
+                                   capture_output=True, text=True, timeout=10).stdout.strip()
+            return f"git {out.stdout.strip()}" + (" with local changes to editkit/" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         pass
     return "unknown"
