@@ -111,7 +111,8 @@ def ask(pack, fid: str, n: int, question: str, widgets, grade, target: int | Non
     st.markdown(f"**Your prediction first.** {question}")
     done = answers().get(key)
     if done is None:
-        with st.form(f"lesson_form_{n}_{fid}"):
+        box = st.empty()  # the form goes once the answer is in
+        with box.form(f"lesson_form_{n}_{fid}"):
             answer = widgets()
             c1, c2 = st.columns([1, 3])
             check = c1.form_submit_button("Check my answer", type="primary")
@@ -129,6 +130,8 @@ def ask(pack, fid: str, n: int, question: str, widgets, grade, target: int | Non
                     ui.log.warning("could not record an answer for the class view", exc_info=True)
         elif skip:
             done = answers()[key] = {"grade": None, "row": None}
+        if done is not None:
+            box.empty()
     if done is None:
         return None
     g = done["grade"]
@@ -830,7 +833,7 @@ def add_fact_form(pack) -> None:
 
 
 # --- the page -----------------------------------------------------------------------------------------------
-def sidebar(pack) -> str | None:
+def sidebar(pack) -> tuple[str | None, object]:
     with st.sidebar:
         st.markdown("### Lesson pack")
         m = pack.manifest
@@ -839,10 +842,16 @@ def sidebar(pack) -> str | None:
                    "results without computing.")
         ids = pack.fact_ids
         if not ids:
-            return None
+            return None, None
         if st.session_state.get("lesson_fact") not in ids:
             st.session_state.pop("lesson_fact", None)  # a pack without that fact (another pack served)
         fid = st.selectbox("Fact", ids, format_func=lambda f: fact_label(pack.fact(f)), key="lesson_fact")
+        return fid, st.container()  # the answers are drawn after the step (which may add one)
+
+
+def my_answers(where) -> None:
+    """The student's answers so far, with the downloads (sidebar)."""
+    with where:
         mine = [a["row"] for a in answers().values() if a.get("row")]
         st.markdown(f"### Your answers ({len(mine)})")
         if mine:
@@ -854,7 +863,6 @@ def sidebar(pack) -> str | None:
                                key="lesson_dl_csv")
             c2.download_button("JSON", classroom.to_json(mine), "my-lesson-answers.json", "application/json",
                                key="lesson_dl_json")
-        return fid
 
 
 def _go(delta: int) -> None:
@@ -867,7 +875,7 @@ def main() -> None:
     except EditkitError as exc:
         st.error(f"No lesson pack to serve: {exc}")
         st.stop()
-    fid = sidebar(pack)
+    fid, answers_box = sidebar(pack)
     teacher = is_teacher()
     if fid is None:
         st.info("This pack has no facts yet.")
@@ -885,6 +893,7 @@ def main() -> None:
         c1, c2, _ = st.columns([1, 1, 6])
         c1.button("← Previous", key="lesson_prev", on_click=_go, args=(-1,), disabled=step == 1)
         c2.button("Next →", key="lesson_next", on_click=_go, args=(1,), disabled=step == len(STEPS))
+        my_answers(answers_box)
     if teacher:
         with ui.guard("teacher view"):
             teacher_view(pack)

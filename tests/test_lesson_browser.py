@@ -72,7 +72,11 @@ def choose(page, testid: str, label: str, option: str) -> None:
     widget = page.locator(f'[data-testid="{testid}"]').filter(has_text=label).first
     widget.locator("input").first.click()
     page.get_by_role("option", name=option, exact=True).first.click()
-    page.keyboard.press("Escape")
+    if testid == "stMultiSelect":  # its list stays open: close it by a click elsewhere (Escape would clear the
+        page.get_by_role("heading", name=re.compile(r"^Step \d+\. ")).first.click()  # combobox's input)
+    expect = option if testid == "stSelectbox" else None
+    if expect is not None:
+        playwright_api.expect(widget).to_contain_text(expect)
 
 
 def give(page, spec, value, labels: dict) -> None:
