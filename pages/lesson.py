@@ -17,7 +17,19 @@ from editkit.errors import EditkitError
 from editkit.figures import lesson as figs
 from editkit.lesson import classroom, compute, grading
 from editkit.lesson import pack as packs
-from pages import learn, ui
+
+try:
+    from pages import ui  # first: its import leaves Streamlit's legacy page mode on a fresh server
+    from pages import learn
+except ImportError:
+    # Seen once on a fresh server, five students opening this page at the same moment: four sessions could
+    # not import pages.learn while the first was rerunning out of the legacy page mode. A rerun imports
+    # cleanly; after three tries the error is real and shown.
+    tries = st.session_state.get("_lesson_import_tries", 0)
+    if tries >= 3:
+        raise
+    st.session_state["_lesson_import_tries"] = tries + 1
+    st.rerun()
 
 STEPS = {1: "Next-token prediction and the logit lens", 2: "Causal tracing: which state carries the fact?",
          3: "MLP or attention? Windows and severing", 4: "FFN memories at the traced peak",
