@@ -3,9 +3,9 @@
 Run with `streamlit run app.py`. This file is the home page and the navigation; each other view is a file in
 pages/ that calls the editkit library.
 """
-import plotly.graph_objects as go
 import streamlit as st
 
+from editkit.figures.lens import logit_lens_figure
 from editkit.text import logit_lens, top_k
 from pages import ui
 
@@ -16,7 +16,7 @@ def home():
     st.title("editkit")
     st.write(
         "Find where a language model stores a fact, look inside its feed-forward memories, and rewrite the fact "
-        "with ROME, MEMIT or PMET while watching the side effects. Pick a model in the sidebar; the embedded "
+        f"with {ui.method_list('or')} while watching the side effects. Pick a model in the sidebar; the embedded "
         "Gemma 3 270M works offline."
     )
     lm = ui.model_picker()
@@ -58,20 +58,7 @@ def show_prediction(r: dict) -> None:
         st.dataframe([{"token": repr(p["token"]), "probability": round(p["prob"], 4)} for p in r["preds"]],
                      hide_index=True, width="stretch")
     with right:
-        lens = r["lens"]
-        layers = lens["layers"]
-        probs = [[t["prob"] for t in row] for row in layers]
-        text = [[t["token"] for t in row] for row in layers]
-        fig = go.Figure(go.Heatmap(
-            z=probs, text=text, texttemplate="%{text}", colorscale="Blues", zmin=0, zmax=1,
-            x=[f"#{i + 1}" for i in range(r["k"])], y=[f"L{l}" for l in range(len(layers))],
-            hovertemplate="layer %{y}, rank %{x}<br>%{text}: p=%{z:.3f}<extra></extra>",
-            colorbar={"title": "p"},
-        ))
-        fig.update_layout(title=f"Logit lens at the last token ({lens['tokens'][-1]!r})",
-                          xaxis_title="rank", yaxis_title="layer", height=120 + 26 * len(layers),
-                          margin={"t": 40, "b": 30})
-        st.plotly_chart(fig, width="stretch")
+        st.plotly_chart(logit_lens_figure(r["lens"], r["k"]), width="stretch")
 
 
 PAGES = [

@@ -24,7 +24,6 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from editkit import corpus  # noqa: E402
-from editkit.hooks import Hooks  # noqa: E402
 from editkit.memories.inspect import value_vectors  # noqa: E402
 from editkit.models import load_model  # noqa: E402
 from editkit.sites import Site  # noqa: E402
@@ -37,9 +36,8 @@ def coefficients(lm, layers: list[int], n_tokens: int):
     ms = {l: [] for l in layers}
     nexts = []
     for chunk in corpus.token_chunks(lm.tok, n_tokens, 128):
-        with Hooks(lm) as hooks:
-            got = hooks.capture({str(l): Site("mlp_key", l) for l in layers})
-            lm.runner.forward(input_ids=torch.tensor([chunk], device=lm.device))
+        got = lm.runner.read({str(l): Site("mlp_key", l) for l in layers},
+                             input_ids=torch.tensor([chunk], device=lm.device))
         keep = [j for j in range(len(chunk) - 1) if chunk[j] != bos]
         for l in layers:
             ms[l].append(got[str(l)][0, keep].float().cpu())
@@ -59,7 +57,7 @@ def layer_report(lm, layer: int, M: torch.Tensor, nexts: torch.Tensor, memories:
     sign = torch.sign(Ms[strongest, torch.arange(len(memories))])
     for trigger, pos, s in (("max m", top.indices, torch.ones(len(memories))), ("max |m|, signed", strongest, sign)):
         for norm in (False, True):
-            logits = lm.adapter.unembed((V * s[:, None].to(V.dtype)).to(lm.device), norm=norm).float().cpu()
+            logits = lm.runner.logits((V * s[:, None].to(V.dtype)).to(lm.device), norm=norm).cpu()
             w = nexts[pos]
             ranks = ((logits > logits.gather(1, w.view(-1, 1))).sum(-1) + 1).numpy()
             out[f"{trigger}, {'final norm' if norm else 'E v'}"] = {

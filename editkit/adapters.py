@@ -228,16 +228,6 @@ class Adapter:
             raise EditkitError(f"{type(norm).__name__} exposes no eps; declare it in editkit/adapters.py")
         return self.family.norm_offset + norm.weight.detach(), float(eps)
 
-    # --- vocabulary projection -----------------------------------------------------------------------------
-    def unembed(self, h: torch.Tensor, norm: bool = True) -> torch.Tensor:
-        """Logits of residual vectors h (..., d_model): lm_head(final_norm(h)), with Gemma 2's softcap.
-        `norm=False` for vectors already through the final norm (an HF body's last_hidden_state)."""
-        x = self.final_norm(h) if norm else h
-        logits = self.unembed_module(x)
-        if self.final_softcap:
-            logits = torch.tanh(logits / self.final_softcap) * self.final_softcap
-        return logits
-
     def describe(self) -> dict:
         n_params = sum(p.numel() for p in self.model.parameters())
         return {

@@ -32,6 +32,20 @@ def add_model_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
+def add_ray_arg(parser: argparse.ArgumentParser) -> None:
+    """--ray [ADDRESS|local:N]: fan the command's independent work out on a Ray cluster (editkit/cluster.py)."""
+    parser.add_argument("--ray", nargs="?", const="auto", default=None, metavar="ADDRESS|local:N",
+                        help="run on a Ray cluster: host:port of its head, local:N (start one here with N worker "
+                             "CPUs), or nothing (the cluster `ray start --head` started here, or $RAY_ADDRESS)")
+
+
+def ray_backend(args):
+    """The cluster.Backend that --ray names (in process without it)."""
+    from .cluster import parse_backend
+
+    return parse_backend(getattr(args, "ray", None))
+
+
 def load(args):
     from .models import load_model
 

@@ -1,6 +1,6 @@
 """The shipped text corpus: WikiText-2 (CC BY-SA 3.0, Merity et al. 2016; see assets/data/PROVENANCE.md).
 
-Used for second-moment statistics C = E[k k^T] (ROME/MEMIT/PMET) and for FFN key trigger examples (Geva et al.).
+Used for second-moment statistics C = E[k k^T] (every editing method) and for FFN key trigger examples (Geva et al.).
 The files are in WikiText's tokenized form; `detokenize` undoes it (" @-@ " -> "-", " , " -> ", " ...).
 """
 from __future__ import annotations

@@ -28,7 +28,8 @@ def known_facts() -> tuple[dict, ...]:
 def predicted_facts(lm, n: int | None = None, batch_size: int = 32, progress=None) -> list[dict]:
     """Known facts whose greedy next token is the first token of " " + attribute, cached per model.
 
-    Each returned fact gains `answer` (the predicted token string) and `answer_id`.
+    Each returned fact gains `answer` (the predicted token string) and `answer_id`. `progress(fraction, message)`
+    follows the first computation.
     """
     kept = FACTS.get_or_build(FACTS.path(model_key(lm)), lambda: _predicted(lm, batch_size, progress))
     return kept[:n] if n else kept
@@ -42,11 +43,12 @@ def _predicted(lm, batch_size, progress) -> list[dict]:
         enc = encode(lm, [f["prompt"] for f in batch])
         last = enc["attention_mask"].sum(1) - 1
         h = lm.runner.hidden(**enc)
-        top = lm.adapter.unembed(h[torch.arange(len(batch)), last], norm=False).argmax(-1).tolist()
+        top = lm.runner.logits(h[torch.arange(len(batch)), last], norm=False).argmax(-1).tolist()
         for fact, token_id in zip(batch, top):
             target = lm.tok(" " + fact["attribute"].strip(), add_special_tokens=False)["input_ids"]
             if target and target[0] == token_id:
                 kept.append({**fact, "answer": lm.tok.decode([token_id]), "answer_id": token_id})
+        done = min(start + batch_size, len(facts))
         if progress:
-            progress(min(start + batch_size, len(facts)) / len(facts))
+            progress(done / len(facts), f"known facts: {done}/{len(facts)} predicted")
     return kept

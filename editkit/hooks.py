@@ -5,8 +5,11 @@
         hooks.set(site("resid_post", 5), lambda h: h * 0)            # overwrite a site's tensor
         hooks.patch(site("mlp_out", 2), positions=[4], values=v, rows=slice(1, None))
         hooks.capture({"x": some_module}, what="input")               # ... or plain modules
-        lm.model(input_ids)
+        lm.runner.forward(input_ids=ids)
     cache["mlp_out.3"]  # the tensor the MLP returned
+
+A read (and overwrite) paired with one run is `runner.read(sites, edit=..., **inputs)` (editkit/runner.py); a Hooks
+block of its own is for what spans several calls (the tracing engine's block steps, weights.applied).
 
 HF modules return either a tensor or a tuple whose first element is the hidden state (attention modules
 return (output, weights)); editkit always works on that first tensor and packs the rest back unchanged.
@@ -136,10 +139,6 @@ class Hooks:
     def set_output(self, module, fn) -> None:
         """Replace the module's output tensor h by fn(h)."""
         self.set(module, fn, "output")
-
-    def set_input(self, module, fn) -> None:
-        """Replace the module's first input x by fn(x)."""
-        self.set(module, fn, "input")
 
     def patch(self, where, positions, values, rows=slice(None), what: str = "output") -> None:
         """Overwrite tensor[rows, positions] with values (broadcast over rows)."""

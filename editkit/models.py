@@ -89,9 +89,16 @@ def load_model(name: str = DEFAULT_MODEL, device: str | None = None, trust_remot
     model = model.to(device=dev, dtype=torch.float32).eval()
     for p in model.parameters():
         p.requires_grad_(False)
-    if tok.pad_token is None:
-        tok.pad_token = tok.eos_token
+    _pad_convention(tok)
     return LM(name=name, model=model, tok=SerialTokenizer(tok), adapter=adapter_for(model))
+
+
+def _pad_convention(tok) -> None:
+    """Give every tokenizer a pad id at load, so no caller needs a fallback: its own pad token, else its end-of-text
+    token, else token 0. Padded positions are masked out (and a generation pads only rows that have ended), so which
+    id fills them changes no number."""
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token if tok.eos_token is not None else tok.convert_ids_to_tokens(0)
 
 
 class SerialTokenizer:

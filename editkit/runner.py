@@ -8,6 +8,8 @@
     h = run.run_blocks(h, start=6, calls=out.calls, kv=prefix)   # blocks 6.. on given residuals
     h = run.step(h, 6, calls, kv=(keys, values))                  # block 6 alone, with per-row keys/values
     lp = run.answer_logprob(h[:, -1], answer_id)                  # log p(answer) = z_a - logsumexp(z), batched
+    z = run.logits(h, norm=True)                                  # W_U final_norm(h) (+ softcap): the vocabulary
+    texts = run.complete(prompts, Decoding.sampled(40, seed=0))   # continuations (greedy or seeded top-k)
 
 - `read` is hooks and a run as one call: the tensors at the given sites (editkit/sites.py), the run stopped as soon
   as every one is read (or run to the end with `full=True`, keeping the final hidden state); `edit(hooks)` may
@@ -22,8 +24,11 @@
   and reads go through Hooks (editkit/hooks.py) as for a full forward.
 - `step` runs ONE block on its own, attending to per-row keys/values of that layer only (each row may continue a
   different earlier run): a caller can then step many partial runs layer by layer, adding rows as they start.
-- `logits` projects residuals to the vocabulary; `answer_logprob` walks the vocabulary in blocks for all rows at
-  once with an online logsumexp (`vocab_pass`: one read of the unembedding matrix in all, no (N, V) matrix).
+- `logits` is the one projection to the vocabulary (final norm, LM head with the weight this context sees, softcap);
+  `answer_logprob` walks the vocabulary in blocks for all rows at once with an online logsumexp (`vocab_pass`: one
+  read of the unembedding matrix in all, no (N, V) matrix).
+- `complete` continues prompts (greedy, or top-k sampled from a private seeded stream: `Decoding`), with the same
+  `edit(hooks)` as `read` for an intervention that must act during the generation.
 """
 from __future__ import annotations
 
@@ -37,6 +42,49 @@ from .sites import parse
 
 UNEMBED_ROWS = 512  # rows per unembedding chunk: (512 x d) @ (d x V) reads the matrix once per 512 rows
 VOCAB_BLOCK = 4096  # vocabulary tokens per block of the online logsumexp (vocab_pass): the block's logits stay in cache
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """How `Runner.complete` continues prompts: greedy (top_k None), or top-k sampling from a private random stream
+    seeded with `seed` (SeededTopK); at most `new_tokens` new tokens, and no end-of-text before `min_new_tokens`."""
+
+    new_tokens: int
+    top_k: int | None = None
+    seed: int = 0
+    min_new_tokens: int = 0
+
+    def __post_init__(self):
+        if not isinstance(self.new_tokens, int) or self.new_tokens < 0:
+            raise EditkitError("the number of new tokens must be a non-negative integer")
+        if self.top_k is not None and (not isinstance(self.top_k, int) or self.top_k < 1):
+            raise EditkitError("top-k sampling needs k >= 1")
+
+    @classmethod
+    def greedy(cls, new_tokens: int) -> "Decoding":
+        return cls(new_tokens)
+
+    @classmethod
+    def sampled(cls, new_tokens: int, seed: int = 0, top_k: int = 5, min_new_tokens: int = 0) -> "Decoding":
+        return cls(new_tokens, top_k, seed, min_new_tokens)
+
+
+class SeededTopK:
+    """Top-k sampling as a greedy step, with a private random stream: argmax_x (log p_k(x) + g_x), g_x ~ Gumbel(0, 1),
+    is a sample from p_k, the softmax restricted to the k most likely tokens (the Gumbel-max trick). The noise comes
+    from this call's own torch.Generator, never from torch's global generator, which every thread of a served app
+    shares: two sessions sampling at once with the same seed each get exactly their single-threaded text."""
+
+    def __init__(self, k: int, seed: int):
+        self.k = k
+        self.gen = torch.Generator(device="cpu").manual_seed(int(seed))
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        scores = scores.float()
+        kth = scores.topk(min(self.k, scores.shape[-1]), dim=-1).values[..., -1:]
+        logp = scores.masked_fill(scores < kth, float("-inf")).log_softmax(-1)
+        u = torch.rand(scores.shape, generator=self.gen).clamp_(min=1e-20, max=1 - 1e-7).to(scores.device)
+        return logp - torch.log(-torch.log(u))
 
 
 class Stop(Exception):
@@ -176,19 +224,19 @@ class Runner:
                                 then=None if full else (lambda cache: _stop_when(len(cache) >= n)))
             try:
                 out = self.forward(**inputs)
-                hidden = out.hidden
             except Stop:
-                hidden = None
+                out = Output(None)
         missing = [name for name in (sites if isinstance(sites, dict) else [parse(s).name for s in sites])
                    if name not in got]
         if missing:
             raise EditkitError(f"the run never reached {', '.join(missing)}")
-        return Reading(got, hidden)
+        return Reading(got, out.hidden, out.kv, out.calls)
 
-    def full_logits(self, **inputs) -> torch.Tensor:
+    def full_logits(self, *, edit=None, **inputs) -> torch.Tensor:
         """Logits (B, T, V) of a whole run on `inputs` (forward's arguments), float32, as the model's own head
-        computes them from the final-normed state."""
-        return self.logits(self.forward(**inputs).hidden, norm=False)
+        computes them from the final-normed state; `edit(hooks)` as in `read` (a patched run's logits)."""
+        out = self.forward(**inputs) if edit is None else self.read({}, full=True, edit=edit, **inputs)
+        return self.logits(out.hidden, norm=False)
 
     def run_until(self, site, **inputs) -> None:
         """Run the body only until `site` is computed; the caller's Hooks read what they need on the way."""
@@ -197,6 +245,32 @@ class Runner:
     def hidden(self, **inputs) -> torch.Tensor:
         """The final-normed last hidden state of a full run."""
         return self.forward(**inputs).hidden
+
+    @torch.no_grad()
+    def complete(self, prompts, decoding: Decoding, *, edit=None) -> "Generated":
+        """The new text of each continuation of `prompts`: a string or a list of strings (tokenized with the model's
+        special tokens, left-padded so every row ends at its prompt), or a batch dict with input_ids and
+        attention_mask. Decoded with Hugging Face's generation loop, so the model's own cache and end-of-text
+        tokens apply; `edit(hooks)` registers overwrites for the whole generation, as in `read`. Returns a list of
+        str with `.ids`, the new token ids (B, n), rows that ended early padded with the pad id."""
+        from transformers import LogitsProcessorList
+
+        from .text import encode
+
+        batch = encode(self.lm, prompts, pad_side="left") if isinstance(prompts, (str, list, tuple)) else prompts
+        ids, mask = batch["input_ids"], batch.get("attention_mask")
+        if decoding.new_tokens == 0:
+            return Generated([""] * ids.shape[0], ids[:, :0])
+        sampler = [SeededTopK(decoding.top_k, decoding.seed)] if decoding.top_k is not None else []
+        with Hooks(self.lm) as hooks:
+            if edit is not None:
+                edit(hooks)
+            out = self.lm.model.generate(
+                input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=decoding.new_tokens,
+                min_new_tokens=decoding.min_new_tokens, logits_processor=LogitsProcessorList(sampler),
+                pad_token_id=self.lm.tok.pad_token_id, top_k=None, top_p=None, temperature=None)
+        new = out[:, ids.shape[1]:]
+        return Generated(self.lm.tok.batch_decode(new, skip_special_tokens=True), new)
 
     # --- block-level runs --------------------------------------------------------------------------------------
     def run_blocks(self, h: torch.Tensor, start: int, calls: list, kv: KV | None = None,
@@ -246,9 +320,21 @@ class Runner:
 
     # --- the vocabulary ----------------------------------------------------------------------------------------
     def logits(self, h: torch.Tensor, norm: bool = True) -> torch.Tensor:
-        """Logits (float32; float64 for a float64 model) of residuals h (..., d): lm_head(final_norm(h)) with any
-        softcap; norm=False for states already through the final norm (a forward's `hidden`)."""
-        return _at_least_f32(self.adapter.unembed(h, norm=norm))
+        """Logits (float32; float64 for a float64 model) of residuals h (..., d): z = W_U final_norm(h) + b, with
+        Gemma 2's softcap cap * tanh(z / cap); norm=False for states already through the final norm (a forward's
+        `hidden`). The head's weight is the one this context sees (weights.current), so an applied edit of the
+        unembedding counts; gradients flow to h. An LM head that is not a plain linear map is called as a module."""
+        a = self.adapter
+        x = a.final_norm(h) if norm else h
+        head = a.unembed_module
+        if isinstance(head, torch.nn.Linear):
+            W, bias = self._head_weight()
+            z = torch.nn.functional.linear(x, W, bias)
+        else:
+            z = head(x)
+        if a.final_softcap:
+            z = torch.tanh(z / a.final_softcap) * a.final_softcap
+        return _at_least_f32(z)
 
     def answer_logprob(self, h: torch.Tensor, answer_id, norm: bool = True, block: int = VOCAB_BLOCK,
                        rows: int = 4096) -> torch.Tensor:
@@ -311,11 +397,21 @@ def _stop_when(done: bool) -> None:
 
 
 class Reading(dict):
-    """Site name -> tensor read by Runner.read; `hidden` is the final-normed state when the run went to the end."""
+    """Site name -> tensor read by Runner.read; `hidden` is the final-normed state when the run went to the end, and
+    `kv` / `calls` what forward's keep_kv / calls asked for (None otherwise)."""
 
-    def __init__(self, values: dict, hidden: torch.Tensor | None = None):
+    def __init__(self, values: dict, hidden: torch.Tensor | None = None, kv: KV | None = None,
+                 calls: list | None = None):
         super().__init__(values)
-        self.hidden = hidden
+        self.hidden, self.kv, self.calls = hidden, kv, calls
+
+
+class Generated(list):
+    """The new text of each row generated by Runner.complete; `ids` holds their token ids (B, n)."""
+
+    def __init__(self, texts: list[str], ids: torch.Tensor):
+        super().__init__(texts)
+        self.ids = ids
 
 
 def vocab_pass(x: torch.Tensor, W: torch.Tensor, b: torch.Tensor | None = None, cap: float | None = None,

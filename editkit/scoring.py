@@ -70,8 +70,7 @@ def _score_batch(lm, prompts, targets):
         rows.append(p_ids + t_ids)
         spans.append((len(p_ids), len(t_ids)))
     width = max(len(r) for r in rows)
-    pad = tok.pad_token_id if tok.pad_token_id is not None else 0
-    ids = torch.full((len(rows), width), pad, dtype=torch.long)
+    ids = torch.full((len(rows), width), tok.pad_token_id, dtype=torch.long)
     mask = torch.zeros_like(ids)
     for i, r in enumerate(rows):
         ids[i, : len(r)] = torch.tensor(r)
@@ -81,7 +80,7 @@ def _score_batch(lm, prompts, targets):
     scores = []
     for i, (n_p, n_t) in enumerate(spans):
         pos = torch.arange(n_p - 1, n_p + n_t - 1, device=ids.device)
-        logits = lm.adapter.unembed(h[i, pos], norm=False).float()
+        logits = lm.runner.logits(h[i, pos], norm=False)
         logp = torch.log_softmax(logits, -1)
         tgt = ids[i, n_p: n_p + n_t]
         tok_lp = logp.gather(1, tgt[:, None])[:, 0]

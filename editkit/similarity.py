@@ -5,7 +5,7 @@ For each fact prompt, at its LAST real token and every layer l, compare the stat
 state leaving it:
 - cosine similarity  cos(x, y) = x·y / (|x| |y|);
 - Jaccard similarity of their top-k vocabulary tokens (PMET Eq. 7, k = 50):  J = |T(x) ∩ T(y)| / |T(x) ∪ T(y)|,
-  with T(h) = top-k ids of the logit lens  W_U · final_norm(h)  (`adapter.unembed(h, norm=True)`; the paper only
+  with T(h) = top-k ids of the logit lens  W_U · final_norm(h)  (`runner.logits(h, norm=True)`; the paper only
   says "mapping to vocabulary": with its Eq. 1 this is the natural reading).
 
 Which states (mode="residual", the default; PMET compares "the hidden states before and after" each component,
@@ -39,7 +39,6 @@ import torch
 
 from .weights import model_key
 from .errors import EditkitError
-from .hooks import Hooks
 from .sites import layers
 from .cache import Store, read_json
 from .text import encode
@@ -119,9 +118,7 @@ def capture_states(lm, prompts: list[str]) -> dict[str, torch.Tensor]:
     rows = torch.arange(len(prompts), device=batch["input_ids"].device)
     last = batch["attention_mask"].sum(1) - 1
     kinds = {"h_in": "resid_pre", "attn": "attn_write", "mlp": "mlp_write", "h_out": "resid_post"}
-    with Hooks(lm) as hooks:
-        got = hooks.capture([s for kind in kinds.values() for s in layers(kind, L)])
-        lm.runner.forward(**batch)
+    got = lm.runner.read([s for kind in kinds.values() for s in layers(kind, L)], **batch)
 
     def stack(kind):
         return torch.stack([got[f"{kind}.{l}"][rows, last] for l in range(L)], 1).float()
@@ -146,7 +143,7 @@ def top_ids(lm, h: torch.Tensor, k: int = TOP_K, chunk: int = 128) -> torch.Tens
     """Top-k token ids of the logit lens of each vector in h (..., d) -> (..., k)."""
     flat = h.reshape(-1, h.shape[-1])
     dtype = next(lm.model.parameters()).dtype
-    out = [lm.adapter.unembed(flat[i:i + chunk].to(dtype)).topk(k, dim=-1).indices.cpu()
+    out = [lm.runner.logits(flat[i:i + chunk].to(dtype)).topk(k, dim=-1).indices.cpu()
            for i in range(0, flat.shape[0], chunk)]
     return torch.cat(out).reshape(*h.shape[:-1], k)
 
@@ -212,12 +209,13 @@ def cache_path(model: str, facts: str, n: int, mode: str, prompts: list[str], k:
 
 
 def similarity(lm, n: int = DEFAULT_N, facts: str = "known", prompts: list[str] | None = None,
-               mode: str = "residual", k: int = TOP_K, batch_size: int = 16, use_cache: bool = True,
+               mode: str = "residual", k: int = TOP_K, batch_size: int = 16, cache: bool = True,
                progress=None) -> SimilarityResult:
     """PMET Fig. 2 curves for `lm` over n prompts (default: the first n known facts the model predicts).
 
-    `prompts` overrides the fact set (facts is then reported as "custom"). `progress(fraction)` is called after
-    each batch. Cached on disk; a cached result comes back with cached=True.
+    `prompts` overrides the fact set (facts is then reported as "custom"). `progress(fraction, message)` is called
+    after each batch. Cached on disk; a cached result comes back with cached=True, and cache=False neither reads nor
+    writes the cache.
     """
     if mode not in MODES:
         raise EditkitError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
@@ -235,11 +233,11 @@ def similarity(lm, n: int = DEFAULT_N, facts: str = "known", prompts: list[str] 
         prompts = fact_prompts(lm, facts, n)
     n = len(prompts)
     path, digest = cache_path(model_key(lm), facts, n, mode, prompts, k)
-    result = STORE.get(path, lambda p: SimilarityResult.from_dict(read_json(p))) if use_cache else None
+    result = STORE.get(path, lambda p: SimilarityResult.from_dict(read_json(p))) if cache else None
     if result is not None:
         result.cached = True
         if progress:
-            progress(1.0)
+            progress(1.0, "from the cache")
         return result
     t0 = time.perf_counter()
     parts: dict[str, list[torch.Tensor]] = {m: [] for m in METRICS}
@@ -248,7 +246,8 @@ def similarity(lm, n: int = DEFAULT_N, facts: str = "known", prompts: list[str] 
         for m in METRICS:
             parts[m].append(values[m])
         if progress:
-            progress(min(start + batch_size, n) / n)
+            done = min(start + batch_size, n)
+            progress(done / n, f"{done}/{n} prompts")
     values = {m: torch.cat(parts[m]) for m in METRICS}
     a = lm.adapter
     result = SimilarityResult(
@@ -260,6 +259,6 @@ def similarity(lm, n: int = DEFAULT_N, facts: str = "known", prompts: list[str] 
         mhsa_jaccard=band(values["mhsa_jaccard"], 0, 1), ffn_jaccard=band(values["ffn_jaccard"], 0, 1),
         seconds=round(time.perf_counter() - t0, 2), prompts_sha1=digest, prompts=prompts,
     )
-    if use_cache:
+    if cache:
         STORE.put(path, result.to_dict())
     return result

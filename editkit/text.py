@@ -1,5 +1,5 @@
-"""Text utilities: tokenizing prompts, locating a subject's tokens, next-token predictions, greedy
-generation, and the logit lens."""
+"""Text utilities: tokenizing prompts, locating a subject's tokens, next-token predictions, continuations of one
+prompt (greedy or sampled, through runner.complete), and the logit lens."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
@@ -7,10 +7,9 @@ from dataclasses import asdict, dataclass
 import torch
 
 from .errors import EditkitError
-from .hooks import Hooks
 from .limits import limits
+from .runner import Decoding
 from .sites import layers
-
 
 
 def check_prompt(lm, prompt: str, max_tokens: int | None = None) -> None:
@@ -96,12 +95,11 @@ class Prediction:
 
 @torch.no_grad()
 def last_logits(lm, prompts: list[str] | str) -> torch.Tensor:
-    """Logits at each prompt's last real token, (batch, vocab), computing the unembedding only there."""
+    """Logits at each prompt's last real token, (batch, vocab), projecting only there."""
     batch = encode(lm, prompts)
     last = batch["attention_mask"].sum(1) - 1
     h = lm.runner.hidden(**batch)  # already through the final norm
-    h_last = h[torch.arange(h.shape[0], device=h.device), last]
-    return lm.adapter.unembed(h_last, norm=False).float()
+    return lm.runner.logits(h[torch.arange(h.shape[0], device=h.device), last], norm=False)
 
 
 def top_k(lm, prompt: str, k: int = 5) -> list[Prediction]:
@@ -114,66 +112,35 @@ def top_k(lm, prompt: str, k: int = 5) -> list[Prediction]:
     return [Prediction(lm.tok.decode([t]), int(t), float(q), float(logits[t])) for q, t in zip(p, i)]
 
 
-@torch.no_grad()
-def generate(lm, prompt: str, max_new_tokens: int = 20) -> str:
+def greedy(lm, prompt: str, max_new_tokens: int = 20) -> str:
     """Greedy continuation of `prompt` (the new text only)."""
     check_prompt(lm, prompt)
-    batch = encode(lm, prompt)
-    out = lm.model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=False,
-                            pad_token_id=lm.tok.pad_token_id)
-    return lm.tok.decode(out[0, batch["input_ids"].shape[1]:], skip_special_tokens=True)
+    return lm.runner.complete(prompt, Decoding.greedy(max_new_tokens))[0]
 
 
-class _SeededTopK:
-    """Top-k sampling as a greedy step, with a private random stream: argmax_x (log p_k(x) + g_x), g_x ~ Gumbel(0, 1),
-    is a sample from p_k, the softmax restricted to the k most likely tokens (the Gumbel-max trick). The noise comes
-    from this call's own torch.Generator, never from torch's global generator, which every thread of a served app
-    shares: two sessions sampling at once with the same seed each get exactly their single-threaded text."""
-
-    def __init__(self, k: int, seed: int):
-        self.k = k
-        self.gen = torch.Generator(device="cpu").manual_seed(int(seed))
-
-    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        scores = scores.float()
-        kth = scores.topk(min(self.k, scores.shape[-1]), dim=-1).values[..., -1:]
-        logp = scores.masked_fill(scores < kth, float("-inf")).log_softmax(-1)
-        u = torch.rand(scores.shape, generator=self.gen).clamp_(min=1e-20, max=1 - 1e-7).to(scores.device)
-        return logp - torch.log(-torch.log(u))
-
-
-@torch.no_grad()
 def sample(lm, prompt: str, max_new_tokens: int, seed: int = 0, top_k: int = 5, min_new_tokens: int = 0) -> str:
     """A top-k sampled continuation of `prompt` (the new text only), reproducible for a given seed also while other
-    threads sample (see _SeededTopK)."""
-    from transformers import LogitsProcessorList
-
-    batch = encode(lm, prompt)
-    pad = lm.tok.pad_token_id if lm.tok.pad_token_id is not None else lm.tok.eos_token_id
-    out = lm.model.generate(**batch, do_sample=False, max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens,
-                            logits_processor=LogitsProcessorList([_SeededTopK(top_k, seed)]), pad_token_id=pad)
-    return lm.tok.decode(out[0, batch["input_ids"].shape[1]:], skip_special_tokens=True)
+    threads sample (runner.SeededTopK)."""
+    return lm.runner.complete(prompt, Decoding.sampled(max_new_tokens, seed, top_k, min_new_tokens))[0]
 
 
 @torch.no_grad()
 def block_outputs(lm, prompt: str) -> tuple[torch.Tensor, torch.Tensor]:
     """Every block's output (layers, tokens, d_model) and the model's logits (tokens, vocab) for one prompt."""
     L = lm.adapter.n_layers
-    with Hooks(lm) as hooks:
-        cache = hooks.capture(layers("resid_post", L))
-        logits = lm.model(**encode(lm, prompt)).logits[0]
-    return torch.stack([cache[f"resid_post.{l}"][0] for l in range(L)]), logits
+    got = lm.runner.read(layers("resid_post", L), full=True, **encode(lm, prompt))
+    return torch.stack([got[f"resid_post.{l}"][0] for l in range(L)]), lm.runner.logits(got.hidden, norm=False)[0]
 
 
 @torch.no_grad()
 def logit_lens(lm, prompt: str, k: int = 5, position: int = -1) -> dict:
-    """Each layer's residual at `position` through the final norm and unembedding (nostalgebraist 2020).
+    """Each layer's residual at `position` through the final norm and W_U (nostalgebraist 2020).
 
     Returns tokens, and per layer the top-k tokens with probabilities; the last layer equals the model's output.
     """
     check_prompt(lm, prompt)
     hidden, _ = block_outputs(lm, prompt)
-    probs = torch.softmax(lm.adapter.unembed(hidden[:, position]).float(), -1)  # (layers, vocab)
+    probs = torch.softmax(lm.runner.logits(hidden[:, position]), -1)  # (layers, vocab)
     p, i = probs.topk(k, dim=-1)
     return {
         "tokens": token_strings(lm, prompt),

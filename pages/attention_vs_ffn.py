@@ -1,9 +1,9 @@
 """Attention vs FFN page: PMET's similarity curves (Li et al. 2023, Fig. 2) - how much each attention (MHSA) and
 feed-forward (FFN) sub-layer changes the last token's hidden state, layer by layer, averaged over known facts."""
 import pandas as pd
-import plotly.graph_objects as go
 import streamlit as st
 
+from editkit.figures.similarity import similarity_figure
 from editkit.similarity import DEFAULT_N, TOP_K, definition, similarity
 from pages import ui
 
@@ -54,30 +54,12 @@ if st.button("Compute similarity curves", type="primary", key="sim_compute"):
         def job(progress):
             with ui.session(lm):
                 return similarity(lm, n=int(n), facts=facts, mode=mode,
-                                  progress=lambda f: progress(f, f"{f:.0%} of the facts (cached on disk)"))
+                                  progress=lambda f, msg: progress(f, f"{f:.0%} of the facts (cached on disk)"))
 
         result = ui.run_job("similarity curves", job, facts=int(n))
         st.session_state["sim_result"] = result.to_dict()
 
 r = st.session_state.get("sim_result")
-
-
-def curves(r, metric: str, title: str, y_range):
-    fig = go.Figure()
-    x = [l + 1 for l in r["layers"]]  # layers counted from 1, as in PMET's figure
-    for comp, color, fill in (("mhsa", "#e76f51", "rgba(231,111,81,0.2)"), ("ffn", "#2a9d8f", "rgba(42,157,143,0.2)")):
-        m = r[f"{comp}_{metric}"]
-        fig.add_trace(go.Scatter(x=x, y=m["high"], mode="lines", line={"width": 0}, showlegend=False,
-                                 hoverinfo="skip"))
-        fig.add_trace(go.Scatter(x=x, y=m["low"], mode="lines", line={"width": 0}, fill="tonexty",
-                                 fillcolor=fill, showlegend=False, hoverinfo="skip"))
-        fig.add_trace(go.Scatter(x=x, y=m["mean"], mode="lines+markers", name=comp.upper(), line={"color": color},
-                                 customdata=list(zip(m["low"], m["high"])),
-                                 hovertemplate="layer %{x}: %{y:.3f} [%{customdata[0]:.3f}, %{customdata[1]:.3f}]"
-                                               "<extra>" + comp.upper() + "</extra>"))
-    fig.update_layout(title=title, xaxis_title="layer", yaxis_title=title.split(" (")[0], yaxis_range=y_range,
-                      height=380, margin={"t": 40, "b": 30}, legend={"orientation": "h", "y": -0.2})
-    return fig
 
 
 if r:
@@ -86,11 +68,11 @@ if r:
     st.caption(f"{r['definition']} Shaded: {r['interval']}.")
     left, right = st.columns(2)
     with left:
-        st.plotly_chart(curves(r, "cos", "Cosine similarity (input vs output)", None), width="stretch",
+        st.plotly_chart(similarity_figure(r, "cos", "Cosine similarity (input vs output)"), width="stretch",
                         key="sim_cos_chart")
     with right:
-        st.plotly_chart(curves(r, "jaccard", f"Top-{r['k']} Jaccard similarity (logit lens)", [0, 1]),
-                        width="stretch", key="sim_jac_chart")
+        title = f"Top-{r['k']} Jaccard similarity (logit lens)"
+        st.plotly_chart(similarity_figure(r, "jaccard", title, [0, 1]), width="stretch", key="sim_jac_chart")
     with st.expander("Numbers per layer"):
         st.dataframe(pd.DataFrame({
             "layer": [l + 1 for l in r["layers"]],

@@ -5,10 +5,11 @@ import json
 import pandas as pd
 import streamlit as st
 
+from editkit.cluster import Item
 from editkit.text import guess_subject
-from editkit.tracing import Tracer, parse_noise
+from editkit.tracing import Tracer, TraceSpec, parse_noise
 from editkit.tracing.aie import average_indirect_effect
-from editkit.tracing.figures import aie_figure, heatmap, severing_figure
+from editkit.figures.tracing import aie_figure, heatmap, severing_figure
 from pages import ui
 
 st.title("Causal tracing")
@@ -121,7 +122,7 @@ def trace_job(progress, tracer, kinds, panels) -> None:
     for i, kind in enumerate(kinds):
         bar = bars.get(kind)
 
-        def step(f, bar=bar, kind=kind, i=i):
+        def step(f, msg, bar=bar, kind=kind, i=i):
             progress((i + f) / (len(kinds) + 1), f"exact {kind} panel")  # a cancel stops here
             if bar:
                 bar.progress(min(f, 1.0), text=f"exact {kind} panel")
@@ -131,18 +132,19 @@ def trace_job(progress, tracer, kinds, panels) -> None:
         if bar:
             bar.empty()
     panels.header.empty()
-    new["sever"] = tracer.severing(progress=lambda f: progress((len(kinds) + f) / (len(kinds) + 1), "severing"))
+    new["sever"] = tracer.severing(
+        progress=lambda f, msg: progress((len(kinds) + f) / (len(kinds) + 1), "severing"))
 
 
 if submitted:
     with ui.guard("tracing"):
         subj = subject.strip() or guess_subject(prompt)
-        spec = parse_noise(noise, uniform=uniform, replace=replace)
+        spec = TraceSpec(prompt, subj, target.strip() or None, int(samples),
+                         parse_noise(noise, uniform=uniform, replace=replace), int(window), int(seed))
 
         def job(progress):
             with ui.session(lm):
-                tracer = Tracer(lm, prompt, subj, target.strip() or None, int(samples), spec, int(window),
-                                int(seed), cache=not recompute)
+                tracer = Tracer(lm, spec, cache=not recompute)
                 trace_job(progress, tracer, kinds, panels)
 
         ui.run_job("causal trace", job, cancel_label="Cancel trace", on_cancel=_cancel, samples=int(samples))
@@ -188,23 +190,20 @@ st.markdown(
 n_facts = st.number_input("Facts", 5, 500, 30, key="trace_aie_n")
 if st.button("Compute / show average effects", key="trace_aie_go"):
     with ui.guard("average indirect effect"):
-        def aie_job(progress):
-            with ui.session(lm):
-                return average_indirect_effect(lm, int(n_facts), progress=progress)
-
-        st.session_state["trace_aie"] = ui.run_job("average indirect effect", aie_job, facts=int(n_facts))
+        job = Item(average_indirect_effect, (int(n_facts),), progress=True)
+        st.session_state["trace_aie"] = ui.run_item("average indirect effect", lm, job, facts=int(n_facts))
 aie = st.session_state.get("trace_aie")
 if aie:
     for col, kind in zip(st.columns(3), ("hidden", "mlp", "attn")):
         col.plotly_chart(aie_figure(aie, kind), width="stretch", key=f"trace_aie_{kind}")
 
 
-# ---- does the traced layer edit best? (issue 15) ------------------------------------------------------------------
+# ---- does the traced layer edit best? (tracing localizes; editing elsewhere may work as well) -----------------------
 def layer_sweep_section(lm) -> None:
     """ROME at every layer for the traced fact, on the trace's layer axis (Hase et al. 2023)."""
     from editkit.editing.requests import EditRequest
     from editkit.errors import EditkitError
-    from editkit.evaluation.charts import layer_sweep_figure
+    from editkit.figures.side_effects import layer_sweep_figure
     from editkit.evaluation.layer_sweep import layer_sweep
 
     st.subheader("Does the traced layer edit best? Edit every layer")
@@ -240,12 +239,9 @@ def layer_sweep_section(lm) -> None:
             use = traced if same else None  # the trace above, when it is of this prompt and answer
             samples = int(st.session_state.get("trace_samples", 10))
 
-            def sweep_job(progress):
-                with ui.session(lm):
-                    return layer_sweep(lm, request, layers, trace_kind="mlp", samples=samples, trace_result=use,
-                                       progress=progress)
-
-            st.session_state["ls_out"] = ui.run_job("layer sweep", sweep_job, samples=samples)
+            job = Item(layer_sweep, (request, layers),
+                       {"trace_kind": "mlp", "samples": samples, "trace_result": use}, progress=True)
+            st.session_state["ls_out"] = ui.run_item("layer sweep", lm, job, samples=samples)
     out = st.session_state.get("ls_out")
     if out:
         st.plotly_chart(layer_sweep_figure(out), width="stretch", key="ls_fig")

@@ -1,16 +1,20 @@
-"""Edit & compare: one request (or a few), ROME, MEMIT and PMET on the same base weights, every side effect visible."""
+"""Edit & compare: one request (or a few), every registered editing method on the same base weights, every side
+effect visible."""
 import json
+from dataclasses import replace
 
 import pandas as pd
 import streamlit as st
 
+from editkit.cluster import Item
 from editkit.editing.defaults import load_hparams
-from editkit.editing.methods import all_methods
+from editkit.editing.methods import all_methods, get
 from editkit.editing.requests import EditRequest
-from editkit.evaluation import EvalRecord, load_eval_set, sequential
+from editkit.evaluation import EvalRecord, SequentialSpec, load_eval_set
+from editkit.evaluation.sequential import sequential_methods
 from editkit.evaluation.compare import compare_methods
 from editkit.figures import editing as figures
-from editkit.tracing import trace
+from editkit.tracing import TraceSpec, trace
 from pages import ui
 
 LABELS = {m.name: m.label for m in all_methods()}
@@ -18,10 +22,12 @@ LABELS = {m.name: m.label for m in all_methods()}
 st.title("Edit & compare")
 st.markdown(
     "Rewrite a fact with several locate-then-edit methods and compare what else changed. Each method turns the "
-    "request into a weight change ΔW of the feed-forward down-projections: ROME one layer with a rank-one update, "
-    "MEMIT and PMET several layers with a least-squares update that keeps other keys' outputs "
-    r"(ΔW = R Kᵀ (λC + K Kᵀ)⁻¹). Every method starts from the same base weights, and your edits exist only "
-    "inside your own computations: other users of this server never see them."
+    "request into a weight change ΔW of the feed-forward down-projections that keeps what other keys k output "
+    r"(C = E[k kᵀ] weighs them; MEMIT's least-squares update is ΔW = R Kᵀ (λC + K Kᵀ)⁻¹). How each method spreads "
+    "it over the layers:\n\n"
+    + "\n".join(f"- **{m.label}**: {m.spreading}" for m in all_methods())
+    + "\n\nEvery method starts from the same base weights, and your edits exist only inside your own computations: "
+    "other users of this server never see them."
 )
 lm = ui.model_picker()
 if lm is None:
@@ -107,12 +113,10 @@ if st.button("Edit and compare", type="primary", key="ec_run", disabled=not (rec
     with ui.guard("editing"):
         ui.refuse(hp_errors, methods)
 
-        def job(progress):  # every method starts from the same weights: base + this session's kept edits
-            with ui.session(lm):
-                return compare_methods(lm, methods, records, overrides, int(n_gen), int(gen_tokens), progress)
-
-        out, deltas = ui.run_job("edit and compare", job, batch=len(records),
-                                 new_tokens=int(gen_tokens) if int(n_gen) else None)
+        # every method starts from the same weights: base + this session's kept edits
+        job = Item(compare_methods, (methods, records, overrides, int(n_gen), int(gen_tokens)), progress=True)
+        out, deltas = ui.run_item("edit and compare", lm, job, batch=len(records),
+                                  new_tokens=int(gen_tokens) if int(n_gen) else None)
         st.session_state.update(ec_out=out, ec_deltas=deltas)
         st.session_state.pop("ec_traces", None)
 
@@ -190,9 +194,9 @@ def show_traces(out: dict) -> None:
                 traces = {}
                 for i, m in enumerate(m for m in out["methods"] if m in deltas):
                     with ui.session(lm, deltas[m]):
-                        r = trace(lm, req["prompt"].replace("{}", req["subject"]), req["subject"], req["target_new"],
-                                  kinds="hidden", samples=int(samples),
-                                  progress=lambda f, msg, i=i: progress((i + f) / len(deltas), msg))
+                        spec = TraceSpec(req["prompt"].replace("{}", req["subject"]), req["subject"],
+                                         req["target_new"], int(samples), kinds="hidden")
+                        r = trace(lm, spec, progress=lambda f, msg, i=i: progress((i + f) / len(deltas), msg))
                     traces[m] = r["hidden"].to_dict()
                 return traces
 
@@ -222,11 +226,12 @@ else:
     st.info("Enter a request, pick methods and press **Edit and compare**.")
 
 
-# ---- AlphaEdit's null space and lifelong editing (issue 14) ---------------------------------------------------------
+# ---- AlphaEdit's null space, and what hundreds of edits in a row do to each method ----------------------------------
 def spectrum_section(lm) -> None:
     """The eigenvalues of C = E[k kᵀ] at AlphaEdit's layers, and the null space its rule selects."""
-    from editkit.editing.spectrum import spectrum, spectrum_figure
-    from editkit.editing.stats import NULL_RULES
+    from editkit.editing.spectrum import spectrum
+    from editkit.figures.spectrum import spectrum_figure
+    from editkit.editing.nullspace import NULL_RULES
 
     st.subheader("Why AlphaEdit protects old knowledge: the spectrum of the key statistics")
     st.markdown(
@@ -259,7 +264,7 @@ def spectrum_section(lm) -> None:
 def lifelong_section(lm) -> None:
     """Lifelong editing: the shipped run's curves (500 edits), and a short run of your own."""
     from editkit.evaluation.lifelong import SHIPPED, final_table, load_results
-    from editkit.evaluation.lifelong_charts import lifelong_figure
+    from editkit.figures.lifelong import lifelong_figure
 
     st.subheader("Lifelong editing: hundreds of edits, one batch after another")
     st.markdown(
@@ -285,39 +290,28 @@ def lifelong_section(lm) -> None:
             ui.refuse(hp_errors, chosen)
             records = load_eval_set("counterfact", n)
 
-            def life_job(progress):
-                results = {}
-                with ui.session(lm):
-                    for i, m in enumerate(chosen):
-                        b = batch if get_method(m).batch else 1
-                        results[m] = sequential(
-                            lm, m, records, overrides.get(m), batch=b, eval_every=b * max(1, batch // b),
-                            sample=20, ppl_tokens=512, fluency_tokens=20,
-                            progress=lambda f, msg, i=i: progress((i + f) / len(chosen), msg))
-                return results
-
-            st.session_state["ec_life"] = ui.run_job("lifelong editing", life_job, sequential=n)
+            plans = {}
+            for m in chosen:
+                b = batch if get(m).batch else 1
+                plans[m] = (overrides.get(m), SequentialSpec(batch=b, eval_every=b * max(1, batch // b), sample=20,
+                                                             ppl_tokens=512, fluency_tokens=20))
+            job = Item(sequential_methods, (plans, records), progress=True)
+            st.session_state["ec_life"] = ui.run_item("lifelong editing", lm, job, sequential=n)
     mine = st.session_state.get("ec_life")
     if mine:
         st.plotly_chart(lifelong_figure(mine), width="stretch", key="ec_life_fig")
         st.dataframe(pd.DataFrame(final_table(mine)), hide_index=True, width="stretch")
 
 
-def get_method(name):
-    from editkit.editing.methods import get
-
-    return get(name)
-
-
 spectrum_section(lm)
 lifelong_section(lm)
 
 
-# ---- side effects: why neighbours move, and what another setting would do (issue 15) ------------------------------
+# ---- side effects: why neighbours move, and what another setting would do -------------------------------------------
 def bleed_section(lm, records, overrides) -> None:
     """The bleed map of the first request: measured rise of P(new) on other subjects vs the update's share."""
     from editkit.evaluation.bleed import bleed_map
-    from editkit.evaluation.charts import bleed_figure
+    from editkit.figures.side_effects import bleed_figure
 
     st.subheader("Why did neighbours move? The bleed map")
     st.markdown(
@@ -339,22 +333,24 @@ def bleed_section(lm, records, overrides) -> None:
         with ui.guard("bleed map"):
             ui.refuse(hp_errors, [method])
 
-            def bleed_job(progress):
-                with ui.session(lm):
-                    return bleed_map(lm, method, records[0].request, overrides.get(method),
-                                     relation=records[0].relation, n_facts=int(n_facts), progress=progress)
-
-            st.session_state["ec_bleed"] = ui.run_job("bleed map", bleed_job, facts=int(n_facts))
+            job = Item(bleed_map, (method, records[0].request, overrides.get(method)),
+                       {"relation": records[0].relation, "n_facts": int(n_facts)}, progress=True)
+            st.session_state["ec_bleed"] = ui.run_item("bleed map", lm, job, facts=int(n_facts))
     out = st.session_state.get("ec_bleed")
     if not out:
         return
     st.plotly_chart(bleed_figure(out), width="stretch", key="ec_bleed_fig")
     c = out["check"]
-    st.caption(f"Check: the predicted change ({out['formula']}) matches the measured change of the edited layer's "
-               f"output at every token to {c['max_error']:.1e} of the largest change.")
-    rows = [{"source": r["source"], "prompt": r["prompt"], "share s": round(r["share"], 3), "at token": r["token"],
+    if c is None:
+        st.caption(f"{out['method']} declares no prediction of its effect on other keys: the chart shows the "
+                   "measured rise only.")
+    else:
+        st.caption(f"Check: the predicted change ({out['formula']}) matches the measured change of the edited "
+                   f"layer's output at every token to {c['max_error']:.1e} of the largest change.")
+    rows = [{"source": r["source"], "prompt": r["prompt"],
+             "share s": None if r["share"] is None else round(r["share"], 3), "at token": r["token"],
              "P(new) before": round(r["p_new_before"], 3), "P(new) after": round(r["p_new_after"], 3)}
-            for r in sorted(out["rows"], key=lambda r: -abs(r["share"]))]
+            for r in sorted(out["rows"], key=lambda r: -abs(r["share"] or 0.0))]
     st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
 
 
@@ -383,8 +379,8 @@ def sweep_inputs():
 
 def sweep_section(lm) -> None:
     """A hyperparameter sweep on an evaluation set, drawn as the trade-off it is (Pareto chart)."""
-    from editkit.evaluation.charts import pareto_figure, sweep_table
-    from editkit.evaluation.sweep import sweep
+    from editkit.figures.side_effects import pareto_figure, sweep_table
+    from editkit.evaluation.sweep import SWEEP, sweep
 
     st.subheader("Tune the trade-off: a hyperparameter sweep")
     st.markdown(
@@ -403,11 +399,9 @@ def sweep_section(lm) -> None:
         with ui.guard("sweep"):
             ui.refuse(hp_errors, [method])
 
-            def sweep_job(progress):
-                with ui.session(lm):
-                    return sweep(lm, method, params, set_name=set_name, n=n, progress=progress)
-
-            st.session_state["ec_sweep"] = ui.run_job("sweep", sweep_job, facts=n)
+            job = Item(sweep, (method, params, replace(SWEEP, set_name=set_name, n=n)),
+                       {"hparams": overrides.get(method)}, progress=True)
+            st.session_state["ec_sweep"] = ui.run_item("sweep", lm, job, facts=n)
     out = st.session_state.get("ec_sweep")
     if out:
         st.plotly_chart(pareto_figure(out, ("efficacy", "generalization", "gen_efficacy")), width="stretch",

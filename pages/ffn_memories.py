@@ -1,9 +1,9 @@
 """FFN memories page: the key-value memories active at a token (Geva et al. 2021), their trigger examples,
 switching them off/on, and the paper's layer-level analyses."""
 import pandas as pd
-import plotly.graph_objects as go
 import streamlit as st
 
+from editkit.figures import memories as figures
 from editkit.memories import geva, triggers
 from editkit.memories import vocab
 from editkit.memories.inspect import memories_at
@@ -73,14 +73,7 @@ if view:
     mems = view["memories"]
     left, right = st.columns([2, 3])
     with left:
-        fig = go.Figure(go.Bar(
-            x=[m["contribution"] for m in mems][::-1], y=[m["label"] for m in mems][::-1], orientation="h",
-            marker_color=["#2a9d8f" if m["coefficient"] >= 0 else "#e76f51" for m in mems][::-1],
-            hovertemplate="%{y}: %{x:.3f}<extra></extra>",
-        ))
-        fig.update_layout(title="|m_i| · ||v_i|| (green m>0, red m<0)", height=120 + 24 * len(mems),
-                          margin={"t": 40, "b": 30})
-        st.plotly_chart(fig, width="stretch", key="mem_bars")
+        st.plotly_chart(figures.contributions_figure(mems), width="stretch", key="mem_bars")
     with right:
         st.dataframe(pd.DataFrame([{
             "memory": m["label"], "m_i": round(m["coefficient"], 3), "||v_i||": round(m["value_norm"], 3),
@@ -200,24 +193,10 @@ if st.button("Compute analyses", key="mem_geva_run"):
         st.session_state["mem_geva"] = g.to_dict()
 g = st.session_state.get("mem_geva")
 if g:
-    layers = list(range(len(g["agreement"])))
     c1, c2, c3 = st.columns(3)
-    fig = go.Figure(go.Bar(x=layers, y=g["agreement"], name="agreement"))
-    fig.add_trace(go.Scatter(x=layers, y=g["median_rank"], name="median rank", yaxis="y2", mode="lines+markers"))
-    fig.update_layout(title="Fig. 5: value top token = trigger's next token", xaxis_title="layer",
-                      yaxis={"title": "agreement rate"},
-                      yaxis2={"title": "rank of next token", "overlaying": "y", "side": "right", "type": "log"},
-                      legend={"orientation": "h"}, height=360)
-    c1.plotly_chart(fig, width="stretch", key="mem_fig5")
-    fig = go.Figure(go.Bar(x=layers, y=g["compositional"]))
-    fig.update_layout(title="Fig. 8: compositional FFN outputs", xaxis_title="layer", yaxis_title="share",
-                      yaxis_range=[0, 1], height=360)
-    c2.plotly_chart(fig, width="stretch", key="mem_fig8")
-    fig = go.Figure(go.Bar(x=layers, y=g["fixed_at"], name="fixed at l"))
-    fig.add_trace(go.Scatter(x=layers, y=g["fixed_by"], name="fixed by l", mode="lines+markers"))
-    fig.update_layout(title="Fig. 9: layer where the prediction is fixed", xaxis_title="layer",
-                      yaxis_title="share of positions", yaxis_range=[0, 1], legend={"orientation": "h"}, height=360)
-    c3.plotly_chart(fig, width="stretch", key="mem_fig9")
+    c1.plotly_chart(figures.agreement_figure(g), width="stretch", key="mem_fig5")
+    c2.plotly_chart(figures.composition_figure(g), width="stretch", key="mem_fig8")
+    c3.plotly_chart(figures.fixed_figure(g), width="stretch", key="mem_fig9")
     st.caption(f"{g['n_positions']} positions, {g['memories_per_layer']} memories per layer, "
                f"trigger index over {g['index']['n_tokens']:,} tokens; {g['corpus']}")
     st.caption(f"Chance level for Fig. 5: agreement 1/{a.vocab_size:,}, median rank {a.vocab_size // 2:,}. The "

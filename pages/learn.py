@@ -4,7 +4,7 @@ section in an expander beside the step it explains; nothing here needs a model. 
 """
 import streamlit as st
 
-from pages import ui  # noqa: F401  (importing it leaves Streamlit's legacy multipage mode: pages/ui.py)
+from pages import ui  # (importing it also leaves Streamlit's legacy multipage mode: pages/ui.py)
 
 
 def intro():
@@ -12,8 +12,8 @@ def intro():
         "Model editing changes one fact a language model knows (\"The Eiffel Tower is in Paris\" → \"... in "
         "Rome\") without retraining it and without disturbing the rest. The *locate-then-edit* methods in "
         "editkit work in two steps: first find **where** the fact is recalled (causal tracing), then rewrite "
-        "the weights of exactly that place, a feed-forward (FFN) layer, with a closed-form update (ROME, "
-        "MEMIT, PMET)."
+        "the weights of exactly that place, a feed-forward (FFN) layer, with a closed-form update "
+        f"({ui.method_list()})."
     )
 
 

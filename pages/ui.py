@@ -2,7 +2,8 @@
 Cancel) and the session's own edits. Pages stay thin: they gather inputs, call editkit, and draw the results.
 
 Every computation of a page runs inside `ui.session(lm)`: the edits this browser session kept (sidebar, "Your
-edits") are added to the weights for its own computations only; other sessions never see them.
+edits") are added to the weights for its own computations only; other sessions never see them. A long job that is
+one library call is a work item (`run_item`): with $EDITKIT_RAY set it runs on a Ray worker, with those edits.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import uuid
 
 import streamlit as st
 
-from editkit import isolation, jobs
+from editkit import cluster, isolation, jobs
 from editkit import weights
 from editkit.limits import limits
 from editkit.errors import Cancelled, EditkitError
@@ -155,6 +156,18 @@ def run_job(name: str, fn, cancel_label: str = "Cancel", on_cancel=None, **caps)
         box.empty()
 
 
+def run_item(name: str, lm, item: cluster.Item, cancel_label: str = "Cancel", on_cancel=None, **caps):
+    """Run a long computation described as a work item (editkit/cluster.py: a library function
+    fn(lm, *args, **kwargs, progress=...) and its arguments, progress=True) as this session's job (run_job: limits,
+    queue, progress bar, Cancel), with this session's kept edits. With $EDITKIT_RAY set (e.g. local:2 or the head's
+    host:port) it runs on a Ray worker, the kept edits shipped with it as deltas, and this server process only
+    waits and draws; otherwise it runs here, inside `session(lm)`, as before."""
+    backend = cluster.backend_from_env()
+    kept = [e["delta"] for e in my_edits(lm)]
+    return run_job(name, lambda progress: cluster.run_one(lm, item, backend, progress, delta=kept), cancel_label,
+                   on_cancel, **caps)
+
+
 def _cancel_clicked(name: str) -> None:
     # The click itself stops the running job (Streamlit interrupts the script at its next progress update);
     # this only leaves a note for the next run.
@@ -253,6 +266,15 @@ def edits_panel(lm) -> None:
                 raise EditkitError(f"{upload.name} was made for {manifest['model']}, not {lm.name}")
             keep_edit(lm, f"patch {upload.name}", delta, manifest)
             st.rerun()
+
+
+def method_list(last: str = "and") -> str:
+    """The registered methods' labels as text ("ROME, MEMIT, PMET and AlphaEdit"), so the pages name every method
+    without listing them by hand."""
+    from editkit.editing.methods import all_methods
+
+    labels = [m.label for m in all_methods()]
+    return f"{', '.join(labels[:-1])} {last} {labels[-1]}" if len(labels) > 1 else "".join(labels)
 
 
 def refuse(errors: dict, names) -> None:

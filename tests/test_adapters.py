@@ -64,7 +64,7 @@ def test_patching_changes_something(tiny):
 
 def test_logit_lens_last_layer_equals_model_logits(tiny):
     hidden, logits = block_outputs(tiny, PROMPT)
-    torch.testing.assert_close(tiny.adapter.unembed(hidden[-1]), logits, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(tiny.runner.logits(hidden[-1]), logits, rtol=1e-4, atol=1e-4)
     lens = logit_lens(tiny, PROMPT, k=3)
     assert len(lens["layers"]) == tiny.adapter.n_layers
     top = tiny.tok.decode([int(logits[-1].argmax())])

@@ -10,8 +10,8 @@ from editkit.editing.methods.alphaedit import alphaedit_update, alphaedit_update
 from editkit.editing.requests import parse_requests
 from editkit.editing.sequence import SequenceState
 from editkit.editing.spread import batch_update
-from editkit.editing.stats import eigen, null_dimension, null_space_projector
-from editkit.editing.targets import read_sites
+from editkit.editing.keys import read_sites
+from editkit.editing.nullspace import eigen, null_dimension, null_space_projector
 from editkit.weights import applied
 from editkit.errors import EditkitError
 from editkit.paths import DATA
@@ -113,29 +113,28 @@ def test_alphaedit_on_every_family(tiny):
     hp = load_hparams("alphaedit", tiny, {"v_num_grad_steps": 3})
     requests = _requests()
     snap = {n: p.detach().clone() for n, p in tiny.model.named_parameters()}
-    debug = []
-    result = apply_alphaedit(tiny, requests, hp, debug=debug)
+    result = apply_alphaedit(tiny, requests, hp, solves=True)
     assert all(torch.equal(p, snap[n]) for n, p in tiny.model.named_parameters())
     a = tiny.adapter
-    assert [d["layer"] for d in debug] == list(hp.layers)
-    for d in debug:
-        P, K, R, D = d["P"], d["K"].double(), d["R"].double(), d["delta"]
-        assert d["prior"] is None and d["preserved"] is None
+    assert [d.layer for d in result.solves] == list(hp.layers)
+    for d in result.solves:
+        P, K, R, D = d.P, d.K.double(), d.R.double(), d.delta
+        assert d.prior is None and d.preserved is None
         lhs = D @ (K @ K.T @ P + hp.l2 * torch.eye(P.shape[0], dtype=torch.float64))
         assert _rel(lhs, R @ K.T @ P) < 1e-8
-        e, U = eigen(tiny, d["layer"], hp.mom2_n_tokens)
+        e, U = eigen(tiny, d.layer, hp.mom2_n_tokens)
         k = int(round(float(torch.trace(P))))
         K0 = U[:, k:]  # every preserved direction
         assert float((D @ K0).abs().max()) < 1e-9 * float(D.abs().max())
-        stored = result.delta[a.name("down_proj", d["layer"]) + ".weight"]
+        stored = result.delta[a.name("down_proj", d.layer) + ".weight"]
         torch.testing.assert_close(stored.T if a.family.conv1d else stored, D.float(), rtol=0, atol=0)
     state = result.state
     assert state.edits == len(requests) and state.meta["batches"] == 1
     with applied(tiny, result.delta):
         after = read_sites(tiny, requests, hp, {f"K{l}": f"mlp_key.{l}" for l in hp.layers}, {})
-    for d in debug:
-        torch.testing.assert_close(state.keys(d["layer"]), d["K"].float(), rtol=0, atol=0)
-        torch.testing.assert_close(after[f"K{d['layer']}"], d["K"].float(), rtol=1e-5, atol=1e-5)
+    for d in result.solves:
+        torch.testing.assert_close(state.keys(d.layer), d.K.float(), rtol=0, atol=0)
+        torch.testing.assert_close(after[f"K{d.layer}"], d.K.float(), rtol=1e-5, atol=1e-5)
     assert result.info["null_space"][0]["dimension"] > 0
 
 
@@ -143,12 +142,11 @@ def test_sequence_state_is_carried(tiny_by_name):
     lm = tiny_by_name("tiny-gemma3")
     hp = load_hparams("alphaedit", lm, {"v_num_grad_steps": 2})
     first = run_edit(lm, "alphaedit", _requests(2), hp)
-    debug = []
     with applied(lm, first.delta):
-        second = apply_alphaedit(lm, _requests(2, start=2), hp, debug=debug, state=first.state)
-    for d in debug:
-        K1 = first.state.keys(d["layer"]).double()
-        torch.testing.assert_close(d["prior"], K1 @ K1.T, rtol=0, atol=0)
+        second = apply_alphaedit(lm, _requests(2, start=2), hp, solves=True, state=first.state)
+    for d in second.solves:
+        K1 = first.state.keys(d.layer).double()
+        torch.testing.assert_close(d.prior, K1 @ K1.T, rtol=0, atol=0)
     assert second.state.edits == 4 and second.state.keys(hp.layers[0]).shape[1] == 4
     assert first.state.edits == 2  # the input state is not changed
     with pytest.raises(EditkitError):
@@ -208,7 +206,8 @@ def test_spectrum_json_cli_and_figure(tiny_by_name, capsys):
     import json
 
     from editkit.cli import main
-    from editkit.editing.spectrum import spectrum, spectrum_figure
+    from editkit.editing.spectrum import spectrum
+    from editkit.figures.spectrum import spectrum_figure
 
     lm = tiny_by_name("tiny-llama")
     assert main(["spectrum", "--model", "tiny-llama", "--json"]) == 0

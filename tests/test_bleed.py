@@ -51,7 +51,7 @@ def test_rome_share_hand_computed(tiny_by_name):
     """s(k) = (C^-1 k*)^T k / (C^-1 k*)^T k*: recompute it for one neighbour token from scratch."""
     from editkit.editing.defaults import load_hparams
     from editkit.editing.stats import key_statistics
-    from editkit.editing.targets import key_star, keys_at
+    from editkit.editing.keys import key_star, keys_at
 
     lm = tiny_by_name("tiny-gpt2")
     out = bleed_map(lm, "rome", REQUEST, FAST, n_facts=0)

@@ -16,7 +16,7 @@ import pytest
 
 from browser_util import ROOT, pages, chromium_path, free_port, start_streamlit, wait_http, wait_idle
 
-from editkit.tracing.figures import TITLES
+from editkit.figures.tracing import TITLES
 
 pytestmark = pytest.mark.browser
 playwright_api = pytest.importorskip("playwright.sync_api")

@@ -12,12 +12,13 @@ from editkit import weights
 from editkit.editing.api import run_edit
 from editkit.editing.context import context_templates
 from editkit.editing.stats import second_moment
-from editkit.evaluation import sequential
+from editkit.evaluation import SequentialSpec, sequential
 from editkit.evaluation.datasets import load_eval_set
 from editkit.memories import triggers
 from editkit.memories.inspect import value_vectors
 from editkit.models import load_model
-from editkit.text import _SeededTopK, last_logits, sample
+from editkit.runner import SeededTopK
+from editkit.text import last_logits, sample
 
 PROMPTS = ["The Space Needle is located in the city of", "Danielle Darrieux speaks the language"]
 REQUEST = {"prompt": "{} is located in the city of", "subject": "The Space Needle", "target_new": "Paris"}
@@ -71,14 +72,14 @@ def test_seeded_top_k_samples_the_top_k_softmax():
     """Gumbel-max over the top-k log-probabilities is a draw from the top-k softmax: frequencies over 20,000 draws
     match p within 0.015, tokens outside the top k never come, and k = 1 is greedy."""
     scores = torch.tensor([[2.0, 1.0, 0.5, 0.0, -1.0, 3.0]])
-    proc = _SeededTopK(3, seed=0)
+    proc = SeededTopK(3, seed=0)
     picks = torch.stack([proc(None, scores).argmax(-1) for _ in range(20000)]).flatten()
     top = [5, 0, 1]  # the three largest scores
     p = torch.softmax(scores[0, top], -1)
     freq = torch.tensor([(picks == t).float().mean() for t in top])
     assert torch.allclose(freq, p, atol=0.015), (freq, p)
     assert set(picks.tolist()) <= set(top)
-    greedy = _SeededTopK(1, seed=3)
+    greedy = SeededTopK(1, seed=3)
     assert all(int(greedy(None, scores).argmax()) == 5 for _ in range(50))
 
 
@@ -184,7 +185,8 @@ def test_sequential_edits_stay_in_their_own_context(lm):
     try:
         while not seen and not errors:
             time.sleep(0.01)
-        out = sequential(lm, "rome", load_eval_set("counterfact", 2), ppl_tokens=64, resume=False)
+        out = sequential(lm, "rome", load_eval_set("counterfact", 2), spec=SequentialSpec(ppl_tokens=64),
+                         cache=False)
     finally:
         stop.set()
         t.join(timeout=120)

@@ -38,18 +38,17 @@ def _fast(lm, method, **extra):
 def test_rome_makes_W_k_equal_v(tiny, rrome):
     hp = _fast(tiny, "rome", rrome=rrome)
     snap = _snapshot(tiny.model)
-    debug = []
-    result = apply_rome(tiny, parse_requests(DARRIEUX), hp, debug=debug)
+    result = apply_rome(tiny, parse_requests(DARRIEUX), hp, solves=True)
     assert _same(tiny.model, snap)  # the contract: weights untouched on return
-    d = debug[0]
+    d = result.solves[0]
     layer = hp.layers[0]
     a = tiny.adapter
     with applied(tiny.model, result.delta):
         W, b = effective_weight(tiny, "down_proj", layer), a.down_bias(layer)
-        out = W @ d["k_den"] + (b if b is not None else 0)
-    torch.testing.assert_close(out, d["v_star"], rtol=1e-4, atol=1e-4 * float(d["v_star"].norm()))
+        out = W @ d.k_den + (b if b is not None else 0)
+    torch.testing.assert_close(out, d.v_star, rtol=1e-4, atol=1e-4 * float(d.v_star.norm()))
     if not rrome:  # the original ROME hits v* at the plain prompt's key, not at k*
-        assert not torch.allclose(d["k_den"], d["k_star"])
+        assert not torch.allclose(d.k_den, d.k_star)
     info = result.info["requests"][0]
     assert info["relative_norm"] > 0 and len(info["losses"]) >= 1 and "division_factor" in info
     assert _same(tiny.model, snap)
@@ -60,12 +59,11 @@ def test_batch_updates_satisfy_normal_equations(tiny, method):
     requests = parse_requests(DATA / "counterfact" / "counterfact_500.json")[:3]
     hp = _fast(tiny, method)
     snap = _snapshot(tiny.model)
-    debug = []
-    result = (apply_memit if method == "memit" else apply_pmet)(tiny, requests, hp, debug=debug)
+    result = (apply_memit if method == "memit" else apply_pmet)(tiny, requests, hp, solves=True)
     assert _same(tiny.model, snap)
-    assert [d["layer"] for d in debug] == list(hp.layers)
-    for d in debug:  # Delta (lambda C + K K^T) = R K^T  (MEMIT Eq. 14)
-        K, R, C, D = (d[k].double() for k in ("K", "R", "C", "delta"))
+    assert [d.layer for d in result.solves] == list(hp.layers)
+    for d in result.solves:  # Delta (lambda C + K K^T) = R K^T  (MEMIT Eq. 14)
+        K, R, C, D = (getattr(d, k).double() for k in ("K", "R", "C", "delta"))
         lhs = D @ (hp.mom2_update_weight * C + K @ K.T)
         rhs = R @ K.T
         assert float((lhs - rhs).abs().max()) <= 1e-6 * float(rhs.abs().max())

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from editkit.errors import EditkitError
-from editkit.evaluation import EVAL_SETS, edit_and_measure, evaluate, load_eval_set, requests_of, sequential
+from editkit.evaluation import (EVAL_SETS, EvalSpec, SequentialSpec, edit_and_measure, evaluate, load_eval_set,
+                                requests_of, sequential)
 
 FAST = {"v_num_grad_steps": 3}
 
@@ -52,7 +53,7 @@ def test_eval_sets_load_by_name():
 def test_edit_and_measure_leaves_the_model(tiny_by_name):
     lm = tiny_by_name("tiny-gpt2")
     snap = _snapshot(lm)
-    rows = edit_and_measure(lm, "rome", load_eval_set("counterfact", 1), FAST, n_gen=1, gen_tokens=5)
+    rows = edit_and_measure(lm, "rome", load_eval_set("counterfact", 1), FAST, EvalSpec(n_gen=1, gen_tokens=5))
     assert _unchanged(lm, snap)
     row = rows[0]
     assert row["relative_norm"] and all(v > 0 for v in row["relative_norm"].values())
@@ -67,7 +68,8 @@ def test_edit_and_measure_leaves_the_model(tiny_by_name):
 def test_evaluate_runs_and_resumes(tiny_by_name, tmp_path):
     lm = tiny_by_name("tiny-llama")
     snap = _snapshot(lm)
-    kw = dict(n=2, batch=1, n_gen=1, gen_tokens=6, out_dir=tmp_path, hparams={"rome": FAST, "memit": FAST})
+    kw = dict(spec=EvalSpec(n=2, batch=1, n_gen=1, gen_tokens=6), out_dir=tmp_path,
+              hparams={"rome": FAST, "memit": FAST})
     out = evaluate(lm, ["rome", "memit"], **kw)
     assert _unchanged(lm, snap)
     assert out["computed_records"] == 4 and out["generation"]["gen_tokens"] == 6
@@ -95,13 +97,14 @@ def test_evaluate_runs_and_resumes(tiny_by_name, tmp_path):
     assert third["computed_records"] == 1 and third["methods"]["rome"]["records"] == 2
     assert _unchanged(lm, snap)
     with pytest.raises(EditkitError):
-        evaluate(lm, ["nope"], n=1, out_dir=tmp_path)
+        evaluate(lm, ["nope"], EvalSpec(n=1), out_dir=tmp_path)
 
 
 def test_sequential_restores_base_weights(tiny_by_name):
     lm = tiny_by_name("tiny-gpt2")
     snap = _snapshot(lm)
-    out = sequential(lm, "rome", requests_of(load_eval_set("counterfact", 3)), hparams=FAST, ppl_tokens=64)
+    records = requests_of(load_eval_set("counterfact", 3))
+    out = sequential(lm, "rome", records, FAST, SequentialSpec(ppl_tokens=64))
     assert _unchanged(lm, snap)
     rows = out["rows"]
     assert [r["edit"] for r in rows] == [1, 2, 3] and out["base_perplexity"] > 1

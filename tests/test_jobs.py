@@ -14,7 +14,7 @@ from editkit.errors import Cancelled
 from editkit.jobs import Job, JobQueue
 from editkit.limits import Limits, parse_limits
 from editkit.text import check_prompt, last_logits
-from editkit.tracing import trace
+from editkit.tracing import TraceSpec, trace
 
 
 def test_limits_defaults_and_overrides(monkeypatch, tmp_path):
@@ -92,7 +92,7 @@ def test_cancelling_a_real_trace_stops_it_and_leaves_no_trace_of_it(tiny_by_name
     job.on_progress = progress
     with pytest.raises(Cancelled):
         with weights.applied(lm, delta):
-            jobs.run(job, lambda p: trace(lm, "The Space Needle is in downtown", "Space Needle", samples=2,
+            jobs.run(job, lambda p: trace(lm, TraceSpec("The Space Needle is in downtown", "Space Needle", samples=2),
                                          progress=p), queue)
     assert job.state == "cancelled" and 2 <= len(steps) <= 3
     assert queue.snapshot() == {"running": [], "waiting": []}

@@ -6,12 +6,13 @@ import pytest
 import torch
 
 from editkit.editing.defaults import load_hparams
-from editkit.editing.methods.memit import apply_memit, memit_rule
+from editkit.editing.methods.memit import apply_memit
 from editkit.editing.stats import second_moment
-from editkit.editing.spread import Stream, batch_update, reachable_output, residual_to_mlp_output, spread
+from editkit.editing.spread import (Stream, batch_update, memit_rule, reachable_output, residual_to_mlp_output,
+                                   spread)
 from editkit.editing.methods.pmet import apply_pmet
 from editkit.editing.requests import parse_requests
-from editkit.editing.targets import layer_state
+from editkit.editing.keys import layer_state
 from editkit.weights import apply_delta, restore
 from editkit.paths import DATA
 
@@ -54,14 +55,13 @@ def test_batch_update_normal_equations_random_spd(lam):
 def test_integration_uses_batch_update_and_keeps_weights(tiny, method):
     hp = load_hparams(method, tiny, {"v_num_grad_steps": 3})
     snap = _snapshot(tiny.model)
-    debug = []
-    result = (apply_memit if method == "memit" else apply_pmet)(tiny, _requests(), hp, debug=debug)
+    result = (apply_memit if method == "memit" else apply_pmet)(tiny, _requests(), hp, solves=True)
     assert _same(tiny.model, snap)  # bitwise unchanged on return
     lam = hp.mom2_update_weight
-    for d in debug:
-        assert _normal_residual(d["K"], d["R"], d["C"], d["delta"], lam) < 1e-6
-        again = batch_update(d["K"], d["R"], d["C"], lam).to(d["delta"].dtype)
-        torch.testing.assert_close(again, d["delta"], rtol=0, atol=0)
+    for d in result.solves:
+        assert _normal_residual(d.K, d.R, d.C, d.delta, lam) < 1e-6
+        again = batch_update(d.K, d.R, d.C, lam).to(d.delta.dtype)
+        torch.testing.assert_close(again, d.delta, rtol=0, atol=0)
     per_layer = result.info["per_layer"]
     assert [p["layer"] for p in per_layer] == list(hp.layers)
     assert all(p["relative_norm"] > 0 and math.isfinite(p["relative_norm"]) for p in per_layer)
@@ -85,16 +85,15 @@ def test_spreading_rule_first_layer(tiny, sqrt):
     g = torch.Generator().manual_seed(0)
     targets = current + 0.1 * torch.randn(current.shape, generator=g)
     snap = _snapshot(tiny.model)
-    debug = []
     C = second_moment(tiny, hp.layers, hp.mom2_n_tokens)
     stream = Stream("down_proj", "mlp_key", site, targets, memit_rule(C, hp.mom2_update_weight))
-    spread(tiny, requests, hp, [stream], divisor=math.sqrt if sqrt else float, debug=debug)
+    done = spread(tiny, requests, hp, [stream], divisor=math.sqrt if sqrt else float, solves=True)
     assert _same(tiny.model, snap)
     n = len(hp.layers)
     want = (targets - current) / (math.sqrt(n) if sqrt else n)
     if site == "resid_post" and tiny.adapter.post_mlp_norm(layer) is not None:
         want = residual_to_mlp_output(tiny, layer, state["mlp"], want)
-    torch.testing.assert_close(debug[0]["R"].double(), want.double(), rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(done.solves[0].R.double(), want.double(), rtol=1e-4, atol=1e-6)
 
 
 def test_gemma_post_norm_mapping(tiny_by_name):
@@ -180,21 +179,20 @@ def test_pmet_mhsa_update_ablation(tiny):
     from editkit.editing.stats import second_moment
     hp = load_hparams("pmet", tiny, {"v_num_grad_steps": 3, "update_attn": True})
     snap = _snapshot(tiny.model)
-    debug = []
-    result = apply_pmet(tiny, _requests(2), hp, debug=debug)
+    result = apply_pmet(tiny, _requests(2), hp, solves=True)
     assert _same(tiny.model, snap)
     a = tiny.adapter
     names = {a.name("o_proj", l) + ".weight" for l in hp.layers} | \
             {a.name("down_proj", l) + ".weight" for l in hp.layers}
     assert set(result.delta) == names
     lam = hp.mom2_update_weight
-    attn = [d for d in debug if d["part"] == "o_proj"]
-    assert [d["layer"] for d in attn] == list(hp.layers)
+    attn = [d for d in result.solves if d.part == "o_proj"]
+    assert [d.layer for d in attn] == list(hp.layers)
     for d in attn:
-        assert _normal_residual(d["K"], d["R"], d["C"], d["delta"], lam) < 1e-6
-        assert d["C"].shape[0] == a.weight("o_proj", d["layer"]).shape[1]
-        stored = result.delta[a.name("o_proj", d["layer"]) + ".weight"]
-        torch.testing.assert_close(stored.T if a.family.conv1d else stored, d["delta"].float(), rtol=0, atol=0)
+        assert _normal_residual(d.K, d.R, d.C, d.delta, lam) < 1e-6
+        assert d.C.shape[0] == a.weight("o_proj", d.layer).shape[1]
+        stored = result.delta[a.name("o_proj", d.layer) + ".weight"]
+        torch.testing.assert_close(stored.T if a.family.conv1d else stored, d.delta.float(), rtol=0, atol=0)
     C = second_moment(tiny, hp.layers, hp.mom2_n_tokens, module="o_proj")
     assert all(torch.allclose(C[l], C[l].T) for l in hp.layers)
     plain = apply_pmet(tiny, _requests(2), hp.replace(update_attn=False))

@@ -9,7 +9,7 @@ from editkit.editing.requests import EditRequest, parse_requests
 from editkit.errors import EditkitError
 from editkit.models import load_model
 from editkit.text import check_prompt, encode, find_subject_range, guess_subject, token_strings
-from editkit.tracing import trace
+from editkit.tracing import TraceSpec, trace
 
 SETTINGS = settings(max_examples=40, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -65,7 +65,8 @@ def test_find_subject_range(prompt, subject, occurrence):
 @given(prompt=texts, subject=texts, target=st.one_of(st.none(), texts))
 def test_trace_gives_result_or_user_error(prompt, subject, target):
     lm = _lm()
-    res = _ok_or_user_error(trace, lm, prompt, subject, target, kinds=("hidden",), samples=2, window=2)
+    res = _ok_or_user_error(lambda: trace(lm, TraceSpec(prompt, subject, target, kinds=("hidden",), samples=2,
+                                                        window=2)))
     if res is not None:
         assert set(res) == {"hidden"}
 
@@ -79,7 +80,8 @@ def test_trace_on_valid_prompt_with_random_subject_part(data):
                                         "日本の首都は東京", "a {b} c d e"]))
     i = data.draw(st.integers(0, len(prompt) - 1))
     j = data.draw(st.integers(i + 1, len(prompt)))
-    res = _ok_or_user_error(trace, lm, prompt, prompt[i:j], None, kinds="all", samples=2, window=2)
+    res = _ok_or_user_error(lambda: trace(lm, TraceSpec(prompt, prompt[i:j], None, kinds="all", samples=2,
+                                                        window=2)))
     if prompt[i:j].strip():
         assert res is not None, f"a subject inside the prompt must trace: {prompt[i:j]!r}"
 

@@ -12,7 +12,7 @@ from editkit.errors import EditkitError
 from editkit.evaluation import load_eval_set
 from editkit.evaluation.lifelong import curves, final_table
 from editkit.evaluation.pairs import pair_nlls
-from editkit.evaluation.sequential import perplexity, sequential
+from editkit.evaluation.sequential import SequentialSpec, perplexity, sequential
 from editkit.scoring import score_targets
 
 FAST = {"v_num_grad_steps": 2}
@@ -30,7 +30,7 @@ def test_batches_build_on_each_other(tiny_by_name, method):
     lm = tiny_by_name("tiny-gemma3")
     records = load_eval_set("counterfact", 4)
     snap = _snapshot(lm.model)
-    out = sequential(lm, method, records, FAST, batch=2, sample=None, resume=False, **SMALL)
+    out = sequential(lm, method, records, FAST, SequentialSpec(batch=2, sample=None, **SMALL), cache=False)
     assert all(torch.equal(p, snap[n]) for n, p in lm.model.named_parameters())
     first = run_edit(lm, method, [r.request for r in records[:2]], FAST)
     with applied(lm, first.delta):
@@ -50,10 +50,11 @@ def test_batches_build_on_each_other(tiny_by_name, method):
 def test_resume_gives_the_same_run(tiny_by_name):
     lm = tiny_by_name("tiny-llama")
     records = load_eval_set("counterfact", 6)
-    whole = sequential(lm, "alphaedit", records, FAST, batch=2, sample=3, resume=False, **SMALL)
-    part = sequential(lm, "alphaedit", records, FAST, batch=2, sample=3, resume=False, stop_after=1, **SMALL)
+    whole = sequential(lm, "alphaedit", records, FAST, SequentialSpec(batch=2, sample=3, **SMALL), cache=False)
+    part = sequential(lm, "alphaedit", records, FAST, SequentialSpec(batch=2, sample=3, stop_after=1, **SMALL),
+                      cache=False)
     assert part["batches_done"] == 1 and not part["complete"]
-    rest = sequential(lm, "alphaedit", records, FAST, batch=2, sample=3, **SMALL)
+    rest = sequential(lm, "alphaedit", records, FAST, SequentialSpec(batch=2, sample=3, **SMALL))
     assert rest["resumed_at_batch"] == 1 and rest["complete"]
     for a, b in zip(whole["rows"], rest["rows"]):
         for k in ("edit", "measured", "efficacy", "generalization", "specificity", "retention", "took"):
@@ -71,13 +72,14 @@ def test_resume_gives_the_same_run(tiny_by_name):
 def test_rome_checkpoints_every_k_edits(tiny_by_name):
     lm = tiny_by_name("tiny-gpt2")
     records = load_eval_set("counterfact", 4)
-    out = sequential(lm, "rome", records, FAST, batch=1, eval_every=2, sample=None, resume=False, **SMALL)
+    out = sequential(lm, "rome", records, FAST, SequentialSpec(batch=1, eval_every=2, sample=None, **SMALL),
+                     cache=False)
     assert [r["edit"] for r in out["rows"]] == [2, 4]
     assert out["rows"][1]["retention"] is None or 0 <= out["rows"][1]["retention"] <= 1
     with pytest.raises(EditkitError):
-        sequential(lm, "rome", records, FAST, batch=2)
+        sequential(lm, "rome", records, FAST, SequentialSpec(batch=2))
     with pytest.raises(EditkitError):
-        sequential(lm, "memit", records, FAST, batch=2, eval_every=3)
+        sequential(lm, "memit", records, FAST, SequentialSpec(batch=2, eval_every=3))
 
 
 def test_pair_nlls_equal_score_targets(tiny):
@@ -119,7 +121,7 @@ def test_evaluate_sequential_command(tiny_by_name, tmp_path, capsys):
     save = tmp_path / "run.json"
     rc = main(["evaluate", "--model", "tiny-llama", "--sequential", "--methods", "rome,alphaedit", "--n", "4",
                "--batch", "2", "--batch-for", "rome=1", "--eval-every", "2", "--ppl-tokens", "64",
-               "--fluency-tokens", "5", "--fresh", "--save", str(save)])
+               "--fluency-tokens", "5", "--no-cache", "--save", str(save)])
     assert rc == 0
     text = capsys.readouterr().out
     assert "ROME on tiny-llama, 4 edits in batches of 1" in text and "AlphaEdit" in text and "final" in text
@@ -134,12 +136,12 @@ def test_evaluate_sequential_command(tiny_by_name, tmp_path, capsys):
 def test_finalize_measures_every_edit_of_a_stopped_run(tiny_by_name):
     lm = tiny_by_name("tiny-llama")
     records = load_eval_set("counterfact", 6)
-    part = sequential(lm, "memit", records, FAST, batch=2, sample=1, resume=False, stop_after=2, finalize=True,
-                      **SMALL)
+    part = sequential(lm, "memit", records, FAST,
+                      SequentialSpec(batch=2, sample=1, stop_after=2, finalize=True, **SMALL), cache=False)
     assert part["batches_done"] == 2 and part["rows"][-1]["measured"] == 1
     assert part["partial_final"]["edit"] == 4 and part["partial_final"]["measured"] == 4
     assert final_table({"memit": part})[0]["measured"] == 4
-    rest = sequential(lm, "memit", records, FAST, batch=2, sample=1, **SMALL)
+    rest = sequential(lm, "memit", records, FAST, SequentialSpec(batch=2, sample=1, **SMALL))
     assert rest["resumed_at_batch"] == 2 and [r["edit"] for r in rest["rows"]] == [2, 4, 6]
 
 
@@ -147,7 +149,7 @@ def test_shipped_run_and_its_figure():
     """The shipped 500-edit run (README's table) loads, every method's last checkpoint measured every edit, and
     the figure draws the ratios that explode on a collapse (perplexity, ||dW||/||W||) on log axes."""
     from editkit.evaluation.lifelong import SHIPPED, load_results
-    from editkit.evaluation.lifelong_charts import LOG_PANELS, PANELS, lifelong_figure
+    from editkit.figures.lifelong import LOG_PANELS, PANELS, lifelong_figure
 
     shipped = load_results(SHIPPED)
     assert set(shipped) == {"rome", "memit", "pmet", "alphaedit"}
@@ -159,3 +161,12 @@ def test_shipped_run_and_its_figure():
     fig = lifelong_figure(shipped)
     kinds = {PANELS[i]: fig.layout[f"yaxis{i + 1 if i else ''}"].type for i in range(len(PANELS))}
     assert {p for p, t in kinds.items() if t == "log"} == set(LOG_PANELS)
+
+
+def test_no_cache_and_its_earlier_name():
+    """`evaluate --sequential --no-cache` starts over; `--fresh`, the earlier name, still means the same."""
+    from editkit.cli import build_parser
+
+    for flag in ("--no-cache", "--fresh"):
+        assert build_parser().parse_args(["evaluate", "--sequential", flag]).no_cache
+    assert not build_parser().parse_args(["evaluate", "--sequential"]).no_cache

@@ -1,5 +1,6 @@
 """Sweeps: parameter grids, resumption, cached settings, target reuse, the Pareto front."""
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -8,9 +9,10 @@ from editkit.cli import main
 from editkit.editing.api import run_edit
 from editkit.editing.memo import reuse_targets
 from editkit.errors import EditkitError
-from editkit.evaluation.sweep import dominates, front_2d, grid, parse_param, parse_params, pareto, sweep
+from editkit.evaluation.sweep import SWEEP, dominates, front_2d, grid, parse_param, parse_params, pareto, sweep
 
 FAST = ["v_num_grad_steps=2"]
+SMALL = replace(SWEEP, n=2, greedy_tokens=0)
 
 
 def test_parse_and_grid():
@@ -51,15 +53,15 @@ def test_sweep_resumes_and_reuses_cached_settings(tiny_by_name, tmp_path, monkey
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        sweep(lm, "rome", params, n=2, greedy_tokens=0, progress=interrupt)
-    out = sweep(lm, "rome", params, n=2, greedy_tokens=0)
+        sweep(lm, "rome", params, SMALL, progress=interrupt)
+    out = sweep(lm, "rome", params, SMALL)
     # setting 1 came from the cache, setting 2 resumed at its second record, setting 3 ran in full
     assert [r["cached"] for r in out["settings"]] == [True, False, False]
     assert out["computed_records"] == 1 + 2
-    again = sweep(lm, "rome", params, n=2, greedy_tokens=0)
+    again = sweep(lm, "rome", params, SMALL)
     assert all(r["cached"] for r in again["settings"]) and again["computed_records"] == 0
     assert [r["efficacy"] for r in again["settings"]] == [r["efficacy"] for r in out["settings"]]
-    wider = sweep(lm, "rome", FAST + ["mom2_shrinkage=0.5,0.7"], n=2, greedy_tokens=0)
+    wider = sweep(lm, "rome", FAST + ["mom2_shrinkage=0.5,0.7"], SMALL)
     assert [r["cached"] for r in wider["settings"]] == [True, False]
     # the settings differ only in the solve: the target vectors were optimized once per record
     assert wider["reused_targets"] == {"hits": 2, "misses": 0}  # all from the memo on disk
@@ -105,14 +107,25 @@ def test_alphaedit_reuses_memits_targets(tiny_by_name, tmp_path, monkeypatch):
         assert torch.allclose(d, again.delta[name], atol=1e-6, rtol=1e-5)
 
 
+def test_sweep_starts_from_the_given_overrides(tiny_by_name, tmp_path, monkeypatch):
+    """Every setting is the defaults + the user's overrides + the grid's values (the grid wins on a shared key)."""
+    monkeypatch.setenv("EDITKIT_CACHE", str(tmp_path))
+    lm = tiny_by_name("tiny-gpt2")
+    out = sweep(lm, "rome", ["mom2_shrinkage=0,0.5"], replace(SMALL, n=1),
+                hparams={"v_num_grad_steps": 2, "v_weight_decay": 0.25, "mom2_shrinkage": 0.9})
+    assert [r["hparams"]["mom2_shrinkage"] for r in out["settings"]] == [0, 0.5]
+    assert all(r["hparams"]["v_weight_decay"] == 0.25 for r in out["settings"])
+    assert out["overrides"]["v_weight_decay"] == 0.25 and out["defaults"]["v_weight_decay"] != 0.25
+
+
 def test_sweep_rejects_bad_settings_before_running(tiny_by_name):
     lm = tiny_by_name("tiny-gpt2")
     with pytest.raises(EditkitError, match="unknown hyperparameter"):
-        sweep(lm, "rome", ["no_such=1"], n=1)
+        sweep(lm, "rome", ["no_such=1"], replace(SWEEP, n=1))
     with pytest.raises(EditkitError, match="out of range"):
-        sweep(lm, "rome", ["mom2_shrinkage=0.5,3"], n=1)
+        sweep(lm, "rome", ["mom2_shrinkage=0.5,3"], replace(SWEEP, n=1))
     with pytest.raises(EditkitError, match="method must be"):
-        sweep(lm, "grace", [], n=1)
+        sweep(lm, "grace", [], replace(SWEEP, n=1))
 
 
 def test_cli_sweep(tmp_path, monkeypatch, capsys):

@@ -1,6 +1,6 @@
-"""The target optimisation shared by ROME, MEMIT and PMET: the cached fast path (prefix key/value cache, only the
-blocks from the edit layer up, only the suffix tokens) gives the same logits as running the whole model, and a
-batch of requests optimizes exactly like the requests one by one."""
+"""The target optimisation shared by ROME, MEMIT, PMET and AlphaEdit: the cached fast path (prefix key/value cache,
+only the blocks from the edit layer up, only the suffix tokens) gives the same logits as running the whole model,
+and a batch of requests optimizes exactly like the requests one by one; keys and sites read as one by one."""
 import pytest
 import torch
 
@@ -87,7 +87,7 @@ def test_requests_leave_the_batch_when_they_stop(tiny_by_name):
 
 
 def test_layer_state_matches_one_by_one(tiny):
-    from editkit.editing.targets import key_star, layer_state, site_output
+    from editkit.editing.keys import key_star, layer_state, site_output
     hp = load_hparams("memit", tiny)
     requests = _requests(3)
     for site in ("resid_post", "mlp_out"):
@@ -136,20 +136,20 @@ def test_fused_loss_terms_equal_full_softmax(tiny):
 def test_site_reader_resumes_exactly(tiny):
     """SiteReader: a read after an edit at layer l >= the kept layer runs only blocks l.. and gives what a fresh
     full forward at those weights gives."""
-    from editkit.editing.targets import SiteReader, read_sites
+    from editkit.editing.keys import SiteReader, read_sites
     from editkit.weights import applied
 
     hp = load_hparams("memit", tiny)
     requests = _requests(3)
     reader = SiteReader(tiny, requests, hp)
-    first = reader.read({"K": "mlp_key.1"}, {"z": "resid_post.2"}, keep=1)
+    first = reader.read({"K": "mlp_key.1"}, {"z": "resid_post.2"}, resume_at=1)
     torch.testing.assert_close(first["K"], read_sites(tiny, requests, hp, {"K": "mlp_key.1"}, {})["K"],
                                rtol=0, atol=0)
     a = tiny.adapter
     g = torch.Generator().manual_seed(1)
     dW = torch.randn(a.weight("down_proj", 1).shape, generator=g) * 0.5
     with applied(tiny, a.weight_delta("down_proj", 1, dW)):
-        again = reader.read({"K": "mlp_key.2"}, {"z": "resid_post.2", "m": "mlp_out.1"}, keep=2)
+        again = reader.read({"K": "mlp_key.2"}, {"z": "resid_post.2", "m": "mlp_out.1"}, resume_at=2)
         fresh = read_sites(tiny, requests, hp, {"K": "mlp_key.2"}, {"z": "resid_post.2", "m": "mlp_out.1"})
     for k in fresh:
         torch.testing.assert_close(again[k], fresh[k], rtol=1e-5, atol=1e-5)

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from editkit.errors import EditkitError
-from editkit.tracing import fast_trace, parse_noise, prepare, reference_trace, trace
+from editkit.tracing import TraceSetup, TraceSpec, fast_trace, parse_noise, reference_trace, trace
 from editkit.tracing.aie import CLASSES, average_indirect_effect, token_classes
 from editkit.tracing.reference import trace_with_patch
 from editkit.tracing.severing import sever
@@ -14,7 +14,7 @@ PROMPT, SUBJECT = "The Space Needle is in downtown Seattle", "Space Needle"
 
 @pytest.fixture
 def setup(tiny):
-    return tiny, prepare(tiny, PROMPT, SUBJECT, samples=3, noise=parse_noise("3s"))
+    return tiny, TraceSetup.build(tiny, TraceSpec(PROMPT, SUBJECT, samples=3, noise=parse_noise("3s")))
 
 
 @pytest.mark.parametrize("kind", ["hidden", "mlp", "attn"])
@@ -28,7 +28,7 @@ def test_fast_engine_equals_reference(setup, kind):
 
 def test_last_position_reference_equals_full_reference(tiny_by_name):
     lm = tiny_by_name("tiny-gemma3")
-    s = prepare(lm, PROMPT, SUBJECT, samples=2)
+    s = TraceSetup.build(lm, TraceSpec(PROMPT, SUBJECT, samples=2))
     full = reference_trace(lm, s, "mlp", window=2)
     assert torch.allclose(reference_trace(lm, s, "mlp", window=2, last_only=True), full, atol=1e-6, rtol=0)
 
@@ -48,7 +48,7 @@ def test_prefix_cache_is_used_and_left_unchanged(setup):
 def test_subject_at_first_token_has_no_prefix(tiny_by_name, kind):
     lm = tiny_by_name("tiny-gptj")
     prompt = "Space Needle is in downtown"
-    s = prepare(lm, prompt, "Space Needle", samples=2)
+    s = TraceSetup.build(lm, TraceSpec(prompt, "Space Needle", samples=2))
     if s.subject_range[0] > 0:  # a tokenizer that adds a BOS token: the BOS is the prefix
         assert s.prefix_len == s.subject_range[0]
     ref = reference_trace(lm, s, kind, window=2)
@@ -73,20 +73,22 @@ def test_restoring_everything_reproduces_clean_run(setup):
 
 def test_same_noise_same_scores_and_seed_matters(tiny_by_name):
     lm = tiny_by_name("tiny-llama")
-    a = prepare(lm, PROMPT, SUBJECT, samples=4, seed=7)
-    b = prepare(lm, PROMPT, SUBJECT, samples=4, seed=7)
-    c = prepare(lm, PROMPT, SUBJECT, samples=4, seed=8)
+    a = TraceSetup.build(lm, TraceSpec(PROMPT, SUBJECT, samples=4, seed=7))
+    b = TraceSetup.build(lm, TraceSpec(PROMPT, SUBJECT, samples=4, seed=7))
+    c = TraceSetup.build(lm, TraceSpec(PROMPT, SUBJECT, samples=4, seed=8))
     assert torch.equal(a.noise, b.noise) and not torch.equal(a.noise, c.noise)
     assert a.low_score == b.low_score
 
 
 def test_noise_variants(tiny_by_name):
     lm = tiny_by_name("tiny-gpt2")
-    absolute = prepare(lm, PROMPT, SUBJECT, samples=2, noise=parse_noise("0.1"))
+    absolute = TraceSetup.build(lm, TraceSpec(PROMPT, SUBJECT, samples=2, noise=parse_noise("0.1")))
     assert absolute.scale == 0.1 and abs(float(absolute.noise.std()) - 0.1) < 0.05
-    uniform = prepare(lm, PROMPT, SUBJECT, samples=2, noise=parse_noise("0.5", uniform=True))
+    uniform = TraceSetup.build(lm, TraceSpec(PROMPT, SUBJECT, samples=2,
+                                             noise=parse_noise("0.5", uniform=True)))
     assert float(uniform.noise.abs().max()) <= 0.5
-    replaced = prepare(lm, PROMPT, SUBJECT, samples=2, noise=parse_noise("3s", replace=True))
+    replaced = TraceSetup.build(lm, TraceSpec(PROMPT, SUBJECT, samples=2,
+                                              noise=parse_noise("3s", replace=True)))
     b, e = replaced.subject_range
     assert torch.allclose(replaced.corrupt["resid_pre.0"][:, b:e] - replaced.clean["resid_pre.0"][:, b:e] * 0,
                           replaced.corrupt["resid_pre.0"][:, b:e])
@@ -97,7 +99,7 @@ def test_noise_variants(tiny_by_name):
 
 def test_target_changes_answer(tiny_by_name):
     lm = tiny_by_name("tiny-gpt2")
-    r = trace(lm, PROMPT, SUBJECT, target=" the", kinds="hidden", samples=2)["hidden"]
+    r = trace(lm, TraceSpec(PROMPT, SUBJECT, target=" the", kinds="hidden", samples=2))["hidden"]
     assert r.answer == " the"
     d = r.to_dict()
     assert np.allclose(np.array(d["indirect_effect"]), np.array(d["scores"]) - d["low_score"])
@@ -116,7 +118,7 @@ def test_invalid_inputs_are_clear_errors(tiny_by_name, kwargs):
     lm = tiny_by_name("tiny-gpt2")
     args = {"prompt": PROMPT, "subject": SUBJECT, "samples": 2, **kwargs}
     with pytest.raises(EditkitError):
-        trace(lm, **args)
+        trace(lm, TraceSpec(**args))
 
 
 def test_severing_matches_reference_repatch(setup):
@@ -149,14 +151,15 @@ def test_aie_runs_and_resumes(tiny_by_name, tmp_path, monkeypatch):
     ls = out["kinds"]["hidden"]["last token"]
     assert len(ls["mean"]) == lm.adapter.n_layers and all(lo <= m <= hi for lo, m, hi in
                                                           zip(ls["low"], ls["mean"], ls["high"]))
-    monkeypatch.setattr("editkit.tracing.tracer.prepare", lambda *a, **k: pytest.fail("recomputed a cached fact"))
+    monkeypatch.setattr("editkit.tracing.tracer.TraceSetup.build",
+                        lambda *a, **k: pytest.fail("recomputed a cached fact"))
     again = average_indirect_effect(lm, n_facts=3, samples=2, window=2)
     assert again == out
 
 
 def test_space_needle_pattern_on_embedded_model(gemma):
     """ROME's pattern: early-to-middle peak at the last subject token, the last token takes over late."""
-    r = trace(gemma, "The Space Needle is in downtown", "Space Needle", kinds="hidden")["hidden"]
+    r = trace(gemma, TraceSpec("The Space Needle is in downtown", "Space Needle", kinds="hidden"))["hidden"]
     scores = np.array(r.scores)
     b, e = r.subject_range
     last_subject, last = e - 1, len(r.tokens) - 1

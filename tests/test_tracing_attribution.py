@@ -9,7 +9,7 @@ from editkit.adapters import adapter_for
 from editkit.hooks import Hooks
 from editkit.models import LM, _tiny
 from editkit.sites import site
-from editkit.tracing import Tracer, fast_trace, parse_noise, prepare
+from editkit.tracing import Tracer, TraceSetup, TraceSpec, fast_trace, parse_noise
 from editkit.tracing.attribution import attribution, spearman
 from editkit.tracing.setup import corrupt_embeddings, window_layers
 
@@ -61,7 +61,7 @@ def _derivative(lm, s, kind, token, layers, corrupted=True, eps=1e-4) -> float:
 @pytest.mark.parametrize("lm64", ["tiny-gpt2", "tiny-neox"], indirect=True)
 @pytest.mark.parametrize("method", ["corrupted", "clean"])
 def test_estimate_equals_finite_differences(lm64, method):
-    s = prepare(lm64, PROMPT, SUBJECT, samples=3)
+    s = TraceSetup.build(lm64, TraceSpec(PROMPT, SUBJECT, samples=3))
     L, (b, e) = lm64.adapter.n_layers, s.subject_range
     window = 2
     est = attribution(lm64, s, window=window, method=method)
@@ -78,10 +78,11 @@ def test_estimate_equals_finite_differences(lm64, method):
 
 
 def test_the_kept_forward_gives_the_same_estimate(tiny_by_name):
-    """prepare(gradients=True) keeps the corrupted pass for the preview's backward: same setup, same estimate."""
+    """TraceSetup.build(gradients=True) keeps the corrupted pass for the preview's backward: same setup, same
+    estimate."""
     lm = tiny_by_name("tiny-gemma3")
-    plain = prepare(lm, PROMPT, SUBJECT, samples=3)
-    kept = prepare(lm, PROMPT, SUBJECT, samples=3, gradients=True)
+    plain = TraceSetup.build(lm, TraceSpec(PROMPT, SUBJECT, samples=3))
+    kept = TraceSetup.build(lm, TraceSpec(PROMPT, SUBJECT, samples=3), gradients=True)
     assert kept.corrupt_graph is not None and kept.low_score == pytest.approx(plain.low_score, abs=1e-7)
     for name, value in plain.corrupt.items():
         assert torch.equal(kept.corrupt[name], value) and not kept.corrupt[name].requires_grad
@@ -93,14 +94,14 @@ def test_the_kept_forward_gives_the_same_estimate(tiny_by_name):
 
 
 def test_mean_method_is_the_average(lm64):
-    s = prepare(lm64, PROMPT, SUBJECT, samples=2)
+    s = TraceSetup.build(lm64, TraceSpec(PROMPT, SUBJECT, samples=2))
     a, b, m = (attribution(lm64, s, method=x) for x in ("corrupted", "clean", "mean"))
     for kind in a:
         torch.testing.assert_close(m[kind] - s.low_score, ((a[kind] - s.low_score) + (b[kind] - s.low_score)) / 2)
 
 
 def test_windows_are_sums_of_layers_and_prefix_is_exact(lm64):
-    s = prepare(lm64, PROMPT, SUBJECT, samples=2)
+    s = TraceSetup.build(lm64, TraceSpec(PROMPT, SUBJECT, samples=2))
     L, b = lm64.adapter.n_layers, s.subject_range[0]
     one = attribution(lm64, s, window=1)
     three = attribution(lm64, s, window=3)
@@ -117,7 +118,7 @@ def test_sign_and_order_agree_with_exact_map_in_the_linear_regime(lm64):
     layers (window 1). Every cell with a clear effect has the exact map's sign, the estimate is within 5% of the
     largest effect everywhere, and the ranks agree. (With wider windows the estimate also sums the paths from one
     restored module through the others, which the exact restoration overwrites: a first-order difference.)"""
-    s = prepare(lm64, PROMPT, SUBJECT, samples=3, noise=parse_noise("0.01s"))
+    s = TraceSetup.build(lm64, TraceSpec(PROMPT, SUBJECT, samples=3, noise=parse_noise("0.01s")))
     b = s.subject_range[0]
     est = attribution(lm64, s, window=1)
     for kind in ("hidden", "mlp", "attn"):
@@ -133,10 +134,10 @@ def test_sign_and_order_agree_with_exact_map_in_the_linear_regime(lm64):
 def test_preview_through_the_tracer_is_labelled_and_cached(tiny_by_name, tmp_path, monkeypatch):
     monkeypatch.setenv("EDITKIT_CACHE", str(tmp_path))
     lm = tiny_by_name("tiny-gpt2")
-    p = Tracer(lm, PROMPT, SUBJECT, samples=2).preview()
+    p = Tracer(lm, TraceSpec(PROMPT, SUBJECT, samples=2)).preview()
     assert set(p) == {"hidden", "mlp", "attn"} and all(r.meta["estimate"] for r in p.values())
-    monkeypatch.setattr("editkit.tracing.tracer.prepare", lambda *a, **k: pytest.fail("preview recomputed"))
-    again = Tracer(lm, PROMPT, SUBJECT, samples=2).preview(["mlp"])
+    monkeypatch.setattr("editkit.tracing.tracer.TraceSetup.build", lambda *a, **k: pytest.fail("preview recomputed"))
+    again = Tracer(lm, TraceSpec(PROMPT, SUBJECT, samples=2)).preview(["mlp"])
     assert again["mlp"].scores == p["mlp"].scores
 
 

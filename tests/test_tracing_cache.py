@@ -7,7 +7,7 @@ import torch
 
 from editkit.cli import main
 from editkit.weights import applied
-from editkit.tracing import Tracer, trace
+from editkit.tracing import Tracer, TraceSpec, trace
 from editkit.tracing.aie import average_indirect_effect
 
 PROMPT, SUBJECT = "The Space Needle is in downtown Seattle", "Space Needle"
@@ -20,14 +20,15 @@ def lm(tiny_by_name, tmp_path, monkeypatch):
 
 
 def _no_recompute(monkeypatch):
-    monkeypatch.setattr("editkit.tracing.tracer.prepare", lambda *a, **k: pytest.fail("recomputed a cached trace"))
+    monkeypatch.setattr("editkit.tracing.tracer.TraceSetup.build",
+                        lambda *a, **k: pytest.fail("recomputed a cached trace"))
 
 
 def test_identical_inputs_and_weights_hit(lm, monkeypatch):
-    first = Tracer(lm, PROMPT, SUBJECT, samples=2, window=2).result("mlp")
+    first = Tracer(lm, TraceSpec(PROMPT, SUBJECT, samples=2, window=2)).result("mlp")
     assert not first.meta.get("cached")
     _no_recompute(monkeypatch)
-    again = Tracer(lm, PROMPT, SUBJECT, samples=2, window=2).result("mlp")
+    again = Tracer(lm, TraceSpec(PROMPT, SUBJECT, samples=2, window=2)).result("mlp")
     assert again.meta["cached"] and again.scores == first.scores and again.tokens == first.tokens
     assert again.low_score == first.low_score and again.answer == first.answer
 
@@ -39,48 +40,48 @@ def test_identical_inputs_and_weights_hit(lm, monkeypatch):
 def test_any_other_input_misses(lm, change):
     base = {"prompt": PROMPT, "subject": SUBJECT, "target": None, "samples": 2, "noise": "3s", "seed": 1,
             "window": 2}
-    Tracer(lm, **base).result("mlp")
-    assert Tracer(lm, **{**base, **change}).cached("mlp") is None
+    Tracer(lm, TraceSpec(**base)).result("mlp")
+    assert Tracer(lm, TraceSpec(**{**base, **change})).cached("mlp") is None
 
 
 def test_hidden_panel_does_not_depend_on_the_window(lm, monkeypatch):
-    Tracer(lm, PROMPT, SUBJECT, samples=2, window=2).result("hidden")
-    assert Tracer(lm, PROMPT, SUBJECT, samples=2, window=5).cached("hidden") is not None
+    Tracer(lm, TraceSpec(PROMPT, SUBJECT, samples=2, window=2)).result("hidden")
+    assert Tracer(lm, TraceSpec(PROMPT, SUBJECT, samples=2, window=5)).cached("hidden") is not None
 
 
 def test_an_applied_edit_misses_and_gets_its_own_entry(lm):
-    base = Tracer(lm, PROMPT, SUBJECT, samples=2).result("hidden")
+    base = Tracer(lm, TraceSpec(PROMPT, SUBJECT, samples=2)).result("hidden")
     name = lm.adapter.param_name("down_proj", 1)
     weight = dict(lm.model.named_parameters())[name]
     delta = {name: torch.randn_like(weight) * 0.5}
     with applied(lm.model, delta):
-        tracer = Tracer(lm, PROMPT, SUBJECT, samples=2)
+        tracer = Tracer(lm, TraceSpec(PROMPT, SUBJECT, samples=2))
         assert tracer.cached("hidden") is None
         edited = tracer.result("hidden")
-        assert Tracer(lm, PROMPT, SUBJECT, samples=2).cached("hidden").scores == edited.scores
+        assert Tracer(lm, TraceSpec(PROMPT, SUBJECT, samples=2)).cached("hidden").scores == edited.scores
     assert edited.scores != base.scores
-    assert Tracer(lm, PROMPT, SUBJECT, samples=2).cached("hidden").scores == base.scores  # the base entry is intact
+    assert Tracer(lm, TraceSpec(PROMPT, SUBJECT, samples=2)).cached("hidden").scores == base.scores  # base intact
 
 
 def test_changed_parameters_miss(lm):
-    Tracer(lm, PROMPT, SUBJECT, samples=2).result("attn")
+    Tracer(lm, TraceSpec(PROMPT, SUBJECT, samples=2)).result("attn")
     weight = lm.adapter.down_proj(0).weight
     saved = weight.detach().clone()
     try:
         with torch.no_grad():
             weight.add_(0.01)
-        assert Tracer(lm, PROMPT, SUBJECT, samples=2).cached("attn") is None
+        assert Tracer(lm, TraceSpec(PROMPT, SUBJECT, samples=2)).cached("attn") is None
     finally:
         with torch.no_grad():
             weight.copy_(saved)
-    assert Tracer(lm, PROMPT, SUBJECT, samples=2).cached("attn") is not None
+    assert Tracer(lm, TraceSpec(PROMPT, SUBJECT, samples=2)).cached("attn") is not None
 
 
 def test_no_cache_recomputes_and_stores_nothing(lm):
-    Tracer(lm, PROMPT, SUBJECT, samples=2, cache=False).result("hidden")
-    assert Tracer(lm, PROMPT, SUBJECT, samples=2).cached("hidden") is None
-    Tracer(lm, PROMPT, SUBJECT, samples=2).result("hidden")
-    fresh = Tracer(lm, PROMPT, SUBJECT, samples=2, cache=False).result("hidden")
+    Tracer(lm, TraceSpec(PROMPT, SUBJECT, samples=2), cache=False).result("hidden")
+    assert Tracer(lm, TraceSpec(PROMPT, SUBJECT, samples=2)).cached("hidden") is None
+    Tracer(lm, TraceSpec(PROMPT, SUBJECT, samples=2)).result("hidden")
+    fresh = Tracer(lm, TraceSpec(PROMPT, SUBJECT, samples=2), cache=False).result("hidden")
     assert not fresh.meta.get("cached")
 
 
@@ -100,17 +101,18 @@ def test_trace_function_severing_and_aie_share_entries(lm, monkeypatch):
     fake = [{"known_id": 0, "prompt": PROMPT, "subject": SUBJECT}]
     monkeypatch.setattr("editkit.tracing.aie.predicted_facts", lambda lm: fake)
     average_indirect_effect(lm, n_facts=1, samples=2, window=2)
-    tracer = Tracer(lm, PROMPT, SUBJECT, samples=2, window=2)
+    tracer = Tracer(lm, TraceSpec(PROMPT, SUBJECT, samples=2, window=2))
     assert all(tracer.cached(k) is not None for k in ("hidden", "mlp", "attn"))
     severed = tracer.severing()  # reuses the cached hidden row for "none"
     assert severed["none"] == tracer.cached("hidden").scores[severed["token"]]
     _no_recompute(monkeypatch)
-    assert trace(lm, PROMPT, SUBJECT, samples=2, window=2)["attn"].scores == tracer.cached("attn").scores
-    assert Tracer(lm, PROMPT, SUBJECT, samples=2, window=2).severing() == severed
+    again = trace(lm, TraceSpec(PROMPT, SUBJECT, samples=2, window=2))
+    assert again["attn"].scores == tracer.cached("attn").scores
+    assert Tracer(lm, TraceSpec(PROMPT, SUBJECT, samples=2, window=2)).severing() == severed
 
 
 def test_one_schedule_equals_panel_by_panel(lm):
-    together = Tracer(lm, PROMPT, SUBJECT, samples=2, window=2, cache=False).results(together=True)
-    apart = Tracer(lm, PROMPT, SUBJECT, samples=2, window=2, cache=False).results()
+    together = Tracer(lm, TraceSpec(PROMPT, SUBJECT, samples=2, window=2), cache=False).results(together=True)
+    apart = Tracer(lm, TraceSpec(PROMPT, SUBJECT, samples=2, window=2), cache=False).results()
     for kind in apart:
         assert torch.allclose(torch.tensor(together[kind].scores), torch.tensor(apart[kind].scores), atol=1e-6)

@@ -8,8 +8,8 @@ from editkit.errors import EditkitError
 from editkit.hooks import Hooks
 from editkit.runner import KV
 from editkit.errors import Cancelled
-from editkit.tracing import Tracer, fast_trace, prepare, reference_trace
-from editkit.tracing.engine import Restore, Work, evaluate, panel, severing_restores
+from editkit.tracing import Tracer, TraceSetup, TraceSpec, fast_trace, reference_trace
+from editkit.tracing.engine import Restore, Work, panel, score_restorations, severing_restores
 from editkit.tracing.reference import trace_with_patch
 from editkit.tracing.severing import sever
 
@@ -19,7 +19,7 @@ ATOL = 1e-5
 
 @pytest.fixture
 def setup(tiny):
-    return tiny, prepare(tiny, PROMPT, SUBJECT, samples=3)
+    return tiny, TraceSetup.build(tiny, TraceSpec(PROMPT, SUBJECT, samples=3))
 
 
 def _close(a, b):
@@ -52,13 +52,13 @@ def test_shared_window_prefixes_are_computed_once(tiny_by_name):
     """Windows that start at layer 0 share their lower layers: the batch computes fewer block rows than the
     restorations one by one, and gets the same scores."""
     lm = tiny_by_name("tiny-llama")
-    s = prepare(lm, PROMPT, SUBJECT, samples=2)
+    s = TraceSetup.build(lm, TraceSpec(PROMPT, SUBJECT, samples=2))
     L = lm.adapter.n_layers
     restores = [r for r in panel(s, "mlp", 3, L) if r.token == s.subject_range[1] - 1]
     assert sum(r.start == 0 for r in restores) >= 2
     together, alone = Work(), Work()
-    batch = evaluate(lm, s, restores, work=together)
-    single = torch.stack([evaluate(lm, s, [r], work=alone)[0] for r in restores])
+    batch = score_restorations(lm, s, restores, work=together)
+    single = torch.stack([score_restorations(lm, s, [r], work=alone)[0] for r in restores])
     _close(batch, single)
     assert together.block_rows < alone.block_rows
 
@@ -66,7 +66,7 @@ def test_shared_window_prefixes_are_computed_once(tiny_by_name):
 def test_small_batches_give_the_same_scores(tiny_by_name, monkeypatch):
     """Long prompts split a token's restorations into bounded batches: the scores do not change."""
     lm = tiny_by_name("tiny-gemma3")
-    s = prepare(lm, PROMPT, SUBJECT, samples=2)
+    s = TraceSetup.build(lm, TraceSpec(PROMPT, SUBJECT, samples=2))
     want = fast_trace(lm, s, "attn", window=2)
     monkeypatch.setattr("editkit.tracing.engine.MAX_POSITION_ROWS", 1)
     _close(fast_trace(lm, s, "attn", window=2), want)
@@ -74,21 +74,21 @@ def test_small_batches_give_the_same_scores(tiny_by_name, monkeypatch):
 
 def test_bad_restorations_are_clear_errors(tiny_by_name):
     lm = tiny_by_name("tiny-gpt2")
-    s = prepare(lm, PROMPT, SUBJECT, samples=2)
+    s = TraceSetup.build(lm, TraceSpec(PROMPT, SUBJECT, samples=2))
     L = lm.adapter.n_layers
     for bad in (Restore(99, 1), Restore(2, L + 1), Restore(2, 2, patches=(("mlp", 1, "clean"),)),
                 Restore(2, 0, patches=(("mlp", 1, "noisy"),))):
         with pytest.raises(EditkitError):
-            evaluate(lm, s, [bad])
+            score_restorations(lm, s, [bad])
 
 
 def test_duplicate_restorations_are_computed_once(tiny_by_name):
     lm = tiny_by_name("tiny-gpt2")
-    s = prepare(lm, PROMPT, SUBJECT, samples=2)
+    s = TraceSetup.build(lm, TraceSpec(PROMPT, SUBJECT, samples=2))
     r = Restore(s.subject_range[0], 1, hidden=True)
     once, twice = Work(), Work()
-    a = evaluate(lm, s, [r], work=once)
-    b = evaluate(lm, s, [r, r], work=twice)
+    a = score_restorations(lm, s, [r], work=once)
+    b = score_restorations(lm, s, [r, r], work=twice)
     assert once.block_rows == twice.block_rows and once.unembed_rows == twice.unembed_rows
     _close(b, torch.cat([a, a]))
 
@@ -100,7 +100,7 @@ def test_several_kinds_in_one_schedule(setup):
     kinds = {k: panel(s, k, 2, L) for k in ("hidden", "mlp", "attn")}
     frozen = severing_restores(s, s.subject_range[1] - 1, "mlp", L)
     everything = [r for rs in kinds.values() for r in rs] + frozen
-    scores = evaluate(lm, s, everything)
+    scores = score_restorations(lm, s, everything)
     for i, kind in enumerate(kinds):
         _close(scores[i * T * L:(i + 1) * T * L].view(T, L), fast_trace(lm, s, kind, window=2))
 
@@ -137,7 +137,7 @@ def test_cancel_stops_and_leaves_the_model_usable(tiny_by_name):
         calls.append(1)
         return len(calls) > 2
 
-    tracer = Tracer(lm, PROMPT, SUBJECT, samples=2, cache=False, cancel=cancel)
+    tracer = Tracer(lm, TraceSpec(PROMPT, SUBJECT, samples=2), cache=False, cancel=cancel)
     with pytest.raises(Cancelled):
         tracer.result("mlp")
     s = tracer.setup
@@ -146,7 +146,7 @@ def test_cancel_stops_and_leaves_the_model_usable(tiny_by_name):
         clean = hooks.capture([last])
         lm.runner.forward(input_ids=s.input_ids)
     assert torch.equal(clean[last], s.clean[last])
-    _close(Tracer(lm, PROMPT, SUBJECT, samples=2, cache=False).result("mlp").scores,
+    _close(Tracer(lm, TraceSpec(PROMPT, SUBJECT, samples=2), cache=False).result("mlp").scores,
            reference_trace(lm, s, "mlp", window=10))
 
 
@@ -189,7 +189,7 @@ def test_online_logsumexp_is_accurate_on_the_embedded_vocabulary(gemma):
     """On Gemma's 262k-token vocabulary the engine's p(answer) is within 1e-5 (relative) of a float64 computation,
     about the rounding of the float32 logits themselves (a float32 softmax over the whole vocabulary, as ROME's
     code computes it, rounds the sum of exponentials more coarsely: ~7e-5 relative on this prompt)."""
-    s = prepare(gemma, "The Space Needle is in downtown", "Space Needle", samples=4)
+    s = TraceSetup.build(gemma, TraceSpec("The Space Needle is in downtown", "Space Needle", samples=4))
     L = gemma.adapter.n_layers
     h = torch.cat([s.clean[f"resid_post.{L - 1}"][:, -1], s.corrupt[f"resid_post.{L - 1}"][:, -1]])
     x = gemma.adapter.final_norm(h).double()

@@ -1,5 +1,6 @@
 """`python -m editkit bleed --method rome (--requests FILE | --set S --record I) [--facts N] --json`: which other
-facts one edit moved, against what the update predicts (ROME Eq. 2: Delta W k = Lambda (C^-1 k*)^T k)."""
+facts one edit moved, against what the method predicts from its update (ROME Eq. 2: Delta W k = Lambda (C^-1 k*)^T k;
+evaluation/bleed.py)."""
 import json
 import sys
 
@@ -74,12 +75,16 @@ def run(args):
 
 def show(out):
     req = out["request"]
+    what = f"predicted by {out['formula']}" if out["formula"] else "no predicted share for this method"
     print(f"{out['method']} on {out['model']}: {req['prompt'].replace('{}', req['subject'])} -> "
-          f"{req['target_new']!r}; predicted by {out['formula']}")
-    print(f"check: max |predicted - measured| / max |change| = {out['check']['max_error']:.2e}")
+          f"{req['target_new']!r}; {what}")
+    if out["check"]:
+        print(f"check: max |predicted - measured| / max |change| = {out['check']['max_error']:.2e}")
     print(f"{'source':13s} {'share':>7s} {'dP(new)':>8s}  token        prompt")
-    for r in sorted(out["rows"], key=lambda r: -abs(r["share"])):
-        print(f"{r['source']:13s} {r['share']:7.3f} {r['delta_p_new']:+8.3f}  {r['token']!r:12s} {r['prompt']}")
+    for r in sorted(out["rows"], key=lambda r: -abs(r["share"] or 0)):
+        share = "      -" if r["share"] is None else f"{r['share']:7.3f}"
+        token = "-" if r["token"] is None else repr(r["token"])
+        print(f"{r['source']:13s} {share} {r['delta_p_new']:+8.3f}  {token:12s} {r['prompt']}")
     s = out["summary"]
     if s.get("neighbours"):
         rho = s["spearman_share_vs_rise"]

@@ -15,7 +15,7 @@ def register(sub):
     p.add_argument("--top-memories", type=int, default=10, help="top memories per position for Fig. 8")
     p.add_argument("--norm", action="store_true", help="apply the final norm before projecting to the vocabulary")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--recompute", action="store_true", help="ignore the cached result")
+    p.add_argument("--no-cache", action="store_true", help="recompute instead of using the cached result")
     add_model_arg(p)
     p.set_defaults(func=run, show=show)
 
@@ -27,7 +27,7 @@ def run(args):
             raise EditkitError(f"--{name.replace('_', '-')} must be at least 1")
     lm = load(args)
     result = geva.analyses(lm, args.positions, args.memories, args.top_memories, args.norm, seed=args.seed,
-                           recompute=args.recompute,
+                           cache=not args.no_cache,
                            progress=lambda f, msg: print(f"[editkit] geva {f:.0%} {msg}", file=sys.stderr))
     return result.to_dict()
 

@@ -1,5 +1,6 @@
 """`python -m editkit layer-sweep (--requests FILE | --set S --record I) [--layers 0-17] [--trace-kind mlp] --json`:
-ROME at every layer for one request, beside the request's causal trace (Hase et al. 2023)."""
+a one-layer method (ROME by default) at every layer for one request, beside the request's causal trace (Hase et al.
+2023)."""
 import sys
 
 from ..cli import add_model_arg, load

@@ -28,8 +28,8 @@ def register(sub):
 def run(args):
     lm = load(args)
     result = similarity(lm, n=args.n, facts=args.facts, prompts=args.prompts, mode=args.mode, k=args.k,
-                        batch_size=args.batch_size, use_cache=not args.no_cache,
-                        progress=lambda f: print(f"[editkit] similarity {f:.0%}", file=sys.stderr))
+                        batch_size=args.batch_size, cache=not args.no_cache,
+                        progress=lambda f, msg: print(f"[editkit] similarity {f:.0%} {msg}", file=sys.stderr))
     return result.to_dict()
 
 

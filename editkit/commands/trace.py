@@ -24,14 +24,15 @@ def register(sub):
 
 
 def run(args):
-    from ..tracing import Tracer, check_kinds, parse_noise
+    from ..tracing import Tracer, TraceSpec, parse_noise
     from ..tracing.attribution import spearman
 
     lm = load(args)
     noise = parse_noise(args.noise, uniform=args.uniform, replace=args.replace)
-    tracer = Tracer(lm, args.prompt, args.subject, args.target, args.samples, noise, args.window, args.seed,
-                    cache=not args.no_cache)
-    results = tracer.results(check_kinds(args.kind), engine=args.engine, together=True)
+    spec = TraceSpec(args.prompt, args.subject, args.target, args.samples, noise, args.window, args.seed,
+                     kinds=args.kind)
+    tracer = Tracer(lm, spec, cache=not args.no_cache)
+    results = tracer.results(engine=args.engine, together=True)
     first = next(iter(results.values()))
     out = {
         "model": lm.name, "prompt": args.prompt, "subject": args.subject,

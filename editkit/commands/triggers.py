@@ -14,7 +14,7 @@ def register(sub):
     p.add_argument("--top", type=int, default=10)
     p.add_argument("--n-tokens", type=int, default=None, help="corpus tokens in the index (20000 for Gemma)")
     p.add_argument("--seq-len", type=int, default=triggers.DEFAULT_SEQ_LEN)
-    p.add_argument("--rebuild", action="store_true", help="rebuild the cached index")
+    p.add_argument("--no-cache", action="store_true", help="rebuild the index instead of using the cached one")
     add_model_arg(p)
     p.set_defaults(func=run, show=show)
 
@@ -27,7 +27,7 @@ def run(args):
     say = lambda f, msg: print(f"[editkit] trigger index {msg}", file=sys.stderr)  # noqa: E731
     t0 = time.time()
     index = triggers.get_index(lm, args.n_tokens, args.seq_len, max(args.top, triggers.DEFAULT_TOP),
-                               progress=say, rebuild=args.rebuild)
+                               progress=say, cache=not args.no_cache)
     t1 = time.time()
     found = triggers.examples(lm, index, layer, memory, args.top)
     return {"model": lm.name, "layer": layer, "memory": memory, "label": f"L{layer}.M{memory}",

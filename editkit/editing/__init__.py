@@ -1,1 +1,1 @@
-"""Locate-then-edit methods (ROME, MEMIT, PMET) and the machinery they share."""
+"""Locate-then-edit methods (every method registered in methods/) and the machinery they share."""

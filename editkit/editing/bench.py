@@ -1,19 +1,19 @@
 """Editing speed: a one-request edit with every registered method, and a batch for the batch methods, on the same
-held-out CounterFact requests, with the statistics already cached (they are computed once per model and layer).
-Each row reports wall and CPU seconds (on a shared machine the wall time also measures the others' load), the
-target optimisation's time per step and steps, and the efficacy and generalization reached."""
+held-out CounterFact requests, with what each method caches per model (statistics, context templates) computed
+first. Each row reports wall and CPU seconds (on a shared machine the wall time also measures the others' load), the
+target optimisation's time per step and steps, and the efficacy and generalization reached. The reference run
+times the first method once more with its target optimisation on the plain full model (the fast path's speed-up)."""
 from __future__ import annotations
 
 import time
 
 from ..paths import DATA
 from ..scoring import score_targets
-from .api import run_edit
+from ..weights import applied
+from .api import prepare_first_use, run_edit
 from .defaults import load_hparams
 from .methods import all_methods
 from .requests import parse_requests
-from .stats import second_moment
-from ..weights import applied
 
 DARRIEUX = {"prompt": "The mother tongue of {} is", "subject": "Danielle Darrieux", "target_new": "English",
             "target_true": "French", "paraphrase_prompts": ["Danielle Darrieux, a native speaker of",
@@ -44,33 +44,33 @@ def _timed(lm, method: str, requests, reference: bool = False) -> dict:
     cpu = time.process_time() - cpu
     with applied(lm, result.delta):
         eff, gen = efficacy(lm, requests), generalization(lm, requests)
-    steps = [len(r["losses"]) for r in result.info["requests"]]
-    t_targets = result.info.get("seconds_targets")
+    steps = [r.steps for r in result.per_request]
+    t_targets = None if result.seconds_targets is None else round(result.seconds_targets, 2)
     return {"method": method + (" (reference)" if reference else ""), "requests": len(requests),
-            "seconds": round(result.seconds, 2), "cpu_seconds": round(cpu, 2),
-            "seconds_targets": t_targets, "seconds_per_step": round(t_targets / max(steps), 3) if t_targets else None,
+            "seconds": round(result.seconds, 2), "cpu_seconds": round(cpu, 2), "seconds_targets": t_targets,
+            "seconds_per_step": round(t_targets / max(steps), 3) if t_targets and max(steps) else None,
             "steps": max(steps), "steps_per_request": steps, "efficacy": eff, "generalization": gen}
 
 
 def bench_edit(lm, n: int = 10, reference: bool = True, methods: list[str] | None = None, say=print) -> dict:
     """Time each method on one request (Darrieux) and the batch methods on `n` CounterFact requests; `reference`
-    also times ROME with the target optimisation on the full model (the speed-up of the fast path)."""
+    also times the first method with the target optimisation on the full model (the speed-up of the fast path)."""
     chosen = [m for m in all_methods() if methods is None or m.name in methods]
-    layers = sorted({l for m in chosen for l in load_hparams(m.name, lm).layers})
     t0 = time.perf_counter()
-    second_moment(lm, layers, load_hparams(chosen[0].name, lm).mom2_n_tokens)
+    for m in chosen:
+        prepare_first_use(lm, load_hparams(m.name, lm), method=m.name)
     stats_s = time.perf_counter() - t0
     one = parse_requests(DARRIEUX)
     batch = parse_requests(DATA / "counterfact" / "counterfact_500.json")[:n]
     runs = [(m.name, one, False) for m in chosen] + [(m.name, batch, False) for m in chosen if m.batch]
-    if reference and any(m.name == "rome" for m in chosen):
-        runs.insert(1, ("rome", one, True))
+    if reference and chosen:
+        runs.insert(1, (chosen[0].name, one, True))
     rows = []
     for method, requests, ref in runs:
         rows.append(_timed(lm, method, requests, ref))
         say(rows[-1])
     out = {"model": lm.name, "statistics_s": round(stats_s, 2), "results": rows}
-    ref_rows = [r for r in rows if r["method"] == "rome (reference)"]
-    if ref_rows:
-        out["rome_speedup"] = round(ref_rows[0]["seconds"] / rows[0]["seconds"], 2)
+    if reference and chosen:
+        out["reference_method"] = chosen[0].name
+        out[f"{chosen[0].name}_speedup"] = round(rows[1]["seconds"] / max(rows[0]["seconds"], 1e-9), 2)
     return out

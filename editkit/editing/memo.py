@@ -14,9 +14,9 @@ on everything else:
 The key holds the weights the context computes with (weights.fingerprint: base + active deltas), the requests'
 prompt/subject/target, the layer, the sites, the adaptive rule and every hyperparameter not in its class's
 SOLVE_ONLY (editing/hparams.py; fields a method adds are part of the key unless it lists them there, so a new method
-is never wrongly reused), plus a digest of targets.py's source, so a changed optimisation never serves old
-vectors. Entries are kept in memory and, with `disk=True`, in the cache (safetensors tensors + JSON losses) so an
-interrupted sweep resumes without re-optimizing.
+is never wrongly reused), plus a digest of targets.py's and keys.py's source, so a changed optimisation never
+serves old vectors. Entries are kept in memory and, with `disk=True`, in the cache (safetensors tensors + JSON
+losses) so an interrupted sweep resumes without re-optimizing.
 """
 from __future__ import annotations
 
@@ -57,7 +57,8 @@ def reuse_targets(disk: bool = True):
 
 @functools.lru_cache(maxsize=1)
 def _code_digest() -> str:
-    return hashlib.sha1((Path(__file__).parent / "targets.py").read_bytes()).hexdigest()[:12]
+    here = Path(__file__).parent
+    return hashlib.sha1(b"".join((here / f).read_bytes() for f in ("targets.py", "keys.py"))).hexdigest()[:12]
 
 
 def memo_key(lm, requests, layer: int, sites, hp, adaptive: bool, reference: bool = False) -> str:

@@ -1,11 +1,93 @@
-"""The outcome of one edit: the weight delta (not applied) and JSON-serializable diagnostics."""
+"""The outcome of one edit: the weight delta (not applied) and typed diagnostics.
+
+Every method returns the same `EditResult`, so the figures, the bleed map, the layer sweep and the benchmark read
+its diagnostics without knowing which method made it:
+
+    result.norms[name].relative_norm     ||dW||_F / ||W||_F per edited parameter
+    result.per_request[i].losses         the target optimisation, one entry per step; .steps, .p_target
+    result.per_request[i].reached        how far a multi-layer edit got to the target (1 = reached; None: ROME)
+    result.layers                        per layer and edited map of a multi-layer edit: ||r||, ||dW||, ||W||
+    result.solves                        with run_edit(..., solves=True): each update's equation inputs, float64
+
+`to_dict()` is the JSON the CLI prints and caches (its "info" keeps the keys it always had).
+"""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import torch
 
 from .requests import EditRequest
+
+
+@dataclass(frozen=True)
+class ParameterNorm:
+    delta_norm: float  # ||dW||_F
+    weight_norm: float  # ||W||_F of the base weight
+    relative_norm: float  # their ratio (inf for a zero weight)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def norm_report(model, delta: dict[str, torch.Tensor]) -> dict[str, ParameterNorm]:
+    """||dW||_F, ||W||_F and their ratio per edited parameter."""
+    params = dict(model.named_parameters())
+    out = {}
+    for name, d in delta.items():
+        w = float(params[name].detach().norm())
+        dn = float(d.norm())
+        out[name] = ParameterNorm(dn, w, dn / w if w else float("inf"))
+    return out
+
+
+@dataclass
+class RequestReport:
+    """One request's diagnostics."""
+
+    case_id: object = None
+    losses: list[dict] = field(default_factory=list)  # per optimisation step: step, loss, nll, kl, p_target
+    reached: float | None = None  # share of the distance to the target the edited model covers at the target site
+    # (1 = reached), for multi-layer edits, which can fall short; None where the method does not measure it
+    details: dict = field(default_factory=dict)  # the method's own numbers for this request (JSON)
+
+    @property
+    def steps(self) -> int:
+        """Optimisation steps taken (0 for a method without a target optimisation)."""
+        return len(self.losses)
+
+    @property
+    def p_target(self) -> float | None:
+        """P(target_new) at the optimisation's last step: whether the target vector reached the new answer."""
+        return self.losses[-1].get("p_target") if self.losses else None
+
+    def to_dict(self) -> dict:
+        return {"case_id": self.case_id, **self.details, "losses": self.losses}
+
+
+@dataclass(frozen=True)
+class LayerReport:
+    """One edited map at one layer of a multi-layer edit (editing/spread.py)."""
+
+    layer: int
+    part: str  # the adapter's linear part: "down_proj", "o_proj"
+    residual_norm: float  # mean ||r|| over the requests of what this layer was asked to write
+    delta_norm: float
+    weight_norm: float
+    relative_norm: float
+
+
+@dataclass(kw_only=True)
+class Solve:
+    """One update as a method solved it, for checks and predictions: the layer and map, the float64 update in math
+    layout (d_out, d_in) and the statistics C it used. Methods extend it with the inputs of their own equation
+    (spread.LeastSquaresSolve, rome.RankOneSolve, alphaedit.NullSpaceSolve). Kept only with run_edit(...,
+    solves=True): C is d_in x d_in per layer."""
+
+    layer: int
+    part: str
+    delta: torch.Tensor
+    C: torch.Tensor | None = None
 
 
 @dataclass
@@ -13,21 +95,46 @@ class EditResult:
     method: str
     requests: list[EditRequest]
     delta: dict[str, torch.Tensor]  # parameter name -> delta, in the parameter's layout
-    info: dict = field(default_factory=dict)
+    hparams: object = None  # the method's Hparams
+    per_request: list[RequestReport] = field(default_factory=list)  # one per request, in order
+    layers: list[LayerReport] = field(default_factory=list)  # multi-layer edits, by layer and map
+    norms: dict[str, ParameterNorm] = field(default_factory=dict)  # per edited parameter
     seconds: float = 0.0
+    seconds_targets: float | None = None  # of `seconds`, the target optimisation
+    seconds_spread: float | None = None  # of `seconds`, a multi-layer edit's spreading
+    details: dict = field(default_factory=dict)  # the method's own JSON numbers (ROME: layer, rrome; ...)
+    solves: list[Solve] = field(default_factory=list)  # with solves=True
     state: object = None  # a stateful method's next SequenceState (editing/sequence.py); None for the others
+
+    @property
+    def info(self) -> dict:
+        """The diagnostics as JSON (to_dict()["info"])."""
+        info = dict(self.details)
+        info["requests"] = [r.to_dict() for r in self.per_request]
+        if self.layers:
+            info["per_layer"] = _per_layer(self.layers)
+        if any(r.reached is not None for r in self.per_request):
+            info["target_reached"] = [None if r.reached is None else round(r.reached, 4) for r in self.per_request]
+        if self.seconds_targets is not None:
+            info["seconds_targets"] = round(self.seconds_targets, 2)
+        if self.seconds_spread is not None:
+            info["seconds_spread"] = round(self.seconds_spread, 2)
+        info["norms"] = {k: v.to_dict() for k, v in self.norms.items()}
+        if self.hparams is not None:
+            info["hparams"] = self.hparams.to_dict()
+        return info
 
     def to_dict(self) -> dict:
         return {"method": self.method, "requests": [r.to_dict() for r in self.requests], "info": self.info,
                 "seconds": round(self.seconds, 3), "parameters": {k: list(v.shape) for k, v in self.delta.items()}}
 
 
-def norm_report(model, delta: dict[str, torch.Tensor]) -> dict:
-    """||dW||_F, ||W||_F and their ratio per edited parameter."""
-    params = dict(model.named_parameters())
-    out = {}
-    for name, d in delta.items():
-        w = float(params[name].detach().norm())
-        dn = float(d.norm())
-        out[name] = {"delta_norm": dn, "weight_norm": w, "relative_norm": dn / w if w else float("inf")}
-    return out
+def _per_layer(layers: list[LayerReport]) -> list[dict]:
+    """One row per layer: the first map's numbers plain, every other map's prefixed with its part ("o_proj_")."""
+    rows: dict[int, dict] = {}
+    for r in layers:
+        row = rows.setdefault(r.layer, {"layer": r.layer})
+        prefix = "" if len(row) == 1 else f"{r.part}_"
+        row.update({f"{prefix}residual_norm": r.residual_norm, f"{prefix}delta_norm": r.delta_norm,
+                    f"{prefix}weight_norm": r.weight_norm, f"{prefix}relative_norm": r.relative_norm})
+    return list(rows.values())

@@ -1,4 +1,5 @@
-"""Spreading an edit over several layers (MEMIT, Meng et al. 2023, Alg. 1), shared by MEMIT, PMET and AlphaEdit.
+"""Spreading an edit over several layers (MEMIT, Meng et al. 2023, Alg. 1): the machinery MEMIT, PMET and AlphaEdit
+share, each with its own targets and update rule (`optimize_residual_targets`, `spread`, `finish`).
 
 Targets are given at one site of the last critical layer L (MEMIT: the residual h_L; PMET: the MLP output). For
 each critical layer l, in order, with every earlier layer's update already in place:
@@ -20,14 +21,18 @@ output can reach is dropped, and later layers, which recompute what is left at l
 """
 from __future__ import annotations
 
+import time
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
 
-from .targets import SiteReader
+from ..progress import part
 from ..weights import applied, effective_weight
+from .keys import SiteReader
+from .result import EditResult, LayerReport, RequestReport, Solve, norm_report
+from .targets import optimize_targets_batch
 
 
 def batch_update(K: torch.Tensor, R: torch.Tensor, C: torch.Tensor, lam: float) -> torch.Tensor:
@@ -36,6 +41,11 @@ def batch_update(K: torch.Tensor, R: torch.Tensor, C: torch.Tensor, lam: float) 
     K64, R64 = K.double(), R.double()
     A = lam * C.double() + K64 @ K64.T  # symmetric positive definite (d_in, d_in)
     return torch.linalg.solve(A, K64 @ R64.T).T  # A symmetric: (A^-1 K R^T)^T = R K^T A^-1
+
+
+def memit_rule(C: dict, lam: float):
+    """MEMIT Eq. 14 at each layer: Delta = R K^T (lam C + K K^T)^-1 (MEMIT's and PMET's solve)."""
+    return lambda layer, K, R: batch_update(K, R, C[layer], lam)
 
 
 def reachable_output(s: torch.Tensor, y: torch.Tensor, iters: int = 100) -> torch.Tensor:
@@ -107,15 +117,32 @@ class Stream:
     stats: dict | None = None  # layer -> the key statistics C the rule uses (diagnostics only)
 
 
-def spread(lm, requests, hp, streams: list[Stream], divisor: Callable[[int], float], label: str = "MEMIT",
-           progress=None, start: float = 0.5, debug: list | None = None) -> tuple[dict, list, list]:
-    """Update every stream at every critical layer hp.layers (see module docstring).
+@dataclass(kw_only=True)
+class LeastSquaresSolve(Solve):
+    """One layer's update of a spread edit: dW = rule(layer, K, R) (MEMIT Eq. 14 and its variants)."""
 
-    Returns the total delta {parameter name: change}, per-layer diagnostics and, per request, the fraction of the
-    distance to the first stream's target covered at the last layer (1 = reached). The model is left unchanged."""
+    K: torch.Tensor  # the keys at this layer (d_in, n), template-averaged
+    R: torch.Tensor  # what this layer is asked to write (d_out, n)
+
+
+@dataclass
+class Spread:
+    """What `spread` computed: the total delta, per layer and map its report (and, when asked, its solve), and per
+    request the share of the distance to the first stream's target covered at the last layer (1 = reached)."""
+
+    delta: dict
+    layers: list[LayerReport] = field(default_factory=list)
+    reached: list[float] = field(default_factory=list)
+    solves: list[LeastSquaresSolve] = field(default_factory=list)
+
+
+def spread(lm, requests, hp, streams: list[Stream], divisor: Callable[[int], float], label: str = "MEMIT",
+           progress=None, start: float = 0.5, solves: bool = False) -> Spread:
+    """Update every stream at every critical layer hp.layers (see module docstring); `solves` keeps each layer's
+    K, R, C and float64 update. The model is left unchanged."""
     a, layers = lm.adapter, list(hp.layers)
     z_layer = layers[-1]
-    total, per_layer, start_values = {}, [], {}
+    out, start_values = Spread({}), {}
     reader = SiteReader(lm, requests, hp)  # each read after an edit at layer l runs only blocks l..z_layer
     with ExitStack() as stack:
         for i, layer in enumerate(layers):
@@ -124,8 +151,8 @@ def spread(lm, requests, hp, streams: list[Stream], divisor: Callable[[int], flo
             averaged = {f"K{j}": f"{s.key}.{layer}" for j, s in enumerate(streams)}
             plain = {f"current{j}": f"{s.target}.{z_layer}" for j, s in enumerate(streams)}
             plain["mlp"] = f"mlp_out.{layer}"
-            state = reader.read(averaged, plain, keep=layer)
-            delta, row = {}, {"layer": layer}
+            state = reader.read(averaged, plain, resume_at=layer)
+            delta = {}
             for j, s in enumerate(streams):
                 K, now = state[f"K{j}"], state[f"current{j}"]
                 start_values.setdefault(j, now)
@@ -136,17 +163,42 @@ def spread(lm, requests, hp, streams: list[Stream], divisor: Callable[[int], flo
                 W = effective_weight(lm, s.part, layer)
                 dW = dW64.to(W.dtype)
                 delta.update(a.weight_delta(s.part, layer, dW))
-                prefix = "" if j == 0 else f"{s.part}_"
-                row.update({f"{prefix}residual_norm": float(R.norm(dim=0).mean()),
-                            f"{prefix}delta_norm": float(dW.norm()), f"{prefix}weight_norm": float(W.norm()),
-                            f"{prefix}relative_norm": float(dW.norm() / W.norm())})
-                if debug is not None:
-                    debug.append({"layer": layer, "part": s.part, "K": K, "R": R, "delta": dW64,
-                                  "C": None if s.stats is None else s.stats[layer]})
-            per_layer.append(row)
+                out.layers.append(LayerReport(layer, s.part, float(R.norm(dim=0).mean()), float(dW.norm()),
+                                              float(W.norm()), float(dW.norm() / W.norm())))
+                if solves:
+                    out.solves.append(LeastSquaresSolve(layer=layer, part=s.part, delta=dW64, K=K, R=R,
+                                                        C=None if s.stats is None else s.stats[layer]))
             stack.enter_context(applied(lm, delta))  # the next layers see this update
-            total.update(delta)
+            out.delta.update(delta)
         first = streams[0]
         reached = reader.read({}, {"z": f"{first.target}.{z_layer}"})["z"]
     covered = 1 - (first.targets - reached).norm(dim=0) / (first.targets - start_values[0]).norm(dim=0).clamp_min(1e-12)
-    return total, per_layer, [round(float(x), 4) for x in covered]
+    out.reached = [float(x) for x in covered]
+    return out
+
+
+def optimize_residual_targets(lm, requests, hp, progress=None, reference: bool = False,
+                              label: str = "MEMIT") -> list[dict]:
+    """MEMIT's targets (Eq. 16), also AlphaEdit's: one residual z_i at the last critical layer per request, over
+    the first half of the progress bar."""
+    return optimize_targets_batch(lm, list(requests), hp.layers[-1], ("resid_post",), hp, reference=reference,
+                                  progress=part(progress, 0, 0.5, f"{label} ") if progress else None)
+
+
+def residual_mapping(lm) -> str:
+    """How a residual target reaches the MLP output on this model (module docstring)."""
+    return "post-MLP norm inverted" if lm.adapter.family.post_mlp_norm else "identity"
+
+
+def finish(name: str, lm, requests, hp, opts: list[dict], done: Spread, start: float, t_targets: float,
+           progress=None, **details) -> EditResult:
+    """The EditResult of a spread edit, with the diagnostics every spreading method reports; `details` are the
+    method's own JSON numbers."""
+    reports = [RequestReport(r.case_id, opt["losses"], reached)
+               for r, opt, reached in zip(requests, opts, done.reached)]
+    if progress:
+        progress(1.0, f"{name} done")
+    elapsed = time.perf_counter() - start
+    return EditResult(name, list(requests), done.delta, hp, reports, done.layers, norm_report(lm.model, done.delta),
+                      elapsed, seconds_targets=t_targets, seconds_spread=elapsed - t_targets,
+                      details={"layers": list(hp.layers), **details}, solves=list(done.solves))

@@ -1,11 +1,9 @@
-"""What ROME, MEMIT and PMET share: keys k at the subject's last token, and target vectors found by gradient descent.
-
-Keys (ROME Sec. 3.1, Eq. 3): k* = mean over context templates x_j of the down-projection input at the subject's last
-token of x_j + prompt(subject).
+"""Target vectors found by gradient descent: what every editing method writes (the "compute_v" half of
+kmeng01/rome; the keys, its "compute_u" half, are in keys.py).
 
 Targets (ROME Eq. 4; MEMIT Eq. 16; PMET Eq. 10): free vectors delta_site are added to the output of one or more
-"sites" (the MLP output for ROME, the block output (residual) for MEMIT, the attention and MLP outputs for PMET) at
-the subject's last token of every prompt, and optimized with Adam to minimize
+"sites" (the MLP output for ROME, the block output (residual) for MEMIT and AlphaEdit, the attention and MLP outputs
+for PMET) at the subject's last token of every prompt, and optimized with Adam to minimize
     NLL(target_new | context + prompt)                       (averaged over templates and target tokens)
   + kl_factor * KL(P_orig || P_delta) on "{subject} is a"   (at the subject's last token, as upstream)
   + v_weight_decay * ||delta|| / ||init||^2,
@@ -20,144 +18,10 @@ from ..errors import EditkitError
 from ..hooks import Hooks
 from ..runner import vocab_logsumexp
 from ..scoring import target_ids
-from ..sites import Site, parse, site
-from ..text import find_subject_range
-from .context import context_templates
+from ..sites import Site, site
+from .keys import contexts, pad_rows, subject_last
 from .memo import memoized
 from .requests import EditRequest
-
-
-def _subject_last(tok, text: str, subject: str, from_char: int) -> int:
-    """Token index of the subject's last token, for the occurrence at or after character `from_char`."""
-    occurrence = text[:from_char].count(subject)
-    return find_subject_range(tok, text, subject, occurrence)[1] - 1
-
-
-def contexts(lm, request: EditRequest, hp) -> list[tuple[str, int]]:
-    """(text, char offset of the prompt) for each context template applied to the rewrite prompt."""
-    out = []
-    for tmpl in context_templates(lm, hp.context_templates, hp.context_length):
-        prefix = tmpl.split("{}")[0]
-        out.append((prefix + request.rewrite, len(prefix)))
-    return out
-
-
-def _pad(lm, rows: list[list[int]]):
-    width = max(len(r) for r in rows)
-    pad = lm.tok.pad_token_id if lm.tok.pad_token_id is not None else 0
-    ids = torch.full((len(rows), width), pad, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for i, r in enumerate(rows):
-        ids[i, : len(r)] = torch.tensor(r)
-        mask[i, : len(r)] = 1
-    return ids.to(lm.device), mask.to(lm.device)
-
-
-@torch.no_grad()
-def keys_at(lm, layer: int, texts: list[tuple[str, int]], subject: str) -> torch.Tensor:
-    """Down-projection inputs (len(texts), d_ff) at the subject's last token of each text."""
-    rows = [lm.tok(t, add_special_tokens=True)["input_ids"] for t, _ in texts]
-    idx = [_subject_last(lm.tok, t, subject, c) for t, c in texts]
-    ids, mask = _pad(lm, rows)
-    key = Site("mlp_key", layer)
-    with Hooks(lm) as hooks:
-        cache = hooks.capture([key])
-        lm.runner.run_until(key, input_ids=ids, attention_mask=mask)
-    return cache[key.name][torch.arange(len(rows)), torch.tensor(idx)].float()
-
-
-def key_star(lm, layer: int, request: EditRequest, hp) -> torch.Tensor:
-    """k*: the template-averaged key (d_ff,)."""
-    return keys_at(lm, layer, contexts(lm, request, hp), request.subject).mean(0)
-
-
-@torch.no_grad()
-def site_output(lm, kind: str, layer: int, request: EditRequest) -> torch.Tensor:
-    """The site's tensor at the subject's last token of the plain rewrite prompt (d_model,)."""
-    text = request.rewrite
-    idx = _subject_last(lm.tok, text, request.subject, 0)
-    ids = lm.tok(text, return_tensors="pt", add_special_tokens=True)["input_ids"].to(lm.device)
-    where = site(kind, layer)
-    with Hooks(lm) as hooks:
-        out = hooks.capture([where])
-        lm.runner.run_until(where, input_ids=ids)
-    return out[where.name][0, idx].float()
-
-
-class SiteReader:
-    """Site values at the subject's last token for a batch of requests, read repeatedly while edits are being
-    applied layer after layer (MEMIT's spreading, editing/spread.py).
-
-    The rows are every request's context-template rows (`contexts`), tokenized once. The first `read` runs them
-    through the body (stopping once the last site needed is computed) and records how each block was called. A
-    read may `keep` a layer l: the residual entering block l is kept, and the next read starts there, running only
-    blocks l.. on the kept residuals. That is exact when every edit applied in between is at layer l or later
-    (an edit at layer l changes nothing before block l's output), which is how the spreading proceeds: it reads,
-    edits layer l, reads again from l. A read that needs a site below the kept layer runs the whole body again."""
-
-    def __init__(self, lm, requests: list[EditRequest], hp):
-        self.lm, self.n = lm, len(requests)
-        texts, owner = [], []
-        for j, request in enumerate(requests):
-            for text, offset in contexts(lm, request, hp):
-                texts.append((text, offset, request.subject))
-                owner.append(j)
-        rows = [lm.tok(t, add_special_tokens=True)["input_ids"] for t, _, _ in texts]
-        self.idx = torch.tensor([_subject_last(lm.tok, t, subj, c) for t, c, subj in texts])
-        self.ids, self.mask = _pad(lm, rows)
-        self.rows_t, self.owner_t = torch.arange(len(rows)), torch.tensor(owner)
-        self.counts = torch.bincount(self.owner_t, minlength=self.n)[:, None]
-        self.plain_t = torch.tensor([owner.index(j) for j in range(self.n)])  # the "{}" row of each request
-        self._kept: tuple[int, torch.Tensor] | None = None  # (layer l, residual entering block l)
-        self._calls = None
-
-    @torch.no_grad()
-    def read(self, averaged: dict, plain: dict, keep: int | None = None) -> dict:
-        """`averaged` {name: site}: the mean over each request's template rows (ROME's k*, MEMIT's K); `plain`
-        {name: site}: the value on the bare rewrite prompt (the "{}" template). Returns {name: (width, n)}."""
-        lm = self.lm
-        wanted = {name: parse(s) for name, s in {**averaged, **plain}.items()}
-        if keep is not None:
-            wanted["__keep"] = Site("resid_pre", keep)
-        layers = [s.layer for s in wanted.values()]
-        if any(l is None for l in layers):
-            raise EditkitError("SiteReader reads per-layer sites only")
-        last = max(layers)
-        kept = self._kept
-        with Hooks(lm) as hooks:
-            got = hooks.capture(wanted)
-            if kept is not None and kept[0] <= min(layers):
-                lm.runner.run_blocks(kept[1], kept[0], self._calls, stop=last + 1)
-            else:
-                out = lm.runner.forward(input_ids=self.ids, attention_mask=self.mask,
-                                        stop_after=Site("resid_post", last), calls=True)
-                self._calls = out.calls
-        self._kept = (keep, got.pop("__keep")) if keep is not None else None
-        out = {}
-        for name in averaged:
-            x = got[name][self.rows_t, self.idx].float()
-            out[name] = (torch.zeros(self.n, x.shape[1]).index_add(0, self.owner_t, x) / self.counts).T.contiguous()
-        for name in plain:
-            out[name] = got[name][self.plain_t, self.idx[self.plain_t]].float().T.contiguous()
-        return out
-
-
-def read_sites(lm, requests: list[EditRequest], hp, averaged: dict, plain: dict) -> dict:
-    """Site values at the subject's last token for all requests, in one batched forward over every request's
-    context-template rows that stops once the last site needed is computed (see SiteReader.read)."""
-    return SiteReader(lm, requests, hp).read(averaged, plain)
-
-
-def layer_state(lm, requests: list[EditRequest], hp, layer: int, z_layer: int, kind: str,
-                attn: bool = False) -> dict:
-    """What MEMIT/PMET read at one critical layer: "K" (d_ff, n) the template-averaged keys at `layer` (= key_star
-    per request), "current" (d_model, n) the site `kind` at z_layer and "mlp" (d_model, n) the MLP output at `layer`,
-    both on the plain rewrite prompt. With `attn`, also "K_attn", the template-averaged inputs of W_O (site attn_z)
-    at `layer`, and "current_attn", the attention output at z_layer (PMET's MHSA update)."""
-    averaged = {"K": Site("mlp_key", layer), **({"K_attn": Site("attn_z", layer)} if attn else {})}
-    plain = {"current": site(kind, z_layer), "mlp": Site("mlp_out", layer),
-             **({"current_attn": Site("attn_out", z_layer)} if attn else {})}
-    return read_sites(lm, requests, hp, averaged, plain)
 
 
 # --- target optimisation -------------------------------------------------------------------------------------
@@ -220,7 +84,7 @@ class _Rows:
                 p_ids = tok(text, add_special_tokens=True)["input_ids"]
                 r = len(self.ids)
                 self.ids.append(p_ids + t_ids[:-1])
-                self.subj.append(_subject_last(tok, text, request.subject, offset))
+                self.subj.append(subject_last(tok, text, request.subject, offset))
                 self.req.append(j)
                 for m, t in enumerate(t_ids):
                     self.t_row.append(r)
@@ -228,7 +92,7 @@ class _Rows:
                     self.t_tok.append(t)
                     self.t_req.append(j)
             kl_text = f"{request.subject} is a"
-            kl_subj = _subject_last(tok, kl_text, request.subject, 0)
+            kl_subj = subject_last(tok, kl_text, request.subject, 0)
             self.kl_rows.append(len(self.ids))
             # the KL term reads the subject's last token, which never sees the tokens after it: cut them
             self.ids.append(tok(kl_text, add_special_tokens=True)["input_ids"][:kl_subj + 1])
@@ -267,7 +131,7 @@ class _Rows:
 
     def _prepare_group(self, rows: list[int]) -> dict:
         lm, dev = self.lm, self.lm.device
-        pad = lm.tok.pad_token_id if lm.tok.pad_token_id is not None else 0
+        pad = lm.tok.pad_token_id
         ids = [self.ids[i] for i in rows]
         subj = [self.subj[i] for i in rows]
         B, P, S = len(rows), max(subj), max(len(r) - s for r, s in zip(ids, subj))
@@ -314,7 +178,7 @@ class _Rows:
         j's rows. `init` (if given) receives each site's unchanged output on request j's plain-template row."""
         if reference:
             return self._reference_logits(deltas, init)
-        logits = self.lm.adapter.unembed(self.states(deltas, init), norm=False).float()
+        logits = self.lm.runner.logits(self.states(deltas, init), norm=False)
         T = len(self.t_row)
         return logits[:T], logits[T:]
 
@@ -346,11 +210,12 @@ class _Rows:
 
     # -- the straightforward path (tests) ----------------------------------------------------------------------
     def _reference_logits(self, deltas, init):
-        lm, a = self.lm, self.lm.adapter
-        ids, mask = _pad(lm, self.ids)
+        lm = self.lm
+        ids, mask = pad_rows(lm, self.ids)
         rows = torch.arange(len(self.ids), device=lm.device)
         subj = torch.tensor(self.subj, device=lm.device)
-        with Hooks(lm) as hooks:
+
+        def add_deltas(hooks):
             for s in self.sites:
                 def add(h, s=s):
                     if init is not None and s not in init:
@@ -359,9 +224,10 @@ class _Rows:
                     h[rows, subj] = h[rows, subj] + deltas[s][self.req_t].to(h.dtype)
                     return h
                 hooks.set(site(s, self.layer), add)
-            h = lm.runner.hidden(input_ids=ids, attention_mask=mask)
-        rw = a.unembed(h[torch.tensor(self.t_row), torch.tensor(self.t_pos)], norm=False).float()
-        kl = a.unembed(h[self.kl_rows, subj[self.kl_rows]], norm=False).float()
+
+        h = lm.runner.read({}, full=True, edit=add_deltas, input_ids=ids, attention_mask=mask).hidden
+        rw = lm.runner.logits(h[torch.tensor(self.t_row), torch.tensor(self.t_pos)], norm=False)
+        kl = lm.runner.logits(h[self.kl_rows, subj[self.kl_rows]], norm=False)
         return rw, kl
 
 
@@ -391,7 +257,7 @@ def _loss_terms(lm, rows: _Rows, deltas: dict, init: dict | None, reference: boo
         fused = vocab_logsumexp(lm, x)
     if fused is None:
         rw, kl_logits = (rows.logits(deltas, init, reference=True) if reference else
-                         _split(lm.adapter.unembed(x, norm=False).float(), len(rows.t_row)))
+                         _split(lm.runner.logits(x, norm=False), len(rows.t_row)))
         tok_logp = torch.log_softmax(rw, -1).gather(1, rows.t_tok_t[:, None])[:, 0]
         kl_logp = torch.log_softmax(kl_logits, -1)
         if "logp" not in kl0:
@@ -400,10 +266,10 @@ def _loss_terms(lm, rows: _Rows, deltas: dict, init: dict | None, reference: boo
         return tok_logp, rw.argmax(-1), (ref.exp() * (ref - kl_logp)).sum(-1)
     lse, mean_w, best = fused
     T = len(rows.t_row)
-    head = lm.adapter.unembed_module
-    tok_logp = (x[:T] * head.weight[rows.t_tok_t]).sum(-1) - lse[:T]
-    if head.bias is not None:
-        tok_logp = tok_logp + head.bias[rows.t_tok_t]
+    W, bias = lm.runner._head_weight()  # as this context sees it, the weight vocab_logsumexp used
+    tok_logp = (x[:T] * W[rows.t_tok_t]).sum(-1) - lse[:T]
+    if bias is not None:
+        tok_logp = tok_logp + bias[rows.t_tok_t]
     x_kl, lse_kl = x[T:], lse[T:]
     if "mean" not in kl0:
         kl0["mean"] = mean_w[T:].detach().clone()

@@ -18,13 +18,12 @@ import math
 import time
 
 from .. import isolation
-from ..editing.api import run_edit
+from ..editing.api import prepare_first_use, run_edit
 from ..editing.defaults import load_hparams
 from ..editing.methods import get
 from ..editing.requests import EditRequest
-from ..editing.stats import second_moment
 from ..errors import EditkitError
-from ..tracing import trace
+from ..tracing import TraceSpec, trace
 from .datasets import as_record
 from .evaluate import measure, record_metrics
 
@@ -53,7 +52,7 @@ def trace_profile(lm, request: EditRequest, kind: str = "mlp", samples: int = 10
     """The request's causal trace of `kind` and its row at the subject's last token (per layer), with the peak."""
     answer = request.target_true
     with isolation.session(lm):
-        r = trace(lm, request.rewrite, request.subject, answer, kinds=kind, samples=samples, seed=seed)[kind]
+        r = trace(lm, TraceSpec(request.rewrite, request.subject, answer, samples, seed=seed, kinds=kind))[kind]
     return profile_of(r.to_dict())
 
 
@@ -84,10 +83,9 @@ def layer_sweep(lm, request, layers=None, method: str = "rome", hparams: dict | 
     if any(len(hp.layers) != 1 for hp in hps.values()):
         raise EditkitError("a layer sweep edits one layer at a time")
     say = progress or (lambda f, m: None)
-    say(0.0, f"statistics for layers {layers[0]}..{layers[-1]} (one pass, cached)")
+    say(0.0, f"what {spec.label} reads at layers {layers[0]}..{layers[-1]} (one statistics pass, cached)")
     with isolation.session(lm):
-        second_moment(lm, layers, hps[layers[0]].mom2_n_tokens,
-                      progress=lambda f, m: say(0.1 * f, m))  # one pass for every layer
+        prepare_first_use(lm, list(hps.values()), progress=lambda f, m: say(0.1 * f, m), method=spec.name)
         pre = measure(lm, record, n_gen=0, greedy_tokens=0)
     rows = []
     for i, l in enumerate(layers):
@@ -104,7 +102,7 @@ def layer_sweep(lm, request, layers=None, method: str = "rome", hparams: dict | 
                      "generalization_magnitude": m["post_generalization_magnitude"],
                      "specificity_magnitude": m["post_specificity_magnitude"],
                      "rewrite_score": (p_post - p_pre) / max(1 - p_pre, 1e-12), "p_new": p_post,
-                     "relative_norm": max((v["relative_norm"] for v in result.info["norms"].values()), default=0),
+                     "relative_norm": max((n.relative_norm for n in result.norms.values()), default=0),
                      "seconds": round(time.perf_counter() - start, 2)})
     profile = profile_of(trace_result) if trace_result else None
     if trace_kind and profile is None:

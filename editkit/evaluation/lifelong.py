@@ -1,4 +1,4 @@
-"""Lifelong-editing results as tables and curves (the data behind lifelong_charts.py and the page).
+"""Lifelong-editing results as tables and curves (the data behind figures/lifelong.py and the page).
 
 A result is what evaluation/sequential.py returns for one method; `results` maps method names to results.
 `SHIPPED` is the run reported in the README (the embedded model, 500 CounterFact edits: ROME one by one, the others

@@ -1,6 +1,6 @@
 """CounterFact's comparisons at scale: the mean per-token NLL of target_new and of target_true after many prompts.
 
-scoring.score_targets scores one (prompt, target) row at a time and unembeds each row separately. A lifelong run
+scoring.score_targets scores one (prompt, target) row at a time and projects each row separately. A lifelong run
 measures thousands of prompts after every batch, so this module does the same arithmetic with less work, and gives
 the same numbers up to rounding (tests/test_sequential.py):
 - one row per prompt where it suffices: the first target token is predicted at the prompt's last position, which
@@ -53,7 +53,6 @@ def pair_nlls(lm, prompts: list[str], news: list[str], trues: list[str], batch_t
             for r, pos, tid in target:
                 wanted.setdefault(r, []).append((pos, tid))
     order = sorted(range(len(rows)), key=lambda r: len(rows[r]))
-    pad = lm.tok.pad_token_id if lm.tok.pad_token_id is not None else 0
     start = 0
     while start < len(order):
         width, end = len(rows[order[start]]), start
@@ -63,7 +62,7 @@ def pair_nlls(lm, prompts: list[str], news: list[str], trues: list[str], batch_t
         end = max(end, start + 1)
         chunk = order[start:end]
         width = max(len(rows[r]) for r in chunk)
-        ids = torch.full((len(chunk), width), pad, dtype=torch.long)
+        ids = torch.full((len(chunk), width), lm.tok.pad_token_id, dtype=torch.long)
         mask = torch.zeros_like(ids)
         for i, r in enumerate(chunk):
             ids[i, :len(rows[r])] = torch.tensor(rows[r])

@@ -1,6 +1,6 @@
 """Lifelong (sequential) editing: batch after batch of edits, each computed at the weights the earlier ones left.
 
-    sequential(lm, "alphaedit", load_eval_set("counterfact", 500), batch=25)
+    sequential(lm, "alphaedit", load_eval_set("counterfact", 500), spec=SequentialSpec(batch=25))
 
 For every registered method. Batch b is computed by run_edit inside `weights.applied(lm, total)`, total = the sum of
 the deltas of batches 1..b-1 (context-local: the shared weights are never written), and a stateful method
@@ -24,6 +24,9 @@ are in it) stands for all of them; the last checkpoint measures every edit. Each
 retention falls below `retention_floor` (Gupta et al. 2024; EasyEdit issue #18: ROME's "editing capacity is around
 100").
 
+Several methods (`sequential_methods`) are independent: one after another in this process, or in parallel on the
+workers of a Ray cluster (editkit/cluster.py), each sequence serial.
+
 Resumable: after every batch the accumulated deltas, the sequence state, the rows and the per-edit results are
 written to one cache entry (editkit/cache.py), keyed by the weights the run starts from (fingerprint), the method,
 its hyperparameters, the records and every setting; a rerun continues after the last completed batch.
@@ -34,11 +37,13 @@ import json
 import math
 import random
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from ..cache import Store, digest
+from ..cluster import Backend, Item, run_items
 from ..corpus import token_chunks
 from ..editing.api import run_edit
 from ..editing.defaults import load_hparams
@@ -56,6 +61,42 @@ FLUENCY_PROMPTS = ("The history of the city began", "In the morning, the childre
 FLUENCY_TOKENS = 40
 STORE = Store("sequential", version=1)
 GROUPS = ("rewrite", "paraphrase", "neighborhood")
+
+
+@dataclass(frozen=True)
+class SequentialSpec:
+    """How one lifelong-editing run edits and measures (module docstring): `batch` requests per edit; a checkpoint
+    every `eval_every` edits (None: every batch; a multiple of `batch`), measuring a fixed random `sample` of the
+    edits so far (None: all; the permutation and the fluency samples fixed by `seed`), perplexity on `ppl_tokens`
+    WikiText tokens and fluency of `fluency_tokens` tokens per prompt of `fluency_prompts`; a checkpoint is
+    `collapsed` above `collapse_factor` x the base perplexity or below `retention_floor`. `stop_after` ends a call
+    after that many batches (the run stays resumable); `finalize` then measures every edit applied so far."""
+
+    batch: int = 1
+    eval_every: int | None = None
+    sample: int | None = 50
+    seed: int = 0
+    ppl_tokens: int = PPL_TOKENS
+    fluency_prompts: tuple[str, ...] = FLUENCY_PROMPTS
+    fluency_tokens: int = FLUENCY_TOKENS
+    collapse_factor: float = 2.0
+    retention_floor: float = 0.5
+    stop_after: int | None = None
+    finalize: bool = False
+
+    @property
+    def every(self) -> int:
+        """Edits between checkpoints (every batch unless `eval_every` says otherwise)."""
+        return self.batch if self.eval_every is None else self.eval_every
+
+    def check(self) -> None:
+        """A clear error for settings no run can have."""
+        if self.batch < 1 or self.every < 1 or self.every % self.batch:
+            raise EditkitError("batch and eval_every must be at least 1, and eval_every a multiple of batch")
+        if (self.collapse_factor <= 1 or not 0 <= self.retention_floor <= 1 or self.ppl_tokens < 2
+                or (self.sample is not None and self.sample < 1)):
+            raise EditkitError("collapse_factor must exceed 1, retention_floor lie in [0, 1], ppl_tokens be >= 2 "
+                               "and sample >= 1")
 
 
 @torch.no_grad()
@@ -157,63 +198,56 @@ def _read(path: Path) -> dict:
 
 # --- the run -------------------------------------------------------------------------------------------------
 
-def sequential(lm, method: str, requests, hparams: dict | None = None, batch: int = 1, eval_every: int | None = None,
-               sample: int | None = 50, seed: int = 0, ppl_tokens: int = PPL_TOKENS,
-               fluency_prompts=FLUENCY_PROMPTS, fluency_tokens: int = FLUENCY_TOKENS, collapse_factor: float = 2.0,
-               retention_floor: float = 0.5, resume: bool = True, stop_after: int | None = None,
-               finalize: bool = False, progress=None) -> dict:
-    """Apply `requests` (EvalRecords, EditRequests or request dicts) with `method` in batches of `batch`, each at
-    the weights the earlier batches left; measure at every checkpoint (module docstring). `eval_every` (edits,
-    default: every batch) must be a multiple of `batch`; `sample` (None: all) caps the edits measured at
-    intermediate checkpoints; `stop_after` ends the call after that many batches (the run stays resumable).
-    `finalize` measures every edit applied so far when the run stops before its end (returned as
-    "partial_final", not stored: a later call continues the run as if it had not stopped)."""
+def sequential(lm, method: str, requests, hparams: dict | None = None, spec: SequentialSpec = SequentialSpec(),
+               cache: bool = True, progress=None) -> dict:
+    """Apply `requests` (EvalRecords, EditRequests or request dicts) with `method` in batches of `spec.batch`, each
+    at the weights the earlier batches left; measure at every checkpoint (module docstring, SequentialSpec).
+    A run continues from its saved checkpoint (cache=False starts over). With `spec.finalize`, a run that stops
+    before its end measures every edit applied so far (returned as "partial_final", not stored: a later call
+    continues the run as if it had not stopped)."""
     records = [as_record(r) for r in requests]
-    spec = get(method)
+    m = get(method)
     if not records:
         raise EditkitError("no requests to apply")
-    eval_every = batch if eval_every is None else eval_every
-    if batch < 1 or eval_every < 1 or eval_every % batch:
-        raise EditkitError("batch and eval_every must be at least 1, and eval_every a multiple of batch")
-    if not spec.batch and batch != 1:
-        raise EditkitError(f"{spec.label} edits one request after another; run it with batch 1 (and eval_every)")
-    if collapse_factor <= 1 or not 0 <= retention_floor <= 1 or ppl_tokens < 2 or (sample is not None and sample < 1):
-        raise EditkitError("collapse_factor must exceed 1, retention_floor lie in [0, 1], ppl_tokens be >= 2 and "
-                           "sample >= 1")
-    hp = load_hparams(spec.name, lm, hparams)
+    spec.check()
+    batch, eval_every, sample, seed = spec.batch, spec.every, spec.sample, spec.seed
+    if not m.batch and batch != 1:
+        raise EditkitError(f"{m.label} edits one request after another; run it with batch 1 (and eval_every)")
+    hp = load_hparams(m.name, lm, hparams)
     batches = [records[i:i + batch] for i in range(0, len(records), batch)]
-    settings = {"method": spec.name, "hparams": hp.to_dict(), "cases": digest([r.source or r.request.case_id
-                                                                                  for r in records]),
+    settings = {"method": m.name, "hparams": hp.to_dict(), "cases": digest([r.source or r.request.case_id
+                                                                               for r in records]),
                 "n": len(records), "batch": batch, "eval_every": eval_every, "sample": sample, "seed": seed,
-                "ppl_tokens": ppl_tokens, "fluency": [list(fluency_prompts), fluency_tokens],
+                "ppl_tokens": spec.ppl_tokens, "fluency": [list(spec.fluency_prompts), spec.fluency_tokens],
                 "weights": fingerprint(lm)}
-    path = STORE.path(spec.name, ".safetensors", within=lm.name, **settings)
+    path = STORE.path(m.name, ".safetensors", within=lm.name, **settings)
     order = list(range(len(records)))
     random.Random(seed).shuffle(order)  # the fixed random sample: the first `sample` edits so far in this order
-    saved = STORE.get(path, _read) if resume else None
+    saved = STORE.get(path, _read) if cache else None
     if saved is not None:
         total, state, prog = saved["total"], saved["state"], saved["progress"]
     else:
         total, state = {}, None
         with applied(lm, {}):
-            base_ppl = perplexity(lm, ppl_tokens)
-            base_flu = fluency(lm, fluency_prompts, fluency_tokens, seed)
+            base_ppl = perplexity(lm, spec.ppl_tokens)
+            base_flu = fluency(lm, spec.fluency_prompts, spec.fluency_tokens, seed)
             first = [records[i] for i in order[:sample or len(records)]]
             pre = rates(lm, first)
         prog = {"done": 0, "rows": [], "took": {}, "base": {
             "perplexity": base_ppl, "fluency": base_flu, "measured": len(first),
             **{k: _mean([r[g] for r in pre]) for k, g in zip(("efficacy", "generalization", "specificity"), GROUPS)}}}
+    run = _Run(records, order, spec, prog)
     resumed_at = prog["done"]
     stopped = 0
     for b in range(prog["done"], len(batches)):
-        if stop_after is not None and stopped >= stop_after:
+        if spec.stop_after is not None and stopped >= spec.stop_after:
             break
         chunk = batches[b]
         if progress:
-            progress(b / len(batches), f"{spec.label}: batch {b + 1}/{len(batches)}")
+            progress(b / len(batches), f"batch {b + 1}/{len(batches)}")
         t0 = time.perf_counter()
         with applied(lm, total):
-            result = run_edit(lm, spec.name, [r.request for r in chunk], hp, state=state)
+            result = run_edit(lm, m.name, [r.request for r in chunk], hp, state=state)
         seconds = time.perf_counter() - t0
         total = combined([total, result.delta]) if total else {k: v.clone() for k, v in result.delta.items()}
         state = result.state
@@ -223,61 +257,89 @@ def sequential(lm, method: str, requests, hparams: dict | None = None, batch: in
             for i, rec in enumerate(chunk):
                 prog["took"][str(b * batch + i)] = now[i]["rewrite"] == 1.0
             if done % eval_every == 0 or b + 1 == len(batches):
-                prog["rows"].append(_checkpoint(lm, records, order, b, batch, done, sample, prog, seconds,
-                                                fluency_prompts, fluency_tokens, seed, ppl_tokens, collapse_factor,
-                                                retention_floor, total))
+                prog["rows"].append(_checkpoint(lm, run, b, done, seconds, total, sample))
         prog["done"] = b + 1
         prog.setdefault("edit_seconds", []).append(round(seconds, 2))
         STORE.put(path, {"total": total, "state": state, "progress": prog}, _write)
         stopped += 1
     if progress:
-        progress(prog["done"] / len(batches), f"{spec.label}: {prog['done']}/{len(batches)} batches")
+        progress(prog["done"] / len(batches), f"{prog['done']}/{len(batches)} batches")
     rows = prog["rows"]
     partial = None
-    if finalize and 0 < prog["done"] < len(batches):
-        b = prog["done"] - 1
+    if spec.finalize and 0 < prog["done"] < len(batches):
         with applied(lm, total):
-            partial = _checkpoint(lm, records, order, b, batch, prog["done"] * batch, None, prog, 0.0,
-                                  fluency_prompts, fluency_tokens, seed, ppl_tokens, collapse_factor,
-                                  retention_floor, total)
+            partial = _checkpoint(lm, run, prog["done"] - 1, prog["done"] * batch, 0.0, total, None)
     first_collapse = next((r["edit"] for r in rows if r["collapsed"]), None)
-    return {"model": lm.name, "method": spec.name, "label": spec.label, "n": len(records), "batch": batch,
-            "eval_every": eval_every, "sample": sample, "seed": seed, "ppl_tokens": ppl_tokens,
-            "fluency_prompts": list(fluency_prompts), "fluency_tokens": fluency_tokens,
-            "collapse_factor": collapse_factor, "retention_floor": retention_floor, "hparams": hp.to_dict(),
-            "base": prog["base"], "base_perplexity": prog["base"]["perplexity"], "rows": rows,
-            "batches_done": prog["done"], "batches": len(batches), "complete": prog["done"] == len(batches),
-            "resumed_at_batch": resumed_at, "edit_seconds": prog.get("edit_seconds", []),
-            "collapsed_at": first_collapse, "checkpoint": str(path), "partial_final": partial,
-            "notes": notes(sample, batch, eval_every)}
+    return {"model": lm.name, "method": m.name, "label": m.label, "n": len(records), "batch": batch,
+            "eval_every": eval_every, "sample": sample, "seed": seed, "ppl_tokens": spec.ppl_tokens,
+            "fluency_prompts": list(spec.fluency_prompts), "fluency_tokens": spec.fluency_tokens,
+            "collapse_factor": spec.collapse_factor, "retention_floor": spec.retention_floor,
+            "hparams": hp.to_dict(), "base": prog["base"], "base_perplexity": prog["base"]["perplexity"],
+            "rows": rows, "batches_done": prog["done"], "batches": len(batches),
+            "complete": prog["done"] == len(batches), "resumed_at_batch": resumed_at,
+            "edit_seconds": prog.get("edit_seconds", []), "collapsed_at": first_collapse, "checkpoint": str(path),
+            "partial_final": partial, "notes": notes(sample, batch, eval_every)}
 
 
-def _checkpoint(lm, records, order, b, batch, done, sample, prog, seconds, fluency_prompts, fluency_tokens, seed,
-                ppl_tokens, collapse_factor, retention_floor, total) -> dict:
-    """The measurements after batch b (edits 0..done-1 applied), at the current weights."""
+def sequential_methods(lm, plans: dict, requests, cache: bool = True, progress=None,
+                       backend: Backend | None = None) -> dict:
+    """Several methods' lifelong runs on the same requests: `plans` = {method: (hparams overrides or None,
+    SequentialSpec)}; returns {method: sequential(...)} in the order of `plans`. Each run is one work item
+    (editkit/cluster.py): one after another in this process, or in parallel on Ray workers, each sequence serial on
+    its worker and checkpointed after every batch in the editkit cache as always (a shared $EDITKIT_CACHE on a
+    cluster), so a rerun, or the item run again after its worker died, continues from the last batch."""
+    backend = backend or Backend()
+    records = [as_record(r) for r in requests]
+    for method, (overrides, spec) in plans.items():  # bad methods, settings or hyperparameters fail first
+        spec.check()
+        load_hparams(get(method).name, lm, overrides)
+    if backend.ray:  # the statistics and templates every first edit needs, once, before the workers start
+        from ..editing.api import prepare_first_use
+
+        prepare_first_use(lm, [load_hparams(get(m).name, lm, hp) for m, (hp, _spec) in plans.items()])
+    items = [Item(sequential, (method, records, overrides, spec), {"cache": cache}, label=get(method).label,
+                  progress=True) for method, (overrides, spec) in plans.items()]
+    return dict(zip(plans, run_items(lm, items, backend, progress)))
+
+
+@dataclass
+class _Run:
+    """One run's records, their fixed random order, its settings and its progress (the checkpoint's JSON part)."""
+
+    records: list
+    order: list[int]
+    spec: SequentialSpec
+    prog: dict
+
+
+def _checkpoint(lm, run: _Run, b: int, done: int, seconds: float, total: dict, sample: int | None) -> dict:
+    """The measurements after batch b (edits 0..done-1 applied), at the current weights; `sample` caps the edits
+    measured before the last checkpoint (None: every edit so far)."""
+    records, spec, prog = run.records, run.spec, run.prog
     last = done == len(records)
-    chosen = [i for i in order if i < done]
+    chosen = [i for i in run.order if i < done]
     if sample is not None and not last:  # (sample None: every edit so far)
         chosen = chosen[:sample]
     chosen.sort()
     measured = rates(lm, [records[i] for i in chosen])
-    earlier = [(i, r) for i, r in zip(chosen, measured) if i < b * batch and prog["took"].get(str(i))]
+    start = b * spec.batch
+    earlier = [(i, r) for i, r in zip(chosen, measured) if i < start and prog["took"].get(str(i))]
     retention = _mean([1.0 if r["rewrite"] == 1.0 else 0.0 for _, r in earlier]) if earlier else None
-    ppl = perplexity(lm, ppl_tokens)
+    ppl = perplexity(lm, spec.ppl_tokens)
     base = prog["base"]
     reasons = []
-    if ppl > collapse_factor * base["perplexity"]:
-        reasons.append(f"perplexity {ppl:.1f} > {collapse_factor:g} x base {base['perplexity']:.1f}")
-    if retention is not None and retention < retention_floor:
+    if ppl > spec.collapse_factor * base["perplexity"]:
+        reasons.append(f"perplexity {ppl:.1f} > {spec.collapse_factor:g} x base {base['perplexity']:.1f}")
+    if retention is not None and retention < spec.retention_floor:
         reasons.append(f"only {retention:.0%} of the earlier successful edits still hold")
-    this = [prog["took"][str(b * batch + i)] for i in range(done - b * batch)]
+    this = [prog["took"][str(start + i)] for i in range(done - start)]
     return {"edit": done, "batch": b + 1, "case_id": records[done - 1].request.case_id, "seconds": round(seconds, 2),
             "measured": len(chosen), "sampled": len(chosen) < done,
             "efficacy": _mean([r["rewrite"] for r in measured]),
             "generalization": _mean([r["paraphrase"] for r in measured]),
             "specificity": _mean([r["neighborhood"] for r in measured]),
             "took": sum(this) / len(this), "retention": retention,
-            "fluency": fluency(lm, fluency_prompts, fluency_tokens, seed), "perplexity": ppl,
+            "fluency": fluency(lm, spec.fluency_prompts, spec.fluency_tokens, spec.seed), "perplexity": ppl,
             "perplexity_ratio": ppl / base["perplexity"], **_norms(lm, total), "collapsed": bool(reasons),
             "reason": "; ".join(reasons)}
 

@@ -10,7 +10,7 @@
   the final norm and unembedding gives a top token; the prediction is fixed at layer l when that token equals the
   final top token at l and at every later layer. Per layer: the share of positions fixed exactly at l and by l.
 
-Projecting a vector to the vocabulary is `adapter.unembed(v, norm=norm)` (norm=False: E v as in the paper); for
+Projecting a vector to the vocabulary is `runner.logits(v, norm=norm)` (norm=False: E v as in the paper); for
 Gemma the values are scaled by the post-MLP norm's 1 + w first (`inspect.value_vectors`), and the FFN output o is
 projected as it enters the residual, post_mlp_norm(o).
 Gemma's vocabulary has 262k tokens, so each projected value costs ~0.3 GFLOP: samples are modest by default and
@@ -26,7 +26,6 @@ import torch
 from .. import corpus
 from ..cache import Store, read_json
 from ..weights import model_key
-from ..hooks import Hooks
 from ..sites import layers
 from . import triggers
 from .inspect import value_vectors
@@ -61,14 +60,14 @@ class GevaResult:
 
 
 class _ValueTops:
-    """argmax_x unembed(v_i)[x] per (layer, memory), computed in batches and remembered."""
+    """argmax_x (W_U v_i)[x] per (layer, memory), computed in batches and remembered."""
 
     def __init__(self, lm, norm: bool):
         self.lm, self.norm, self.top = lm, norm, {}
 
     @torch.no_grad()
     def logits(self, layer: int, indices: list[int]) -> torch.Tensor:
-        return self.lm.adapter.unembed(value_vectors(self.lm, layer, indices), norm=self.norm).float()
+        return self.lm.runner.logits(value_vectors(self.lm, layer, indices), norm=self.norm)
 
     def ensure(self, layer: int, indices, batch: int = 128) -> None:
         need = sorted({int(i) for i in indices} - {i for (l, i) in self.top if l == layer})
@@ -98,7 +97,7 @@ def value_agreement(lm, index, layer: int, memories, norm: bool = False, batch: 
     rows = []
     for b in range(0, len(pairs), batch):
         part = pairs[b:b + batch]
-        logits = lm.adapter.unembed(value_vectors(lm, layer, [i for i, _ in part]), norm=norm).float()
+        logits = lm.runner.logits(value_vectors(lm, layer, [i for i, _ in part]), norm=norm)
         w = torch.tensor([w for _, w in part], device=logits.device)
         lw = logits.gather(1, w.view(-1, 1))
         ranks = ((logits > lw).sum(-1) + 1).tolist()
@@ -137,17 +136,15 @@ def compute(lm, n_positions: int | None = None, memories_per_layer: int | None =
 
     # Fig. 8 and 9: forward passes over sampled positions
     samples = _sample_positions(lm, n_positions, seed)
-    comp_hits = np.zeros(L)
     n_pos = 0
     fixed_layer = []
     per_layer_mem: list[list[list[int]]] = [[] for _ in range(L)]  # top memories per position
     ffn_top = [[] for _ in range(L)]
     for s, (chunk, take) in enumerate(samples):
-        with Hooks(lm) as hooks:
-            got = hooks.capture(layers("mlp_key", L) + layers("mlp_write", L) + layers("resid_post", L))
-            lm.runner.forward(input_ids=torch.tensor([chunk], device=lm.device))
+        got = lm.runner.read(layers("mlp_key", L) + layers("mlp_write", L) + layers("resid_post", L),
+                             input_ids=torch.tensor([chunk], device=lm.device))
         res = torch.stack([got[f"resid_post.{l}"][0, take] for l in range(L)])  # (L, n, d)
-        lens_top = a.unembed(res, norm=True).argmax(-1).cpu()  # (L, n)
+        lens_top = lm.runner.logits(res, norm=True).argmax(-1).cpu()  # (L, n)
         final = lens_top[-1]
         for j in range(len(take)):
             same = (lens_top[:, j] == final[j]).tolist()
@@ -159,7 +156,7 @@ def compute(lm, n_positions: int | None = None, memories_per_layer: int | None =
             m = got[f"mlp_key.{l}"][0, take].float()  # (n, d_ff)
             per_layer_mem[l] += m.topk(min(top_memories, d_ff), -1).indices.tolist()
             o = got[f"mlp_write.{l}"][0, take]  # the FFN output as it enters the residual (Gemma: post-normed)
-            ffn_top[l] += a.unembed(o, norm=norm).argmax(-1).tolist()
+            ffn_top[l] += lm.runner.logits(o, norm=norm).argmax(-1).tolist()
         n_pos += len(take)
         say(0.4 + 0.2 * (s + 1) / len(samples), f"{n_pos}/{n_positions} positions")
 
@@ -201,13 +198,14 @@ def cache_path(lm, n_positions, memories_per_layer, top_memories, norm, index_to
 
 def analyses(lm, n_positions: int | None = None, memories_per_layer: int | None = None, top_memories: int = 10,
              norm: bool = False, index_tokens: int | None = None, seed: int = 0, progress=None,
-             recompute: bool = False) -> GevaResult:
-    """The cached analyses (computed on first use; see module docstring)."""
+             cache: bool = True) -> GevaResult:
+    """The cached analyses (computed on first use; see module docstring). cache=False computes them afresh (and
+    stores the fresh result); `progress(fraction, message)` follows the computation."""
     d = defaults(lm)
     n_positions = int(n_positions or d["n_positions"])
     memories_per_layer = int(memories_per_layer or d["memories_per_layer"])
     path = cache_path(lm, n_positions, memories_per_layer, top_memories, norm, index_tokens, seed)
-    cached = None if recompute else STORE.get(path, lambda p: GevaResult(**read_json(p)))
+    cached = STORE.get(path, lambda p: GevaResult(**read_json(p))) if cache else None
     if cached is not None:
         return cached
     result = compute(lm, n_positions, memories_per_layer, top_memories, norm, index_tokens, seed, progress)

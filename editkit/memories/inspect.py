@@ -9,7 +9,7 @@ Residual before and after the FFN at layer l (the logit lens reads both through 
   (block input + attention update); after = the block output (before + FFN output);
 - Gemma 2/3: same, where the FFN output passes post_feedforward_layernorm before it is added, so
   after = before + post_mlp_norm(FFN(x)) = the block output;
-- value tokens: top tokens of unembed(v_i); for Gemma v_i is first scaled by the post-MLP norm's 1 + w
+- value tokens: top tokens of W_U v_i (runner.logits); for Gemma v_i is first scaled by the post-MLP norm's 1 + w
   (`value_vectors`), the direction memory i actually adds to the residual; the contribution stays |m_i| ||v_i||;
 - parallel blocks (GPT-J, NeoX): attention and MLP both read the block input x, so before = x and
   after = x + FFN(ln(x)) (the attention term is left out; the block output is x + attn + FFN).
@@ -22,7 +22,6 @@ import torch
 
 from ..weights import effective_weight
 from ..errors import EditkitError
-from ..hooks import Hooks
 from ..sites import layers
 from ..text import check_prompt, encode, token_strings
 from . import vocab
@@ -68,7 +67,7 @@ class Memory:
     coefficient: float  # m_i
     value_norm: float  # ||v_i||
     contribution: float  # |m_i| * ||v_i||
-    value_tokens: list[dict]  # top tokens of unembed(v_i), each with its class (memories/vocab.py)
+    value_tokens: list[dict]  # top tokens of W_U v_i, each with its class (memories/vocab.py)
     filtered_tokens: list[dict] = field(default_factory=list)  # top tokens of a class, with their full ranks
 
     def to_dict(self) -> dict:
@@ -118,10 +117,8 @@ def capture_ffn(lm, prompt: str) -> dict:
     (see module docstring), all for the first (only) prompt: tensors (layers, tokens, width)."""
     a = lm.adapter
     L = a.n_layers
-    with Hooks(lm) as hooks:
-        got = hooks.capture([s for kind in ("mlp_key", "mlp_out", "resid_mid", "resid_post")
-                             for s in layers(kind, L)])
-        lm.runner.forward(**encode(lm, prompt))
+    got = lm.runner.read([s for kind in ("mlp_key", "mlp_out", "resid_mid", "resid_post") for s in layers(kind, L)],
+                         **encode(lm, prompt))
     stack = lambda kind: torch.stack([got[f"{kind}.{l}"][0] for l in range(L)])  # noqa: E731
     before = stack("resid_mid")  # parallel blocks: the block input
     after = before + stack("mlp_out") if a.family.parallel else stack("resid_post")
@@ -142,8 +139,8 @@ def value_vectors(lm, layer: int, indices) -> torch.Tensor:
 
 @torch.no_grad()
 def value_logits(lm, layer: int, indices: list[int], norm: bool = False) -> torch.Tensor:
-    """unembed(v_i) for each memory (norm: final norm first; Gemma: v_i scaled by its post-MLP norm)."""
-    return lm.adapter.unembed(value_vectors(lm, layer, indices), norm=norm)
+    """W_U v_i for each memory (norm: final norm first; Gemma: v_i scaled by its post-MLP norm)."""
+    return lm.runner.logits(value_vectors(lm, layer, indices), norm=norm)
 
 
 @torch.no_grad()
@@ -187,7 +184,7 @@ def memories_at(lm, prompt: str, layer: int, position: int = -1, top: int = 10, 
                 for i, ci, toks, f in zip(idx, c, vt, ft)]
     L = a.n_layers
     res = torch.cat([cap["before"][:, pos], cap["after"][:, pos]])  # (2L, d)
-    logits = a.unembed(res, norm=True)
+    logits = lm.runner.logits(res, norm=True)
     lens = [LayerLens(l, top_tokens(lm, logits[l], lens_k), top_tokens(lm, logits[L + l], lens_k))
             for l in range(L)]
     return MemoryView(lm.name, prompt, tokens, pos, layer, norm, memories, lens, int((m > 0).sum()),

@@ -16,6 +16,7 @@ import torch
 
 from ..errors import EditkitError
 from ..hooks import Hooks
+from ..runner import Decoding
 from ..sites import Site
 from ..text import check_prompt, encode, token_strings
 from .inspect import check_layer, check_memory, label, resolve_position, top_tokens
@@ -90,23 +91,18 @@ def intervened_logits(lm, prompt: str, memories, mode: str = "off", position: in
     check_prompt(lm, prompt)
     per_layer = _plan(lm, memories, mode)
     pos = resolve_position(len(token_strings(lm, prompt)), position)
-    with Hooks(lm) as hooks:
-        add_hooks(hooks, lm, per_layer, pos, mode)
-        return lm.model(**encode(lm, prompt)).logits[0]
+    return lm.runner.full_logits(edit=lambda hooks: add_hooks(hooks, lm, per_layer, pos, mode),
+                                 **encode(lm, prompt))[0]
 
 
 @torch.no_grad()
 def _run(lm, prompt, per_layer, pos, mode, k, max_new_tokens, record=None):
+    """Next-token top-k and a greedy continuation with the rewrites (the first pass fills `record`)."""
     batch = encode(lm, prompt)
-    with Hooks(lm) as hooks:
-        add_hooks(hooks, lm, per_layer, pos, mode, record)
-        h = lm.runner.hidden(**batch)[0, -1]
-        logits = lm.adapter.unembed(h, norm=False)
-        text = ""
-        if max_new_tokens > 0:
-            out = lm.model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=False,
-                                    pad_token_id=lm.tok.pad_token_id)
-            text = lm.tok.decode(out[0, batch["input_ids"].shape[1]:], skip_special_tokens=True)
+    edit = (lambda hooks: add_hooks(hooks, lm, per_layer, pos, mode, record)) if per_layer else None
+    h = lm.runner.read({}, full=True, edit=edit, **batch).hidden[0, -1]
+    logits = lm.runner.logits(h, norm=False)
+    text = lm.runner.complete(batch, Decoding.greedy(max_new_tokens), edit=edit)[0] if max_new_tokens > 0 else ""
     return top_tokens(lm, logits, k), text
 
 

@@ -22,7 +22,6 @@ import torch
 from .. import corpus
 from ..weights import model_key
 from ..errors import EditkitError
-from ..hooks import Hooks
 from ..sites import Site
 from ..cache import Store, atomic_write
 from .inspect import check_layer, check_memory, label
@@ -98,12 +97,11 @@ def build_index(lm, n_tokens: int, seq_len: int = DEFAULT_SEQ_LEN, top: int = DE
     total = int(starts[-1])
     best_v = torch.full((L, 0, d_ff), float("-inf"))
     best_g = torch.zeros((L, 0, d_ff), dtype=torch.long)
-    pad = lm.tok.pad_token_id if lm.tok.pad_token_id is not None else 0
     t0 = time.time()
     for b in range(0, len(chunks), batch_size):
         batch = chunks[b:b + batch_size]
         T = max(len(c) for c in batch)
-        ids = torch.full((len(batch), T), pad, dtype=torch.long)
+        ids = torch.full((len(batch), T), lm.tok.pad_token_id, dtype=torch.long)
         mask = torch.zeros((len(batch), T), dtype=torch.long)
         g = torch.full((len(batch), T), -1, dtype=torch.long)  # flat corpus position of each cell
         for r, c in enumerate(batch):
@@ -111,9 +109,8 @@ def build_index(lm, n_tokens: int, seq_len: int = DEFAULT_SEQ_LEN, top: int = DE
             mask[r, :len(c)] = 1
             g[r, :len(c)] = torch.arange(starts[b + r], starts[b + r] + len(c))
         valid = mask.bool() & (ids != bos if bos is not None else True)  # BOS is an empty prefix, not a trigger
-        with Hooks(lm) as hooks:
-            keys = hooks.capture({str(l): Site("mlp_key", l) for l in range(L)})
-            lm.runner.forward(input_ids=ids.to(lm.device), attention_mask=mask.to(lm.device))
+        keys = lm.runner.read({str(l): Site("mlp_key", l) for l in range(L)}, input_ids=ids.to(lm.device),
+                              attention_mask=mask.to(lm.device))
         flat_valid = valid.reshape(-1)
         g_flat = g.reshape(-1)[flat_valid]  # (n,)
         m = torch.stack([keys[str(l)].reshape(-1, d_ff)[flat_valid.to(keys[str(l)].device)].float().cpu()
@@ -179,13 +176,14 @@ def load_index(path: Path, expect: dict) -> TriggerIndex | None:
 
 
 def get_index(lm, n_tokens: int | None = None, seq_len: int = DEFAULT_SEQ_LEN, top: int = DEFAULT_TOP,
-              progress=None, rebuild: bool = False) -> TriggerIndex:
-    """The cached trigger index for `lm` (built and saved on first use, or when the file is corrupt)."""
+              progress=None, cache: bool = True) -> TriggerIndex:
+    """The cached trigger index for `lm` (built and saved on first use, or when the file is corrupt; cache=False
+    rebuilds and saves it). `progress(fraction, message)` follows a build."""
     n_tokens = int(n_tokens or default_n_tokens(lm))
     path = index_path(model_key(lm), n_tokens, seq_len, top)
     expect = {"format": FORMAT, "model": lm.name, "n_tokens": n_tokens, "seq_len": seq_len, "top": top,
               "layers": lm.adapter.n_layers, "d_ff": lm.adapter.d_ff}
-    index = None if rebuild else load_index(path, expect)
+    index = load_index(path, expect) if cache else None
     if index is None:
         index = build_index(lm, n_tokens, seq_len, top, progress=progress)
         save_index(index, path)

@@ -16,7 +16,8 @@ import numpy as np
 
 from ..errors import EditkitError
 from ..facts import predicted_facts
-from .setup import KINDS
+from ..sites import TRACE_KINDS
+from .spec import TraceSpec
 from .tracer import Tracer
 
 CLASSES = ("first subject", "middle subject", "last subject", "first subsequent", "further tokens", "last token")
@@ -56,10 +57,10 @@ def average_indirect_effect(lm, n_facts: int = 50, samples: int = 10, noise: str
     t0 = time.perf_counter()
     done, hits = {}, 0
     for i, fact in enumerate(facts):
-        tracer = Tracer(lm, fact["prompt"], fact["subject"], samples=samples, noise=noise, window=window,
-                        cache=cache, cancel=cancel)
-        hits += all(tracer.cached(kind) is not None for kind in KINDS)
-        results = tracer.results(KINDS, together=True)
+        spec = TraceSpec(fact["prompt"], fact["subject"], samples=samples, noise=noise, window=window)
+        tracer = Tracer(lm, spec, cache=cache, cancel=cancel)
+        hits += all(tracer.cached(kind) is not None for kind in TRACE_KINDS)
+        results = tracer.results(TRACE_KINDS, together=True)
         first = results["hidden"]
         done[fact["known_id"]] = {"known_id": fact["known_id"], "low": first.low_score, "high": first.high_score,
                                   "n_tokens": len(first.tokens), "subject_range": list(first.subject_range),
@@ -71,7 +72,7 @@ def average_indirect_effect(lm, n_facts: int = 50, samples: int = 10, noise: str
            "layers": lm.adapter.n_layers, "kinds": {}}
     if stats is not None:
         stats.update(seconds=round(time.perf_counter() - t0, 2), cached_facts=hits, facts=len(facts))
-    for kind in KINDS:
+    for kind in TRACE_KINDS:
         per_class = {}
         for c in CLASSES:
             values = []

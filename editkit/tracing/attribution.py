@@ -8,8 +8,8 @@ AtP in Kramar et al. 2024, arXiv 2403.00745, Eq. 3) replaces that forward pass b
 
 with the gradient taken in corrupted run i, averaged over the n corrupted samples. One corrupted forward and one
 backward (for all samples together) give the gradient at every state of every layer, so all cells of all three
-kinds cost one pass; the clean states come from the clean run the trace prepares anyway (and prepare(gradients=
-True) keeps the corrupted forward, so the preview costs one backward). ROME's MLP/attention windows restore
+kinds cost one pass; the clean states come from the clean run the trace builds anyway (and TraceSetup.build(...,
+gradients=True) keeps the corrupted forward, so the preview costs one backward). ROME's MLP/attention windows restore
 several layers at once: their estimate is the sum of the layers' estimates. The estimated score of a cell is
 P*[o] + IE. For comparison, `method="clean"` takes the gradient in the clean run instead (the first-order cost of
 corrupting that one state) and `"mean"` averages the two (a two-point trapezoid); on the known facts the standard
@@ -35,15 +35,15 @@ import numpy as np
 import torch
 
 from ..errors import EditkitError
-from ..hooks import Hooks
-from ..sites import site
-from .setup import KINDS, TraceSetup, corrupt_embeddings, window_layers
+from ..sites import TRACE_KINDS, site
+from .setup import TraceSetup, corrupt_embeddings, window_layers
 
 
 METHODS = ("corrupted", "clean", "mean")
 
 
-def attribution(lm, setup: TraceSetup, kinds=KINDS, window: int = 10, method: str = "corrupted") -> dict:
+def attribution(lm, setup: TraceSetup, kinds=tuple(TRACE_KINDS), window: int = 10,
+                method: str = "corrupted") -> dict:
     """Estimated scores (tokens, layers) per kind (see module docstring). `method` picks where the gradient is
     taken: "corrupted" (AtP: in each corrupted run, one backward for all samples), "clean" (in the clean run: the
     linear estimate of what corrupting the state would cost, a 1-row backward), or "mean" (their average, the
@@ -80,7 +80,7 @@ def _panel(setup, L, kind, window, ie) -> torch.Tensor:
 def _gradients(lm, setup: TraceSetup, names: list[str], corrupted: bool) -> tuple[dict, dict]:
     """The states at `names` and the gradients of p(answer) (summed over rows) with respect to them, in the
     corrupted runs (n rows, the setup's noise) or the clean run (1 row)."""
-    if corrupted and setup.corrupt_graph is not None:  # prepare(gradients=True) kept the forward: backward only
+    if corrupted and setup.corrupt_graph is not None:  # build(gradients=True) kept the forward: backward only
         p, states = setup.corrupt_graph
         setup.corrupt_graph = None  # one backward; the graph's memory is freed
         if all(name in states for name in names):
@@ -88,12 +88,12 @@ def _gradients(lm, setup: TraceSetup, names: list[str], corrupted: bool) -> tupl
                 grads = torch.autograd.grad(p.sum(), [states[name] for name in names])
             return {n: states[n].detach() for n in names}, {n: g.detach() for n, g in zip(names, grads)}
     rows = setup.n if corrupted else 1
-    with torch.enable_grad(), Hooks(lm) as hooks:
-        noisy = corrupt_embeddings(setup) if corrupted else (lambda x: x.clone())
-        hooks.set("embed", lambda x: noisy(x.detach()).requires_grad_(True))
-        states = hooks.capture(names, detach=False)
-        h = lm.runner.hidden(input_ids=setup.input_ids.repeat(rows, 1))
-        p = lm.runner.answer_logprob(h[:, -1], setup.answer_id, norm=False).exp()
+    noisy = corrupt_embeddings(setup) if corrupted else (lambda x: x.clone())
+    embed = lambda x: noisy(x.detach()).requires_grad_(True)  # noqa: E731
+    with torch.enable_grad():
+        states = lm.runner.read(names, full=True, detach=False, input_ids=setup.input_ids.repeat(rows, 1),
+                                edit=lambda hooks: hooks.set("embed", embed))
+        p = lm.runner.answer_logprob(states.hidden[:, -1], setup.answer_id, norm=False).exp()
         grads = torch.autograd.grad(p.sum(), [states[name] for name in names])
     return {n: states[n].detach() for n in names}, {n: g.detach() for n, g in zip(names, grads)}
 

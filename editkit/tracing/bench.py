@@ -18,8 +18,9 @@ import torch
 from .attribution import METHODS, attribution, spearman
 from .engine import Work, block_macs_per_token, fast_trace, fast_traces
 from .reference import reference_trace
-from .setup import prepare
+from .setup import TraceSetup
 from .severing import sever
+from .spec import TraceSpec
 
 
 def matmul_rate(lm, rows: int = 860, repeat: int = 3) -> dict:
@@ -63,7 +64,7 @@ def bench_trace(lm, prompt: str, subject: str, kinds=("hidden", "mlp", "attn"), 
                 last_only: bool = True, reference: bool = True, facts: int = 20, say=print) -> dict:
     """See module docstring. Returns a JSON-serializable report; `say(row)` is called as rows are measured."""
     t0 = time.perf_counter()
-    setup = prepare(lm, prompt, subject, samples=samples)
+    setup = TraceSetup.build(lm, TraceSpec(prompt, subject, samples=samples))
     setup_s = time.perf_counter() - t0
     rate = matmul_rate(lm)
     rounding = softmax_rounding(lm, setup)
@@ -120,7 +121,7 @@ def _bound(row: dict, rate: dict) -> str:
 
 
 def _preview(lm, prompt, subject, samples, exact, n_facts, say) -> dict:
-    """The preview as the page computes it (prepare with the kept forward + one backward), its seconds, and its
+    """The preview as the page computes it (the setup with the kept forward + one backward), its seconds, and its
     Spearman correlation with each exact panel, over all cells and over the cells from the subject on (before the
     subject both maps equal the corrupted score), for every gradient point (attribution.METHODS; the page uses
     "corrupted", standard AtP), on the prompt and on the first `n_facts` known facts."""
@@ -129,7 +130,7 @@ def _preview(lm, prompt, subject, samples, exact, n_facts, say) -> dict:
 
     kinds = list(exact)
     t0 = time.perf_counter()
-    setup = prepare(lm, prompt, subject, samples=samples, gradients=True)
+    setup = TraceSetup.build(lm, TraceSpec(prompt, subject, samples=samples), gradients=True)
     est = {"corrupted": attribution(lm, setup, kinds)}
     out = {"seconds_with_setup": round(time.perf_counter() - t0, 2)}
     for method in METHODS[1:]:
@@ -140,7 +141,7 @@ def _preview(lm, prompt, subject, samples, exact, n_facts, say) -> dict:
     if facts:
         per = {m: [] for m in METHODS}
         for fact in facts:
-            tracer = Tracer(lm, fact["prompt"], fact["subject"], samples=samples)
+            tracer = Tracer(lm, TraceSpec(fact["prompt"], fact["subject"], samples=samples))
             maps = {k: torch.tensor(tracer.result(k).scores) for k in kinds}  # from the shared cache if traced
             for method in METHODS:
                 per[method].append(_spearmans(attribution(lm, tracer.setup, kinds, method=method), maps,

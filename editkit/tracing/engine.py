@@ -28,7 +28,7 @@ Gemma's 262k-token vocabulary the reference's own float32 softmax rounds the sum
 while the engine's p is within ~4e-6 of float64 (the rounding of the float32 logits themselves), so the two differ
 by up to ~1e-5 where p is large; `bench trace` reports both errors.
 
-    scores = evaluate(lm, setup, [Restore(token=3, start=5, hidden=True)])   # hidden state h_3^(4) restored
+    scores = score_restorations(lm, setup, [Restore(token=3, start=5, hidden=True)])   # h_3^(4) restored
     fast_trace(lm, setup, "mlp", window=10)                                   # one heatmap, (T, L)
 
 `Work` counts the multiply-accumulates and times of blocks and unembedding, for the benchmark's GMAC/s.
@@ -43,7 +43,8 @@ import torch
 from ..errors import EditkitError
 from ..hooks import Hooks
 from ..sites import site
-from .setup import TraceSetup, check_kind, window_layers
+from .setup import TraceSetup, window_layers
+from .spec import check_kind
 
 
 MAX_POSITION_ROWS = 1 << 15  # rows x positions per block step (memory bound for long prompts; Space Needle: <= 1,800)
@@ -111,10 +112,11 @@ def known_low(setup: TraceSetup, r: Restore, n_layers: int) -> bool:
 
 
 @torch.no_grad()
-def evaluate(lm, setup: TraceSetup, restores: list[Restore], progress=None, work: Work | None = None) -> torch.Tensor:
+def score_restorations(lm, setup: TraceSetup, restores: list[Restore], progress=None,
+                       work: Work | None = None) -> torch.Tensor:
     """Mean p(answer) over the corrupted samples for each restoration (a float tensor, one value per restoration).
-    `progress(fraction)` is called after every block step and before and after the unembedding; an exception it
-    raises (e.g. Cancelled) ends the evaluation."""
+    `progress(fraction, message)` is called after every block step and before and after the projection to the
+    vocabulary; an exception it raises (e.g. Cancelled) ends the computation."""
     n, L = setup.n, lm.adapter.n_layers
     for r in restores:
         if not 0 <= r.token < setup.input_ids.shape[1] or not 0 <= r.start <= L or \
@@ -141,7 +143,7 @@ def evaluate(lm, setup: TraceSetup, restores: list[Restore], progress=None, work
     def tick():
         done[0] += 1
         if progress:
-            progress(min(done[0] / total, 1.0))
+            progress(min(done[0] / total, 1.0), f"block steps {done[0]}/{steps}")
 
     finals, chain_rows = [], {}
     offset = 0
@@ -154,12 +156,12 @@ def evaluate(lm, setup: TraceSetup, restores: list[Restore], progress=None, work
         offset += final.shape[0]
     final = torch.cat(finals)
     if progress:
-        progress(steps / total)  # also checks a cancel flag before the unembedding
+        progress(steps / total, "p(answer) over the vocabulary")  # also checks a cancel flag before the projection
     p = _answer_probs(lm, setup, final, work)
     for i, members in chain_rows.items():
         out[i] = p[members].mean()
     if progress:
-        progress(1.0)
+        progress(1.0, "done")
     return out
 
 
@@ -311,7 +313,7 @@ def fast_trace(lm, setup: TraceSetup, kind: str, window: int = 10, progress=None
     if not isinstance(window, int) or window < 1:
         raise EditkitError("window must be a positive integer")
     L = lm.adapter.n_layers
-    scores = evaluate(lm, setup, panel(setup, kind, window, L), progress, work)
+    scores = score_restorations(lm, setup, panel(setup, kind, window, L), progress, work)
     return scores.view(setup.input_ids.shape[1], L)
 
 
@@ -325,5 +327,5 @@ def fast_traces(lm, setup: TraceSetup, kinds, window: int = 10, progress=None,
     L, T = lm.adapter.n_layers, setup.input_ids.shape[1]
     kinds = list(kinds)
     restores = [r for kind in kinds for r in panel(setup, kind, window, L)]
-    scores = evaluate(lm, setup, restores, progress, work)
+    scores = score_restorations(lm, setup, restores, progress, work)
     return {kind: scores[i * T * L:(i + 1) * T * L].view(T, L) for i, kind in enumerate(kinds)}

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import torch
 
-from ..hooks import Hooks
 from ..sites import site
-from .setup import TraceSetup, check_kind, corrupt_embeddings, window_layers
+from .setup import TraceSetup, corrupt_embeddings, window_layers
+from .spec import check_kind
 
 
 @torch.no_grad()
@@ -24,7 +24,8 @@ def trace_with_patch(lm, setup: TraceSetup, states: list[tuple[int, str, int]],
     corrupted values (ROME's trace_with_repatch, for severing)."""
     n = setup.n
     ids = setup.input_ids.repeat(n + 1, 1)
-    with Hooks(lm) as hooks:
+
+    def edit(hooks):
         hooks.set("embed", corrupt_embeddings(setup, rows=slice(1, None)))
         by_site: dict = {}
         for token, kind, layer in states:
@@ -43,10 +44,12 @@ def trace_with_patch(lm, setup: TraceSetup, states: list[tuple[int, str, int]],
                 h[1:, token] = values.to(h.dtype)
                 return h
             hooks.set(site(kind, layer), freeze)
-        if last_only:
-            logits = lm.runner.logits(lm.runner.hidden(input_ids=ids)[:, -1], norm=False)
-        else:
-            logits = lm.model(input_ids=ids, use_cache=False).logits[:, -1].float()
+
+    if last_only:
+        hidden = lm.runner.read({}, full=True, edit=edit, input_ids=ids).hidden
+        logits = lm.runner.logits(hidden[:, -1], norm=False)
+    else:  # ROME's logits at every position, the last one read
+        logits = lm.runner.full_logits(edit=edit, input_ids=ids)[:, -1]
     probs = torch.softmax(logits, -1)[1:, setup.answer_id]
     return float(probs.mean())
 
@@ -62,5 +65,5 @@ def reference_trace(lm, setup: TraceSetup, kind: str, window: int = 10, progress
             layers = [l] if kind == "hidden" else list(window_layers(l, window, n_layers))
             scores[t, l] = trace_with_patch(lm, setup, [(t, kind, j) for j in layers], last_only=last_only)
         if progress:
-            progress((t + 1) / n_tokens)
+            progress((t + 1) / n_tokens, f"token {t + 1}/{n_tokens}")
     return scores

@@ -11,14 +11,12 @@ from dataclasses import dataclass, field
 import torch
 
 from ..errors import EditkitError
-from ..hooks import Hooks
 from ..runner import KV
 from ..scoring import target_ids
 from ..sites import site
 from ..text import check_prompt, find_subject_range, token_strings
 from .noise import NoiseSpec, make_noise, noise_scale
-
-KINDS = ("hidden", "mlp", "attn")
+from .spec import TraceSpec
 
 
 @dataclass
@@ -49,8 +47,15 @@ class TraceSetup:
     # exactly as in its sample's corrupted run, so the engine computes only positions t.. on top of these (None when
     # the model's cache does not expose them: the engine then computes every position).
     corrupt_kv: KV | None = None
-    corrupt_graph: tuple | None = field(default=None, repr=False)  # (p per row, states) with autograd, see prepare
+    corrupt_graph: tuple | None = field(default=None, repr=False)  # (p per row, states) with autograd, see build
     _calls_after: dict = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def build(cls, lm, spec: TraceSpec, gradients: bool = False) -> "TraceSetup":
+        """Validate the spec's inputs, choose the answer, draw the noise, and run the clean and corrupted passes
+        (the window and kinds play no part). gradients=True keeps the corrupted pass's autograd graph
+        (corrupt_graph) for the attribution preview's backward, so the preview needs no forward of its own."""
+        return _build(lm, spec, gradients)
 
     @property
     def n(self) -> int:
@@ -102,29 +107,23 @@ def _sites(lm) -> list[str]:
 
 
 @torch.no_grad()
-def prepare(lm, prompt: str, subject: str, target: str | None = None, samples: int = 10,
-            noise: NoiseSpec | None = None, seed: int = 1, occurrence: int = 0,
-            gradients: bool = False) -> TraceSetup:
-    """Validate inputs, choose the answer, draw the noise, and run the clean and corrupted passes. gradients=True
-    keeps the corrupted pass's autograd graph (setup.corrupt_graph) for the attribution preview's backward, so the
-    preview needs no forward of its own."""
-    from .noise import parse_noise
-
-    check_prompt(lm, prompt)
+def _build(lm, spec: TraceSpec, gradients: bool = False) -> TraceSetup:
+    """TraceSetup.build (see there)."""
+    check_prompt(lm, spec.prompt)
+    samples = spec.samples
     if not isinstance(samples, int) or samples < 1 or samples > 1000:
         raise EditkitError("samples must be an integer between 1 and 1000")
-    noise = noise or parse_noise("3s")
-    b, e = find_subject_range(lm.tok, prompt, subject, occurrence)
-    ids = lm.tok(prompt, add_special_tokens=True, return_tensors="pt")["input_ids"].to(lm.device)
-    scale = noise_scale(lm, noise)
-    unit = make_noise(seed, samples, e - b, lm.adapter.d_model, noise)
-    setup = TraceSetup(prompt, token_strings(lm, prompt), ids, (b, e), "", -1, unit * scale, noise, scale, seed)
+    b, e = find_subject_range(lm.tok, spec.prompt, spec.subject, spec.occurrence)
+    ids = lm.tok(spec.prompt, add_special_tokens=True, return_tensors="pt")["input_ids"].to(lm.device)
+    scale = noise_scale(lm, spec.noise)
+    unit = make_noise(spec.seed, samples, e - b, lm.adapter.d_model, spec.noise)
+    setup = TraceSetup(spec.prompt, token_strings(lm, spec.prompt), ids, (b, e), "", -1, unit * scale, spec.noise,
+                       scale, spec.seed)
     run = lm.runner
     # Clean run: every state, the block calls, and the answer.
-    with Hooks(lm) as hooks:
-        clean = hooks.capture(_sites(lm))
-        out = run.forward(input_ids=ids, calls=True)
-    logits = run.logits(out.hidden[:, -1], norm=False)
+    clean = run.read(_sites(lm), full=True, input_ids=ids, calls=True)
+    logits = run.logits(clean.hidden[:, -1], norm=False)
+    target = spec.target
     if target is not None:
         tid = target_ids(lm.tok, target if target.startswith(" ") or not target.strip() else " " + target)
         setup.answer_id = tid[0]
@@ -132,29 +131,29 @@ def prepare(lm, prompt: str, subject: str, target: str | None = None, samples: i
         setup.answer_id = int(logits[0].argmax())
     setup.answer = lm.tok.decode([setup.answer_id])
     setup.high_score = float(torch.softmax(logits, -1)[0, setup.answer_id])
-    setup.clean, setup.calls = clean, out.calls
+    setup.clean, setup.calls = dict(clean), clean.calls
 
     # Corrupted run: n rows with noise on the subject embeddings.
     noisy = corrupt_embeddings(setup)
-    with torch.set_grad_enabled(gradients), Hooks(lm) as hooks:
-        hooks.set("embed", (lambda x: noisy(x.detach()).requires_grad_(True)) if gradients else noisy)
-        states = hooks.capture(_sites(lm), detach=not gradients)
-        out = run.forward(input_ids=ids.repeat(samples, 1), keep_kv=True)
-        p = run.answer_logprob(out.hidden[:, -1], setup.answer_id, norm=False).exp()
+    with torch.set_grad_enabled(gradients):
+        embed = (lambda x: noisy(x.detach()).requires_grad_(True)) if gradients else noisy
+        states = run.read(_sites(lm), full=True, detach=not gradients, edit=lambda hooks: hooks.set("embed", embed),
+                          input_ids=ids.repeat(samples, 1), keep_kv=True)
+        p = run.answer_logprob(states.hidden[:, -1], setup.answer_id, norm=False).exp()
     if gradients:
-        setup.corrupt_graph = (p, states)
+        setup.corrupt_graph = (p, dict(states))
     setup.corrupt = {name: value.detach() for name, value in states.items()}
-    kv = out.kv
+    kv = states.kv
     setup.corrupt_kv = None if kv is None else KV(tuple(k.detach() for k in kv.keys),
                                                    tuple(v.detach() for v in kv.values))
     setup.low_score = float(p.detach().mean())
     if b > 0:
-        _prepare_prefix(lm, setup, b)
+        _build_prefix(lm, setup, b)
     return setup
 
 
 @torch.no_grad()
-def _prepare_prefix(lm, setup: TraceSetup, P: int) -> None:
+def _build_prefix(lm, setup: TraceSetup, P: int) -> None:
     """Keys/values of the P tokens before the subject (one row: they are the same in every run), and the block calls
     for running only positions P..T-1 on top of them. Left off (prefix_len 0) when the model's cache does not
     expose every layer's keys, so the engine runs every position as before."""
@@ -172,9 +171,4 @@ def window_layers(layer: int, window: int, n_layers: int) -> range:
     return range(max(0, layer - window // 2), min(n_layers, layer - (-window // 2)))
 
 
-def check_kind(kind: str) -> None:
-    if kind not in KINDS:
-        raise EditkitError(f"kind must be one of {', '.join(KINDS)} (or 'all'), not {kind!r}")
-
-
-__all__ = ["TraceSetup", "prepare", "window_layers", "KINDS"]
+__all__ = ["TraceSetup", "window_layers"]

@@ -10,7 +10,7 @@ the "none" curve is the hidden heatmap's row at that token: pass it (`hidden`) t
 from __future__ import annotations
 
 from ..errors import EditkitError
-from .engine import evaluate, severing_restores
+from .engine import score_restorations, severing_restores
 from .setup import TraceSetup
 
 
@@ -24,7 +24,7 @@ def sever(lm, setup: TraceSetup, token: int | None = None, hidden: list | None =
     restores = [r for frozen in ("mlp", "attn") for r in severing_restores(setup, token, frozen, L)]
     if hidden is None:
         restores += severing_restores(setup, token, "none", L)
-    scores = evaluate(lm, setup, restores, progress).tolist()
+    scores = score_restorations(lm, setup, restores, progress).tolist()
     return {"token": token, "token_str": setup.tokens[token], "layers": list(range(L)),
             "none": list(hidden[token]) if hidden is not None else scores[2 * L:],
             "mlp": scores[:L], "attn": scores[L:2 * L],

@@ -1,6 +1,6 @@
 """A trace step by step, with a shared result cache: what pages, the CLI and the average indirect effect use.
 
-    tr = Tracer(lm, "The Space Needle is in downtown", "Space Needle")
+    tr = Tracer(lm, TraceSpec("The Space Needle is in downtown", "Space Needle"))
     tr.preview()            # kind -> TraceResult estimated by attribution patching (under a second)
     tr.result("mlp")        # the exact heatmap (cached: the same weights and inputs return it at once)
     tr.severing()           # ROME's severing chart at the last subject token (reuses the hidden panel's row)
@@ -19,43 +19,30 @@ from __future__ import annotations
 import time
 
 from ..cache import Store
+from ..errors import Cancelled, EditkitError
+from ..sites import TRACE_KINDS
 from ..weights import fingerprint
-from ..errors import EditkitError
 from .attribution import attribution
-from ..errors import Cancelled
 from .engine import Work, fast_trace, fast_traces
-from .noise import NoiseSpec, parse_noise
 from .reference import reference_trace
 from .result import TraceResult
+from .setup import TraceSetup
 from .severing import sever
-from .setup import KINDS, TraceSetup, check_kind, prepare
+from .spec import TraceSpec, check_kind, check_kinds
 
 ENGINE_VERSION = 2  # part of every cache key: bump when the engine's numbers may change
 RESULTS = Store("tracing/results", version=ENGINE_VERSION)
 
 
-def check_kinds(kinds) -> list[str]:
-    kinds = list(KINDS) if kinds in ("all", None) else [kinds] if isinstance(kinds, str) else list(kinds)
-    for kind in kinds:
-        check_kind(kind)
-    return kinds
-
-
 class Tracer:
     """One traced prompt (see module docstring). Nothing is computed until a result is asked for."""
 
-    def __init__(self, lm, prompt: str, subject: str, target: str | None = None, samples: int = 10,
-                 noise: NoiseSpec | str = "3s", window: int = 10, seed: int = 1, occurrence: int = 0,
-                 cache: bool = True, cancel=None, setup: TraceSetup | None = None):
-        if not isinstance(window, int) or isinstance(window, bool) or window < 1:
-            raise EditkitError("window must be a positive integer")
-        self.lm, self.window, self.cache, self.cancel = lm, window, cache, cancel
-        self.spec = parse_noise(noise) if isinstance(noise, (str, int, float)) else noise
-        self.args = (prompt, subject, target, samples, self.spec, seed, occurrence)
-        self.key = {"prompt": prompt, "subject": subject, "target": target, "samples": samples,
-                    "noise": self.spec.to_dict(), "seed": seed, "occurrence": occurrence,
+    def __init__(self, lm, spec: TraceSpec, cache: bool = True, cancel=None):
+        self.lm, self.spec, self.cache, self.cancel = lm, spec, cache, cancel
+        self.key = {"prompt": spec.prompt, "subject": spec.subject, "target": spec.target, "samples": spec.samples,
+                    "noise": spec.noise.to_dict(), "seed": spec.seed, "occurrence": spec.occurrence,
                     "weights": fingerprint(lm) if cache else None}
-        self._setup = setup
+        self._setup: TraceSetup | None = None
         self._results: dict[str, TraceResult] = {}
         self.setup_s = 0.0
 
@@ -63,17 +50,17 @@ class Tracer:
     @property
     def setup(self) -> TraceSetup:
         """The clean and corrupted runs (computed on first use)."""
-        return self._prepare(False)
+        return self._build(False)
 
-    def _prepare(self, gradients: bool) -> TraceSetup:
+    def _build(self, gradients: bool) -> TraceSetup:
         if self._setup is None:
             t0 = time.perf_counter()
-            self._setup = prepare(self.lm, *self.args, gradients=gradients)
+            self._setup = TraceSetup.build(self.lm, self.spec, gradients=gradients)
             self.setup_s = time.perf_counter() - t0
         return self._setup
 
     def _path(self, what: str):
-        extra = {"window": self.window} if what in ("mlp", "attn", "preview") else {}
+        extra = {"window": self.spec.window} if what in ("mlp", "attn", "preview") else {}
         return RESULTS.path(self.lm.name, what=what, **self.key, **extra)
 
     def _get(self, what: str):
@@ -85,11 +72,11 @@ class Tracer:
 
     def _check(self, progress):
         """A progress function for the engine that first checks the cancel flag."""
-        def step(fraction):
+        def step(fraction, message):
             if self.cancel is not None and self.cancel():
                 raise Cancelled("the trace was cancelled")
             if progress:
-                progress(fraction)
+                progress(fraction, message)
         return step
 
     # --- results -------------------------------------------------------------------------------------------------
@@ -106,7 +93,7 @@ class Tracer:
 
     def result(self, kind: str, progress=None, engine: str = "fast") -> TraceResult:
         """The exact heatmap of `kind` (ROME's scores), from the cache or computed and stored.
-        `progress(fraction)`; engine "reference" recomputes with ROME's algorithm (never cached)."""
+        `progress(fraction, message)`; engine "reference" recomputes with ROME's algorithm (never cached)."""
         check_kind(kind)
         if engine not in ("fast", "reference"):
             raise EditkitError("engine must be 'fast' or 'reference'")
@@ -117,9 +104,9 @@ class Tracer:
         step = self._check(progress)
         if engine == "fast":
             work = Work()
-            scores = fast_trace(self.lm, setup, kind, self.window, step, work)
+            scores = fast_trace(self.lm, setup, kind, self.spec.window, step, work)
         else:
-            work, scores = None, reference_trace(self.lm, setup, kind, self.window, step)
+            work, scores = None, reference_trace(self.lm, setup, kind, self.spec.window, step)
         result = self._make(kind, scores.tolist(), time.perf_counter() - t0, engine)
         if work is not None:
             result.meta["work"] = work.to_dict()
@@ -128,18 +115,19 @@ class Tracer:
             self._results[kind] = result
         return result
 
-    def results(self, kinds=KINDS, progress=None, engine: str = "fast",
+    def results(self, kinds=None, progress=None, engine: str = "fast",
                 together: bool = False) -> dict[str, TraceResult]:
-        """Several kinds; `progress(fraction, message)` over all of them. together=True computes the missing kinds
+        """Several kinds (default: the spec's); `progress(fraction, message)` over all of them. together=True
+        computes the missing kinds
         in one schedule (engine.fast_traces: larger batches, one pass over the unembedding): faster, but no panel
         is ready before the others (pages stream panel by panel instead)."""
-        kinds = check_kinds(kinds)
+        kinds = check_kinds(self.spec.kinds if kinds is None else kinds)
         missing = [k for k in kinds if self.cached(k) is None]
         if together and engine == "fast" and len(missing) > 1:
             t0 = time.perf_counter()
             work = Work()
-            step = self._check((lambda f: progress(f, "tracing " + ", ".join(missing))) if progress else None)
-            scores = fast_traces(self.lm, self.setup, missing, self.window, step, work)
+            step = self._check((lambda f, msg: progress(f, "tracing " + ", ".join(missing))) if progress else None)
+            scores = fast_traces(self.lm, self.setup, missing, self.spec.window, step, work)
             seconds = time.perf_counter() - t0
             for kind in missing:
                 result = self._make(kind, scores[kind].tolist(), seconds / len(missing), engine)
@@ -148,19 +136,21 @@ class Tracer:
                 self._results[kind] = result
         out = {}
         for i, kind in enumerate(kinds):
-            step = (lambda f, i=i, kind=kind: progress((i + f) / len(kinds), f"tracing {kind}")) if progress else None
+            step = ((lambda f, msg, i=i, kind=kind: progress((i + f) / len(kinds), f"tracing {kind}")) if progress
+                    else None)
             out[kind] = self.result(kind, step, engine)
         return out
 
-    def preview(self, kinds=KINDS) -> dict[str, TraceResult]:
-        """Attribution-patching estimates of the heatmaps (attribution.py), labelled meta["estimate"] = True."""
-        kinds = check_kinds(kinds)
+    def preview(self, kinds=None) -> dict[str, TraceResult]:
+        """Attribution-patching estimates of the heatmaps (attribution.py; default: the spec's kinds), labelled
+        meta["estimate"] = True."""
+        kinds = check_kinds(self.spec.kinds if kinds is None else kinds)
         value = self._get("preview")
         if value is None:
             t0 = time.perf_counter()
-            est = attribution(self.lm, self._prepare(gradients=True), KINDS, self.window)
+            est = attribution(self.lm, self._build(gradients=True), TRACE_KINDS, self.spec.window)
             seconds = time.perf_counter() - t0
-            value = {k: self._make(k, est[k].tolist(), seconds, "attribution").to_dict() for k in KINDS}
+            value = {k: self._make(k, est[k].tolist(), seconds, "attribution").to_dict() for k in TRACE_KINDS}
             for v in value.values():
                 v["meta"]["estimate"] = True
             self._put("preview", value)
@@ -169,7 +159,8 @@ class Tracer:
     def severing(self, token: int | None = None, progress=None) -> dict:
         """Per layer, the hidden state at `token` (default: the last subject token) restored with nothing, the
         MLPs, or the attention frozen at their corrupted values in all later layers at that token (ROME Fig. 4).
-        The "none" curve is the hidden panel's row, taken from its result when it is known."""
+        The "none" curve is the hidden panel's row, taken from its result when it is known.
+        `progress(fraction, message)`."""
         what = "severing" if token is None else f"severing-{token}"
         value = self._get(what)
         if value is None:
@@ -183,7 +174,8 @@ class Tracer:
         s = self.setup
         return TraceResult(
             tokens=s.tokens, subject_range=s.subject_range, answer=s.answer, answer_id=s.answer_id,
-            high_score=s.high_score, low_score=s.low_score, kind=kind, window=1 if kind == "hidden" else self.window,
+            high_score=s.high_score, low_score=s.low_score, kind=kind,
+            window=1 if kind == "hidden" else self.spec.window,
             noise_scale=s.scale, noise=s.noise_spec.to_dict(), samples=s.n, seed=s.seed, scores=scores,
             seconds=seconds, meta={"model": self.lm.name, "prompt": s.prompt, "engine": engine},
         )

@@ -1,24 +1,38 @@
 """The method registry: every editing method is one file in this folder plus its hyperparameter files.
 
-A method file defines its typed hyperparameters (a frozen dataclass extending editing.hparams.Hparams), an
-`apply(lm, requests, hp, progress=None, debug=None, reference=False) -> EditResult` and registers them (a method
-that carries state from one batch of a sequence to the next, as AlphaEdit its earlier keys, sets `stateful=True`
-and takes `state=`; editing/sequence.py):
+The contract. A method file defines its typed hyperparameters (a frozen dataclass extending editing.hparams.Hparams)
+and
+
+    apply(lm, requests, hp, progress=None, reference=False, solves=False) -> EditResult
+
+which computes the edit at the weights this context sees and never changes the model: the delta, per request the
+target optimisation's losses (RequestReport), per edited parameter the norms, per layer what a multi-layer edit
+wrote (LayerReport), and with `solves` the inputs of each update's equation (editing/result.py). `reference` runs
+the target optimisation on the plain full model (a benchmark switch). A method that carries state from one batch of
+a sequence to the next, as AlphaEdit its earlier keys, sets `stateful=True` and also takes `state=`
+(editing/sequence.py). It registers itself with what it needs and what it can predict:
 
     METHOD = register(Method(name="rome", label="ROME", apply=apply_rome, hparams=RomeHparams,
+                             first_use=first_use, predict_share=predict_share,
                              spreading="one layer, rank one", about="..."))
 
-and assets/hparams/<name>/<model>.json holds its defaults per model. The CLI (`edit`, `evaluate`, `bench edit`), the
-evaluation, the hyperparameter loader and the Edit & compare page all read the registry, so a new file here is a new
-method everywhere. Files in this folder are imported on first use; a method defined elsewhere (a plugin, a test)
-calls `register` itself.
+- `first_use(hp) -> FirstUse`: the per-model caches an edit with `hp` reads (key statistics by module and token
+  positions at hp.layers, the context templates), computed with progress before the first edit
+  (api.prepare_first_use). Default: nothing.
+- `predict_share(lm, result) -> share.SharePrediction`: how the update acts on other keys, drawn by the bleed map
+  (editing/share.py). Default: None, no prediction.
+
+assets/hparams/<name>/<model>.json holds its defaults per model. The CLI (`edit`, `evaluate`, `bench edit`), the
+evaluation, the bleed map, the layer sweep, the hyperparameter loader and the Edit & compare page all read the
+registry, so a new file here is a new method everywhere. Files in this folder are imported on first use; a method
+defined elsewhere (a plugin, a test) calls `register` itself.
 """
 from __future__ import annotations
 
 import importlib
 import pkgutil
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -27,10 +41,25 @@ from ...paths import HPARAMS
 
 
 @dataclass(frozen=True)
+class FirstUse:
+    """What an edit computes once per model and caches: the second-moment statistics of each module's inputs
+    ("down_proj", "o_proj") over the given token positions ("all", "entities"), at hp.layers over
+    hp.mom2_n_tokens tokens (editing/stats.py), and the context templates (editing/context.py)."""
+
+    statistics: dict[str, tuple[str, ...]] = field(default_factory=dict)  # module -> positions
+    templates: bool = False  # hp.context_templates prefixes of hp.context_length tokens
+
+
+def nothing(hp) -> FirstUse:
+    """The first use of a method that reads no cached statistics or templates."""
+    return FirstUse()
+
+
+@dataclass(frozen=True)
 class Method:
     name: str  # the id used on the command line and in files ("rome")
     label: str  # for people ("ROME")
-    apply: Callable  # (lm, requests, hp, progress=None, debug=None, reference=False) -> EditResult
+    apply: Callable  # (lm, requests, hp, progress=None, reference=False, solves=False) -> EditResult
     hparams: type  # its frozen Hparams dataclass
     spreading: str  # how the update is spread over layers, in words
     about: str = ""  # one sentence with the paper
@@ -39,6 +68,8 @@ class Method:
     stateful: bool = False  # apply takes `state=` (editing/sequence.SequenceState) and returns the next one
     order: int = 100  # position in lists (built-ins: 10, 20, ...)
     hparams_dir: Path | None = None  # its per-model JSON defaults (default: assets/hparams/<name>/)
+    first_use: Callable = nothing  # (hp) -> FirstUse
+    predict_share: Callable | None = None  # (lm, result) -> share.SharePrediction, or no prediction
 
     @property
     def defaults_dir(self) -> Path:

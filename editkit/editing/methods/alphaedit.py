@@ -1,9 +1,10 @@
 """AlphaEdit (Fang et al., "AlphaEdit: Null-Space Constrained Knowledge Editing for Language Models", ICLR 2025).
 
-Keys, targets and spreading are MEMIT's (targets.py, spread.py: residual targets z_i at the last critical layer,
-R = (Z - H_L) / (L - i) mapped through Gemma's post-MLP norm). Only the solve at each layer differs:
+Keys, targets and spreading are MEMIT's (keys.py, targets.py, spread.py: residual targets z_i at the last critical
+layer, R = (Z - H_L) / (L - i) mapped through Gemma's post-MLP norm). Only the solve at each layer differs:
 
-1. Null space (Sec. 3.2; upstream experiments/evaluate.py `get_project`). C = E[k k^T] (stats.py) = U diag(e) U^T;
+1. Null space (Sec. 3.2; upstream experiments/evaluate.py `get_project`; nullspace.py). C = E[k k^T] (stats.py)
+   = U diag(e) U^T;
    U0 = the eigenvectors whose eigenvalue falls in the null space (`nullspace_rule`), P = U0 U0^T. Keys of ordinary
    text lie (almost) in the span of the other eigenvectors, so Delta P k0 ~ 0 for them: the edit cannot disturb
    what C preserves, and no lambda C term is needed.
@@ -35,12 +36,13 @@ import torch
 
 from ...errors import EditkitError
 from ..hparams import Hparams, _non_negative, _positive
+from ..nullspace import NULL_RULES, null_space_basis
 from ..result import EditResult
 from ..sequence import SequenceState
-from ..spread import Stream, spread
-from ..stats import NULL_RULES, null_space_basis, second_moment
-from . import Method, register
-from .memit import finish, optimize_residual_targets
+from ..share import update_share
+from ..spread import LeastSquaresSolve, Stream, finish, optimize_residual_targets, residual_mapping, spread
+from ..stats import second_moment
+from . import FirstUse, Method, register
 
 
 @dataclass(frozen=True)
@@ -130,8 +132,32 @@ def _bases(lm, hp: AlphaEditHparams) -> tuple[dict, dict]:
     return U0, info
 
 
-def apply_alphaedit(lm, requests, hp: AlphaEditHparams, progress=None, debug: list | None = None,
-                    reference: bool = False, state: SequenceState | None = None) -> EditResult:
+@dataclass(kw_only=True)
+class NullSpaceSolve(LeastSquaresSolve):
+    """One layer's AlphaEdit update (Eq. 14) with the terms of its equation."""
+
+    basis: torch.Tensor | None  # U0 (d_in, k), P = U0 U0^T; None: P = I (projection off)
+    prior_keys: torch.Tensor | None  # K_p, the earlier edits' keys of the sequence (d_in, m), or None
+    preserved: torch.Tensor | None  # lambda C when mom2_update_weight > 0, else None
+    alpha: float  # the l2 weight
+
+    @property
+    def P(self) -> torch.Tensor | None:
+        return None if self.basis is None else self.basis @ self.basis.T
+
+    @property
+    def prior(self) -> torch.Tensor | None:
+        """K_p K_p^T (float64), as SequenceState.gram."""
+        return None if self.prior_keys is None else self.prior_keys.double() @ self.prior_keys.double().T
+
+
+def first_use(hp: AlphaEditHparams) -> FirstUse:
+    """The plain statistics of the down-projection's keys (the null space is computed from them when used)."""
+    return FirstUse({"down_proj": ("all",)}, templates=True)
+
+
+def apply_alphaedit(lm, requests, hp: AlphaEditHparams, progress=None, reference: bool = False,
+                    solves: bool = False, state: SequenceState | None = None) -> EditResult:
     start = time.perf_counter()
     state = state if state is not None else SequenceState("alphaedit")
     state.check("alphaedit")
@@ -144,20 +170,17 @@ def apply_alphaedit(lm, requests, hp: AlphaEditHparams, progress=None, debug: li
     def rule(layer, K, R):
         used[layer] = K  # = the key after the whole edit: only layers below `layer` change it, and they are applied
         preserved = hp.mom2_update_weight * C[layer] if hp.mom2_update_weight > 0 else None
-        dW = alphaedit_update_in_basis(K, R, U0[layer], hp.l2, state.keys(layer), preserved)
-        if debug is not None:
-            P = None if U0[layer] is None else U0[layer] @ U0[layer].T
-            debug.append({"layer": layer, "K": K, "R": R, "P": P, "prior": state.gram(layer),
-                          "preserved": preserved, "alpha": hp.l2, "delta": dW})
-        return dW
+        return alphaedit_update_in_basis(K, R, U0[layer], hp.l2, state.keys(layer), preserved)
 
     targets = torch.stack([opt["resid_post"]["target"] for opt in opts], 1)
     stream = Stream("down_proj", "mlp_key", "resid_post", targets, rule, C)
-    total, per_layer, reach = spread(lm, requests, hp, [stream], divisor=float, label="AlphaEdit",
-                                     progress=progress)
-    mapping = "post-MLP norm inverted" if lm.adapter.family.post_mlp_norm else "identity"
-    result = finish("alphaedit", lm, requests, hp, opts, total, per_layer, reach, start, t_targets, progress,
-                    residual_mapping=mapping, null_space=[null_info[l] for l in hp.layers],
+    done = spread(lm, requests, hp, [stream], divisor=float, label="AlphaEdit", progress=progress, solves=solves)
+    done.solves = [NullSpaceSolve(layer=s.layer, part=s.part, delta=s.delta, K=s.K, R=s.R, C=s.C,
+                                  basis=U0[s.layer], prior_keys=state.keys(s.layer), alpha=hp.l2,
+                                  preserved=hp.mom2_update_weight * C[s.layer] if hp.mom2_update_weight > 0 else None)
+                   for s in done.solves]
+    result = finish("alphaedit", lm, requests, hp, opts, done, start, t_targets, progress,
+                    residual_mapping=residual_mapping(lm), null_space=[null_info[l] for l in hp.layers],
                     sequence_edits_before=state.edits)
     result.state = state.with_keys(used, len(requests))
     return result
@@ -165,7 +188,7 @@ def apply_alphaedit(lm, requests, hp: AlphaEditHparams, progress=None, debug: li
 
 METHOD = register(Method(
     name="alphaedit", label="AlphaEdit", apply=apply_alphaedit, hparams=AlphaEditHparams, order=40,
-    color="#e7298a", stateful=True,
+    color="#e7298a", stateful=True, first_use=first_use, predict_share=update_share,
     spreading="MEMIT's residual spreading, each layer's update projected onto the null space of C (Eq. 14)",
     about="AlphaEdit (Fang et al. 2025): MEMIT's keys and targets, the update confined to directions ordinary text "
           "does not use, and the earlier edits of a sequence kept."))

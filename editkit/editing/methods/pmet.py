@@ -19,12 +19,14 @@ from dataclasses import dataclass
 
 import torch
 
+from ...progress import part
 from ..result import EditResult
-from ..spread import Stream, spread
-from ..stats import key_statistics
+from ..share import update_share
+from ..spread import Stream, finish, memit_rule, spread
+from ..stats import key_statistics, positions_for
 from ..targets import optimize_targets_batch
-from . import Method, register
-from .memit import MemitHparams, finish, memit_rule
+from . import FirstUse, Method, register
+from .memit import MemitHparams
 
 
 @dataclass(frozen=True)
@@ -34,12 +36,18 @@ class PmetHparams(MemitHparams):
     SOLVE_ONLY = MemitHparams.SOLVE_ONLY | {"update_attn"}
 
 
-def apply_pmet(lm, requests, hp: PmetHparams, progress=None, debug: list | None = None,
-               reference: bool = False) -> EditResult:
+def first_use(hp: PmetHparams) -> FirstUse:
+    """The down-projection's key statistics, and W_O's inputs' with the MHSA-update ablation."""
+    modules = ("down_proj", "o_proj") if hp.update_attn else ("down_proj",)
+    return FirstUse({m: positions_for(hp) for m in modules}, templates=True)
+
+
+def apply_pmet(lm, requests, hp: PmetHparams, progress=None, reference: bool = False,
+               solves: bool = False) -> EditResult:
     start = time.perf_counter()
     opts = optimize_targets_batch(lm, list(requests), hp.layers[-1], ("attn_out", "mlp_out"), hp, adaptive=True,
                                   reference=reference,
-                                  progress=(lambda f, m: progress(0.5 * f, f"PMET {m}")) if progress else None)
+                                  progress=part(progress, 0, 0.5, "PMET ") if progress else None)
     t_targets = time.perf_counter() - start
     lam = hp.mom2_update_weight
     C = key_statistics(lm, hp.layers, hp)
@@ -49,14 +57,14 @@ def apply_pmet(lm, requests, hp: PmetHparams, progress=None, debug: list | None 
         C_O = key_statistics(lm, hp.layers, hp, module="o_proj")
         streams.append(Stream("o_proj", "attn_z", "attn_out",
                               torch.stack([o["attn_out"]["target"] for o in opts], 1), memit_rule(C_O, lam), C_O))
-    total, per_layer, reach = spread(lm, requests, hp, streams, divisor=math.sqrt, label="PMET", progress=progress,
-                                     debug=debug)
-    return finish("pmet", lm, requests, hp, opts, total, per_layer, reach, start, t_targets, progress,
+    done = spread(lm, requests, hp, streams, divisor=math.sqrt, label="PMET", progress=progress, solves=solves)
+    return finish("pmet", lm, requests, hp, opts, done, start, t_targets, progress,
                   attn_delta_norms=[float(o["attn_out"]["delta"].norm()) for o in opts])
 
 
 METHOD = register(Method(
     name="pmet", label="PMET", apply=apply_pmet, hparams=PmetHparams, order=30, color="#7570b3",
+    first_use=first_use, predict_share=update_share,
     spreading="MLP-output target spread over the critical layers, R / sqrt(L - i)",
     about="Precise Model Editing in a Transformer (Li et al. 2023): attention and FFN targets optimized together, "
           "only the FFN written."))

@@ -16,12 +16,15 @@ from dataclasses import dataclass
 
 import torch
 
+from ...progress import part
 from ..hparams import Hparams
-from ..result import EditResult, norm_report
-from ..stats import key_statistics
-from ..targets import key_star, keys_at, optimize_targets
+from ..keys import key_star, keys_at
+from ..result import EditResult, RequestReport, Solve, norm_report
+from ..share import SharePrediction, edited_maps, update_share
+from ..stats import key_statistics, positions_for
+from ..targets import optimize_targets
 from ...weights import applied, effective_weight
-from . import Method, register
+from . import FirstUse, Method, register
 
 
 @dataclass(frozen=True)
@@ -32,29 +35,48 @@ class RomeHparams(Hparams):
     SOLVE_ONLY = Hparams.SOLVE_ONLY | {"mom2_adjustment", "rrome"}
 
 
+@dataclass(kw_only=True)
+class RankOneSolve(Solve):
+    """One request's update of Eq. 2, delta = Lambda u^T, with its factors (float64)."""
+
+    k_star: torch.Tensor  # k*, the template-averaged key (d_ff,)
+    v_star: torch.Tensor  # v*, the optimized MLP output (d_model,)
+    k_den: torch.Tensor  # the key in the residual and the denominator: k* (r-ROME) or the plain prompt's k_p
+    u: torch.Tensor  # C^-1 k*
+    lam: torch.Tensor  # Lambda = (v* - W k_den - b) / (u^T k_den)
+
+
 def rome_update(W: torch.Tensor, b: torch.Tensor | None, C: torch.Tensor, k_star: torch.Tensor,
                 v_star: torch.Tensor, k_den: torch.Tensor | None = None) -> tuple[torch.Tensor, dict]:
-    """Delta W (d_model, d_ff) of ROME's Eq. 2; `k_den` (default k*) is the key used in the residual/denominator."""
+    """Delta W (d_model, d_ff) of ROME's Eq. 2, and its factors u = C^-1 k* and Lambda (float64) with the
+    division factor; `k_den` (default k*) is the key used in the residual/denominator."""
     k_den = k_star if k_den is None else k_den
     W64, C64 = W.double(), C.double()
     u = torch.linalg.solve(C64, k_star.double())  # C^-1 k*, no explicit inverse
     current_out = W64 @ k_den.double() + (b.double() if b is not None else 0)
     denominator = u @ k_den.double()
     delta = torch.outer(v_star.double() - current_out, u) / denominator
-    info = {"division_factor": float(denominator / u.norm()), "denominator": float(denominator)}
+    info = {"division_factor": float(denominator / u.norm()), "denominator": float(denominator),
+            "u": u, "lam": (v_star.double() - current_out) / denominator}
     return delta.to(W.dtype), info
 
 
-def apply_rome(lm, requests, hp: RomeHparams, progress=None, debug: list | None = None,
-               reference: bool = False) -> EditResult:
+def first_use(hp: RomeHparams) -> FirstUse:
+    """The key statistics of the edited layer (none with C = I) and the context templates."""
+    return FirstUse({"down_proj": positions_for(hp)} if hp.mom2_adjustment else {}, templates=True)
+
+
+def apply_rome(lm, requests, hp: RomeHparams, progress=None, reference: bool = False,
+               solves: bool = False) -> EditResult:
     start = time.perf_counter()
     a = lm.adapter
     layer = hp.layers[0]
-    C = key_statistics(lm, [layer], hp, progress=(lambda f, m: progress(0.3 * f, m)) if progress else None)[layer]
-    if not hp.mom2_adjustment:
-        C = torch.eye(a.d_ff, device=C.device)
+    if hp.mom2_adjustment:
+        C = key_statistics(lm, [layer], hp, progress=part(progress, 0, 0.3) if progress else None)[layer]
+    else:
+        C = torch.eye(a.d_ff, device=lm.device)
     name = a.param_name("down_proj", layer)
-    total, details, t_targets = None, [], 0.0
+    total, reports, records, t_targets = None, [], [], 0.0
     with ExitStack() as stack:
         for i, request in enumerate(requests):
             if progress:
@@ -68,23 +90,54 @@ def apply_rome(lm, requests, hp: RomeHparams, progress=None, debug: list | None 
             W = effective_weight(lm, "down_proj", layer)
             b = a.down_bias(layer)
             dW, info = rome_update(W, None if b is None else b.detach(), C, k_star, v_star, k_den)
+            u, lam = info.pop("u"), info.pop("lam")
             delta = a.weight_delta("down_proj", layer, dW)
-            if debug is not None:
-                debug.append({"k_star": k_star, "v_star": v_star, "k_den": k_den, "delta": dW})
+            if solves:
+                records.append(RankOneSolve(layer=layer, part="down_proj", delta=dW.double(), C=C, k_star=k_star,
+                                            v_star=v_star, k_den=k_den, u=u, lam=lam))
             stack.enter_context(applied(lm, delta))  # later requests see this one, as upstream
             total = delta if total is None else {name: total[name] + delta[name]}
-            details.append({"case_id": request.case_id, "layer": layer, "losses": opt["losses"], **info,
-                            "v_star_norm": float(v_star.norm()), "k_star_norm": float(k_star.norm()),
-                            "delta_norm": float(dW.norm()), "weight_norm": float(W.norm()),
-                            "relative_norm": float(dW.norm() / W.norm())})
-    info = {"layer": layer, "rrome": hp.rrome, "requests": details, "norms": norm_report(lm.model, total),
-            "seconds_targets": round(t_targets, 2), "hparams": hp.to_dict()}
+            reports.append(RequestReport(request.case_id, opt["losses"], details={
+                "layer": layer, **info, "v_star_norm": float(v_star.norm()), "k_star_norm": float(k_star.norm()),
+                "delta_norm": float(dW.norm()), "weight_norm": float(W.norm()),
+                "relative_norm": float(dW.norm() / W.norm())}))
     if progress:
         progress(1.0, "ROME done")
-    return EditResult("rome", list(requests), total, info, time.perf_counter() - start)
+    return EditResult("rome", list(requests), total, hp, reports, norms=norm_report(lm.model, total),
+                      seconds=time.perf_counter() - start, seconds_targets=t_targets,
+                      details={"layer": layer, "rrome": hp.rrome}, solves=records)
+
+
+class RankOneShare(SharePrediction):
+    """ROME Eq. 2 from the edit's own factors: Delta W k = Lambda (C^-1 k*)^T k = s(k) (v* - W k*) with
+    s(k) = (C^-1 k*)^T k / (C^-1 k*)^T k*, exact at every token of every prompt."""
+
+    formula = "Lambda (C^-1 k*)^T k (ROME Eq. 2)"
+    axis = "predicted share s = (C⁻¹k*)ᵀk / (C⁻¹k*)ᵀk*"
+
+    def __init__(self, maps, solve: RankOneSolve):
+        super().__init__(maps, checked=len(maps))
+        self.solve = solve
+
+    def share(self, keys: list[torch.Tensor]) -> torch.Tensor:
+        s = self.solve
+        return (keys[0] @ s.u.float()) / float(s.u @ s.k_star.double())
+
+    def change(self, i: int, keys: torch.Tensor) -> torch.Tensor:
+        return (keys @ self.solve.u.float())[..., None] * self.solve.lam.float()
+
+
+def predict_share(lm, result: EditResult) -> SharePrediction:
+    """The bleed map's prediction for a one-request ROME edit (run with solves=True); a batch of requests, each
+    on top of the others, has no single k*: then the update's own projection (share.UpdateShare)."""
+    maps = edited_maps(lm, result.delta)
+    if len(result.solves) != 1 or len(maps) != 1:
+        return update_share(lm, result)
+    return RankOneShare(maps, result.solves[0])
 
 
 METHOD = register(Method(
     name="rome", label="ROME", apply=apply_rome, hparams=RomeHparams, order=10, batch=False, color="#1b9e77",
+    first_use=first_use, predict_share=predict_share,
     spreading="one layer, a rank-one update per request (Eq. 2)",
     about="Rank-One Model Editing (Meng et al. 2022): W k* = v* at one MLP layer, requests one after another."))

@@ -2,7 +2,7 @@
 method in its registry colour; hollow markers are checkpoints measured on a sample of the edits so far."""
 from __future__ import annotations
 
-from .lifelong import METRICS, curves
+from ..evaluation.lifelong import METRICS, curves
 
 PANELS = ("efficacy", "generalization", "specificity", "retention", "fluency", "perplexity_ratio",
           "total_relative_norm")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .sweep import front_2d
+from ..evaluation.sweep import front_2d
 
 RATE_COLORS = {"efficacy": "#1b9e77", "generalization": "#7570b3", "specificity": "#d95f02"}
 SOURCE_COLORS = {"rewrite": "#1b9e77", "paraphrase": "#7570b3", "neighborhood": "#d95f02", "known fact": "#e7298a",
@@ -53,22 +53,27 @@ def pareto_figure(out: dict, ys=("efficacy", "generalization")) -> go.Figure:
 
 
 def bleed_figure(out: dict) -> go.Figure:
-    """One point per prompt: the update's predicted share s (x) against the measured rise of P(new) (y)."""
+    """One point per prompt: the update's predicted share s (x) against the measured rise of P(new) (y); for a
+    method without a prediction (no share), the rises by prompt."""
+    predicted = out.get("formula") is not None
     fig = go.Figure()
     for source, color in SOURCE_COLORS.items():
-        rows = [r for r in out["rows"] if r["source"] == source]
+        index = [i for i, r in enumerate(out["rows"]) if r["source"] == source]
+        rows = [out["rows"][i] for i in index]
         if not rows:
             continue
+        where = "largest share at %{customdata[1]!r}: s = %{x:.3f}<br>" if predicted else ""
         fig.add_trace(go.Scatter(
-            x=[r["share"] for r in rows], y=[r["delta_p_new"] for r in rows], mode="markers", name=source,
-            marker={"color": color, "size": 9}, customdata=[[r["prompt"], r["token"], r["p_new_before"],
-                                                              r["p_new_after"]] for r in rows],
-            hovertemplate="%{customdata[0]}<br>largest share at %{customdata[1]!r}: s = %{x:.3f}<br>"
+            x=[r["share"] for r in rows] if predicted else index, y=[r["delta_p_new"] for r in rows],
+            mode="markers", name=source, marker={"color": color, "size": 9},
+            customdata=[[r["prompt"], r["token"], r["p_new_before"], r["p_new_after"]] for r in rows],
+            hovertemplate="%{customdata[0]}<br>" + where +
                           "P(new) %{customdata[2]:.3f} → %{customdata[3]:.3f}<extra></extra>"))
-    fig.add_vline(x=0, line_color="lightgrey")
+    if predicted:
+        fig.add_vline(x=0, line_color="lightgrey")
     fig.add_hline(y=0, line_color="lightgrey")
-    fig.update_layout(xaxis_title="predicted share s = (C⁻¹k*)ᵀk / (C⁻¹k*)ᵀk*" if out["method"] == "rome"
-                      else "predicted share s = Σ⟨ΔW k, ΔW k*⟩ / Σ‖ΔW k*‖²",
+    fig.update_layout(xaxis_title=(out.get("share_axis") or "predicted share s") if predicted
+                      else f"prompt # ({out['method']} predicts no share)",
                       yaxis_title=f"rise of P({out['request']['target_new'].strip()})", height=420,
                       margin={"t": 30})
     return fig

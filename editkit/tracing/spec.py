@@ -1,0 +1,56 @@
+"""What one causal trace computes: a settings dataclass shared by the tracer, the setup, the CLI and the pages.
+
+    spec = TraceSpec("The Space Needle is in downtown", "Space Needle", samples=10, noise="3s", window=10)
+    trace(lm, spec)                        # kind -> TraceResult (tracing/__init__.py)
+    Tracer(lm, spec).result("mlp")         # step by step, cached (tracer.py)
+    TraceSetup.build(lm, spec)             # the clean and corrupted runs (setup.py)
+
+The kinds are causal tracing's names for the restored states (sites.TRACE_KINDS: hidden = resid_post,
+mlp = mlp_out, attn = attn_out).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import EditkitError
+from ..sites import TRACE_KINDS
+from .noise import NoiseSpec, parse_noise
+
+
+def check_kind(kind: str) -> None:
+    if kind not in TRACE_KINDS:
+        raise EditkitError(f"kind must be one of {', '.join(TRACE_KINDS)} (or 'all'), not {kind!r}")
+
+
+def check_kinds(kinds) -> list[str]:
+    """A list of kinds from "all" (or None), one kind, or several."""
+    kinds = list(TRACE_KINDS) if kinds in ("all", None) else [kinds] if isinstance(kinds, str) else list(kinds)
+    for kind in kinds:
+        check_kind(kind)
+    return kinds
+
+
+@dataclass(frozen=True)
+class TraceSpec:
+    """One trace (Meng et al. 2022, Sec. 2.1): the subject's embeddings in `prompt` (its `occurrence`-th match,
+    0 = the first) get noise (`noise`: a NoiseSpec or its text, '3s' = 3 x the embedding std or '0.1' absolute) in
+    `samples` corrupted runs drawn with `seed`; restoring a state measures p(target) (default: the clean run's top
+    token). MLP and attention panels restore `window` layers around each layer; `kinds` are the panels `trace`
+    computes."""
+
+    prompt: str
+    subject: str
+    target: str | None = None
+    samples: int = 10
+    noise: NoiseSpec | str = "3s"
+    window: int = 10
+    seed: int = 1
+    occurrence: int = 0
+    kinds: tuple = tuple(TRACE_KINDS)
+
+    def __post_init__(self):
+        if not isinstance(self.noise, NoiseSpec):
+            object.__setattr__(self, "noise", parse_noise(self.noise))
+        if not isinstance(self.window, int) or isinstance(self.window, bool) or self.window < 1:
+            raise EditkitError("window must be a positive integer")
+        object.__setattr__(self, "kinds", tuple(check_kinds(self.kinds)))

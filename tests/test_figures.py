@@ -1,0 +1,37 @@
+"""The page figures in editkit/figures/ draw the library's JSON results: one trace per thing shown, in the order
+the pages lay them out."""
+from editkit.figures import memories
+from editkit.figures.lens import logit_lens_figure
+from editkit.figures.similarity import similarity_figure
+from editkit.memories.inspect import memories_at
+from editkit.text import logit_lens
+
+
+def test_logit_lens_figure(tiny_by_name):
+    lm = tiny_by_name("tiny-gpt2")
+    lens = logit_lens(lm, "The Eiffel Tower is located in the city of", k=4)
+    fig = logit_lens_figure(lens, 4)
+    heat = fig.data[0]
+    assert list(heat.x) == ["#1", "#2", "#3", "#4"] and len(heat.y) == len(lens["layers"])
+    assert heat.z[0][0] == lens["layers"][0][0]["prob"] and heat.text[0][0] == lens["layers"][0][0]["token"]
+
+
+def test_memory_figures(tiny_by_name):
+    lm = tiny_by_name("tiny-gpt2")
+    view = memories_at(lm, "The Eiffel Tower is located in the city of", 1, top=5).to_dict()
+    bars = memories.contributions_figure(view["memories"]).data[0]
+    assert list(bars.y) == [m["label"] for m in view["memories"]][::-1]  # the largest on top
+    g = {"agreement": [0.1, 0.2], "median_rank": [30, 4], "compositional": [0.5, 0.6], "fixed_at": [0.2, 0.8],
+         "fixed_by": [0.2, 1.0]}
+    assert [t.name for t in memories.agreement_figure(g).data] == ["agreement", "median rank"]
+    assert list(memories.composition_figure(g).data[0].y) == g["compositional"]
+    assert [list(t.y) for t in memories.fixed_figure(g).data] == [g["fixed_at"], g["fixed_by"]]
+
+
+def test_similarity_figure():
+    band = {"mean": [0.9, 0.8], "low": [0.85, 0.7], "high": [0.95, 0.9]}
+    r = {"layers": [0, 1], **{f"{c}_{m}": band for c in ("mhsa", "ffn") for m in ("cos", "jaccard")}}
+    fig = similarity_figure(r, "jaccard", "Top-50 Jaccard similarity (logit lens)", [0, 1])
+    assert [t.name for t in fig.data if t.showlegend is not False] == ["MHSA", "FFN"]
+    assert list(fig.data[2].x) == [1, 2]  # layers counted from 1, as in PMET's figure
+    assert fig.layout.yaxis.title.text == "Top-50 Jaccard similarity" and tuple(fig.layout.yaxis.range) == (0, 1)

@@ -1,0 +1,149 @@
+"""The floors of the code base: a module imports only from its own floor and the floors below it, and the packages
+of a floor whose rule says "never one another" (the algorithms: tracing/, memories/, similarity, editing/) do not
+import one another. Every import counts, also one inside a function. The floors are read from the table in the
+README's "Layout" section, so the README and this test cannot disagree: a new module needs a row there first.
+Also: editkit/ never imports Streamlit, and only editkit/figures/ imports plotly."""
+import ast
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+
+# Imports that still go up a floor on this branch, "importing file -> imported module", being removed elsewhere.
+# The list only shrinks: an entry that no longer happens fails the test too, so it is deleted when fixed.
+ALLOWED_VIOLATIONS: frozenset[str] = frozenset()
+
+
+def floor_table() -> list[dict]:
+    """The rows of README's Layout table: {"floor": n, "name", "units": [...], "siblings": bool}."""
+    text = README.read_text(encoding="utf-8")
+    assert "\n## Layout\n" in text, "README.md has no '## Layout' section"
+    section = text.split("\n## Layout\n", 1)[1].split("\n## ", 1)[0]
+    rows = []
+    for line in section.splitlines():
+        m = re.match(r"\|\s*(\d+)\.\s*([^|]+?)\s*\|([^|]+)\|([^|]+)\|\s*$", line)
+        if m:
+            rows.append({"floor": int(m.group(1)), "name": m.group(2),
+                         "units": [u.removesuffix(".py").rstrip("/") for u in re.findall(r"`([^`]+)`", m.group(3))],
+                         "siblings": "never one another" in m.group(4)})
+    assert [r["floor"] for r in rows] == list(range(1, len(rows) + 1)) and rows, "floors must be numbered 1, 2, ..."
+    return rows
+
+
+def unit_floors() -> tuple[dict[str, int], set[int]]:
+    """unit -> floor, and the floors whose units must not import one another."""
+    floors, siblings = {}, set()
+    for row in floor_table():
+        for unit in row["units"]:
+            assert unit not in floors, f"{unit} is on two floors of the README's table"
+            floors[unit] = row["floor"]
+        if row["siblings"]:
+            siblings.add(row["floor"])
+    return floors, siblings
+
+
+def sources() -> dict[str, Path]:
+    """Dotted module name -> file, for editkit/, app.py and pages/."""
+    files = [*(ROOT / "editkit").rglob("*.py"), ROOT / "app.py", *(ROOT / "pages").glob("*.py")]
+    out = {}
+    for path in files:
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+def unit_of(module: str) -> str | None:
+    """The README unit a module belongs to ("editkit.tracing.engine" -> "tracing"); None outside the project. The
+    editkit package itself (an empty __init__) belongs to the core floor as "editkit"."""
+    parts = module.split(".")
+    if parts[0] == "editkit":
+        return parts[1] if len(parts) > 1 else "editkit"
+    if parts[0] in ("app", "pages"):
+        return parts[0]
+    return None
+
+
+def imports(module: str, path: Path, known: dict[str, Path]):
+    """(line, imported module) for every import statement of the file, wherever it stands; `from a import b` names
+    the module a.b when b is a module of the project, else a."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[:len(package.split(".")) - (node.level - 1)]
+                source = ".".join(base + ([node.module] if node.module else []))
+            else:
+                source = node.module
+            for alias in node.names:
+                full = f"{source}.{alias.name}"
+                yield node.lineno, full if full in known else source
+
+
+def violations() -> dict[str, int]:
+    """"file -> module" for each import that goes up a floor or crosses between siblings, with its line."""
+    floors, siblings = unit_floors()
+    floors.setdefault("editkit", 1)
+    known = sources()
+    found = {}
+    for module, path in known.items():
+        unit = unit_of(module)
+        here = floors[unit]
+        for line, target in imports(module, path, known):
+            other = unit_of(target)
+            if other is None or other not in floors:
+                continue
+            there = floors[other]
+            if there > here or (there == here and here in siblings and other != unit):
+                found.setdefault(f"{path.relative_to(ROOT)} -> {target}", line)
+    return found
+
+
+def test_every_module_is_on_a_floor_and_every_floor_unit_exists():
+    floors, _ = unit_floors()
+    units = {unit_of(m) for m in sources()} - {"editkit"}
+    assert not units - set(floors), f"add these to the README's Layout table: {sorted(units - set(floors))}"
+    assert not set(floors) - units, f"the README's Layout table lists missing modules: {sorted(set(floors) - units)}"
+
+
+def test_no_import_goes_up_a_floor():
+    found = violations()
+    new = {k: v for k, v in found.items() if k not in ALLOWED_VIOLATIONS}
+    assert not new, "imports that go up a floor (README, Layout):\n" + "\n".join(
+        f"  {k} (line {v})" for k, v in sorted(new.items()))
+    fixed = ALLOWED_VIOLATIONS - set(found)
+    assert not fixed, f"no longer happen, remove them from ALLOWED_VIOLATIONS: {sorted(fixed)}"
+
+
+def test_the_rule_sees_lazy_imports_and_siblings(tmp_path):
+    """The checker on a made-up file: an import inside a function and one between siblings are both found."""
+    path = tmp_path / "x.py"
+    path.write_text("def f():\n    from ..evaluation import sweep\n    from ..tracing import trace\n")
+    got = list(imports("editkit.editing.x", path, {"editkit.evaluation.sweep": path}))
+    assert got == [(2, "editkit.evaluation.sweep"), (3, "editkit.tracing")]
+    floors, siblings = unit_floors()
+    assert floors["evaluation"] > floors["editing"] and floors["tracing"] == floors["editing"] in siblings
+
+
+def _importers(name: str, where) -> list[str]:
+    out = []
+    for module, path in sources().items():
+        if not where(module):
+            continue
+        for line, target in imports(module, path, {}):
+            if target == name or target.startswith(name + "."):
+                out.append(f"{path.relative_to(ROOT)}:{line}")
+    return out
+
+
+def test_editkit_never_imports_streamlit():
+    assert not _importers("streamlit", lambda m: m.startswith("editkit"))
+
+
+def test_only_figures_import_plotly():
+    assert not _importers("plotly", lambda m: not m.startswith("editkit.figures"))
