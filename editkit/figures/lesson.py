@@ -8,9 +8,9 @@ import re
 
 import plotly.graph_objects as go
 
-from ..evaluation.charts import bleed_figure, layer_sweep_figure
-from ..evaluation.lifelong_charts import lifelong_figure
-from ..tracing.figures import heatmap, severing_figure
+from .side_effects import bleed_figure, layer_sweep_figure
+from .lifelong import lifelong_figure
+from .tracing import heatmap, severing_figure
 from .editing import probability_figure, trace_figure
 
 __all__ = ["compact", "lens_figure", "pick_grid", "trace_with_marks", "severing_figure", "memories_figure", "edits_figure",

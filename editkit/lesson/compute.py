@@ -173,20 +173,20 @@ def traces(lm, prompt: str, subject: str, answer: str | None, s: Settings, kinds
     `answer`, default the model's prediction), on the base weights + `delta`. Shared result cache: a fact traced
     before (on the same weights) comes back at once."""
     from ..progress import part
-    from ..tracing import Tracer
+    from ..tracing import Tracer, TraceSpec
 
     n = len(kinds) + bool(sever)
     out, severing = {}, None
     with session(lm, delta):  # the tracer is made and used in the context of the weights it traces
-        tracer = Tracer(lm, prompt, subject, (" " + answer.strip()) if answer else None, s.samples, s.noise,
-                        s.window, s.seed)
+        tracer = Tracer(lm, TraceSpec(prompt, subject, (" " + answer.strip()) if answer else None, s.samples,
+                                      s.noise, s.window, s.seed))
         for i, kind in enumerate(kinds):
             step = part(progress, i / n, (i + 1) / n, f"{kind} trace: ")
-            out[kind] = _trace_dict(tracer.result(kind, progress=lambda f, step=step: step(f, "restoring states")))
+            out[kind] = _trace_dict(tracer.result(kind, progress=step))
         if sever:  # at the subject token where the hidden-state trace peaks (default: the last subject token)
             step = part(progress, (n - 1) / n, 1.0, "severing: ")
             token = subject_peak(out["hidden"])[0] if "hidden" in out else None
-            severing = tracer.severing(token, progress=lambda f: step(f, "freezing later MLPs / attention"))
+            severing = tracer.severing(token, progress=step)
     return {"traces": out, "severing": rounded(severing) if severing else None}
 
 
@@ -233,30 +233,33 @@ def memories_at_peak(lm, prompt: str, mlp_trace: dict, s: Settings) -> dict:
 # --- steps 5, 6, 8 --------------------------------------------------------------------------------------------------
 def edit(lm, method: str, record, s: Settings, progress=None) -> tuple[dict, dict]:
     """Edit `record` with `method` on the base weights and measure it before and after (teacher-forced
-    probabilities and rates, greedy continuations and the generation-based success); returns (result, delta)."""
+    probabilities and rates, greedy continuations and the generation-based success); returns (result, delta).
+    The method is found through the registry and its typed EditResult read without knowing which method it is."""
     from ..editing.methods import get
-    from ..evaluation.evaluate import edit_and_measure, probabilities
+    from ..evaluation.evaluate import EvalSpec, edit_and_measure, probabilities
 
     spec = get(method)
     keep: dict = {}
+    measured = EvalSpec(n=1, n_gen=0, gen_tokens=0, greedy_tokens=s.greedy_tokens)
     with session(lm):
-        rows = edit_and_measure(lm, spec.name, [record], None, n_gen=0, gen_tokens=0, progress=progress, keep=keep,
-                                greedy_tokens=s.greedy_tokens)
+        rows = edit_and_measure(lm, spec.name, [record], None, measured, progress=progress, keep=keep)
     row, result = rows[0], keep["result"]
     r = record.request
     out = {"method": spec.name, "label": spec.label, "color": spec.color, "target_new": r.target_new,
            "target_true": r.target_true, "rewrite": r.rewrite, "seconds": result.seconds,
-           "layers": edited_layers(lm, result.delta),
+           "layers": edited_layers(lm, result),
            "probabilities": {"pre": probabilities(row["pre"]), "post": probabilities(row["post"])},
            "greedy": {"pre": row["pre"].get("greedy"), "post": row["post"].get("greedy")},
-           "metrics": row["metrics"], "relative_norm": row["relative_norm"]}
+           "metrics": row["metrics"],
+           "relative_norm": {name: n.relative_norm for name, n in result.norms.items()}}
     return rounded(out), result.delta
 
 
-def edited_layers(lm, delta: dict) -> list[int]:
-    """The layers whose parameters a delta changes."""
-    names = {lm.adapter.param_name(part, l): l for part in ("down_proj",) for l in range(lm.adapter.n_layers)}
-    return sorted({names[k] for k in delta if k in names})
+def edited_layers(lm, result) -> list[int]:
+    """The layers whose editable linear maps an EditResult changes (its per-parameter norms, by name)."""
+    names = {lm.adapter.param_name(part, l): l for part in lm.adapter.LINEAR_PARTS
+             for l in range(lm.adapter.n_layers)}
+    return sorted({names[k] for k in result.norms if k in names})
 
 
 def retrace(lm, record, delta: dict, s: Settings, progress=None) -> dict:
@@ -312,6 +315,7 @@ def lifelong_run(lm, methods_: list[str], n: int, batch: int, progress=None) -> 
     """A short lifelong run of your own: the first `n` CounterFact records, batch after batch (ROME one by one)."""
     from ..editing.methods import get
     from ..evaluation import load_eval_set, sequential
+    from ..evaluation.sequential import SequentialSpec
     from ..evaluation.lifelong import final_table
     from ..progress import part
 
@@ -320,7 +324,8 @@ def lifelong_run(lm, methods_: list[str], n: int, batch: int, progress=None) -> 
     with session(lm):
         for i, m in enumerate(methods_):
             b = batch if get(m).batch else 1
-            results[m] = sequential(lm, m, records, None, batch=b, eval_every=b * max(1, batch // b), sample=10,
-                                    ppl_tokens=256, fluency_tokens=15,
+            spec = SequentialSpec(batch=b, eval_every=b * max(1, batch // b), sample=10, ppl_tokens=256,
+                                  fluency_tokens=15)
+            results[m] = sequential(lm, m, records, None, spec,
                                     progress=part(progress, i / len(methods_), (i + 1) / len(methods_)))
     return {"results": results, "table": final_table(results), "source": "your run"}
