@@ -9,6 +9,8 @@ from editkit.figures.lens import logit_lens_figure
 from editkit.text import logit_lens, top_k
 from pages import ui
 
+ui.leave_legacy_multipage_mode()
+
 st.set_page_config(page_title="editkit", page_icon="🔬", layout="wide")
 
 

@@ -12,6 +12,8 @@ from editkit.tracing.aie import average_indirect_effect
 from editkit.figures.tracing import aie_figure, heatmap, severing_figure
 from pages import ui
 
+ui.leave_legacy_multipage_mode()
+
 st.title("Causal tracing")
 st.markdown(
     "Where does the model recall a fact? We run the prompt once cleanly, then several times with Gaussian noise "

@@ -17,19 +17,10 @@ from editkit.errors import EditkitError
 from editkit.figures import lesson as figs
 from editkit.lesson import classroom, compute, grading
 from editkit.lesson import pack as packs
+from editkit.lesson import reference
+from pages import ui
 
-try:
-    from pages import ui  # first: its import leaves Streamlit's legacy page mode on a fresh server
-    from pages import learn
-except ImportError:
-    # Seen once on a fresh server, five students opening this page at the same moment: four sessions could
-    # not import pages.learn while the first was rerunning out of the legacy page mode. A rerun imports
-    # cleanly; after three tries the error is real and shown.
-    tries = st.session_state.get("_lesson_import_tries", 0)
-    if tries >= 3:
-        raise
-    st.session_state["_lesson_import_tries"] = tries + 1
-    st.rerun()
+ui.leave_legacy_multipage_mode()
 
 STEPS = {1: "Next-token prediction and the logit lens", 2: "Causal tracing: which state carries the fact?",
          3: "MLP or attention? Windows and severing", 4: "FFN memories at the traced peak",
@@ -165,7 +156,13 @@ def explain(text: str, formulas=(), sections=()) -> None:
         st.latex(f)
     for name in sections:
         with st.expander(f"Reference: {name}"):
-            learn.SECTIONS[name]()
+            draw(reference.SECTIONS[name])
+
+
+def draw(blocks) -> None:
+    """Reference text (editkit/lesson/reference.py): titles, paragraphs and formulas."""
+    for kind, text in blocks:
+        {"title": st.subheader, "text": st.markdown, "latex": st.latex}[kind](text)
 
 
 def try_own(n: int, what: str, inputs, run, show, **caps) -> None:
@@ -894,7 +891,7 @@ def main() -> None:
     else:
         fact = pack.fact(fid)
         if st.session_state.get("lesson_step", 1) == 1:
-            learn.intro()
+            draw(reference.intro(ui.method_list()))
         true = fact["request"]["target_true"].strip()
         st.markdown(f"**The fact:** “{ui.md_escape(fact_prompt(fact))}” → **{ui.md_escape(true)}** "
                     f"({pack.model} predicts it with p = {fact['known']['predicted'][0]['prob']:.2f}).")
