@@ -25,7 +25,7 @@ ui.leave_legacy_multipage_mode()
 STEPS = {1: "Next-token prediction and the logit lens", 2: "Causal tracing: which state carries the fact?",
          3: "MLP or attention? Windows and severing", 4: "FFN memories at the traced peak",
          5: "Edit the fact with ROME", 6: "Where does the new fact live now?",
-         7: "Side effects: which neighbours move?", 8: "ROME, MEMIT, PMET and AlphaEdit side by side",
+         7: "Side effects: which neighbours move?", 8: f"{ui.method_list()} side by side",
          9: "Does the traced layer edit best?", 10: "After hundreds of edits"}
 TEACHER_ENV = "EDITKIT_TEACHER_PASSPHRASE"
 FEEDBACK = {"right": st.success, "close": st.info, "wrong": st.warning}
@@ -622,6 +622,10 @@ def step_methods(pack, fid, fact):
     if done:
         st.dataframe(pd.DataFrame(figs.methods_table(edits)), hide_index=True, width="stretch")
         show_edit(edits)
+    methods = compute.methods()  # every registered method, also one added after the pack was built
+    st.markdown("\n".join(f"- **{m['label']}**: {ui.md_escape(m['about'])}"
+                           + ("" if m["name"] in edits else " *(not in this pack: run it in “try your own”; a "
+                              "pack rebuilt with `lesson build` computes it)*") for m in methods))
     explain(
         "MEMIT spreads the change over several layers with a least-squares solve that keeps the other keys' "
         "outputs, layer l taking 1/(L − l + 1) of what is still missing; PMET optimises attention and FFN "
@@ -643,7 +647,7 @@ def step_methods(pack, fid, fact):
 def own_methods(lm, progress, record, pack) -> dict:
     from editkit.progress import part
 
-    names = pack.manifest.get("method_names") or [m["name"] for m in compute.methods()]
+    names = [m["name"] for m in compute.methods()]  # every registered method
     n = len(names)
     return {m: compute.edit(lm, m, record, settings(pack), part(progress, i / n, (i + 1) / n, f"{m}: "))[0]
             for i, m in enumerate(names)}
