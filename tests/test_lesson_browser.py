@@ -70,8 +70,14 @@ def choose(page, testid: str, label: str, option: str) -> None:
     """Pick `option` in the select / multiselect widget labelled `label` (Streamlit's react-aria combobox: a
     pointer-down on its input opens the list of role=option items)."""
     widget = page.locator(f'[data-testid="{testid}"]').filter(has_text=label).first
-    widget.locator("input").first.click()
-    page.get_by_role("option", name=option, exact=True).first.click()
+    box = widget.locator("input").first
+    box.click()
+    item = page.get_by_role("option", name=option, exact=True).first
+    try:
+        item.wait_for(timeout=10_000)
+    except playwright_api.TimeoutError:  # the click landed while a rerun redrew the form: the input has focus, no list
+        box.press("ArrowDown")  # react-aria opens the focused combobox's list with ArrowDown
+    item.click()
     if testid == "stMultiSelect":  # its list stays open: close it by a click elsewhere (Escape would clear the
         page.get_by_role("heading", name=re.compile(r"^Step \d+\. ")).first.click()  # combobox's input)
 
