@@ -9,6 +9,8 @@ from editkit.figures.lens import logit_lens_figure
 from editkit.text import logit_lens, top_k
 from pages import ui
 
+ui.leave_legacy_multipage_mode()
+
 st.set_page_config(page_title="editkit", page_icon="🔬", layout="wide")
 
 
@@ -67,7 +69,7 @@ PAGES = [
     st.Page("pages/ffn_memories.py", title="FFN memories", icon="🧠"),
     st.Page("pages/edit_compare.py", title="Edit & compare", icon="✏️"),
     st.Page("pages/attention_vs_ffn.py", title="Attention vs FFN", icon="⚖️"),
-    st.Page("pages/learn.py", title="Learn", icon="📖"),
+    st.Page("pages/lesson.py", title="Lesson", icon="🎓"),
 ]
 
 st.navigation(PAGES).run()

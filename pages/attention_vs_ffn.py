@@ -7,6 +7,8 @@ from editkit.figures.similarity import similarity_figure
 from editkit.similarity import DEFAULT_N, TOP_K, definition, similarity
 from pages import ui
 
+ui.leave_legacy_multipage_mode()
+
 st.title("Attention vs FFN")
 st.markdown(
     "Each layer has an attention sub-layer (MHSA) and a feed-forward sub-layer (FFN). For the last token of each "

@@ -14,6 +14,8 @@ from editkit.figures.tracing import aie_figure, heatmap, severing_figure
 from pages import ui
 from pages.two_models import two_models_section
 
+ui.leave_legacy_multipage_mode()
+
 st.title("Causal tracing")
 st.markdown(
     "Where does the model recall a fact? We run the prompt once cleanly, then several times with Gaussian noise "

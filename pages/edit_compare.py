@@ -17,6 +17,8 @@ from editkit.figures import editing as figures
 from editkit.tracing import TraceSpec, trace
 from pages import ui
 
+ui.leave_legacy_multipage_mode()
+
 LABELS = {m.name: m.label for m in all_methods()}
 
 st.title("Edit & compare")

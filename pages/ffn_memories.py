@@ -10,6 +10,8 @@ from editkit.memories.inspect import memories_at
 from editkit.memories.intervene import intervene, parse_memory
 from pages import ui
 
+ui.leave_legacy_multipage_mode()
+
 st.title("FFN memories")
 st.markdown(
     "A transformer's feed-forward layer works like a key-value memory (Geva et al. 2021): each hidden unit i has a "

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
+import threading
 import traceback
 import uuid
 
@@ -27,19 +28,30 @@ BUILTIN = (*SHIPPED, *TINY)  # the embedded model first
 DTYPE_CHOICES = tuple(DTYPES)  # float32 first
 
 
-def _leave_legacy_multipage_mode() -> None:
+def leave_legacy_multipage_mode() -> None:
     """Streamlit treats a folder named pages/ beside app.py as a legacy multipage app until app.py first calls
     st.navigation: on a fresh server, a page opened directly by its URL ran alone, under a list of the folder's files
-    (app, ui, ...). Every page imports this module first, so the first such run switches the legacy mode off and
-    reruns: app.py then runs for the same URL, and its navigation shows the app's pages and picks the one asked for."""
+    (app, ui, ...). Every page calls this first, after its imports: the first page run of the server process switches
+    the legacy mode off and reruns; app.py then runs for the same URL, and its navigation shows the app's pages and picks the one asked
+    for. Never call it while a module is being imported: st.rerun raises, the half-imported module is dropped, and
+    other sessions' threads that were waiting for that import get nothing (CPython hands them the dropped module:
+    "cannot import name 'ui' from 'pages'"), which is what five students opening a page at once once saw."""
     from streamlit.runtime.pages_manager import PagesManager
 
-    if PagesManager.uses_pages_directory:
+    with _LEGACY_LOCK:  # once per server process, at the first page run (what the import did before)
+        if _LEGACY[0]:
+            return
+        _LEGACY[0] = True
+        legacy = PagesManager.uses_pages_directory
         PagesManager.uses_pages_directory = False
+    if legacy:
         st.rerun()
 
 
-_leave_legacy_multipage_mode()
+_LEGACY_LOCK = threading.Lock()
+_LEGACY = [False]  # left already
+
+
 log = logging.getLogger("editkit.app")
 
 

@@ -443,6 +443,6 @@ def test_similarity_inputs(similarity_page):
     assert at.session_state["sim_result"]["n"] == 10
 
 
-def test_learn_page_loads():
-    at = open_page("learn")
+def test_lesson_page_loads():
+    at = open_page("lesson")
     assert_ok(at, None)

@@ -1,0 +1,208 @@
+"""Build (or extend) a class pack: every result the lesson shows, for each fact of a facts file (pack.py has the
+format, compute.py the computations).
+
+    build("facts.json", "my-pack", model="gemma-3-270m", progress=print_bar)
+
+The facts are read and checked first (bad files stop before the model loads), then the model checks that it knows
+each fact (refused with what it predicts instead), then every missing part is computed, fact by fact, each written
+atomically as soon as it is done: a rerun (or a run adding facts) skips every finished part. Progress reports the
+part being computed and an estimate of the time left (from the measured speed of the parts done so far).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import EditkitError
+from ..progress import part as part_of
+from . import compute
+from .facts import LessonFact, read_facts, refusal
+from .pack import (FORMAT, KIND, MANIFEST, bleed_name, edit_name, editkit_version, read_json, retrace_name,
+                   write_json)
+
+# relative cost of each unit of work (seconds on the embedded model, 2 CPU cores): the time estimate's weights
+COST = {"check": 1.0, "lens": 1.0, "trace": 30.0, "memories": 2.0, "edit": 25.0, "bleed": 15.0,
+        "sweep_layer": 12.0}
+
+
+@dataclass
+class Unit:
+    """One piece of work for one fact: the files it writes and how to compute them."""
+
+    fact: str  # fact id
+    what: str  # "trace", "edit rome -> ' Rome'", ...
+    files: tuple[str, ...]  # part names it writes
+    cost: float
+    run: object  # run(lm, progress) -> {part name: value}
+
+    def done(self, folder: Path) -> bool:
+        return all(read_json(folder / "facts" / self.fact / f"{name}.json") is not None for name in self.files)
+
+
+def plan(fid: str, fact: LessonFact, folder: Path, methods: list[str], s: compute.Settings,
+         n_layers: int) -> list[Unit]:
+    """The units of one fact, in the order the steps need them (the trace before the memories and the sweep)."""
+    record, r = fact.record, fact.request
+    answer = r.target_true
+    where = folder / "facts" / fid
+
+    def trace_of(lm):  # the stored MLP trace (computed by the "trace" unit before)
+        stored = read_json(where / "trace.json")
+        return stored["traces"]["mlp"]
+
+    units = [
+        Unit(fid, "logit lens", ("lens",), COST["lens"],
+             lambda lm, p: {"lens": compute.lens(lm, r.rewrite, answer, s.lens_k)}),
+        Unit(fid, "causal traces and severing", ("trace",), COST["trace"],
+             lambda lm, p: {"trace": compute.traces(lm, r.rewrite, r.subject, answer, s, progress=p)}),
+        Unit(fid, "FFN memories at the traced peak", ("memories",), COST["memories"],
+             lambda lm, p: {"memories": compute.memories_at_peak(lm, r.rewrite, trace_of(lm), s)}),
+    ]
+    for t, target in enumerate(fact.targets):
+        rec = compute.with_target(record, target)
+        for m in methods:
+            def edit_unit(lm, p, rec=rec, m=m, t=t):
+                result, delta = compute.edit(lm, m, rec, s, progress=part_of(p, 0, 0.7))
+                retraced = compute.retrace(lm, rec, delta, s, progress=part_of(p, 0.7, 1.0, "re-trace: "))
+                return {edit_name(t, m): result, retrace_name(t, m): retraced}
+
+            units.append(Unit(fid, f"{m} edit to {target.strip()!r} and its re-trace",
+                              (edit_name(t, m), retrace_name(t, m)), COST["edit"], edit_unit))
+        units.append(Unit(fid, f"bleed map of the ROME edit to {target.strip()!r}", (bleed_name(t),), COST["bleed"],
+                          lambda lm, p, rec=rec, t=t: {bleed_name(t): compute.bleed(lm, rec, s, progress=p)}))
+    first = compute.with_target(record, fact.targets[0])
+    units.append(Unit(fid, "layer sweep (ROME at every layer)", ("sweep",), COST["sweep_layer"] * n_layers,
+                      lambda lm, p: {"sweep": compute.layer_sweep(lm, first, trace_of(lm), s, progress=p)}))
+    return units
+
+
+class Clock:
+    """Progress over weighted units with a time estimate from the units computed in this run."""
+
+    def __init__(self, progress, total: float):
+        self.progress, self.total, self.done, self.start = progress, max(total, 1e-9), 0.0, time.perf_counter()
+        self.computed, self.spent = 0.0, 0.0
+
+    def left(self, remaining: float) -> str:
+        if self.computed <= 0 or self.spent < 1:
+            return "estimating the time left"
+        s = remaining * self.spent / self.computed
+        return f"about {s / 60:.0f} min left" if s >= 90 else f"about {s:.0f} s left"
+
+    def unit(self, cost: float, label: str):
+        """The progress callback for one unit; call finish() after it."""
+        started, base = time.perf_counter(), self.done
+
+        def step(f: float, message: str = "") -> None:
+            remaining = self.total - base - cost * min(max(f, 0.0), 1.0)
+            self.progress(min((base + cost * min(max(f, 0.0), 1.0)) / self.total, 1.0),
+                          f"{label}{': ' + message if message else ''} ({self.left(remaining)})")
+
+        def finish(computed: bool) -> None:
+            self.done = base + cost
+            if computed:
+                self.computed += cost
+                self.spent += time.perf_counter() - started
+
+        return step, finish
+
+
+def _open(folder: Path, ident: dict, s: compute.Settings, methods: list[str], facts) -> dict:
+    """The pack's manifest: a new one, or the existing one after checking it is the same model and settings. A new
+    pack goes into an empty folder (or one holding only the facts file)."""
+    manifest = read_json(folder / MANIFEST)
+    if manifest is None:
+        source = Path(facts).resolve() if isinstance(facts, (str, Path)) else None
+        if folder.exists() and any(p.resolve() != source for p in folder.iterdir()):
+            raise EditkitError(f"{folder} exists and is not a lesson pack; give an empty or new folder")
+        return {"kind": KIND, "format": FORMAT, **ident, "editkit_version": editkit_version(),
+                "settings": s.to_dict(), "methods": compute.methods(), "method_names": methods, "facts": [],
+                "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    if manifest.get("kind") != KIND or manifest.get("format") != FORMAT:
+        raise EditkitError(f"{folder} holds a pack of another format; give a new folder")
+    if manifest.get("model") != ident["model"] or manifest.get("fingerprint") != ident["fingerprint"]:
+        raise EditkitError(f"{folder} was built on {manifest.get('model')} (weights {manifest.get('fingerprint')}); "
+                           f"this run uses {ident['model']} (weights {ident['fingerprint']}): give another folder")
+    if manifest.get("settings") != s.to_dict() or manifest.get("method_names") != methods:
+        raise EditkitError(f"{folder} was built with other settings or methods ({manifest.get('method_names')}); "
+                           "give another folder, or the same options")
+    return manifest
+
+
+def build(facts, out, model: str | None = None, methods=None, settings: compute.Settings | None = None,
+          progress=None, lm=None) -> dict:
+    """Compute every missing part of the pack `out` for `facts` (a file path, or a list of record dicts).
+    `lm`: an already loaded model (the page); else `model` is loaded (default: the embedded model). Returns a
+    summary: the pack folder, its facts, what was computed and skipped, the seconds and the size on disk.
+    `methods`: default every registered method (ROME first: the lesson's edit, bleed map and sweep use it)."""
+    say = progress or (lambda f, m: None)
+    s = settings or compute.Settings()
+    if methods is None:
+        names = [m["name"] for m in compute.methods()]
+        methods = ["rome"] + [n for n in names if n != "rome"]
+    methods = compute.check_methods(list(methods))
+    if not methods or methods[0] != "rome":
+        raise EditkitError("the methods must start with rome (the lesson's edit, bleed map and layer sweep)")
+    lesson_facts = read_facts(facts)  # bad files fail here, before the model loads
+    folder = Path(out).expanduser()
+    if folder.exists() and not folder.is_dir():
+        raise EditkitError(f"{folder} is a file; give a folder for the pack")
+    existing = read_json(folder / MANIFEST)
+    if lm is None:
+        name = model or (existing or {}).get("model") or "gemma-3-270m"
+        say(0.0, f"loading {name}")
+        lm = compute.load(name)
+    elif model and model != lm.name:
+        raise EditkitError(f"the loaded model is {lm.name}, not {model}")
+    start = time.perf_counter()
+    say(0.0, "checking that the model knows each fact")
+    with compute.session(lm):
+        checks = [compute.known(lm, f.request.rewrite, f.request.target_true) for f in lesson_facts]
+    refused = [refusal(f, c) for f, c in zip(lesson_facts, checks) if not c["known"]]
+    if refused:
+        raise EditkitError("; ".join(refused))
+    ident = compute.identity(lm)
+    manifest = _open(folder, ident, s, methods, facts)
+    ids = _fact_ids(folder, manifest, lesson_facts)
+    for fid, fact, check in zip(ids, lesson_facts, checks):
+        if read_json(folder / "facts" / fid / "fact.json") is None:
+            write_json(folder / "facts" / fid / "fact.json",
+                       compute.rounded({"id": fid, "key": fact.key, **fact.to_dict(), "known": check}))
+        if fid not in manifest["facts"]:
+            manifest["facts"].append(fid)
+    manifest["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+    write_json(folder / MANIFEST, manifest)
+    units = [u for fid, fact in zip(ids, lesson_facts)
+             for u in plan(fid, fact, folder, methods, s, lm.adapter.n_layers)]
+    todo = [u for u in units if not u.done(folder)]
+    clock = Clock(say, sum(u.cost for u in todo))
+    for i, u in enumerate(todo):
+        step, finish = clock.unit(u.cost, f"[{i + 1}/{len(todo)}] {u.fact}: {u.what}")
+        step(0.0)
+        if u.done(folder):  # another process finished it meanwhile
+            finish(False)
+            continue
+        for name, value in u.run(lm, step).items():
+            write_json(folder / "facts" / u.fact / f"{name}.json", compute.rounded(value))
+        finish(True)
+    say(1.0, "pack complete")
+    size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+    return {"pack": str(folder), "model": lm.name, "fingerprint": ident["fingerprint"], "facts": ids,
+            "parts": len(units), "computed": len(todo), "skipped": len(units) - len(todo),
+            "seconds": round(time.perf_counter() - start, 1), "bytes": size}
+
+
+def _fact_ids(folder: Path, manifest: dict, facts: list[LessonFact]) -> list[str]:
+    """Each fact's folder: the one already holding the same fact (same key), else a new one."""
+    by_key = {}
+    for fid in manifest["facts"]:
+        stored = read_json(folder / "facts" / fid / "fact.json") or {}
+        by_key[stored.get("key")] = fid
+    out = []
+    for f in facts:
+        fid = by_key.get(f.key) or f.slug()
+        if fid in out:
+            raise EditkitError(f"{f.where}: the same fact twice")
+        out.append(fid)
+    return out

@@ -1,0 +1,331 @@
+"""Every computation of the lesson, and the only module of editkit/lesson/ that calls the rest of the library.
+
+Each function computes one step's result for one fact (or the student's own prompt) and returns it as plain JSON
+data: the builder stores exactly these dicts in a pack, the Lesson page draws them, and "try your own" runs the
+same function live. When the library's names change (tracing, editing, evaluation), only this file follows.
+
+    lens(lm, prompt, answer)                  step 1: next-token prediction and logit lens
+    traces(lm, prompt, subject, answer, s)    steps 2-3: the hidden / MLP / attention heatmaps and severing
+    memories(lm, prompt, subject, mlp, s)     step 4: FFN memories at the traced peak
+    edit(lm, method, record, s)               steps 5 and 8: an edit measured before and after (+ its delta)
+    retrace(lm, record, delta, s)             step 6: the edited model's hidden-state trace for the new target
+    bleed(lm, record, s)                      step 7: the ROME edit's bleed map
+    layer_sweep(lm, record, mlp, s)           step 9: ROME at every layer beside the trace (Hase et al. 2023)
+    lifelong()                                step 10: the shipped lifelong-editing run
+"""
+from __future__ import annotations
+
+import math
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+
+
+KINDS = ("hidden", "mlp", "attn")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How a pack's results are computed (stored in its manifest; a rerun with other settings is refused)."""
+
+    samples: int = 10  # noise samples per causal trace (ROME's default)
+    noise: str = "3s"  # 3 x the embeddings' standard deviation (ROME)
+    window: int = 10  # MLP / attention restoration window (ROME)
+    seed: int = 1
+    lens_k: int = 10  # tokens per layer in the logit lens
+    memories_top: int = 10  # memories shown at the traced peak
+    greedy_tokens: int = 20  # greedy continuation of the rewrite / paraphrase prompts, before and after
+    bleed_facts: int = 12  # known facts of the same relation in the bleed map
+    sweep_layers: str = "all"  # layers of the layer sweep
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Settings":
+        names = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in (d or {}).items() if k in names})
+
+
+def rounded(value, digits: int = 6):
+    """JSON data with floats rounded (a pack stays small) and NaN / inf as None."""
+    if isinstance(value, float):
+        return round(value, digits) if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): rounded(v, digits) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [rounded(v, digits) for v in value]
+    return value
+
+
+# --- models, records, methods -----------------------------------------------------------------------------------
+def load(name: str, progress=None):
+    """The model `name` (embedded, tiny, hub id or folder)."""
+    from ..models import load_model
+
+    return load_model(name, progress=progress)
+
+
+def identity(lm) -> dict:
+    """What a pack records about the model it was computed on: its name and a digest of its weights."""
+    from ..weights import fingerprint
+
+    return {"model": lm.name, "fingerprint": fingerprint(lm), "layers": lm.adapter.n_layers}
+
+
+def methods() -> list[dict]:
+    """The registered editing methods, in their order: [{"name", "label", "color", "about"}]."""
+    from ..editing.methods import all_methods
+
+    return [{"name": m.name, "label": m.label, "color": m.color, "about": m.about} for m in all_methods()]
+
+
+def check_methods(names) -> list[str]:
+    from ..editing.methods import get
+
+    return [get(n).name for n in names]
+
+
+def records_from_text(text: str, label: str) -> list[tuple[dict, object]]:
+    """(raw row, EvalRecord) for each record of a JSON / JSON-lines text in editkit's, CounterFact's or EasyEdit's
+    schema; errors name the record and the file (evaluation/datasets.py)."""
+    from ..evaluation.datasets import parse_set_text, records_from
+
+    rows = parse_set_text(text, label)
+    return list(zip(rows, records_from(rows, label)))
+
+
+def record_of(d: dict, relation: str | None = None):
+    """An EvalRecord from editkit's request JSON ({"prompt": "... {} ...", "subject", "target_new", ...})."""
+    from ..editing.requests import parse_record
+    from ..evaluation.datasets import EvalRecord
+
+    request = parse_record(d)
+    return EvalRecord(request, None, [(p, request.target_true) for p in request.neighborhood_prompts]
+                      if request.target_true else [], "counterfact", str(request.case_id), relation)
+
+
+def with_target(record, target_new: str):
+    """The same record with another new target."""
+    from ..evaluation.datasets import EvalRecord
+
+    d = record.request.to_dict()
+    d["target_new"] = target_new
+    return EvalRecord(record_of(d).request, record.reference_text, record.locality, record.kind, record.source,
+                      record.relation)
+
+
+def first_token(lm, target: str) -> int:
+    from ..scoring import target_ids
+
+    return target_ids(lm.tok, " " + target.strip())[0]
+
+
+@contextmanager
+def session(lm, delta=None):
+    """A computation on the base weights (+ `delta`), whatever edits the caller's context holds: a pack, and the
+    lesson's live views, are about the unedited model."""
+    from .. import isolation
+    from ..weights import unedited
+
+    with unedited(), isolation.session(lm, [delta] if delta else []):
+        yield lm
+
+
+# --- step 1 -----------------------------------------------------------------------------------------------------
+def predictions(lm, prompt: str, k: int = 5) -> list[dict]:
+    """The model's top next tokens after `prompt`: [{"token", "token_id", "prob"}]."""
+    from ..text import top_k
+
+    with session(lm):
+        return [{"token": p.token, "token_id": p.token_id, "prob": p.prob} for p in top_k(lm, prompt, k)]
+
+
+def known(lm, prompt: str, target_true: str) -> dict:
+    """Does the model know the fact? Known when its most likely next token is the first token of the true target
+    (ROME's criterion for its known facts, editkit/facts.py). Returns the check with the top predictions."""
+    top = predictions(lm, prompt, 5)
+    answer_id = first_token(lm, target_true)
+    return {"known": top[0]["token_id"] == answer_id, "answer": lm.tok.decode([answer_id]), "answer_id": answer_id,
+            "predicted": top}
+
+
+def lens(lm, prompt: str, answer: str | None = None, k: int = 10) -> dict:
+    """The top next tokens and the logit lens at the last token (each layer's residual through the final norm and
+    unembedding). `answer` (default: the top prediction) is marked: `first_layer` is the first layer whose top
+    token it is, `ranks` its rank per layer among the lens's top k (None: below)."""
+    from ..text import logit_lens
+
+    top = predictions(lm, prompt, k)
+    with session(lm):
+        view = logit_lens(lm, prompt, k=k)
+    answer_token = lm.tok.decode([first_token(lm, answer)]) if answer else top[0]["token"]
+    ranks = [next((i for i, t in enumerate(row) if t["token"] == answer_token), None) for row in view["layers"]]
+    first = next((l for l, r in enumerate(ranks) if r == 0), None)
+    return {"prompt": prompt, "tokens": view["tokens"], "top": top, "layers": view["layers"], "k": k,
+            "answer": answer_token, "ranks": ranks, "first_layer": first}
+
+
+# --- steps 2-3 ----------------------------------------------------------------------------------------------------
+def traces(lm, prompt: str, subject: str, answer: str | None, s: Settings, kinds=KINDS, sever: bool = True,
+           progress=None, delta: dict | None = None) -> dict:
+    """{"traces": kind -> trace, "severing": ROME Fig. 4 at the last subject token or None}: ROME's causal traces
+    of `prompt` with noise on `subject`'s embeddings, p(answer) per restored state (answer: the first token of
+    `answer`, default the model's prediction), on the base weights + `delta`. Shared result cache: a fact traced
+    before (on the same weights) comes back at once."""
+    from ..progress import part
+    from ..tracing import Tracer, TraceSpec
+
+    n = len(kinds) + bool(sever)
+    out, severing = {}, None
+    with session(lm, delta):  # the tracer is made and used in the context of the weights it traces
+        tracer = Tracer(lm, TraceSpec(prompt, subject, (" " + answer.strip()) if answer else None, s.samples,
+                                      s.noise, s.window, s.seed))
+        for i, kind in enumerate(kinds):
+            step = part(progress, i / n, (i + 1) / n, f"{kind} trace: ")
+            out[kind] = _trace_dict(tracer.result(kind, progress=step))
+        if sever:  # at the subject token where the hidden-state trace peaks (default: the last subject token)
+            step = part(progress, (n - 1) / n, 1.0, "severing: ")
+            token = subject_peak(out["hidden"])[0] if "hidden" in out else None
+            severing = tracer.severing(token, progress=step)
+    return {"traces": out, "severing": rounded(severing) if severing else None}
+
+
+def _trace_dict(result) -> dict:
+    d = result.to_dict()
+    d.pop("indirect_effect", None)  # scores - low_score: derived
+    d["meta"] = {k: v for k, v in d.get("meta", {}).items() if k in ("model", "prompt", "engine")}
+    return rounded(d)
+
+
+def subject_peak(trace: dict) -> tuple[int, int]:
+    """(token, layer) of the largest score at the subject's tokens: where restoring a state of the subject helps
+    most (ROME finds it at the last subject token; a subject of several words may peak at an earlier one)."""
+    b, e = trace["subject_range"]
+    return max(((t, l) for t in range(b, e) for l in range(len(trace["scores"][t]))),
+               key=lambda x: trace["scores"][x[0]][x[1]])
+
+
+# --- step 4 -------------------------------------------------------------------------------------------------------
+def memories(lm, prompt: str, token: int, layer: int, s: Settings, answer: str | None = None) -> dict:
+    """The FFN memories (Geva et al. 2021) of `layer` at `token`: coefficients m_i, value norms and value tokens
+    (as decoded, with the top Latin-script words added: memories/vocab.py), and the answer token (default: the
+    model's prediction) to look for among the values."""
+    from ..memories.inspect import memories_at
+    from ..memories.vocab import readable
+
+    with session(lm):
+        view = memories_at(lm, prompt, layer, token, s.memories_top, token_filter="latin").to_dict()
+        answer_id = first_token(lm, answer) if answer else predictions(lm, prompt, 1)[0]["token_id"]
+    view["lens"] = [{"layer": r["layer"], "before": r["before"][:3], "after": r["after"][:3]} for r in view["lens"]]
+    for m in view["memories"]:  # as a student reads them: a leading space as ␣, a byte fragment as �
+        m["value_text"] = [readable(t["token"]) for t in m["value_tokens"]]
+        m["latin_text"] = [f"{readable(t['token'])} (#{t['rank']:,})" for t in m.get("filtered_tokens", [])]
+    return rounded({**view, "answer": lm.tok.decode([answer_id]), "answer_id": answer_id, "d_ff": lm.adapter.d_ff})
+
+
+def memories_at_peak(lm, prompt: str, mlp_trace: dict, s: Settings) -> dict:
+    """The memories at the subject token and layer where the MLP trace peaks (the centre of the restored window
+    with the largest effect at the subject's tokens)."""
+    token, layer = subject_peak(mlp_trace)
+    return memories(lm, prompt, token, layer, s, mlp_trace["answer"])
+
+
+# --- steps 5, 6, 8 --------------------------------------------------------------------------------------------------
+def edit(lm, method: str, record, s: Settings, progress=None) -> tuple[dict, dict]:
+    """Edit `record` with `method` on the base weights and measure it before and after (teacher-forced
+    probabilities and rates, greedy continuations and the generation-based success); returns (result, delta).
+    The method is found through the registry and its typed EditResult read without knowing which method it is."""
+    from ..editing.methods import get
+    from ..evaluation.evaluate import EvalSpec, edit_and_measure, probabilities
+
+    spec = get(method)
+    keep: dict = {}
+    measured = EvalSpec(n=1, n_gen=0, gen_tokens=0, greedy_tokens=s.greedy_tokens)
+    with session(lm):
+        rows = edit_and_measure(lm, spec.name, [record], None, measured, progress=progress, keep=keep)
+    row, result = rows[0], keep["result"]
+    r = record.request
+    out = {"method": spec.name, "label": spec.label, "color": spec.color, "target_new": r.target_new,
+           "target_true": r.target_true, "rewrite": r.rewrite, "seconds": result.seconds,
+           "layers": edited_layers(lm, result),
+           "probabilities": {"pre": probabilities(row["pre"]), "post": probabilities(row["post"])},
+           "greedy": {"pre": row["pre"].get("greedy"), "post": row["post"].get("greedy")},
+           "metrics": row["metrics"],
+           "relative_norm": {name: n.relative_norm for name, n in result.norms.items()}}
+    return rounded(out), result.delta
+
+
+def edited_layers(lm, result) -> list[int]:
+    """The layers whose editable linear maps an EditResult changes (its per-parameter norms, by name)."""
+    names = {lm.adapter.param_name(part, l): l for part in lm.adapter.LINEAR_PARTS
+             for l in range(lm.adapter.n_layers)}
+    return sorted({names[k] for k in result.norms if k in names})
+
+
+def retrace(lm, record, delta: dict, s: Settings, progress=None) -> dict:
+    """The hidden-state trace of the rewrite prompt in the edited model, with the new target as the answer."""
+    r = record.request
+    out = traces(lm, r.rewrite, r.subject, r.target_new, s, kinds=("hidden",), sever=False, progress=progress,
+                 delta=delta)
+    return out["traces"]["hidden"]
+
+
+# --- step 7 ---------------------------------------------------------------------------------------------------------
+def bleed(lm, record, s: Settings, method: str = "rome", progress=None) -> dict:
+    """The bleed map of the edit (evaluation/bleed.py): per prompt about another subject, the rise of P(new) and
+    the share of the edit's own change the update predicts there."""
+    from ..evaluation.bleed import bleed_map
+
+    with session(lm):
+        out = bleed_map(lm, method, record.request, relation=record.relation, n_facts=s.bleed_facts,
+                        progress=progress)
+    out.pop("hparams", None)
+    return rounded(out)
+
+
+# --- step 9 ---------------------------------------------------------------------------------------------------------
+def layer_sweep(lm, record, mlp_trace: dict | None, s: Settings, layers=None, progress=None) -> dict:
+    """ROME at each layer (default: the pack's `sweep_layers`) for the record, beside its MLP trace: the trace's
+    row at the subject token where it peaks (evaluation/layer_sweep.py reads the row of the subject range's last
+    token, so the range handed to it ends at that token)."""
+    from ..evaluation.layer_sweep import layer_sweep as sweep
+
+    if mlp_trace is not None:
+        token = subject_peak(mlp_trace)[0]
+        mlp_trace = {**mlp_trace, "subject_range": [mlp_trace["subject_range"][0], token + 1]}
+    with session(lm):
+        out = sweep(lm, record, s.sweep_layers if layers is None else layers, "rome", None, "mlp", s.samples,
+                    progress=progress, trace_result=mlp_trace)
+    if out.get("trace"):
+        out["trace"] = {k: v for k, v in out["trace"].items() if k != "trace"}  # the MLP trace is stored once
+    return rounded(out)
+
+
+# --- step 10 --------------------------------------------------------------------------------------------------------
+def lifelong() -> dict:
+    """The shipped lifelong-editing run (500 CounterFact edits on the embedded model): method -> result, with
+    the final table."""
+    from ..evaluation.lifelong import SHIPPED, final_table, load_results
+
+    results = load_results(SHIPPED)
+    return {"results": results, "table": final_table(results), "source": SHIPPED.name}
+
+
+def lifelong_run(lm, methods_: list[str], n: int, batch: int, progress=None) -> dict:
+    """A short lifelong run of your own: the first `n` CounterFact records, batch after batch (ROME one by one)."""
+    from ..editing.methods import get
+    from ..evaluation import load_eval_set, sequential
+    from ..evaluation.sequential import SequentialSpec
+    from ..evaluation.lifelong import final_table
+    from ..progress import part
+
+    records = load_eval_set("counterfact", n)
+    results = {}
+    with session(lm):
+        for i, m in enumerate(methods_):
+            b = batch if get(m).batch else 1
+            spec = SequentialSpec(batch=b, eval_every=b * max(1, batch // b), sample=10, ppl_tokens=256,
+                                  fluency_tokens=15)
+            results[m] = sequential(lm, m, records, None, spec,
+                                    progress=part(progress, i / len(methods_), (i + 1) / len(methods_)))
+    return {"results": results, "table": final_table(results), "source": "your run"}

@@ -1,0 +1,251 @@
+"""Each step's question, checked against the result the pack holds (or a live result of the same form).
+
+A grader takes the step's result and the student's answer and returns a Grade: right / close / wrong, a score in
+[0, 1], feedback that states the true answer with the numbers behind it, and the answer in words (the class view
+counts those). The true answers are computed from the results, never typed in: a pack of another fact or model
+grades by its own numbers.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+RIGHT, CLOSE, WRONG = "right", "close", "wrong"
+MOVE = 0.01  # a neighbour "moves" when P(new target) after it rises by at least one percentage point
+SEVER_CHOICES = ("The later MLPs: freezing them removes much of the effect",
+                 "The later attention: freezing it removes more of the effect",
+                 "Neither: the effect stays when either is frozen")
+SEVER_SHARE = 0.2  # below this share of the effect removed, freezing "does not matter much"
+BINS = ((0.0, 0.1, "below 10%"), (0.1, 0.5, "10% to 50%"), (0.5, 0.9, "50% to 90%"), (0.9, 1.01, "above 90%"))
+
+
+@dataclass
+class Grade:
+    verdict: str  # right | close | wrong
+    score: float  # 0..1
+    feedback: str
+    choice: str  # the student's answer, in words
+    truth: str  # the true answer, in words
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _verdict(score: float) -> str:
+    return RIGHT if score >= 0.999 else CLOSE if score >= 0.5 else WRONG
+
+
+# --- step 1: logit lens --------------------------------------------------------------------------------------------
+def grade_lens(lens: dict, layer: int) -> Grade:
+    """Q: at which layer does the answer first become the lens's top token? Exact: right; within 2 layers: close."""
+    truth = lens["first_layer"]
+    answer = lens["answer"]
+    if truth is None:
+        return Grade(CLOSE, 0.5, f"{answer!r} never tops the lens here, not even at the last layer: the model's "
+                                 "prediction is another token.", f"layer {layer}", "never")
+    d = abs(int(layer) - truth)
+    score = 1.0 if d == 0 else 0.5 if d <= 2 else 0.0
+    where = "exactly" if d == 0 else f"{d} layer(s) {'later' if layer > truth else 'earlier'} than"
+    return Grade(_verdict(score), score, f"{answer!r} first tops the logit lens at layer {truth} (of "
+                 f"{len(lens['layers'])}); your layer {layer} is {where} that.", f"layer {layer}", f"layer {truth}")
+
+
+# --- steps 2 and 6: which cell carries the fact ----------------------------------------------------------------------
+def sites(trace: dict) -> dict:
+    """The two sites of a hidden-state trace (ROME Fig. 1): the early site, the largest restored probability at any
+    token before the last (in practice at the subject's tokens), and the late site at the last token (its state in
+    the late layers is the output itself, so restoring it always brings the answer back)."""
+    scores, last = trace["scores"], len(trace["scores"]) - 1
+    early = max(((t, l) for t in range(last) for l in range(len(scores[t]))), key=lambda x: scores[x[0]][x[1]],
+                default=(last, 0))
+    late_l = max(range(len(scores[last])), key=scores[last].__getitem__)
+    return {"early": early, "early_p": scores[early[0]][early[1]], "late": (last, late_l),
+            "late_p": scores[last][late_l]}
+
+
+def grade_cell(trace: dict, token: int, layer: int) -> Grade:
+    """Q: which (token, layer) state carries the fact? Graded by the distance to the early site, |dt| + |dl| / 2:
+    the same token within 2 layers is right, a distance up to 3 close. The last token's late states carry the
+    answer too (they are the output): close, with that said."""
+    s = sites(trace)
+    tokens = trace["tokens"]
+    (pt, pl), p = s["early"], s["early_p"]
+    d = abs(token - pt) + abs(layer - pl) / 2
+    score = 1.0 if token == pt and abs(layer - pl) <= 2 else max(0.0, 1 - d / 6) if d <= 3 else 0.0
+    score = 1.0 if score >= 0.999 else min(score, 0.9)
+    last = len(tokens) - 1
+    choice = f"{tokens[token]!r} (token {token}), layer {layer}"
+    truth = f"{tokens[pt]!r} (token {pt}), layer {pl}"
+    text = (f"The strongest state before the last token is {truth}: restoring it alone brings "
+            f"p({trace['answer']!r}) from {trace['low_score']:.3f} (corrupted) back to {p:.3f} (clean "
+            f"{trace['high_score']:.3f}). Your cell is {d:g} away (tokens + layers / 2).")
+    if token == last and layer >= s["late"][1] - 2:
+        score = max(score, 0.5)
+        text += (" Your cell is the late site: the last token's state in late layers is the output itself, so it "
+                 "always restores the answer; the question is where the fact is first recalled.")
+    return Grade(_verdict(score), round(score, 3), text, choice, truth)
+
+
+# --- step 3: severing ---------------------------------------------------------------------------------------------
+def severing_drops(sev: dict) -> dict:
+    """The share of the restored effect that freezing the later MLPs / attention removes, over the first half of
+    the layers: sum_l max(none_l - frozen_l, 0) / sum_l max(none_l - low, 0) (ROME Fig. 4's gap)."""
+    half = max(1, len(sev["layers"]) // 2)
+    low = sev["low_score"]
+    base = sum(max(x - low, 0.0) for x in sev["none"][:half])
+    out = {}
+    for kind in ("mlp", "attn"):
+        gap = sum(max(n - f, 0.0) for n, f in zip(sev["none"][:half], sev[kind][:half]))
+        out[kind] = gap / base if base > 1e-9 else 0.0
+    return out
+
+
+def severing_truth(sev: dict) -> int:
+    d = severing_drops(sev)
+    if max(d.values()) < SEVER_SHARE:
+        return 2
+    return 0 if d["mlp"] >= d["attn"] else 1
+
+
+def grade_severing(sev: dict, choice: int) -> Grade:
+    """Q: do the later MLPs do the work? Three choices (SEVER_CHOICES); the truth from the severing curves."""
+    d = severing_drops(sev)
+    truth = severing_truth(sev)
+    score = 1.0 if choice == truth else 0.0
+    text = (f"Over the first {max(1, len(sev['layers']) // 2)} layers, freezing the later MLPs at "
+            f"{sev['token_str']!r} removes {100 * d['mlp']:.0f}% of the restored effect, freezing the later "
+            f"attention {100 * d['attn']:.0f}%.")
+    return Grade(_verdict(score), score, text, SEVER_CHOICES[choice].split(":")[0],
+                 SEVER_CHOICES[truth].split(":")[0])
+
+
+# --- step 4: memories -----------------------------------------------------------------------------------------------
+def memory_hits(view: dict) -> list[str]:
+    """Labels of the shown memories whose value's top tokens include the answer token."""
+    return [m["label"] for m in view["memories"]
+            if any(t["token_id"] == view["answer_id"] for t in m["value_tokens"])]
+
+
+def grade_memories(view: dict, says_answer: bool) -> Grade:
+    """Q: will one of the top memories' values promote the answer among its top tokens? yes / no."""
+    hits = memory_hits(view)
+    truth = bool(hits)
+    score = 1.0 if says_answer == truth else 0.0
+    n = len(view["memories"])
+    text = (f"{'Yes' if truth else 'No'}: {'the value of ' + ', '.join(hits) if hits else 'none of the ' + str(n)} "
+            f"{'promotes' if hits else 'top memories promotes'} {view['answer']!r} among its top "
+            f"{len(view['memories'][0]['value_tokens']) if n else 0} tokens. {view['n_active']} of {view['d_ff']} "
+            f"memories have m_i > 0 at this token.")
+    return Grade(_verdict(score), score, text, "yes" if says_answer else "no", "yes" if truth else "no")
+
+
+# --- step 5: the edit's probability ---------------------------------------------------------------------------------
+def bin_of(p: float) -> int:
+    return next(i for i, (lo, hi, _) in enumerate(BINS) if lo <= p < hi)
+
+
+def grade_edit(edit: dict, choice: int) -> Grade:
+    """Q: after the edit, what will P(new target) be on the prompt? Four bins; the neighbouring bin is close."""
+    pre = edit["probabilities"]["pre"]["rewrite"][0]
+    post = edit["probabilities"]["post"]["rewrite"][0]
+    truth = bin_of(post["p_new"])
+    d = abs(choice - truth)
+    score = 1.0 if d == 0 else 0.5 if d == 1 else 0.0
+    text = (f"P({edit['target_new']!r}) after {edit['rewrite']!r} goes from {pre['p_new']:.3f} to "
+            f"{post['p_new']:.3f} ({BINS[truth][2]}); P({edit['target_true']!r}) from {pre['p_true']:.3f} to "
+            f"{post['p_true']:.3f}.")
+    return Grade(_verdict(score), score, text, BINS[choice][2], BINS[truth][2])
+
+
+# --- step 7: neighbours ----------------------------------------------------------------------------------------------
+def neighbours(bleed: dict, n: int = 6) -> list[dict]:
+    """The prompts about other subjects the question lists: the request's neighbourhood prompts first, then known
+    facts of the same relation (at most n)."""
+    rows = [r for r in bleed["rows"] if r["source"] == "neighborhood"]
+    rows += [r for r in bleed["rows"] if r["source"] not in ("rewrite", "paraphrase", "neighborhood")]
+    return rows[:n]
+
+
+def moved(row: dict) -> bool:
+    return row["delta_p_new"] >= MOVE
+
+
+def grade_neighbours(bleed: dict, picked) -> Grade:
+    """Q: which of these neighbours will move toward the new target? Score: the share classified correctly; all
+    right is right, two thirds close."""
+    rows = neighbours(bleed)
+    picked = set(picked)
+    if not rows:
+        return Grade(CLOSE, 0.5, "This fact has no neighbour prompts to check.", "-", "-")
+    correct = [moved(r) == (r["prompt"] in picked) for r in rows]
+    score = sum(correct) / len(correct)
+    truth = [r["prompt"] for r in rows if moved(r)]
+    new = bleed["request"]["target_new"].strip()
+    lines = "; ".join(f"{r['prompt']!r}: {r['p_new_before']:.3f} -> {r['p_new_after']:.3f}" for r in rows)
+    text = (f"{len(truth)} of {len(rows)} moved (P({new!r}) up by at least {100 * MOVE:.0f} point): {lines}. "
+            f"You classified {sum(correct)} of {len(rows)} correctly.")
+    score = 1.0 if all(correct) else score
+    return Grade(_verdict(score if score == 1.0 else min(score, 0.99) if score >= 2 / 3 else 0.0),
+                 round(score, 3), text, ", ".join(sorted(picked)) or "none", ", ".join(truth) or "none")
+
+
+# --- step 8: teacher-forced vs generated ----------------------------------------------------------------------------
+def says_new(edit: dict) -> bool:
+    """Does the edited model's greedy continuation of the prompt say the new target (and no longer the old)?"""
+    return bool(edit["metrics"].get("post_gen_efficacy"))
+
+
+def grade_generation(edits: dict, picked) -> Grade:
+    """Q: which methods make the model *say* the new target when it continues the prompt? Score: the share of
+    methods classified correctly."""
+    picked = set(picked)
+    correct = [says_new(e) == (m in picked) for m, e in edits.items()]
+    score = sum(correct) / len(correct) if correct else 0.0
+    truth = [e["label"] for m, e in edits.items() if says_new(e)]
+    tf = [e["label"] for m, e in edits.items() if e["metrics"].get("post_efficacy")]
+    text = (f"Teacher-forced, P(new) > P(true) after the edit with {', '.join(tf) or 'none'}; in the greedy "
+            f"continuation the new target is said by {', '.join(truth) or 'none'}. You classified "
+            f"{sum(correct)} of {len(correct)} methods correctly.")
+    labels = {m: e["label"] for m, e in edits.items()}
+    return Grade(_verdict(score if score == 1.0 else min(score, 0.99) if score >= 0.5 else 0.0), round(score, 3),
+                 text, ", ".join(sorted(labels.get(m, m) for m in picked)) or "none", ", ".join(truth) or "none")
+
+
+# --- step 9: the layer sweep ----------------------------------------------------------------------------------------
+def sweep_truth(sweep: dict) -> bool:
+    """Does the layer where the trace peaks (within one layer) edit best?"""
+    peak = sweep.get("peak_layer")
+    return peak is not None and abs(sweep["best_layer"] - peak) <= 1
+
+
+def grade_sweep(sweep: dict, yes: bool) -> Grade:
+    truth = sweep_truth(sweep)
+    score = 1.0 if yes == truth else 0.0
+    text = (f"The MLP trace at {sweep['trace']['token']!r} peaks at layer {sweep['peak_layer']}; the edit works best "
+            f"at layer {sweep['best_layer']} (largest efficacy + generalization + specificity margins), so "
+            f"{'they agree (within a layer)' if truth else 'they differ'}.") if sweep.get("trace") else \
+        f"The edit works best at layer {sweep['best_layer']}."
+    return Grade(_verdict(score), score, text, "yes" if yes else "no", "yes" if truth else "no")
+
+
+# --- step 10: lifelong editing ---------------------------------------------------------------------------------------
+NONE = "none of them"
+
+
+def first_collapse(results: dict) -> str:
+    """The method (label) whose perplexity first exceeded the collapse threshold, or NONE."""
+    at = {r.get("label", m): r.get("collapsed_at") for m, r in results.items()}
+    hit = {k: v for k, v in at.items() if v is not None}
+    return min(hit, key=hit.get) if hit else NONE
+
+
+def grade_lifelong(results: dict, choice: str) -> Grade:
+    truth = first_collapse(results)
+    score = 1.0 if choice == truth else 0.0
+    parts = []
+    for m, r in results.items():
+        row = next((x for x in r.get("rows", []) if x.get("collapsed")), None)
+        parts.append(f"{r.get('label', m)}: " + (f"collapsed by edit {row['edit']} ({row.get('reason', '')})" if row
+                                                  else "never collapsed"))
+    text = ("A run counts as collapsed at a checkpoint where WikiText perplexity exceeds twice the unedited model's "
+            f"or fewer than half of the earlier successful edits still hold. {'; '.join(parts)}.")
+    return Grade(_verdict(score), score, text, choice, truth)

@@ -1,0 +1,182 @@
+"""A class pack: every result the lesson's steps show, computed once by `python -m editkit lesson build`, so the page
+draws each step from files (instant for a whole class) and never from the model.
+
+A pack is a folder of JSON files (no pickle):
+
+    manifest.json                 {"kind": "editkit-lesson-pack", "format": 1, "model", "fingerprint", "layers",
+                                   "editkit_version", "settings", "methods", "facts": [fact ids, in order], ...}
+    facts/<id>/fact.json          the request, its new targets, where it came from, the known-fact check
+    facts/<id>/lens.json          step 1: predictions and logit lens
+    facts/<id>/trace.json         steps 2-3: {"traces": {hidden, mlp, attn}, "severing": ...}
+    facts/<id>/memories.json      step 4: FFN memories at the MLP trace's peak
+    facts/<id>/edit-<t>-<m>.json  steps 5, 8: method m's edit to target number t, measured before and after
+    facts/<id>/retrace-<t>-<m>.json   step 6: the edited model's hidden-state trace
+    facts/<id>/bleed-<t>.json     step 7: the ROME edit's bleed map
+    facts/<id>/sweep.json         step 9: ROME at every layer (the first target)
+
+Every file is written atomically (a temporary file renamed into place), so an interrupted build leaves whole files
+only and a rerun computes just the missing ones.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from functools import lru_cache
+from pathlib import Path
+
+from ..cache import atomic_write
+from ..errors import EditkitError
+from ..paths import ASSETS, ROOT, cache_dir
+
+KIND = "editkit-lesson-pack"
+FORMAT = 1
+MANIFEST = "manifest.json"
+SHIPPED = ASSETS / "lesson"  # the default pack (built by the command on the embedded model)
+ENV = "EDITKIT_LESSON"
+
+
+@lru_cache(maxsize=1)
+def editkit_version() -> str:
+    """The code that computed a pack: the git commit of this checkout when there is one."""
+    try:
+        out = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                             text=True, timeout=10)
+        if out.returncode == 0 and out.stdout.strip():
+            dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", "editkit"],
+                                   capture_output=True, text=True, timeout=10).stdout.strip()
+            return f"git {out.stdout.strip()}" + (" with local changes to editkit/" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return "unknown"
+
+
+def write_json(path: Path, value) -> None:
+    """Atomically: readers and a resumed build never see half a file."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    atomic_write(Path(path), lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+
+def read_json(path: Path):
+    """The file's JSON, or None when it is missing or unreadable (a broken part is recomputed by a rebuild)."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def edit_name(target: int, method: str) -> str:
+    return f"edit-{target}-{method}"
+
+
+def retrace_name(target: int, method: str) -> str:
+    return f"retrace-{target}-{method}"
+
+
+def bleed_name(target: int) -> str:
+    return f"bleed-{target}"
+
+
+class Pack:
+    """A pack folder, read lazily; parts are cached in memory (shared by every session of a server)."""
+
+    def __init__(self, folder, manifest: dict):
+        self.folder = Path(folder)
+        self.manifest = manifest
+        self._parts: dict = {}
+
+    @classmethod
+    def open(cls, folder) -> "Pack":
+        folder = Path(folder)
+        manifest = read_json(folder / MANIFEST)
+        if not isinstance(manifest, dict) or manifest.get("kind") != KIND:
+            raise EditkitError(f"{folder} is not a lesson pack (no {MANIFEST} of an editkit lesson pack); build one "
+                               "with: python -m editkit lesson build --facts FILE --out DIR")
+        if manifest.get("format") != FORMAT:
+            raise EditkitError(f"{folder} is a lesson pack of format {manifest.get('format')}; this editkit reads "
+                               f"format {FORMAT}: rebuild it with python -m editkit lesson build")
+        return cls(folder, manifest)
+
+    @property
+    def model(self) -> str:
+        return self.manifest["model"]
+
+    @property
+    def methods(self) -> list[dict]:
+        return self.manifest.get("methods", [])
+
+    @property
+    def fact_ids(self) -> list[str]:
+        return [f for f in self.manifest.get("facts", []) if self.fact(f) is not None]
+
+    def fact(self, fid: str) -> dict | None:
+        return self.part(fid, "fact")
+
+    def part(self, fid: str, name: str) -> dict | None:
+        """facts/<fid>/<name>.json, or None when the pack lacks it (not built yet)."""
+        key = (fid, name)
+        if key not in self._parts:
+            value = read_json(self.folder / "facts" / fid / f"{name}.json")
+            if value is None:
+                return None  # not cached: a build may still add it
+            self._parts[key] = value
+        return self._parts[key]
+
+    def expected(self, fid: str) -> list[str]:
+        """The part names a complete fact has (its targets x the pack's methods)."""
+        fact = self.fact(fid) or {}
+        methods = self.manifest.get("method_names", [])
+        names = ["lens", "trace", "memories"]
+        for t in range(len(fact.get("targets", []))):
+            names += [n for m in methods for n in (edit_name(t, m), retrace_name(t, m))] + [bleed_name(t)]
+        return names + ["sweep"]
+
+    def missing(self, fid: str) -> list[str]:
+        return [n for n in self.expected(fid) if self.part(fid, n) is None]
+
+    def size(self) -> int:
+        """Bytes on disk."""
+        return sum(p.stat().st_size for p in self.folder.rglob("*") if p.is_file())
+
+    def stamp(self) -> float:
+        """Changes when the manifest is rewritten (a fact added): the page reopens the pack."""
+        try:
+            return (self.folder / MANIFEST).stat().st_mtime
+        except OSError:
+            return 0.0
+
+
+def served_folder() -> Path:
+    """The pack the app serves: $EDITKIT_LESSON, else the class's copy a teacher added facts to (in the cache),
+    else the shipped default."""
+    env = os.environ.get(ENV, "").strip()
+    if env:
+        return Path(env).expanduser()
+    copy = class_copy()
+    return copy if (copy / MANIFEST).exists() else SHIPPED
+
+
+def class_copy() -> Path:
+    return cache_dir("lesson") / "class-pack"
+
+
+def writable_folder() -> Path:
+    """Where a teacher's new fact goes: $EDITKIT_LESSON, else a copy of the shipped pack in the cache (made on
+    first use, so the repository's pack stays as shipped)."""
+    env = os.environ.get(ENV, "").strip()
+    if env:
+        return Path(env).expanduser()
+    copy = class_copy()
+    if not (copy / MANIFEST).exists() and (SHIPPED / MANIFEST).exists():
+        tmp = copy.with_name(f".class-pack-{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(SHIPPED, tmp)
+        shutil.rmtree(copy, ignore_errors=True)
+        os.replace(tmp, copy)
+    return copy
+
+
+def reset_class_copy() -> None:
+    """Back to the shipped pack (the teacher's added facts are dropped)."""
+    shutil.rmtree(class_copy(), ignore_errors=True)

@@ -1,0 +1,136 @@
+"""`lesson build` end to end on a tiny model: a complete pack of JSON files, resumable part by part, and one clear
+message naming the record for every bad facts file (before the model loads) and for a fact the model does not
+know (with what it predicts instead)."""
+import json
+import re
+
+import pytest
+
+from editkit.cli import main
+from editkit.errors import EditkitError
+from editkit.lesson import compute
+from editkit.lesson.build import build
+from editkit.lesson.pack import FORMAT, KIND, Pack
+from lesson_util import FACT, MODEL, SAMPLES, tiny_pack, write_facts
+
+
+@pytest.fixture(scope="module")
+def pack(tmp_path_factory):
+    return Pack.open(tiny_pack(tmp_path_factory))
+
+
+def test_the_pack_holds_every_part_as_json(pack):
+    m = pack.manifest
+    assert m["kind"] == KIND and m["format"] == FORMAT and m["model"] == MODEL
+    assert len(m["fingerprint"]) >= 16 and m["editkit_version"]
+    assert m["method_names"][0] == "rome" and {"memit", "pmet", "alphaedit"} <= set(m["method_names"])
+    [fid] = pack.fact_ids
+    assert pack.missing(fid) == []
+    files = [p for p in pack.folder.rglob("*") if p.is_file()]
+    assert files and all(p.suffix == ".json" for p in files)  # no pickle, nothing else
+    fact = pack.fact(fid)
+    assert [t.strip() for t in fact["targets"]] == ["Rome", "London"] and fact["known"]["known"]
+
+
+def test_the_parts_are_the_steps_results(pack):
+    [fid] = pack.fact_ids
+    lens = pack.part(fid, "lens")
+    assert lens["answer"] == " B" and lens["first_layer"] is not None
+    assert lens["ranks"][lens["first_layer"]] == 0
+    tr = pack.part(fid, "trace")
+    assert set(tr["traces"]) == {"hidden", "mlp", "attn"} and tr["severing"]["token_str"]
+    hidden = tr["traces"]["hidden"]
+    assert hidden["answer"] == " B" and hidden["samples"] == SAMPLES
+    assert len(hidden["scores"]) == len(hidden["tokens"]) and len(hidden["scores"][0]) == 4
+    mem = pack.part(fid, "memories")
+    t, layer = compute.subject_peak(tr["traces"]["mlp"])
+    assert (mem["position"], mem["layer"]) == (t, layer) and mem["memories"][0]["value_text"]
+    for target in (0, 1):
+        for m in pack.manifest["method_names"]:
+            edit = pack.part(fid, f"edit-{target}-{m}")
+            assert edit["method"] == m and edit["target_new"] == [" Rome", " London"][target]
+            assert edit["greedy"]["post"]["rewrite"] and "post_gen_efficacy" in edit["metrics"]
+            retrace = pack.part(fid, f"retrace-{target}-{m}")
+            assert retrace["answer"] == edit["target_new"][:len(retrace["answer"])]  # its first token
+        bleed = pack.part(fid, f"bleed-{target}")
+        assert {r["source"] for r in bleed["rows"]} >= {"rewrite", "neighborhood"}
+    sweep = pack.part(fid, "sweep")
+    assert [r["layer"] for r in sweep["rows"]] == [0, 1, 2, 3]
+    assert sweep["trace"]["peak_layer"] == compute.subject_peak(tr["traces"]["mlp"])[1]
+
+
+def test_a_rerun_computes_only_missing_parts(tmp_path):
+    facts = write_facts(tmp_path)
+    out = tmp_path / "pack"
+    s = compute.Settings(samples=SAMPLES, sweep_layers="0,1")
+    real = compute.layer_sweep
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("interrupted")
+
+    compute.layer_sweep = broken  # the build stops at its last part; everything before it is on disk
+    try:
+        with pytest.raises(RuntimeError):
+            build(facts, out, MODEL, methods=["rome", "memit"], settings=s)
+    finally:
+        compute.layer_sweep = real
+    pack = Pack.open(out)
+    [fid] = pack.fact_ids
+    assert pack.missing(fid) == ["sweep"]
+    again = build(facts, out, MODEL, methods=["rome", "memit"], settings=s)
+    assert again["computed"] == 1 and again["skipped"] == again["parts"] - 1
+    (out / "facts" / fid / "edit-1-memit.json").unlink()
+    (out / "facts" / fid / "lens.json").write_text("{cut")  # a broken file is recomputed
+    third = build(facts, out, MODEL, methods=["rome", "memit"], settings=s)
+    assert third["computed"] == 2
+    assert json.loads((out / "facts" / fid / "lens.json").read_text())["answer"] == " B"
+    with pytest.raises(EditkitError, match="other settings or methods"):
+        build(facts, out, MODEL, methods=["rome"], settings=s)
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["fingerprint"] = "0" * 16
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(EditkitError, match="was built on"):
+        build(facts, out, MODEL, methods=["rome", "memit"], settings=s)
+
+
+def _cli_error(capsys, *argv) -> str:
+    assert main(["lesson", "build", *argv]) == 2
+    err = [line for line in capsys.readouterr().err.strip().splitlines() if not line.startswith("[")]  # progress
+    assert len(err) == 1 and err[0].startswith("error: "), err
+    return err[0]
+
+
+@pytest.mark.parametrize("records,expect", [
+    ("not json at all", "not valid JSON"),
+    ([{"prompt": "{} is in", "subject": "X", "target_true": "Paris"}], r"facts.json, record 1: target_new is missing"),
+    ([FACT, {**FACT, "target_true": None}], r"record 2: the true target \(target_true\) is missing"),
+    ([{**FACT, "prompt": "The tower is located in the city of", "case_id": 7}],
+     r"record 1 \(case_id 7\): the prompt has no '\{\}' and the subject 'The Eiffel Tower' does not occur"),
+    ([], "holds no records"),
+], ids=["not-json", "no-target-new", "no-target-true", "subject-not-in-prompt", "empty"])
+def test_bad_files_get_one_clear_message_naming_the_record(tmp_path, capsys, records, expect):
+    path = tmp_path / "facts.json"
+    path.write_text(records if isinstance(records, str) else json.dumps(records), encoding="utf-8")
+    err = _cli_error(capsys, "--facts", str(path), "--out", str(tmp_path / "pack"), "--model", "no-such-model")
+    assert re.search(expect, err), err  # the file is refused before the (unloadable) model is touched
+
+
+def test_a_missing_file_and_a_fact_the_model_does_not_know(tmp_path, capsys):
+    err = _cli_error(capsys, "--facts", str(tmp_path / "nope.json"), "--out", str(tmp_path / "p"))
+    assert "no facts file" in err
+    path = write_facts(tmp_path, [FACT, {**FACT, "subject": "The Louvre", "target_true": "Paris", "case_id": 3}])
+    err = _cli_error(capsys, "--facts", str(path), "--out", str(tmp_path / "p"), "--model", MODEL)
+    assert "record 2 (case_id 3): the model does not know this fact" in err
+    assert "it predicts" in err and "not 'Paris'" in err
+    assert not (tmp_path / "p" / "manifest.json").exists()
+
+
+def test_show_and_open_errors(tmp_path, pack, capsys):
+    assert main(["lesson", "show", str(pack.folder), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["model"] == MODEL and out["facts"][0]["missing"] == []
+    with pytest.raises(EditkitError, match="not a lesson pack"):
+        Pack.open(tmp_path)
+    (tmp_path / "notes.txt").write_text("a folder of other files")
+    with pytest.raises(EditkitError, match="not a lesson pack; give an empty"):
+        build(write_facts(tmp_path), tmp_path, MODEL)

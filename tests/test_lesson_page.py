@@ -1,0 +1,204 @@
+"""The Lesson page (Streamlit AppTest) on a tiny pack: every step renders from the pack without touching the model,
+right and wrong answers get the feedback the pack's numbers give, the answers reach the student's download and the
+class's counts, "try your own" runs through the job queue, and the teacher mode shows, clears and adds."""
+import shutil
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from editkit.lesson.classroom import ClassStore, default_path
+from editkit.lesson.pack import Pack
+from lesson_util import answers_for, tiny_pack
+
+APP = str(Path(__file__).resolve().parent.parent / "app.py")
+
+
+@pytest.fixture(scope="module")
+def pack_dir(tmp_path_factory):
+    return tiny_pack(tmp_path_factory)
+
+
+@pytest.fixture
+def env(pack_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("EDITKIT_LESSON", str(pack_dir))
+    monkeypatch.setenv("EDITKIT_CACHE", str(tmp_path / "cache"))  # a fresh class database
+    monkeypatch.delenv("EDITKIT_TEACHER_PASSPHRASE", raising=False)
+    return Pack.open(pack_dir)
+
+
+def open_lesson(timeout: int = 120) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=timeout)
+    at.switch_page("pages/lesson.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def go(at: AppTest, step: int) -> None:
+    at.radio(key="lesson_step").set_value(step).run()
+    ok(at)
+
+
+def ok(at: AppTest) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+
+
+def click(at: AppTest, label: str) -> None:
+    buttons = [b for b in at.button if b.label == label]
+    assert buttons, (label, [b.label for b in at.button])
+    buttons[0].click().run()
+
+
+def test_every_step_renders_from_the_pack_without_the_model(env, monkeypatch):
+    def no_model(*args, **kwargs):
+        raise AssertionError("a step computed on the model")
+
+    monkeypatch.setattr("pages.ui.get_lm", no_model)
+    for name in ("lens", "traces", "memories", "edit", "retrace", "bleed", "layer_sweep", "load"):
+        monkeypatch.setattr(f"editkit.lesson.compute.{name}", no_model)
+    at = open_lesson()
+    assert "Lesson: locate, then edit" in at.title[0].value
+    for step in range(1, 11):
+        go(at, step)
+        assert any("Your prediction first." in m.value for m in at.markdown), step
+        charts_before = len(at.get("plotly_chart"))
+        click(at, "Skip: just show me")
+        ok(at)
+        assert len(at.get("plotly_chart")) > charts_before, step  # the result appeared after the question
+        assert any("Skipped" in c.value for c in at.caption), step
+        assert at.get("expander"), step  # "try your own" (and the reference text where a section exists)
+
+
+def answer(at: AppTest, fid: str, spec, value) -> None:
+    kind = spec[0]
+    if kind == "cell":
+        n = spec[1]
+        at.selectbox(key=f"lesson_q{n}_token_{fid}").set_value(value[0])
+        at.number_input(key=f"lesson_q{n}_layer_{fid}").set_value(value[1])
+    else:
+        getattr(at, kind)(key=spec[1]).set_value(value)
+    click(at, "Check my answer")
+    ok(at)
+
+
+def test_right_and_wrong_answers_get_their_feedback(env):
+    pack = env
+    [fid] = pack.fact_ids
+    specs = answers_for(pack, fid)
+    at = open_lesson()
+    for step in range(1, 11):
+        go(at, step)
+        spec = specs[step]
+        answer(at, fid, spec, spec[-1])  # a wrong answer first
+        assert at.warning or at.info, step
+        feedback = " ".join(b.value for b in [*at.warning, *at.info])
+        assert "Wrong" in feedback or "Close" in feedback, (step, feedback)
+        click(at, "Answer again")
+        answer(at, fid, spec, spec[-2])
+        assert any(s.value.startswith("**Right**") for s in at.success), (step, [s.value for s in at.success])
+    mine = at.session_state["lesson_answers"]
+    assert len(mine) == 10 and all(a["grade"]["verdict"] == "right" for a in mine.values())
+    assert {b.label for b in at.get("download_button")} >= {"CSV", "JSON"}
+    counts = ClassStore(default_path()).summary(next(iter(_lessons())))
+    assert len(counts) == 10 and all(c["students"] == 1 and c["right"] == 1 for c in counts)
+
+
+def _lessons():
+    import sqlite3
+
+    with sqlite3.connect(default_path()) as db:
+        return [r[0] for r in db.execute("SELECT DISTINCT lesson FROM answers")]
+
+
+def test_try_your_own_runs_as_a_job(env):
+    at = open_lesson(timeout=300)
+    at.text_input(key="lesson_own_prompt_1").set_value("The Space Needle is in downtown")
+    click(at, "Run it")
+    ok(at)
+    own = at.session_state["lesson_own_1"]
+    assert own["prompt"] == "The Space Needle is in downtown" and len(own["layers"]) == 4
+    go(at, 2)
+    at.number_input(key="lesson_own_samples_2").set_value(2)
+    click(at, "Run it")
+    ok(at)
+    hidden = at.session_state["lesson_own_2"]["traces"]["hidden"]
+    assert hidden["samples"] == 2 and hidden["meta"]["prompt"] == "The Eiffel Tower is located in the city of"
+    at.text_input(key="lesson_own_tsubject_2").set_value("Space Needle")  # not in the prompt: a clear message
+    click(at, "Run it")
+    assert not at.exception and any("does not occur" in e.value for e in at.error)
+    assert at.session_state["lesson_own_2"]["traces"]["hidden"] == hidden  # the earlier result stays
+
+
+@pytest.mark.parametrize("step", [3, 4, 5, 6, 7, 8, 9, 10])
+def test_try_your_own_at_every_step(env, step):
+    at = open_lesson(timeout=600)
+    go(at, step)
+    if step == 3:
+        at.number_input(key="lesson_own_samples_3").set_value(2)
+    if step == 9:
+        at.text_input(key="lesson_own_layers_9").set_value("0,2")
+    if step == 10:
+        at.number_input(key="lesson_own_life_n").set_value(4)
+        at.number_input(key="lesson_own_life_batch").set_value(2)
+    click(at, "Run it")
+    ok(at)
+    own = at.session_state[f"lesson_own_{step}"]
+    expect = {3: lambda r: set(r["traces"]) == {"mlp", "attn"} and r["severing"],
+              4: lambda r: r["memories"] and r["layer"] == 0,
+              5: lambda r: r["rome"]["target_new"] == " Rome",
+              6: lambda r: r["trace"]["answer"] and r["layers"],
+              7: lambda r: r["rows"] and r["method"] == "rome",
+              8: lambda r: set(r) == set(env.manifest["method_names"]),
+              9: lambda r: [row["layer"] for row in r["rows"]] == [0, 2],
+              10: lambda r: set(r["results"]) == {"rome", "memit"}}[step]
+    assert expect(own), own
+
+
+def test_teacher_sees_and_clears_the_class_answers(env, monkeypatch):
+    monkeypatch.setenv("EDITKIT_TEACHER_PASSPHRASE", "owl")
+    at = open_lesson()
+    assert not any(h.value == "Teacher" for h in at.header)
+    at.text_input(key="lesson_teacher_pass").set_value("wrong").run()
+    assert not any(h.value == "Teacher" for h in at.header)
+    click(at, "Check my answer")  # one student's answer to step 1
+    at.text_input(key="lesson_teacher_pass").set_value("owl").run()
+    ok(at)
+    assert any(h.value == "Teacher" for h in at.header)
+    table = at.dataframe[-1].value
+    assert list(table["students"]) == [1]
+    at.checkbox(key="lesson_clear_confirm").check().run()
+    click(at, "Clear the class's answers")
+    assert any("Cleared 1 answer" in s.value for s in at.success)
+    assert ClassStore(default_path()).count() == 0
+
+
+def test_teacher_adds_a_fact_from_the_page(env, tmp_path, monkeypatch):
+    own = tmp_path / "pack"
+    shutil.copytree(env.folder, own)
+    monkeypatch.setenv("EDITKIT_LESSON", str(own))
+    at = AppTest.from_file(APP, default_timeout=600)
+    at.query_params["teacher"] = "1"
+    at.switch_page("pages/lesson.py").run()
+    ok(at)
+    at.text_input(key="lesson_add_prompt").set_value("The {} is in downtown")
+    at.text_input(key="lesson_add_subject").set_value("Space Needle")
+    at.text_input(key="lesson_add_true").set_value("Paris")  # tiny-gpt2 does not know that
+    at.text_input(key="lesson_add_targets").set_value("Seattle")
+    click(at, "Add the fact")
+    assert not at.exception and any("does not know this fact" in e.value and "it predicts" in e.value
+                                    for e in at.error)
+    at.text_input(key="lesson_add_true").set_value("turn")  # what it predicts
+    click(at, "Add the fact")
+    ok(at)
+    assert any(s.value.startswith("Added: space-needle") for s in at.success)
+    pack = Pack.open(own)
+    assert len(pack.fact_ids) == 2 and pack.missing(pack.fact_ids[1]) == []
+    assert len(at.selectbox(key="lesson_fact").options) == 2
+
+
+def test_a_folder_that_is_no_pack_gets_a_message(tmp_path, monkeypatch):
+    monkeypatch.setenv("EDITKIT_LESSON", str(tmp_path))
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.switch_page("pages/lesson.py").run()
+    assert not at.exception and any("not a lesson pack" in e.value for e in at.error)
