@@ -6,7 +6,6 @@ their own prompt (through the job queue). A teacher adds facts and sees the clas
 The pack: $EDITKIT_LESSON, else the class's copy in the cache (a teacher added facts), else assets/lesson/.
 """
 import hmac
-import json
 import os
 
 import pandas as pd
