@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from browser_util import ROOT, chromium_path, free_port, start_streamlit, wait_http, wait_idle
+from browser_util import ROOT, free_port, start_streamlit, wait_http, wait_idle
 
 pytestmark = pytest.mark.browser
 playwright_api = pytest.importorskip("playwright.sync_api")
@@ -29,28 +29,21 @@ T = 120_000  # ms: every step renders from the pack, so nothing here waits for t
 
 
 @pytest.fixture(scope="module")
-def student():
-    exe = chromium_path()
-    if exe is None:
-        if os.environ.get("CI"):
-            pytest.fail("no chromium on the CI machine")
-        pytest.skip("no chromium installed (apt-get install -y chromium)")
+def student(chromium):
     os.environ["EDITKIT_LESSON"] = str(PACK)  # the shipped pack, whatever a teacher added in this cache
     port = free_port()
     proc = start_streamlit(port)
     url = f"http://127.0.0.1:{port}"
     try:
         wait_http(url, proc)
-        with playwright_api.sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=exe, headless=True,
-                                        args=["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"])
-            page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
-            page.set_default_timeout(T)
-            page.goto(f"{url}/lesson")
-            page.get_by_role("heading", name="Lesson: locate, then edit").first.wait_for()
-            wait_idle(page, timeout=T / 1000)
-            yield page
-            browser.close()
+        ctx = chromium.new_context(viewport={"width": 1400, "height": 1000})
+        page = ctx.new_page()
+        page.set_default_timeout(T)
+        page.goto(f"{url}/lesson")
+        page.get_by_role("heading", name="Lesson: locate, then edit").first.wait_for()
+        wait_idle(page, timeout=T / 1000)
+        yield page
+        ctx.close()
     finally:
         os.environ.pop("EDITKIT_LESSON", None)
         try:
