@@ -72,7 +72,15 @@ def choose(page, testid: str, label: str, option: str) -> None:
         box.press("ArrowDown")  # react-aria opens the focused combobox's list with ArrowDown
     item.click()
     if testid == "stMultiSelect":  # its list stays open: close it by a click elsewhere (Escape would clear the
-        page.get_by_role("heading", name=re.compile(r"^Step \d+\. ")).first.click()  # combobox's input)
+        close_list(page)  # combobox's input)
+
+
+def close_list(page) -> None:
+    """Close an open multiselect list by a click on the step's heading, and wait until the list is gone. While the
+    list is open the popover hides the rest of the page from the accessibility tree (aria-hidden), so the heading
+    is found by CSS, not by its role."""
+    page.locator("h2").filter(has_text=re.compile(r"^Step \d+\. ")).first.click()
+    page.locator('[role="listbox"]').first.wait_for(state="hidden", timeout=30_000)
 
 
 def give(page, spec, value, labels: dict) -> None:
