@@ -1,5 +1,5 @@
 """Text utilities: tokenizing prompts, locating a subject's tokens, next-token predictions, continuations of one
-prompt (greedy or sampled, through runner.generate), and the logit lens."""
+prompt (greedy or sampled, through runner.complete), and the logit lens."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
@@ -112,16 +112,16 @@ def top_k(lm, prompt: str, k: int = 5) -> list[Prediction]:
     return [Prediction(lm.tok.decode([t]), int(t), float(q), float(logits[t])) for q, t in zip(p, i)]
 
 
-def generate(lm, prompt: str, max_new_tokens: int = 20) -> str:
+def greedy(lm, prompt: str, max_new_tokens: int = 20) -> str:
     """Greedy continuation of `prompt` (the new text only)."""
     check_prompt(lm, prompt)
-    return lm.runner.generate(prompt, Decoding.greedy(max_new_tokens))[0]
+    return lm.runner.complete(prompt, Decoding.greedy(max_new_tokens))[0]
 
 
 def sample(lm, prompt: str, max_new_tokens: int, seed: int = 0, top_k: int = 5, min_new_tokens: int = 0) -> str:
     """A top-k sampled continuation of `prompt` (the new text only), reproducible for a given seed also while other
     threads sample (runner.SeededTopK)."""
-    return lm.runner.generate(prompt, Decoding.sampled(max_new_tokens, seed, top_k, min_new_tokens))[0]
+    return lm.runner.complete(prompt, Decoding.sampled(max_new_tokens, seed, top_k, min_new_tokens))[0]
 
 
 @torch.no_grad()

@@ -5,7 +5,7 @@ from editkit.editing.requests import EditRequest
 from editkit.evaluation.datasets import EvalRecord
 from editkit.evaluation.evaluate import greedy, measure, metrics_of
 from editkit.evaluation.metrics import answer_line, generation_success, mentions
-from editkit.text import generate
+from editkit.text import greedy as text_greedy
 
 
 @pytest.mark.parametrize("text,new,true,ok", [
@@ -50,7 +50,7 @@ def test_metrics_from_greedy_texts():
 def test_batched_greedy_equals_one_prompt_at_a_time(tiny_by_name, name):
     lm = tiny_by_name(name)
     prompts = ["The mother tongue of Danielle Darrieux is", "Paris is", "Where Danielle Darrieux grew up, people"]
-    assert greedy(lm, prompts, 6) == [generate(lm, p, 6) for p in prompts]
+    assert greedy(lm, prompts, 6) == [text_greedy(lm, p, 6) for p in prompts]
 
 
 def test_measure_records_the_greedy_continuations(tiny_by_name):

@@ -3,7 +3,7 @@ import pytest
 
 from editkit.errors import EditkitError
 from editkit.models import tiny_tokenizer
-from editkit.text import find_subject_range, generate, guess_subject, token_strings, top_k
+from editkit.text import find_subject_range, greedy, guess_subject, token_strings, top_k
 
 TOK = tiny_tokenizer()
 
@@ -52,7 +52,7 @@ def test_top_k_and_generate(tiny):
     assert len(preds) == 5
     assert preds[0].prob >= preds[-1].prob
     assert abs(sum(p.prob for p in top_k(tiny, "Hello", 2000)) - 1) < 1e-3
-    out = generate(tiny, "The Eiffel Tower is in", 5)
+    out = greedy(tiny, "The Eiffel Tower is in", 5)
     assert isinstance(out, str)
     assert len(token_strings(tiny, "a b")) >= 2
 

@@ -71,7 +71,7 @@ def greedy(lm, prompts: list[str], max_new_tokens: int) -> list[str]:
     """Greedy continuations (new text only) of a batch of prompts, left-padded so every row ends at its prompt."""
     if not prompts:
         return []
-    return list(lm.runner.generate(list(prompts), Decoding.greedy(max_new_tokens)))
+    return list(lm.runner.complete(list(prompts), Decoding.greedy(max_new_tokens)))
 
 
 def measure(lm, record, n_gen: int = N_GEN, gen_tokens: int = GEN_TOKENS,

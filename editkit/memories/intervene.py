@@ -102,7 +102,7 @@ def _run(lm, prompt, per_layer, pos, mode, k, max_new_tokens, record=None):
     edit = (lambda hooks: add_hooks(hooks, lm, per_layer, pos, mode, record)) if per_layer else None
     h = lm.runner.read({}, full=True, edit=edit, **batch).hidden[0, -1]
     logits = lm.runner.logits(h, norm=False)
-    text = lm.runner.generate(batch, Decoding.greedy(max_new_tokens), edit=edit)[0] if max_new_tokens > 0 else ""
+    text = lm.runner.complete(batch, Decoding.greedy(max_new_tokens), edit=edit)[0] if max_new_tokens > 0 else ""
     return top_tokens(lm, logits, k), text
 
 
