@@ -4,8 +4,9 @@
     hp.layers, hp.v_lr, hp.to_dict()
     hp.replace(kl_factor=0.1)                                  # a validated copy
 
-Every method optimizes target vectors the same way (ROME Eq. 4, MEMIT Eq. 16, targets.py), so `Hparams` holds
-those fields; each method's dataclass (in its own file, editing/methods/) adds its own. A JSON file or override with
+`BaseHparams` is what every method's hyperparameters share (the edited layers; validation, to_dict, replace).
+The locate-then-edit methods optimize target vectors the same way (ROME Eq. 4, MEMIT Eq. 16, targets.py), so
+`Hparams` adds those fields; each method's dataclass (in its own file, editing/methods/) adds its own. A JSON file or override with
 a key the method does not know is an error naming the key; numbers are checked for type, finiteness and range.
 """
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, fields
+from typing import ClassVar
 
 from ..errors import EditkitError
 
@@ -30,10 +32,36 @@ def _unit(v):
 
 
 @dataclass(frozen=True)
-class Hparams:
-    """What every locate-then-edit method shares: the edited layers and the target optimisation."""
+class BaseHparams:
+    """What every method's hyperparameters share: the edited layers, and validation on construction (types,
+    finiteness, the class's CHECKS, then its own `check`), `to_dict` and `replace`."""
 
     layers: tuple[int, ...]  # edited layers (ROME: one; MEMIT/PMET/AlphaEdit: the critical window, increasing)
+
+    CHECKS: ClassVar[dict] = {}  # field -> range check; ints are coerced
+    # fields that act after any target optimisation (editing/memo.py may reuse targets optimized with others)
+    SOLVE_ONLY: ClassVar[frozenset] = frozenset()
+
+    def __post_init__(self):
+        _validate(self)
+        self.check()
+
+    def check(self) -> None:
+        """A method's own checks beyond types and ranges (none here)."""
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["layers"] = list(self.layers)
+        return d
+
+    def replace(self, **changes) -> "BaseHparams":
+        return from_dict(type(self), {**self.to_dict(), **changes})
+
+
+@dataclass(frozen=True)
+class Hparams(BaseHparams):
+    """What every locate-then-edit method shares: the edited layers and the target optimisation."""
+
     v_num_grad_steps: int = 20  # Adam steps for the target vector(s)
     v_lr: float = 0.5  # Adam learning rate
     v_weight_decay: float = 0.5  # weight of ||delta|| / ||init||^2 in the loss
@@ -73,19 +101,12 @@ class Hparams:
     SOLVE_ONLY = frozenset({"layers", "mom2_n_tokens", "mom2_shrinkage", "mom2_entity_weight", "source",
                             "report_condition", "nas_anchor", "nas_skip_factor"})
 
-    def __post_init__(self):
-        _validate(self)
-
-    def to_dict(self) -> dict:
-        d = dataclasses.asdict(self)
-        d["layers"] = list(self.layers)
-        return d
-
-    def replace(self, **changes) -> "Hparams":
-        return from_dict(type(self), {**self.to_dict(), **changes})
+    def check(self) -> None:
+        if self.v_num_grad_steps > 1000:
+            raise EditkitError("v_num_grad_steps above 1000 is not allowed")
 
 
-def _validate(hp: Hparams) -> None:
+def _validate(hp: BaseHparams) -> None:
     layers = hp.layers
     if not isinstance(layers, tuple) or not layers or not all(
             isinstance(l, int) and not isinstance(l, bool) for l in layers):
@@ -98,17 +119,17 @@ def _validate(hp: Hparams) -> None:
         if f.type in ("int", "float") or check:
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
                 raise EditkitError(f"hyperparameter '{f.name}' must be a finite number, not {v!r}")
+            if f.type == "int" and not isinstance(v, int):
+                raise EditkitError(f"hyperparameter '{f.name}' must be a whole number, not {v!r}")
             if check and not check(v):
                 raise EditkitError(f"hyperparameter '{f.name}' out of range: {v}")
         elif f.type == "bool" and not isinstance(v, bool):
             raise EditkitError(f"hyperparameter '{f.name}' must be true or false, not {v!r}")
         elif f.type == "str" and not isinstance(v, str):
             raise EditkitError(f"hyperparameter '{f.name}' must be a string, not {v!r}")
-    if hp.v_num_grad_steps > 1000:
-        raise EditkitError("v_num_grad_steps above 1000 is not allowed")
 
 
-def from_dict(cls: type, data: dict) -> Hparams:
+def from_dict(cls: type, data: dict) -> BaseHparams:
     """A validated `cls` from a dict; unknown keys and missing required ones are clear errors."""
     if not isinstance(data, dict):
         raise EditkitError(f"hyperparameters must be a JSON object, not {type(data).__name__}")

@@ -22,16 +22,14 @@ its adapters edit); the choice of layers and lr per model is in assets/hparams/R
 """
 from __future__ import annotations
 
-import dataclasses
-import math
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
 
 from ...errors import EditkitError
-from ..hparams import _positive, from_dict
+from ..hparams import BaseHparams, _positive
 from ..result import EditResult, LayerReport, RequestReport, Solve, norm_report
 from ..sequence import SequenceState
 from ..ultra import RunningStats, keys_and_gradients, ultraedit_update
@@ -41,9 +39,9 @@ NORMALIZERS = ("shape", "module")
 
 
 @dataclass(frozen=True)
-class UltraEditHparams:
-    """UltraEdit's hyperparameters. Not an `Hparams`: it optimizes no target vectors, so it has none of their
-    fields; it offers the same interface (validated on construction, to_dict, replace)."""
+class UltraEditHparams(BaseHparams):
+    """UltraEdit's hyperparameters. A `BaseHparams`, not an `Hparams`: it optimizes no target vectors, so it has
+    none of their fields (nor any solve-only field for editing/memo.py to reuse targets across)."""
 
     layers: tuple[int, ...]  # edited down-projections (upstream: the FFN output projections of the last layers)
     lr: float = 1e-6  # step of the pseudo-values v = -lr ||k_hat||^2 g_hat (upstream editor.lr)
@@ -54,40 +52,10 @@ class UltraEditHparams:
     source: str = ""  # where these values come from (provenance, shown to users)
 
     CHECKS: ClassVar[dict] = {"lr": _positive, "ridge": _positive, "forward_batch": _positive}
-    SOLVE_ONLY: ClassVar[frozenset] = frozenset()  # no target optimisation to reuse (editing/memo.py)
 
-    def __post_init__(self):
-        _validate(self)
-
-    def to_dict(self) -> dict:
-        d = dataclasses.asdict(self)
-        d["layers"] = list(self.layers)
-        return d
-
-    def replace(self, **changes) -> "UltraEditHparams":
-        return from_dict(type(self), {**self.to_dict(), **changes})
-
-
-def _validate(hp: UltraEditHparams) -> None:
-    layers = hp.layers
-    if not isinstance(layers, tuple) or not layers or not all(
-            isinstance(l, int) and not isinstance(l, bool) for l in layers):
-        raise EditkitError(f"hyperparameter 'layers' must be a non-empty list of integers, not {layers!r}")
-    if list(layers) != sorted(set(layers)):
-        raise EditkitError("layers must be increasing and distinct")
-    for f in fields(hp):
-        v = getattr(hp, f.name)
-        if f.type in ("int", "float"):
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-                raise EditkitError(f"hyperparameter '{f.name}' must be a finite number, not {v!r}")
-            if f.type == "int" and not isinstance(v, int):
-                raise EditkitError(f"hyperparameter '{f.name}' must be a whole number, not {v!r}")
-            if f.name in hp.CHECKS and not hp.CHECKS[f.name](v):
-                raise EditkitError(f"hyperparameter '{f.name}' out of range: {v}")
-        elif f.type == "str" and not isinstance(v, str):
-            raise EditkitError(f"hyperparameter '{f.name}' must be a string, not {v!r}")
-    if hp.normalizer not in NORMALIZERS:
-        raise EditkitError(f"normalizer must be one of {', '.join(NORMALIZERS)}, not {hp.normalizer!r}")
+    def check(self) -> None:
+        if self.normalizer not in NORMALIZERS:
+            raise EditkitError(f"normalizer must be one of {', '.join(NORMALIZERS)}, not {self.normalizer!r}")
 
 
 # --- the sequence state: running statistics per group ------------------------------------------------------------
