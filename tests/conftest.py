@@ -48,3 +48,23 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "browser: end-to-end tests in headless Chromium (deselect: -m 'not browser')")
     config.addinivalue_line("markers", "load: concurrent browser sessions of the served app (deselect: -m 'not load')")
     config.addinivalue_line("markers", "gpu: the CUDA path, skipped without a CUDA GPU (benchmarks/gpu.sh runs them)")
+
+
+@pytest.fixture(scope="session")
+def chromium():
+    """One headless Chromium for every browser test of the run. Playwright's sync API keeps its event loop running
+    in this thread while it is open, so a second sync_playwright() in the same run fails ("Sync API inside the
+    asyncio loop"): the browser tests share this one."""
+    playwright_api = pytest.importorskip("playwright.sync_api")
+    from browser_util import chromium_path
+
+    exe = chromium_path()
+    if exe is None:
+        if os.environ.get("CI"):  # CI installs it (.ci/run): a missing browser is a failure there, not a skip
+            pytest.fail("no chromium on the CI machine")
+        pytest.skip("no chromium installed (apt-get install -y chromium)")
+    with playwright_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=exe, headless=True,
+                              args=["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"])
+        yield b
+        b.close()

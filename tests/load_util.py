@@ -371,7 +371,7 @@ async def cancel_a_trace(s: Session, prompt: str, subject: str) -> bool:
     """Start a long trace and press Cancel after 2 s: the page says it was cancelled, with no error."""
     page = s.page
     await page.get_by_label("Noise samples n").fill("40")
-    await page.get_by_role("button", name="Trace").click()
+    await page.get_by_role("button", name="Trace", exact=True).click()
     await page.get_by_role("button", name="Cancel").wait_for(timeout=s.timeout)
     await asyncio.sleep(2)
     await page.get_by_role("button", name="Cancel").click()
