@@ -223,7 +223,7 @@ class Session:
         self.r.jobs.append(job)
         watch = asyncio.create_task(self._watch_queue())
         try:
-            await self.page.get_by_role("button", name=button).click()
+            await self.page.get_by_role("button", name=button, exact=True).click()
             await done.wait_for(timeout=self.timeout)
         finally:
             watch.cancel()
