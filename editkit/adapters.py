@@ -210,7 +210,7 @@ class Adapter:
         W = self.weight(part, layer)
         if tuple(dW.shape) != tuple(W.shape):
             raise EditkitError(f"a change of {part} {layer} must be {tuple(W.shape)}, not {tuple(dW.shape)}")
-        dW = dW.to(W.dtype)
+        dW = dW.to(torch.promote_types(W.dtype, torch.float32))  # a half-precision weight's change: float32
         return {self.param_name(part, layer): dW.T.contiguous() if self.family.conv1d else dW.contiguous()}
 
     def down_weight(self, layer: int) -> torch.Tensor:

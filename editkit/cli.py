@@ -24,10 +24,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+DTYPES = ("float32", "bfloat16", "float16")
+
+
 def add_model_arg(parser: argparse.ArgumentParser) -> None:
     from .models import DEFAULT_MODEL
 
     parser.add_argument("--model", default=DEFAULT_MODEL, help=f"model name, hub id or folder ({DEFAULT_MODEL})")
+    parser.add_argument("--dtype", default=None, choices=DTYPES,
+                        help="dtype of the weights (float32; half precision halves the memory, the editing "
+                             "algebra stays float32)")
     parser.add_argument("--trust-remote-code", action="store_true", help="allow a hub model's own code")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
 
@@ -47,10 +53,14 @@ def ray_backend(args):
 
 
 def load(args):
+    """The model of a command's --model / --dtype / --trust-remote-code, its loading reported on stderr."""
     from .models import load_model
 
-    say = (lambda m: print(f"[editkit] {m}", file=sys.stderr))
-    return load_model(args.model, trust_remote_code=getattr(args, "trust_remote_code", False), progress=say)
+    def say(fraction: float, message: str) -> None:
+        print(f"[editkit] {message}", file=sys.stderr, flush=True)
+
+    return load_model(args.model, trust_remote_code=getattr(args, "trust_remote_code", False), progress=say,
+                      dtype=getattr(args, "dtype", None))
 
 
 def main(argv: list[str] | None = None) -> int:

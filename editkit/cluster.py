@@ -12,6 +12,9 @@ Items take their seeds as arguments (editkit draws from no global random generat
 numbers wherever it runs; bitwise equality with a serial run needs the same torch thread count (`Backend.threads`
 is 1 per worker: float32 reductions split differently over threads, a last-bit difference).
 
+Several runs may use the workers at once (the jobs of a served app's sessions, each in its own thread): each takes
+idle workers up to its fair share, so no run waits for another to end.
+
 Faults: a worker that dies (killed, out of memory) loses only its item in flight, which runs again on another
 worker (a replacement is started); results are those of an undisturbed run. Every wait is bounded: connecting,
 starting a worker (which loads the model), each item. An unreachable cluster or a model a worker cannot load is
@@ -25,6 +28,7 @@ are written by the caller in `done(i, result)`, called in this process as each i
 from __future__ import annotations
 
 import logging
+import math
 import os
 import pickle
 import socket
@@ -135,6 +139,19 @@ def run_items(lm, items: list[Item], backend: Backend | None = None, progress: P
     if backend.ray:
         return _on_ray(lm, items, backend, _monotone(progress or silent), shared, delta or None, done)
     return _in_process(lm, items, progress, shared, delta or None, done)
+
+
+def run_one(lm, item: Item, backend: Backend | None = None, progress: Progress | None = None, *, delta=None):
+    """One item, e.g. a served app's long job: in process it is simply called, inside weights.applied(delta), with
+    `progress` as it is (the item's own messages); on Ray it runs on one worker (run_items)."""
+    backend = backend or IN_PROCESS
+    if backend.ray:
+        return run_items(lm, [item], backend, progress, delta=delta)[0]
+    from .weights import applied, combined
+
+    delta = combined(list(delta)) if delta is not None and not isinstance(delta, dict) else delta
+    with applied(lm, delta or {}):
+        return _call(item, lm, None, progress)
 
 
 def _monotone(progress: Progress) -> Progress:
@@ -254,7 +271,7 @@ def _rss_mb() -> float:
 
 
 _LOCK = threading.Lock()
-_STATE: dict = {"target": None, "owned": False, "actor_class": None, "stop": None}
+_STATE: dict = {"target": None, "owned": False, "actor_class": None, "stop": None, "pending": None}
 _POOLS: dict = {}  # (model name, backend settings) -> _Pool
 
 
@@ -269,7 +286,9 @@ def _probe(address: str, timeout: float) -> None:
 
 def connect(backend: Backend) -> None:
     """Connect this process to the backend's cluster (start it for local:N), at most once per process; bounded by
-    backend.connect_timeout."""
+    backend.connect_timeout (for local:N at least LOCAL_START seconds: starting Ray's processes on a loaded machine
+    takes longer than reaching a running cluster). Callers arriving while a connection is under way, also one whose
+    first caller gave up waiting, wait for that one: never a second ray.init."""
     ray = _ray()
     target = backend.address
     if target == "auto" and os.environ.get("RAY_ADDRESS"):
@@ -277,48 +296,68 @@ def connect(backend: Backend) -> None:
     if not backend.local and target != "auto":
         _probe(target, backend.connect_timeout)
     with _LOCK:
-        if ray.is_initialized():
+        pending = _STATE["pending"]
+        if pending is None and ray.is_initialized():
             if _STATE["target"] not in (None, target):
                 raise EditkitError(f"this process already uses the Ray cluster {_STATE['target']}; one cluster "
                                    f"per process")
             _STATE["target"] = _STATE["target"] or target
             return
-        kwargs = dict(logging_level=logging.WARNING, log_to_driver=False)
-        if backend.local:
-            # Workers on this machine import what this process imports and share its cache.
-            from .paths import cache_dir
+        if pending is not None and pending.target != target:
+            raise EditkitError(f"this process is connecting to the Ray cluster {pending.target}; one cluster per "
+                               f"process")
+        if pending is None:
+            kwargs = dict(logging_level=logging.WARNING, log_to_driver=False)
+            if backend.local:
+                # Workers on this machine import what this process imports and share its cache.
+                from .paths import cache_dir
 
-            path = [os.path.abspath(p or ".") for p in sys.path if os.path.isdir(p or ".")]
-            env = {"PYTHONPATH": os.pathsep.join(dict.fromkeys(path)), "EDITKIT_CACHE": str(cache_dir())}
-            kwargs.update(num_cpus=backend.local, include_dashboard=False, runtime_env={"env_vars": env})
-        else:
-            kwargs.update(address=target)
-        _init(kwargs, backend.connect_timeout, target)
+                path = [os.path.abspath(p or ".") for p in sys.path if os.path.isdir(p or ".")]
+                env = {"PYTHONPATH": os.pathsep.join(dict.fromkeys(path)), "EDITKIT_CACHE": str(cache_dir())}
+                kwargs.update(num_cpus=backend.local, include_dashboard=False, runtime_env={"env_vars": env})
+            else:
+                kwargs.update(address=target)
+            pending = _STATE["pending"] = _Init(target, kwargs)
+    timeout = max(backend.connect_timeout, LOCAL_START) if backend.local else backend.connect_timeout
+    pending.wait(timeout)
 
 
-def _init(kwargs: dict, timeout: float, target: str) -> None:
-    """ray.init(**kwargs) in a thread that lives until shutdown(), waiting at most `timeout` seconds for it. The
-    thread stays because the local cluster's processes die with the thread that started them (Ray sets
-    PR_SET_PDEATHSIG), and a short-lived caller (a page's script run) must not take them along."""
-    box: dict = {}
-    ready, stop = threading.Event(), threading.Event()
+LOCAL_START = 120.0  # seconds a local:N cluster may take to start (measured 12-14 s at a load average of 12-15)
 
-    def own():
+
+class _Init:
+    """ray.init(**kwargs) in a thread that lives until shutdown(). The thread stays because the local cluster's
+    processes die with the thread that started them (Ray sets PR_SET_PDEATHSIG), and a short-lived caller (a
+    page's script run) must not take them along."""
+
+    def __init__(self, target: str, kwargs: dict):
+        self.target, self.error = target, None
+        self.ready, self.stop = threading.Event(), threading.Event()
+        threading.Thread(target=self._own, args=(kwargs,), daemon=True, name="editkit-ray").start()
+
+    def _own(self, kwargs: dict) -> None:
         try:
             _ray().init(**kwargs)
-        except BaseException as exc:  # noqa: BLE001 - reported by the caller
-            box["error"] = exc
-            ready.set()
+        except BaseException as exc:  # noqa: BLE001 - reported by the callers
+            self.error = exc
+            self.ready.set()
             return
-        ready.set()
-        stop.wait()
+        self.ready.set()
+        self.stop.wait()
 
-    threading.Thread(target=own, daemon=True, name="editkit-ray").start()
-    if not ready.wait(timeout):
-        raise EditkitError(f"connecting to the Ray cluster {target} did not finish within {timeout:.0f} s")
-    if "error" in box:
-        raise EditkitError(f"connecting to the Ray cluster {target} failed: {_first_line(box['error'])}") from None
-    _STATE.update(target=target, owned=True, stop=stop)
+    def wait(self, timeout: float) -> None:
+        """Wait at most `timeout` seconds for the connection; the first caller to see it done records it."""
+        if not self.ready.wait(timeout):
+            raise EditkitError(f"connecting to the Ray cluster {self.target} did not finish within {timeout:.0f} "
+                               f"s (the machine may be busy; it goes on, and the next run waits for it)")
+        with _LOCK:
+            if _STATE["pending"] is self:
+                _STATE["pending"] = None
+                if self.error is None:
+                    _STATE.update(target=self.target, owned=True, stop=self.stop)
+        if self.error is not None:
+            raise EditkitError(f"connecting to the Ray cluster {self.target} failed: "
+                               f"{_first_line(self.error)}") from None
 
 
 @dataclass
@@ -331,14 +370,17 @@ class _Slot:
 
 
 class _Pool:
-    """The workers holding one model on one cluster; one run at a time uses them (`lock`)."""
+    """The workers holding one model on one cluster. Several runs may use them at once (a served app's jobs): each
+    takes idle workers up to its fair share (the started workers / the runs), so a run that arrives while another
+    fills every worker gets the next free one. `lock` guards the workers' state and is held only briefly."""
 
     def __init__(self, name: str, backend: Backend):
         self.name, self.backend = name, backend
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()
         self.slots: list[_Slot] = []
         self.size = backend.workers or backend.local or self._fit()
-        self.replaced = 0
+        self.runs = 0  # runs using the workers now
+        self.replaced = 0  # replacements started since the pool was last unused
         self.error = ""  # why the last worker failed to start
 
     def _fit(self) -> int:
@@ -355,55 +397,72 @@ class _Pool:
         self.slots.append(_Slot(handle, handle.start.remote(), time.monotonic()))
 
     def fill(self) -> None:
-        while len(self.slots) < self.size:
-            self.add()
+        with self.lock:
+            while len(self.slots) < self.size:
+                self.add()
 
     def drop(self, slot: _Slot) -> None:
-        if slot in self.slots:
-            self.slots.remove(slot)
+        with self.lock:
+            if slot in self.slots:
+                self.slots.remove(slot)
         try:
             _ray().kill(slot.handle)
         except Exception:  # noqa: BLE001 - already gone
             pass
 
     def starting(self) -> list:
-        return [s.ready for s in self.slots if s.ready is not None]
+        with self.lock:
+            return [s.ready for s in self.slots if s.ready is not None]
+
+    def ready(self) -> list[_Slot]:
+        """The workers that loaded the model (busy or not)."""
+        with self.lock:
+            return [s for s in self.slots if s.ready is None]
 
     def idle(self) -> list[_Slot]:
-        return [s for s in self.slots if s.ready is None and not s.busy]
+        with self.lock:
+            return [s for s in self.slots if s.ready is None and not s.busy]
 
     def started(self, ref) -> None:
-        """A worker's start() finished: it is ready, or dropped with the reason kept in `error`."""
+        """A worker's start() finished: it is ready, or dropped with the reason kept in `error`. Several runs may
+        see the same start finish; the first one to get here records it."""
         ray = _ray()
-        slot = next(s for s in self.slots if s.ready == ref)
-        try:
-            info = ray.get(ref)
-        except ray.exceptions.RayError as exc:
-            info = {"error": f"the worker process failed ({_first_line(exc)})"}
-        if "error" in info:
-            self.drop(slot)
-            self.error = info["error"]
-        else:
-            slot.ready, slot.info = None, info
+        with self.lock:
+            slot = next((s for s in self.slots if s.ready == ref), None)
+            if slot is None:
+                return
+            try:
+                info = ray.get(ref)
+            except ray.exceptions.RayError as exc:
+                info = {"error": f"the worker process failed ({_first_line(exc)})"}
+            if "error" in info:
+                self.drop(slot)
+                self.error = info["error"]
+            else:
+                slot.ready, slot.info = None, info
 
     def wait_started(self, every: bool) -> None:
         """Fill the pool and wait, at most start_timeout, until one worker (`every`: each) has loaded the model;
-        an EditkitError (and no pool) if none can."""
+        an EditkitError if none can (the pool is then closed, unless another run still uses it)."""
         ray = _ray()
         self.fill()
         deadline = time.monotonic() + self.backend.start_timeout
-        while self.starting() and (every or not self.idle()):
+        while self.starting() and (every or not self.ready()):
             ready, _ = ray.wait(self.starting(), num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
             if not ready:
                 n = len(self.starting())
-                self.close()
-                raise EditkitError(f"{n} Ray worker(s) did not start within {self.backend.start_timeout:.0f} s "
-                                   f"(each asks for {self.backend.cpus:g} CPU(s) and loads '{self.name}'; the "
-                                   f"cluster has {ray.available_resources().get('CPU', 0):g} free CPUs)")
+                self._fail(f"{n} Ray worker(s) did not start within {self.backend.start_timeout:.0f} s (each asks "
+                           f"for {self.backend.cpus:g} CPU(s) and loads '{self.name}'; the cluster has "
+                           f"{ray.available_resources().get('CPU', 0):g} free CPUs)")
             self.started(ready[0])
-        if not self.idle():
-            self.close()
-            raise EditkitError(f"a Ray worker could not load model '{self.name}': {self.error}")
+        if not self.ready():
+            self._fail(f"a Ray worker could not load model '{self.name}': {self.error}")
+
+    def _fail(self, message: str):
+        with self.lock:
+            if not self.runs:
+                self.close()
+        raise EditkitError(message)
 
     def close(self) -> None:
         for slot in list(self.slots):
@@ -433,21 +492,18 @@ def _pool(name: str, backend: Backend, every: bool = False) -> _Pool:
         pool = _POOLS.get(key)
         if pool is None:
             for other_key, other in list(_POOLS.items()):
-                if other.lock.acquire(blocking=False):
-                    try:
+                with other.lock:
+                    if not other.runs:  # an unused pool gives its CPUs back
                         other.close()
                         del _POOLS[other_key]
-                    finally:
-                        other.lock.release()
             pool = _POOLS[key] = _Pool(name, backend)
-    with pool.lock:
-        try:
-            pool.wait_started(every)
-        except EditkitError:
-            with _LOCK:
-                if _POOLS.get(key) is pool:
-                    del _POOLS[key]
-            raise
+    try:
+        pool.wait_started(every)
+    except EditkitError:
+        with _LOCK, pool.lock:
+            if _POOLS.get(key) is pool and not pool.runs:
+                del _POOLS[key]
+        raise
     return pool
 
 
@@ -460,49 +516,62 @@ def _on_ray(lm, items, backend, progress, shared, delta, done) -> list:
                            "run_items as delta= instead")
     pool = _pool(lm.name, backend)
     n = len(items)
+    boxes = ([ray.put(shared)] if shared is not None else None, [ray.put(delta)] if delta else None)
+    todo, tries = deque(range(n)), [0] * n
+    results: list = [None] * n
+    running: dict = {}  # ObjectRef of run() -> (slot, item index, start time)
+    finished = 0
     with pool.lock:
-        boxes = ([ray.put(shared)] if shared is not None else None, [ray.put(delta)] if delta else None)
-        todo, tries = deque(range(n)), [0] * n
-        results: list = [None] * n
-        running: dict = {}  # ObjectRef of run() -> (slot, item index, start time)
-        finished, pool.replaced = 0, 0
-        try:
-            while finished < n:
+        if not pool.runs:
+            pool.replaced = 0
+        pool.runs += 1
+    try:
+        while finished < n:
+            with pool.lock:
+                share = max(1, math.ceil(len(pool.ready()) / pool.runs))
                 for slot in pool.idle():
-                    if not todo:
+                    if not todo or len(running) >= share:
                         break
                     i = todo.popleft()
                     slot.busy = True
                     running[slot.handle.run.remote(items[i], *boxes)] = (slot, i, time.monotonic())
-                if not running and not pool.starting():
-                    raise EditkitError(f"no Ray worker is left for '{lm.name}' ({pool.replaced} replaced"
-                                      + (f"; the last could not start: {pool.error})" if pool.error else ")"))
-                ready, _ = ray.wait(list(running) + pool.starting(), num_returns=1, timeout=POLL)
-                for ref in ready:
-                    if ref not in running:
-                        pool.started(ref)
-                        continue
-                    slot, i, _t0 = running.pop(ref)
-                    try:
-                        status, value, tb = ray.get(ref)
-                    except (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError) as exc:
-                        _lost(pool, slot, i, items, tries, todo, exc)
-                        continue
-                    slot.busy = False
-                    if status == "error":
-                        _raise(value, tb, _name(items[i], i, n))
-                    results[i], finished = value, finished + 1
-                    if done:
-                        done(i, value)
-                    progress(finished / n, f"{_name(items[i], i, n)} done ({finished} of {n})")
-                _check_time(running, items, backend)
-                _check_start(pool, backend)
-                if not ready:
-                    _report(progress, running, items, finished, n)
-        except BaseException:
-            for slot, _i, _t in running.values():
-                pool.drop(slot)  # stop what they compute; the next run starts replacements
-            raise
+                starting, workers = pool.starting(), len(pool.slots)
+            if not running and not starting and not workers:
+                raise EditkitError(f"no Ray worker is left for '{lm.name}' ({pool.replaced} replaced"
+                                   + (f"; the last could not start: {pool.error})" if pool.error else ")"))
+            ready = []
+            if running or starting:
+                ready, _ = ray.wait(list(running) + starting, num_returns=1, timeout=POLL)
+            else:
+                time.sleep(POLL)  # every worker computes another run's items: wait for a free one
+            for ref in ready:
+                if ref not in running:
+                    pool.started(ref)
+                    continue
+                slot, i, _t0 = running.pop(ref)
+                try:
+                    status, value, tb = ray.get(ref)
+                except (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError) as exc:
+                    _lost(pool, slot, i, items, tries, todo, exc)
+                    continue
+                slot.busy = False
+                if status == "error":
+                    _raise(value, tb, _name(items[i], i, n))
+                results[i], finished = value, finished + 1
+                if done:
+                    done(i, value)
+                progress(finished / n, f"{_name(items[i], i, n)} done ({finished} of {n})")
+            _check_time(running, items, backend)
+            _check_start(pool, backend)
+            if not ready:
+                _report(progress, running, items, finished, n)
+    except BaseException:
+        for slot, _i, _t in running.values():
+            pool.drop(slot)  # stop what they compute; the next run starts replacements
+        raise
+    finally:
+        with pool.lock:
+            pool.runs -= 1
     return results
 
 
@@ -513,9 +582,10 @@ def _lost(pool: _Pool, slot: _Slot, i: int, items, tries, todo, exc) -> None:
     if tries[i] > pool.backend.retries:
         raise EditkitError(f"{_name(items[i], i, len(items))}: its Ray worker died {tries[i]} times "
                            f"({_first_line(exc)})")
-    if pool.replaced < pool.size:
-        pool.replaced += 1
-        pool.add()
+    with pool.lock:
+        if pool.replaced < pool.size:
+            pool.replaced += 1
+            pool.add()
     todo.appendleft(i)
 
 
@@ -536,7 +606,9 @@ def _check_time(running: dict, items, backend: Backend) -> None:
 def _check_start(pool: _Pool, backend: Backend) -> None:
     """Replacement workers that never start are dropped after start_timeout."""
     now = time.monotonic()
-    for slot in list(pool.slots):
+    with pool.lock:
+        slots = list(pool.slots)
+    for slot in slots:
         if slot.ready is not None and now - slot.since > backend.start_timeout:
             pool.drop(slot)
 
@@ -545,7 +617,7 @@ def _report(progress: Progress, running: dict, items, finished: int, n: int) -> 
     """Between completions: the running items' own progress (items with progress=True), or how many run."""
     ray = _ray()
     polls = {slot.handle.progress.remote(): i for slot, i, _t in running.values() if items[i].progress}
-    fractions, messages = {}, []
+    fractions, messages, own = {}, [], ""
     if polls:
         ready, _ = ray.wait(list(polls), num_returns=len(polls), timeout=POLL / 2)
         for ref in ready:
@@ -555,9 +627,13 @@ def _report(progress: Progress, running: dict, items, finished: int, n: int) -> 
                 continue
             fractions[polls[ref]] = min(max(float(f), 0.0), 1.0)
             if m:
+                own = str(m)
                 messages.append(f"{_name(items[polls[ref]], polls[ref], n)}: {m}")
-    message = f"{finished} of {n} done, {len(running)} running"
-    if messages:
+    message = f"{finished} of {n} done, {len(running)} running" + ("" if running else
+                                                                    " (waiting for a free Ray worker)")
+    if n == 1 and own:  # one item (a served app's job): its own words, as in process
+        message = own
+    elif messages:
         message += f" ({'; '.join(messages[:3])})"
     progress((finished + sum(fractions.values())) / n, message)
 
@@ -567,8 +643,11 @@ def shutdown() -> None:
     with _LOCK:
         pools = list(_POOLS.values())
         _POOLS.clear()
-        owned, stop = _STATE["owned"], _STATE["stop"]
-        _STATE.update(target=None, owned=False, actor_class=None, stop=None)
+        owned, stop, pending = _STATE["owned"], _STATE["stop"], _STATE["pending"]
+        _STATE.update(target=None, owned=False, actor_class=None, stop=None, pending=None)
+    if pending is not None:  # a connection under way: take it down once it is made
+        pending.ready.wait(LOCAL_START)
+        owned, stop = owned or pending.error is None, stop or pending.stop
     for pool in pools:
         pool.close()
     if owned:

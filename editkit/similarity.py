@@ -27,6 +27,11 @@ Here x is the residual the component reads (before its input norm), not the norm
 The 95% band per layer is the normal-approximation interval mean ± 1.96 · s / sqrt(n) (s = sample standard
 deviation over the n prompts), clipped to the metric's range ([-1, 1] for cosine, [0, 1] for Jaccard).
 Results are cached on disk per (model, facts, n, mode, prompts) (editkit/cache.py, store "similarity").
+
+Each batch of prompts is one work item (`batch_values`, editkit/cluster.py): in process they run one after the
+other; on Ray (`backend`) the workers compute batches in parallel. A batch's values are cached on their own
+(store "similarity/batches", keyed by the weights, mode, k and the batch's prompts), so an interrupted run, here or
+on any worker, resumes from the finished batches; the batches are the serial run's, so the values are equal.
 """
 from __future__ import annotations
 
@@ -37,6 +42,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from .cluster import Backend, Item, run_items
 from .weights import model_key
 from .errors import EditkitError
 from .sites import layers
@@ -49,6 +55,7 @@ Z95 = 1.96
 MODES = ("residual", "raw")
 FACT_SETS = ("known", "all")  # known = ROME facts the model predicts; all = all ROME known facts
 CACHE_VERSION = 1
+BATCH_VERSION = 1
 METRICS = ("mhsa_cos", "ffn_cos", "mhsa_jaccard", "ffn_jaccard")
 
 
@@ -201,6 +208,21 @@ def fact_prompts(lm, facts: str = "known", n: int = DEFAULT_N) -> list[str]:
 
 
 STORE = Store("similarity", version=CACHE_VERSION)
+BATCHES = Store("similarity/batches", version=BATCH_VERSION)
+
+
+def batch_values(lm, prompts: list[str], mode: str, k: int, cache: bool = True) -> dict[str, list]:
+    """per_prompt for one batch as lists (n, layers) per metric, through the batch cache (cache=False: neither
+    read nor written). float32 values survive the JSON round trip exactly."""
+    digest = hashlib.sha1("\n".join(prompts).encode("utf-8")).hexdigest()
+    path = BATCHES.path(model_key(lm), mode=mode, k=k, prompts=digest)
+    done = BATCHES.get(path) if cache else None
+    if done is not None and set(done) == set(METRICS):
+        return done
+    values = {m: v.tolist() for m, v in per_prompt(lm, prompts, mode, k).items()}
+    if cache:
+        BATCHES.put(path, values)
+    return values
 
 
 def cache_path(model: str, facts: str, n: int, mode: str, prompts: list[str], k: int = TOP_K):
@@ -210,12 +232,12 @@ def cache_path(model: str, facts: str, n: int, mode: str, prompts: list[str], k:
 
 def similarity(lm, n: int = DEFAULT_N, facts: str = "known", prompts: list[str] | None = None,
                mode: str = "residual", k: int = TOP_K, batch_size: int = 16, cache: bool = True,
-               progress=None) -> SimilarityResult:
+               progress=None, backend: Backend | None = None) -> SimilarityResult:
     """PMET Fig. 2 curves for `lm` over n prompts (default: the first n known facts the model predicts).
 
     `prompts` overrides the fact set (facts is then reported as "custom"). `progress(fraction, message)` is called
     after each batch. Cached on disk; a cached result comes back with cached=True, and cache=False neither reads nor
-    writes the cache.
+    writes the cache. `backend`: where the batches are computed (in process by default).
     """
     if mode not in MODES:
         raise EditkitError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
@@ -240,15 +262,11 @@ def similarity(lm, n: int = DEFAULT_N, facts: str = "known", prompts: list[str] 
             progress(1.0, "from the cache")
         return result
     t0 = time.perf_counter()
-    parts: dict[str, list[torch.Tensor]] = {m: [] for m in METRICS}
-    for start in range(0, n, batch_size):
-        values = per_prompt(lm, prompts[start:start + batch_size], mode, k)
-        for m in METRICS:
-            parts[m].append(values[m])
-        if progress:
-            done = min(start + batch_size, n)
-            progress(done / n, f"{done}/{n} prompts")
-    values = {m: torch.cat(parts[m]) for m in METRICS}
+    batches = [prompts[start:start + batch_size] for start in range(0, n, batch_size)]
+    items = [Item(batch_values, (batch, mode, k, cache), label=f"prompts {start + 1}-{start + len(batch)} of {n}")
+             for start, batch in zip(range(0, n, batch_size), batches)]
+    parts = run_items(lm, items, backend, progress)
+    values = {m: torch.tensor([row for part in parts for row in part[m]], dtype=torch.float32) for m in METRICS}
     a = lm.adapter
     result = SimilarityResult(
         model=lm.name, family=a.family.name, parallel=a.family.parallel, mode=mode, facts=facts, n=n, k=k,

@@ -40,8 +40,19 @@ from .hooks import Hooks
 
 WeightDelta = dict  # str (parameter name) -> torch.Tensor
 
-# parameter name -> (effective weight, owner hook context id, delta digest): what this context's forwards use
+# parameter name -> (effective weight, owner hook context id, delta digest, W + deltas before rounding to the
+# weight's dtype): what this context's forwards use
 _EFFECTIVE: contextvars.ContextVar[dict] = contextvars.ContextVar("editkit_weights", default={})
+
+
+def wide(dtype: torch.dtype) -> torch.dtype:
+    """The dtype edits are computed and summed in: float32 for a half-precision weight, else its own."""
+    return torch.promote_types(dtype, torch.float32)
+
+
+def _bytes(t: torch.Tensor) -> bytes:
+    """A tensor's raw bytes (bfloat16 included, which numpy cannot hold)."""
+    return t.detach().contiguous().cpu().reshape(-1).view(torch.uint8).numpy().tobytes()
 
 
 def _module(model_or_lm) -> torch.nn.Module:
@@ -87,7 +98,7 @@ def delta_digest(delta: WeightDelta) -> str:
     h = hashlib.sha1()
     for name in sorted(delta):
         h.update(name.encode())
-        h.update(delta[name].detach().contiguous().cpu().numpy().tobytes())
+        h.update(_bytes(delta[name]))
     return h.hexdigest()[:16]
 
 
@@ -108,9 +119,12 @@ def applied(model, delta: WeightDelta):
             module_name, _, attr = name.rpartition(".")
             if attr != "weight":
                 raise EditkitError(f"only weight matrices can be edited, not '{name}'")
-            base = current_map.get(name, (params[name].detach(),))[0]
-            W = base.clone().add_(d.to(base.device, base.dtype))  # the same arithmetic as an in-place edit
-            new_map[name] = (W, owner, delta_digest({name: d}) + current_map.get(name, (None, None, ""))[2])
+            # W + delta in at least float32, rounded once into the weight's dtype; a half-precision weight keeps its
+            # exact sum beside it (entry[3]) for nested edits, so deltas never accumulate in half precision
+            exact_base = current_map[name][3] if name in current_map else params[name].detach()
+            exact = exact_base.to(wide(exact_base.dtype)).add(d.to(exact_base.device, wide(exact_base.dtype)))
+            W = exact.to(params[name].dtype)  # float32 and wider: W is `exact`, as an in-place edit computes it
+            new_map[name] = (W, owner, delta_digest({name: d}) + current_map.get(name, (None, None, ""))[2], exact)
 
             def hook(mod, args, output, name=name):
                 entry = _EFFECTIVE.get().get(name)
@@ -184,7 +198,7 @@ def fingerprint(lm) -> str:
             h = hashlib.sha1()
             for name, p in params:
                 h.update(name.encode())
-                h.update(p.detach().contiguous().cpu().numpy().tobytes())
+                h.update(_bytes(p))
             cached = _BASE_DIGESTS[key] = (version, h.hexdigest()[:16])
     active = active_digest()
     return cached[1] + (f"+{active}" if active else "")
@@ -197,7 +211,8 @@ def apply_delta(model, delta: WeightDelta) -> dict[str, torch.Tensor]:
     backup = {name: params[name].detach().clone() for name in delta}
     with torch.no_grad():
         for name, d in delta.items():
-            params[name].add_(d.to(params[name].device, params[name].dtype))
+            p = params[name]
+            p.copy_(p.to(wide(p.dtype)) + d.to(p.device, wide(p.dtype)))  # summed in float32, rounded once
     return backup
 
 
@@ -250,7 +265,7 @@ def combined(deltas: list[WeightDelta]) -> WeightDelta:
     out: WeightDelta = {}
     for delta in deltas:
         for name, d in delta.items():
-            out[name] = out[name] + d if name in out else d.clone()
+            out[name] = out[name] + d if name in out else d.to(wide(d.dtype), copy=True)
     return out
 
 

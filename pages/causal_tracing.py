@@ -5,11 +5,14 @@ import json
 import pandas as pd
 import streamlit as st
 
+from editkit.cluster import Item, backend_from_env
 from editkit.text import guess_subject
 from editkit.tracing import Tracer, TraceSpec, parse_noise
 from editkit.tracing.aie import average_indirect_effect
+from editkit.tracing.tracer import exact_panels
 from editkit.figures.tracing import aie_figure, heatmap, severing_figure
 from pages import ui
+from pages.two_models import two_models_section
 
 st.title("Causal tracing")
 st.markdown(
@@ -135,18 +138,29 @@ def trace_job(progress, tracer, kinds, panels) -> None:
         progress=lambda f, msg: progress((len(kinds) + f) / (len(kinds) + 1), "severing"))
 
 
+def form_spec() -> TraceSpec:
+    """The trace form's inputs as a TraceSpec (an EditkitError for a bad noise text)."""
+    subj = subject.strip() or guess_subject(prompt)
+    return TraceSpec(prompt, subj, target.strip() or None, int(samples),
+                     parse_noise(noise, uniform=uniform, replace=replace), int(window), int(seed))
+
+
 if submitted:
     with ui.guard("tracing"):
-        subj = subject.strip() or guess_subject(prompt)
-        spec = TraceSpec(prompt, subj, target.strip() or None, int(samples),
-                         parse_noise(noise, uniform=uniform, replace=replace), int(window), int(seed))
+        spec = form_spec()
 
-        def job(progress):
-            with ui.session(lm):
-                tracer = Tracer(lm, spec, cache=not recompute)
-                trace_job(progress, tracer, kinds, panels)
+        if backend_from_env().ray:  # on a Ray worker with this session's kept edits; drawn when it is done
+            job = Item(exact_panels, (spec, kinds), {"cache": not recompute}, progress=True)
+            out = ui.run_item("causal trace", lm, job, cancel_label="Cancel trace", on_cancel=_cancel,
+                              samples=int(samples))
+            st.session_state["trace_state"] = {"exact": out["exact"], "preview": {}, "sever": out["sever"]}
+        else:
+            def job(progress):
+                with ui.session(lm):
+                    tracer = Tracer(lm, spec, cache=not recompute)
+                    trace_job(progress, tracer, kinds, panels)
 
-        ui.run_job("causal trace", job, cancel_label="Cancel trace", on_cancel=_cancel, samples=int(samples))
+            ui.run_job("causal trace", job, cancel_label="Cancel trace", on_cancel=_cancel, samples=int(samples))
     state = st.session_state["trace_state"]
 
 for kind in panels.kinds:
@@ -189,16 +203,17 @@ st.markdown(
 n_facts = st.number_input("Facts", 5, 500, 30, key="trace_aie_n")
 if st.button("Compute / show average effects", key="trace_aie_go"):
     with ui.guard("average indirect effect"):
-        def aie_job(progress):
-            with ui.session(lm):
-                return average_indirect_effect(lm, int(n_facts), progress=progress)
-
-        st.session_state["trace_aie"] = ui.run_job("average indirect effect", aie_job, facts=int(n_facts))
+        job = Item(average_indirect_effect, (int(n_facts),), progress=True)
+        st.session_state["trace_aie"] = ui.run_item("average indirect effect", lm, job, facts=int(n_facts))
 aie = st.session_state.get("trace_aie")
 if aie:
     for col, kind in zip(st.columns(3), ("hidden", "mlp", "attn")):
         col.plotly_chart(aie_figure(aie, kind), width="stretch", key=f"trace_aie_{kind}")
 
+spec_now = None
+with ui.guard("two-model trace"):
+    spec_now = form_spec() if prompt.strip() else None
+two_models_section(lm, spec_now)
 
 # ---- does the traced layer edit best? (tracing localizes; editing elsewhere may work as well) -----------------------
 def layer_sweep_section(lm) -> None:
@@ -241,12 +256,9 @@ def layer_sweep_section(lm) -> None:
             use = traced if same else None  # the trace above, when it is of this prompt and answer
             samples = int(st.session_state.get("trace_samples", 10))
 
-            def sweep_job(progress):
-                with ui.session(lm):
-                    return layer_sweep(lm, request, layers, trace_kind="mlp", samples=samples, trace_result=use,
-                                       progress=progress)
-
-            st.session_state["ls_out"] = ui.run_job("layer sweep", sweep_job, samples=samples)
+            job = Item(layer_sweep, (request, layers),
+                       {"trace_kind": "mlp", "samples": samples, "trace_result": use}, progress=True)
+            st.session_state["ls_out"] = ui.run_item("layer sweep", lm, job, samples=samples)
     out = st.session_state.get("ls_out")
     if out:
         st.plotly_chart(layer_sweep_figure(out), width="stretch", key="ls_fig")

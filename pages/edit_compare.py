@@ -6,10 +6,12 @@ from dataclasses import replace
 import pandas as pd
 import streamlit as st
 
+from editkit.cluster import Item
 from editkit.editing.defaults import load_hparams
 from editkit.editing.methods import all_methods, get
 from editkit.editing.requests import EditRequest
-from editkit.evaluation import EvalRecord, SequentialSpec, load_eval_set, sequential
+from editkit.evaluation import EvalRecord, SequentialSpec, load_eval_set
+from editkit.evaluation.sequential import sequential_methods
 from editkit.evaluation.compare import compare_methods
 from editkit.figures import editing as figures
 from editkit.tracing import TraceSpec, trace
@@ -111,12 +113,10 @@ if st.button("Edit and compare", type="primary", key="ec_run", disabled=not (rec
     with ui.guard("editing"):
         ui.refuse(hp_errors, methods)
 
-        def job(progress):  # every method starts from the same weights: base + this session's kept edits
-            with ui.session(lm):
-                return compare_methods(lm, methods, records, overrides, int(n_gen), int(gen_tokens), progress)
-
-        out, deltas = ui.run_job("edit and compare", job, batch=len(records),
-                                 new_tokens=int(gen_tokens) if int(n_gen) else None)
+        # every method starts from the same weights: base + this session's kept edits
+        job = Item(compare_methods, (methods, records, overrides, int(n_gen), int(gen_tokens)), progress=True)
+        out, deltas = ui.run_item("edit and compare", lm, job, batch=len(records),
+                                  new_tokens=int(gen_tokens) if int(n_gen) else None)
         st.session_state.update(ec_out=out, ec_deltas=deltas)
         st.session_state.pop("ec_traces", None)
 
@@ -264,7 +264,7 @@ def spectrum_section(lm) -> None:
 def lifelong_section(lm) -> None:
     """Lifelong editing: the shipped run's curves (500 edits), and a short run of your own."""
     from editkit.evaluation.lifelong import SHIPPED, final_table, load_results
-    from editkit.figures.lifelong import lifelong_figure
+    from editkit.figures.lifelong import layer_figure, lifelong_figure
 
     st.subheader("Lifelong editing: hundreds of edits, one batch after another")
     st.markdown(
@@ -280,6 +280,7 @@ def lifelong_section(lm) -> None:
             first = next(iter(shipped.values()))
             st.caption(f"Shipped run on {first['model']}: {first['n']} CounterFact edits; {first['notes']}")
             st.plotly_chart(lifelong_figure(shipped), width="stretch", key="ec_life_shipped")
+            st.plotly_chart(layer_figure(shipped), width="stretch", key="ec_life_shipped_layers")
             st.dataframe(pd.DataFrame(final_table(shipped)), hide_index=True, width="stretch")
     c1, c2, c3 = st.columns(3)
     chosen = c1.multiselect("Methods", list(LABELS), list(LABELS), format_func=LABELS.get, key="ec_life_methods")
@@ -290,21 +291,19 @@ def lifelong_section(lm) -> None:
             ui.refuse(hp_errors, chosen)
             records = load_eval_set("counterfact", n)
 
-            def life_job(progress):
-                results = {}
-                with ui.session(lm):
-                    for i, m in enumerate(chosen):
-                        b = batch if get(m).batch else 1
-                        spec = SequentialSpec(batch=b, eval_every=b * max(1, batch // b), sample=20, ppl_tokens=512,
-                                              fluency_tokens=20)
-                        results[m] = sequential(lm, m, records, overrides.get(m), spec,
-                                                progress=lambda f, msg, i=i: progress((i + f) / len(chosen), msg))
-                return results
-
-            st.session_state["ec_life"] = ui.run_job("lifelong editing", life_job, sequential=n)
+            plans = {}
+            for m in chosen:
+                b = batch if get(m).batch else 1
+                plans[m] = (overrides.get(m), SequentialSpec(batch=b, eval_every=b * max(1, batch // b), sample=20,
+                                                             ppl_tokens=512, fluency_tokens=20))
+            job = Item(sequential_methods, (plans, records), progress=True)
+            st.session_state["ec_life"] = ui.run_item("lifelong editing", lm, job, sequential=n)
     mine = st.session_state.get("ec_life")
     if mine:
         st.plotly_chart(lifelong_figure(mine), width="stretch", key="ec_life_fig")
+        st.caption("Per edited matrix: ‖ΔW‖/‖W‖ and the condition number of W + ΔW (σ_max/σ_min, the quantity "
+                   "PRUNE bounds), after each checkpoint.")
+        st.plotly_chart(layer_figure(mine), width="stretch", key="ec_life_layers")
         st.dataframe(pd.DataFrame(final_table(mine)), hide_index=True, width="stretch")
 
 
@@ -338,12 +337,9 @@ def bleed_section(lm, records, overrides) -> None:
         with ui.guard("bleed map"):
             ui.refuse(hp_errors, [method])
 
-            def bleed_job(progress):
-                with ui.session(lm):
-                    return bleed_map(lm, method, records[0].request, overrides.get(method),
-                                     relation=records[0].relation, n_facts=int(n_facts), progress=progress)
-
-            st.session_state["ec_bleed"] = ui.run_job("bleed map", bleed_job, facts=int(n_facts))
+            job = Item(bleed_map, (method, records[0].request, overrides.get(method)),
+                       {"relation": records[0].relation, "n_facts": int(n_facts)}, progress=True)
+            st.session_state["ec_bleed"] = ui.run_item("bleed map", lm, job, facts=int(n_facts))
     out = st.session_state.get("ec_bleed")
     if not out:
         return
@@ -407,12 +403,9 @@ def sweep_section(lm) -> None:
         with ui.guard("sweep"):
             ui.refuse(hp_errors, [method])
 
-            def sweep_job(progress):
-                with ui.session(lm):
-                    return sweep(lm, method, params, replace(SWEEP, set_name=set_name, n=n),
-                                 hparams=overrides.get(method), progress=progress)
-
-            st.session_state["ec_sweep"] = ui.run_job("sweep", sweep_job, facts=n)
+            job = Item(sweep, (method, params, replace(SWEEP, set_name=set_name, n=n)),
+                       {"hparams": overrides.get(method)}, progress=True)
+            st.session_state["ec_sweep"] = ui.run_item("sweep", lm, job, facts=n)
     out = st.session_state.get("ec_sweep")
     if out:
         st.plotly_chart(pareto_figure(out, ("efficacy", "generalization", "gen_efficacy")), width="stretch",

@@ -2,7 +2,8 @@
 Cancel) and the session's own edits. Pages stay thin: they gather inputs, call editkit, and draw the results.
 
 Every computation of a page runs inside `ui.session(lm)`: the edits this browser session kept (sidebar, "Your
-edits") are added to the weights for its own computations only; other sessions never see them.
+edits") are added to the weights for its own computations only; other sessions never see them. A long job that is
+one library call is a work item (`run_item`): with $EDITKIT_RAY set it runs on a Ray worker, with those edits.
 """
 from __future__ import annotations
 
@@ -14,13 +15,16 @@ import uuid
 
 import streamlit as st
 
-from editkit import isolation, jobs
+from editkit import cluster, isolation, jobs
 from editkit import weights
 from editkit.limits import limits
 from editkit.errors import Cancelled, EditkitError
-from editkit.models import DEFAULT_MODEL, EMBEDDED, TINY
+from editkit.models import DEFAULT_MODEL, DTYPES, TINY, list_models
+from editkit.shipped import SHIPPED
 
 OTHER = "other: hub id or folder"
+BUILTIN = (*SHIPPED, *TINY)  # the embedded model first
+DTYPE_CHOICES = tuple(DTYPES)  # float32 first
 
 
 def _leave_legacy_multipage_mode() -> None:
@@ -40,38 +44,55 @@ log = logging.getLogger("editkit.app")
 
 
 @st.cache_resource(show_spinner=False)
-def _load_builtin(name: str):
-    """The embedded and tiny models: one copy each per server process, shared by every session, never evicted
-    (evicting one would load a second copy while sessions still compute with the first)."""
+def _load_builtin(name: str, dtype: str = "float32"):
+    """The shipped and tiny models: one copy each (per dtype) per server process, shared by every session, never
+    evicted (evicting one would load a second copy while sessions still compute with the first)."""
     from editkit.models import load_model
 
-    return load_model(name)
+    return load_model(name, dtype=dtype)
 
 
 @st.cache_resource(show_spinner=False, max_entries=1)
-def _load_other(name: str, trust_remote_code: bool):
+def _load_other(name: str, trust_remote_code: bool, dtype: str = "float32"):
     """A hub id or folder: the last one picked stays loaded (large models do not accumulate)."""
     from editkit.models import load_model
 
-    return load_model(name, trust_remote_code=trust_remote_code)
+    return load_model(name, trust_remote_code=trust_remote_code, dtype=dtype)
 
 
-def get_lm(name: str, trust_remote_code: bool = False):
+def get_lm(name: str, trust_remote_code: bool = False, dtype: str = "float32"):
     """The model, loaded once per server process; a status box shows progress on the first load."""
-    with st.status(f"Loading {name}...", expanded=False) as status:
-        lm = _load_builtin(name) if name in (EMBEDDED, *TINY) else _load_other(name, trust_remote_code)
-        status.update(label=f"{name} ready", state="complete")
+    with st.status(f"Loading {name} ({dtype})...", expanded=False) as status:
+        if name in BUILTIN:
+            lm = _load_builtin(name, dtype)
+        else:
+            lm = _load_other(name, trust_remote_code, dtype)
+        status.update(label=f"{lm.name} ready", state="complete")
     return lm
 
 
+@st.cache_data(ttl=30, show_spinner=False)
+def _estimate(name: str, dtype: str, trust_remote_code: bool) -> dict | None:
+    """The memory estimate of a model before it loads (editkit.models.estimate; the free memory re-read every 30 s)."""
+    from editkit.models import estimate
+
+    try:
+        return estimate(name, dtype, trust_remote_code=trust_remote_code)
+    except EditkitError:
+        return None
+
+
 def model_picker():
-    """Sidebar model picker (embedded model preselected); returns the loaded model or None on error."""
+    """Sidebar model and dtype pickers (embedded model, float32 preselected) with the memory estimate shown before
+    the model loads; returns the loaded model, or None when none is picked, it does not fit, or it fails."""
     with st.sidebar:
         st.markdown("### Model")
-        choices = [EMBEDDED, *TINY, OTHER]
+        choices = [*BUILTIN, OTHER]
+        pending = {r["name"] for r in list_models() if r.get("cached") is False and r["kind"] == "shipped"}
         current = st.session_state.get("model_choice", DEFAULT_MODEL)
         choice = st.selectbox("Model", choices, index=choices.index(current) if current in choices else 0,
-                              key="model_choice", label_visibility="collapsed")
+                              key="model_choice", label_visibility="collapsed",
+                              format_func=lambda n: f"{n} (downloaded on first use)" if n in pending else n)
         name, trust = choice, False
         if choice == OTHER:
             name = st.text_input("Hub id or local folder", key="model_other",
@@ -80,8 +101,19 @@ def model_picker():
             if not name:
                 st.info("Type a Hugging Face hub id or a local folder.")
                 return None
+        dtype = st.selectbox("Weights", DTYPE_CHOICES, key="model_dtype",
+                             help="bfloat16 / float16 halve the memory of the weights; the editing algebra "
+                                  "(statistics, solves, deltas) stays in float32.")
+        guess = _estimate(name, dtype, trust)
+        if guess is None:
+            st.caption("Memory: unknown until the model's config can be read.")
+        elif not guess["fits"]:
+            st.error(guess["text"])
+            return None
+        else:
+            st.caption(f"Memory: {guess['text'].split(': ', 1)[-1]}")
     with guard():
-        lm = get_lm(name, trust)
+        lm = get_lm(name, trust, dtype)
         with st.sidebar:
             edits_panel(lm)
             server_panel()
@@ -153,6 +185,18 @@ def run_job(name: str, fn, cancel_label: str = "Cancel", on_cancel=None, **caps)
         return jobs.run(job, fn, on_wait=waiting)
     finally:
         box.empty()
+
+
+def run_item(name: str, lm, item: cluster.Item, cancel_label: str = "Cancel", on_cancel=None, **caps):
+    """Run a long computation described as a work item (editkit/cluster.py: a library function
+    fn(lm, *args, **kwargs, progress=...) and its arguments, progress=True) as this session's job (run_job: limits,
+    queue, progress bar, Cancel), with this session's kept edits. With $EDITKIT_RAY set (e.g. local:2 or the head's
+    host:port) it runs on a Ray worker, the kept edits shipped with it as deltas, and this server process only
+    waits and draws; otherwise it runs here, inside `session(lm)`, as before."""
+    backend = cluster.backend_from_env()
+    kept = [e["delta"] for e in my_edits(lm)]
+    return run_job(name, lambda progress: cluster.run_one(lm, item, backend, progress, delta=kept), cancel_label,
+                   on_cancel, **caps)
 
 
 def _cancel_clicked(name: str) -> None:

@@ -25,6 +25,19 @@ def tiny_by_name():
     return _load
 
 
+@pytest.fixture(scope="module")
+def ray_local():
+    """The Ray backend of a local cluster of 2 CPUs without a dashboard (editkit/cluster.py starts it at the first
+    run that uses it, handing the workers this process's $EDITKIT_CACHE then), torn down after the module. One per
+    module: a process uses one cluster at a time. Bounded waits, so a broken cluster fails instead of hanging."""
+    ray = pytest.importorskip("ray", reason="the Ray backend needs the `ray` package (pip install -r requirements.txt)")
+    from editkit import cluster
+
+    yield cluster.parse_backend("local:2", start_timeout=240, item_timeout=240)
+    cluster.shutdown()
+    assert not ray.is_initialized()
+
+
 @pytest.fixture(scope="session")
 def gemma():
     """The embedded model (built into the cache on first use, about a minute; then ~5 s)."""
@@ -34,3 +47,24 @@ def gemma():
 def pytest_configure(config):
     config.addinivalue_line("markers", "browser: end-to-end tests in headless Chromium (deselect: -m 'not browser')")
     config.addinivalue_line("markers", "load: concurrent browser sessions of the served app (deselect: -m 'not load')")
+    config.addinivalue_line("markers", "gpu: the CUDA path, skipped without a CUDA GPU (benchmarks/gpu.sh runs them)")
+
+
+@pytest.fixture(scope="session")
+def chromium():
+    """One headless Chromium for every browser test of the run. Playwright's sync API keeps its event loop running
+    in this thread while it is open, so a second sync_playwright() in the same run fails ("Sync API inside the
+    asyncio loop"): the browser tests share this one."""
+    playwright_api = pytest.importorskip("playwright.sync_api")
+    from browser_util import chromium_path
+
+    exe = chromium_path()
+    if exe is None:
+        if os.environ.get("CI"):  # CI installs it (.ci/run): a missing browser is a failure there, not a skip
+            pytest.fail("no chromium on the CI machine")
+        pytest.skip("no chromium installed (apt-get install -y chromium)")
+    with playwright_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=exe, headless=True,
+                              args=["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"])
+        yield b
+        b.close()

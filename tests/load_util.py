@@ -14,6 +14,7 @@ Every page is checked for error boxes after every action. Memory: the server's r
 its peak (VmHWM) against one copy of the weights.
 
     python tests/load_util.py --sessions 6                 # the full form (benchmark), prints a JSON report
+    python tests/load_util.py --sessions 6 --ray local:2   # the same with the server's item jobs on Ray workers
     python -m pytest -q tests/test_load.py                  # the small form (3 sessions), part of the test suite
 """
 from __future__ import annotations
@@ -94,10 +95,15 @@ class Report:
 
 
 # --- the server -----------------------------------------------------------------------------------------------------
-def start_server(port: int, log_path: Path, limits: dict | None) -> subprocess.Popen:
+def start_server(port: int, log_path: Path, limits: dict | None, ray: str | None = None) -> subprocess.Popen:
+    """`streamlit run app.py`; with `ray` (EDITKIT_RAY: local:N, or a cluster's host:port) its page jobs that are
+    work items run on Ray workers beside the server."""
     env = dict(os.environ, HF_HUB_OFFLINE="1", STREAMLIT_BROWSER_GATHER_USAGE_STATS="false")
+    env.pop("EDITKIT_RAY", None)
     if limits:
         env["EDITKIT_LIMITS"] = json.dumps(limits)
+    if ray:
+        env["EDITKIT_RAY"] = ray
     cmd = [sys.executable, "-m", "streamlit", "run", str(APP), "--server.headless", "true", "--server.port", str(port),
            "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
            "--server.fileWatcherType", "none"]  # as served to a class: no reloads when files change
@@ -217,7 +223,7 @@ class Session:
         self.r.jobs.append(job)
         watch = asyncio.create_task(self._watch_queue())
         try:
-            await self.page.get_by_role("button", name=button).click()
+            await self.page.get_by_role("button", name=button, exact=True).click()
             await done.wait_for(timeout=self.timeout)
         finally:
             watch.cancel()
@@ -365,7 +371,7 @@ async def cancel_a_trace(s: Session, prompt: str, subject: str) -> bool:
     """Start a long trace and press Cancel after 2 s: the page says it was cancelled, with no error."""
     page = s.page
     await page.get_by_label("Noise samples n").fill("40")
-    await page.get_by_role("button", name="Trace").click()
+    await page.get_by_role("button", name="Trace", exact=True).click()
     await page.get_by_role("button", name="Cancel").wait_for(timeout=s.timeout)
     await asyncio.sleep(2)
     await page.get_by_role("button", name="Cancel").click()
@@ -384,15 +390,17 @@ def roles_for(n: int) -> list[str]:
     return [cycle[i % len(cycle)] for i in range(n)]
 
 
-def run(sessions: int = 6, timeout_s: float = 600, limits: dict | None = None, cancel: bool | None = None) -> dict:
-    """Start the server, run the scenario with `sessions` browser sessions, stop the server; the report."""
+def run(sessions: int = 6, timeout_s: float = 600, limits: dict | None = None, cancel: bool | None = None,
+        ray: str | None = None) -> dict:
+    """Start the server (its jobs on Ray with `ray`), run the scenario with `sessions` browser sessions, stop the
+    server; the report."""
     if chromium_path() is None:
         raise RuntimeError("no chromium installed (apt-get install -y chromium)")
     report = Report(sessions, roles_for(sessions))
     report.weights_mb = weights_mb()
     port = free_port()
     log = Path(tempfile.gettempdir()) / f"editkit-load-{port}.log"
-    proc = start_server(port, log, limits)
+    proc = start_server(port, log, limits, ray)
     peak = [0.0]
     stop = threading.Event()
 
@@ -419,6 +427,7 @@ def run(sessions: int = 6, timeout_s: float = 600, limits: dict | None = None, c
         report.errors.append(f"server log: {text[m.start():m.start() + 300]}")
     out = report.summary()
     out["server_log"] = str(log)
+    out["ray"] = ray
     return out
 
 
@@ -428,8 +437,10 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=float, default=600, help="seconds any one step may take")
     ap.add_argument("--jobs", type=int, default=3, help="long jobs computing at once (EDITKIT_LIMITS jobs)")
     ap.add_argument("--no-cancel", action="store_true", help="skip the cancelled-trace step")
+    ap.add_argument("--ray", default=None, metavar="ADDRESS|local:N",
+                    help="run the app's work-item jobs on Ray (EDITKIT_RAY), e.g. local:2 beside the server")
     args = ap.parse_args(argv)
-    out = run(args.sessions, args.timeout, {"jobs": args.jobs}, cancel=not args.no_cancel)
+    out = run(args.sessions, args.timeout, {"jobs": args.jobs}, cancel=not args.no_cancel, ray=args.ray)
     print(json.dumps(out, indent=1))
     return 0 if out["errors"] == 0 and out["leaks"] == 0 else 1
 

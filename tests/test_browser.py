@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from browser_util import ROOT, pages, chromium_path, free_port, start_streamlit, wait_http, wait_idle
+from browser_util import ROOT, pages, free_port, start_streamlit, wait_http, wait_idle
 
 from editkit.figures.tracing import TITLES
 
@@ -51,7 +51,7 @@ def _causal_tracing(page):
     samples.fill("3")
     samples.press("Tab")
     page.get_by_text("Recompute (ignore the cache)").click()
-    page.get_by_role("button", name="Trace").click()
+    page.get_by_role("button", name="Trace", exact=True).click()
     page.wait_for_function("() => [...document.querySelectorAll('.js-plotly-plot')]"
                            ".some(e => e.textContent.includes('ESTIMATE'))", timeout=LOAD_S * 1000)
     estimates, exact = _charts(page)
@@ -59,7 +59,7 @@ def _causal_tracing(page):
     page.get_by_role("button", name="Cancel trace").click()
     page.get_by_text("Trace cancelled").first.wait_for(timeout=LOAD_S * 1000)
     wait_idle(page, timeout=LOAD_S)
-    page.get_by_role("button", name="Trace").click()
+    page.get_by_role("button", name="Trace", exact=True).click()
     page.wait_for_selector(f".js-plotly-plot, {ERRORS}", timeout=600_000)
     page.wait_for_function("() => [...document.querySelectorAll('.js-plotly-plot')].filter(e => "
                            "e.textContent.includes('restored') && !e.textContent.includes('ESTIMATE')).length >= 3",
@@ -132,17 +132,8 @@ def server():
 
 
 @pytest.fixture(scope="session")
-def browser():
-    exe = chromium_path()
-    if exe is None:
-        if os.environ.get("CI"):  # CI installs it (.ci/run): a missing browser is a failure there, not a skip
-            pytest.fail("no chromium on the CI machine")
-        pytest.skip("no chromium installed (apt-get install -y chromium)")
-    with playwright_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=exe, headless=True,
-                              args=["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"])
-        yield b
-        b.close()
+def browser(chromium):
+    return chromium
 
 
 @pytest.fixture(scope="session")

@@ -148,6 +148,7 @@ def test_malformed_requests_are_clear_errors(record, message):
 @pytest.mark.parametrize("override,message", [
     ({"layers": [99]}, "out of range"), ({"layers": []}, "non-empty"), ({"v_lr": float("nan")}, "finite"),
     ({"v_lr": -1}, "out of range"), ({"clamp_norm_factor": "big"}, "finite"), ({"layers": [2, 1]}, "increasing"),
+    ({"v_num_grad_steps": 2.5}, "whole number"),
 ])
 def test_bad_hparams_are_clear_errors(tiny_by_name, override, message):
     with pytest.raises(EditkitError, match=message):

@@ -1,8 +1,9 @@
 """`python -m editkit aie [--n 100] [--json]`: the average indirect effect over facts the model knows (ROME Fig. 2),
-traced by the exact engine through the shared result cache (a second run, or facts traced before, cost nothing)."""
+traced by the exact engine through the shared result cache (a second run, or facts traced before, cost nothing);
+`--ray` traces the facts in parallel on a Ray cluster."""
 import sys
 
-from ..cli import add_model_arg, load
+from ..cli import add_model_arg, add_ray_arg, load, ray_backend
 
 
 def register(sub):
@@ -13,17 +14,19 @@ def register(sub):
     p.add_argument("--window", type=int, default=10)
     p.add_argument("--no-cache", action="store_true", help="recompute every fact instead of using the cache")
     add_model_arg(p)
+    add_ray_arg(p)
     p.set_defaults(func=run, show=show)
 
 
 def run(args):
     from ..tracing.aie import average_indirect_effect
 
+    backend = ray_backend(args)  # a malformed --ray fails before the model loads
     lm = load(args)
     stats: dict = {}
     say = lambda f, msg: print(f"[aie] {msg}", file=sys.stderr, flush=True)  # noqa: E731
     out = average_indirect_effect(lm, args.n, args.samples, args.noise, args.window, progress=say,
-                                  cache=not args.no_cache, stats=stats)
+                                  cache=not args.no_cache, stats=stats, backend=backend)
     out["model"] = lm.name
     out.update(stats)
     return out

@@ -1,9 +1,9 @@
-"""`python -m editkit bench trace|edit [...] [--json]`: benchmarks that time editkit against the reference algorithm
-in the same run. The measurements live in the library (tracing/bench.py, editing/bench.py); this file parses the
-arguments and prints."""
+"""`python -m editkit bench trace|edit|scale [...] [--json]`: benchmarks that time editkit against the reference
+algorithm in the same run, and an evaluation in process against 1, 2, ... Ray workers. The measurements live in the
+library (tracing/bench.py, editing/bench.py, evaluation/scale.py); this file parses the arguments and prints."""
 import sys
 
-from ..cli import load
+from ..cli import add_model_arg, load
 
 
 def register(sub):
@@ -24,14 +24,26 @@ def register(sub):
     e = inner.add_parser("edit", help="editing: every method on one request and a batch, statistics cached")
     e.add_argument("--n", type=int, default=10, help="requests in the batch")
     e.add_argument("--methods", default=None, help="comma-separated methods (default: all registered)")
+    e.add_argument("--hparams", default=None,
+                   help="JSON file of overrides for every method, e.g. an early-stopping rule {\"v_stop_top1\": 1}")
+    e.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
     e.add_argument("--no-reference", action="store_true",
                    help="skip the reference run (the first method with the full model at every optimisation "
                         "step)")
     for q in (t, e):
-        q.add_argument("--model", default="gemma-3-270m")
-        q.add_argument("--json", action="store_true")
+        add_model_arg(q)
     t.set_defaults(func=run_trace, show=show)
     e.set_defaults(func=run_edit, show=show)
+    s = inner.add_parser("scale", help="one evaluation in process and on 1, 2, ... Ray workers (local clusters): "
+                                       "per-record cost, fixed costs, speed-up")
+    s.add_argument("--records", type=int, default=20, help="records evaluated (the first N of --set)")
+    s.add_argument("--workers", default="1,2", help="worker counts, comma-separated (e.g. 1,2,4,8)")
+    s.add_argument("--method", default="rome", help="the method, at batch 1 with its default hyperparameters")
+    s.add_argument("--set", dest="set_name", default="counterfact")
+    s.add_argument("--threads", type=int, default=1, help="torch threads of the in-process run (a worker has 1)")
+    s.add_argument("--model", default="gemma-3-270m")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=run_scale, show=show_scale)
 
 
 def _line(row: dict) -> str:
@@ -65,5 +77,43 @@ def run_trace(args):
 def run_edit(args):
     from ..editing.bench import bench_edit
 
+    import torch
+
+    from ..editing.defaults import load_hparams_file
+
+    if args.threads is not None:
+        torch.set_num_threads(max(1, args.threads))
     methods = [m.strip() for m in args.methods.split(",")] if args.methods else None
-    return bench_edit(load(args), args.n, not args.no_reference, methods, say=_say)
+    overrides = load_hparams_file(args.hparams) if args.hparams else None
+    return bench_edit(load(args), args.n, not args.no_reference, methods, say=_say, overrides=overrides)
+
+
+def run_scale(args):
+    from ..errors import EditkitError
+    from ..evaluation.scale import ScaleSpec, bench_scale
+
+    try:
+        workers = tuple(int(w) for w in args.workers.split(",") if w.strip())
+    except ValueError:
+        raise EditkitError(f"--workers takes whole numbers separated by commas, not {args.workers!r}") from None
+    spec = ScaleSpec(records=args.records, workers=workers, method=args.method.lower(), set_name=args.set_name,
+                     threads=args.threads)
+    spec.check()
+    return bench_scale(load(args), spec, say=_say)
+
+
+def show_scale(out: dict) -> None:
+    s = out["spec"]
+    print(f"{s['method']} on {out['model']}, {s['records']} records of {s['set_name']} at batch 1; {out['cpus']} "
+          f"CPUs; statistics ready in {out['prepare_s']} s (not counted)")
+    print(f"{'':12s}{'s/record':>10s}{'speed-up':>10s}{'cluster s':>11s}{'workers s':>11s}  equal  load average")
+    for r in out["results"]:
+        print(f"{r['config']:12s}{r['seconds_per_record']:10.2f}{r['speedup']:10.2f}"
+              f"{r.get('cluster_start_s', '-'):>11}{r.get('workers_start_s', '-'):>11}  {str(r['equal']):5s}  "
+              f"{r['load_average']}")
+    for line in out["bound"]:
+        print(line)
+    p = out["projection"]
+    if p:
+        print(f"{p['records']} records at {p['seconds_per_record']} s each + {p['fixed_s']} s fixed: "
+              + ", ".join(f"{n} workers {sec / 60:.0f} min" for n, sec in p["seconds"].items()))

@@ -1,12 +1,13 @@
 """`python -m editkit evaluate --methods rome,memit,pmet --n 100 [--batch 1|10|100] [--set counterfact] --json`:
-edit and measure records of a shipped evaluation set; a table like PMET's Table 1; resumable.
+edit and measure records of a shipped evaluation set; a table like PMET's Table 1; resumable; `--ray` spreads the
+batches of records over a Ray cluster.
 
 `--sequential`: lifelong editing instead, batch after batch on the weights the earlier ones left (its options and
 output: commands/lifelong.py)."""
 import json
 import sys
 
-from ..cli import add_model_arg, load
+from ..cli import add_model_arg, add_ray_arg, load, ray_backend
 from ..errors import EditkitError
 from . import lifelong
 
@@ -36,6 +37,7 @@ def register(sub):
                    help="instead: lifelong editing, batch after batch on the weights the earlier ones left")
     lifelong.add_arguments(p)
     add_model_arg(p)
+    add_ray_arg(p)
     p.set_defaults(func=run, show=show)
 
 
@@ -52,6 +54,7 @@ def run(args):
         raise EditkitError("--n, --batch and --gen-tokens must be at least 1, --gen-prompts and --greedy-tokens at "
                            "least 0, --ppl-tokens at least 2")
     load_eval_set(args.set_name, 1)  # an unknown set fails before the model loads
+    backend = ray_backend(args)  # a malformed --ray fails before the model loads
     hparams = None
     if args.hparams_json:
         try:
@@ -66,11 +69,11 @@ def run(args):
         print(f"[{100 * f:5.1f}%] {msg}", file=sys.stderr, flush=True)
 
     if args.sequential:
-        return lifelong.run(args, lm, methods, hparams, progress)
+        return lifelong.run(args, lm, methods, hparams, progress, backend)
     spec = EvalSpec(set_name=args.set_name, n=args.n, batch=args.batch, n_gen=args.gen_prompts,
                     gen_tokens=args.gen_tokens, greedy_tokens=args.greedy_tokens)
     return evaluate(lm, methods, spec, hparams, out_dir=args.out, reuse_targets=args.reuse_targets,
-                    progress=progress)
+                    progress=progress, backend=backend)
 
 
 def _fmt(cell):

@@ -1,9 +1,9 @@
 """`python -m editkit layer-sweep (--requests FILE | --set S --record I) [--layers 0-17] [--trace-kind mlp] --json`:
 a one-layer method (ROME by default) at every layer for one request, beside the request's causal trace (Hase et al.
-2023)."""
+2023); `--ray` runs the layers (and the trace) in parallel on a Ray cluster."""
 import sys
 
-from ..cli import add_model_arg, load
+from ..cli import add_model_arg, add_ray_arg, load, ray_backend
 from ..errors import EditkitError
 
 
@@ -19,6 +19,7 @@ def register(sub):
     p.add_argument("--samples", type=int, default=10, help="noise samples of the trace")
     p.add_argument("--hparams", default=None, help="JSON file of hyperparameter overrides (layers is swept)")
     add_model_arg(p)
+    add_ray_arg(p)
     p.set_defaults(func=run, show=show)
 
 
@@ -33,10 +34,12 @@ def run(args):
         raise EditkitError("--samples must be at least 1")
     request = _request(args)
     overrides = load_hparams_file(args.hparams) if args.hparams else None
+    backend = ray_backend(args)
     lm = load(args)
     kind = None if args.trace_kind == "none" else args.trace_kind
     return layer_sweep(lm, request, args.layers, args.method, overrides, kind, args.samples,
-                       progress=lambda f, m: print(f"[{100 * f:5.1f}%] {m}", file=sys.stderr, flush=True))
+                       progress=lambda f, m: print(f"[{100 * f:5.1f}%] {m}", file=sys.stderr, flush=True),
+                       backend=backend)
 
 
 def _f(x):

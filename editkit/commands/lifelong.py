@@ -2,8 +2,9 @@
 `evaluate` command that runs when `--sequential` is given. Each method applies the N records batch after batch
 (`--batch`, per method with `--batch-for rome=1`), each batch at the weights the earlier ones left, measured every
 `--eval-every` edits (a fixed random `--sample` of the edits so far at intermediate checkpoints, every edit at the
-last); resumable (rerun the same command). Not a command of its own: evaluate.py adds these options to its parser
-(`add_arguments`) and hands the run over (`run`, `show`)."""
+last); resumable (rerun the same command); with `--ray` the methods run in parallel on a Ray cluster. Not a
+command of its own: evaluate.py adds these options to its parser (`add_arguments`) and hands the run over (`run`,
+`show`)."""
 import json
 
 from ..errors import EditkitError
@@ -40,20 +41,20 @@ def batches(args, methods) -> dict:
     return out
 
 
-def run(args, lm, methods, hparams=None, progress=None) -> dict:
-    """Every method's lifelong run on the first --n records of --set, and the final table."""
+def run(args, lm, methods, hparams=None, progress=None, backend=None) -> dict:
+    """Every method's lifelong run on the first --n records of --set (in parallel on Ray with --ray: one worker
+    per method, each sequence serial), and the final table."""
     from ..evaluation import load_eval_set
     from ..evaluation.lifelong import final_table
-    from ..evaluation.sequential import SequentialSpec, sequential
+    from ..evaluation.sequential import SequentialSpec, sequential_methods
 
     records = load_eval_set(args.set_name, args.n)
-    results = {}
-    for method, batch in batches(args, methods).items():
-        spec = SequentialSpec(batch=batch, eval_every=args.eval_every, sample=args.sample or None, seed=args.seed,
-                              ppl_tokens=args.ppl_tokens, fluency_tokens=args.fluency_tokens,
-                              stop_after=args.stop_after, finalize=args.finalize)
-        results[method] = sequential(lm, method, records, (hparams or {}).get(method), spec,
-                                     cache=not args.no_cache, progress=progress)
+    plans = {method: ((hparams or {}).get(method),
+                      SequentialSpec(batch=batch, eval_every=args.eval_every, sample=args.sample or None,
+                                     seed=args.seed, ppl_tokens=args.ppl_tokens, fluency_tokens=args.fluency_tokens,
+                                     stop_after=args.stop_after, finalize=args.finalize))
+             for method, batch in batches(args, methods).items()}
+    results = sequential_methods(lm, plans, records, cache=not args.no_cache, progress=progress, backend=backend)
     out = {"model": lm.name, "set": args.set_name, "n": len(records), "sequential": results,
            "table": final_table(results)}
     if args.save:

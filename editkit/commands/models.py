@@ -1,14 +1,31 @@
-"""`python -m editkit models`: the embedded and tiny models."""
-from ..models import list_models
+"""`python -m editkit models [--estimate] [--dtype D]`: the real models shipped on PyPI and the tiny test models."""
+from ..cli import DTYPES
+from ..models import estimate, list_models
 
 
 def register(sub):
-    p = sub.add_parser("models", help="list the embedded and tiny models")
+    p = sub.add_parser("models", help="list the shipped real models and the tiny test models")
+    p.add_argument("--estimate", action="store_true",
+                   help="add each model's memory estimate (parameters x bytes, from its config) for --dtype")
+    p.add_argument("--dtype", default="float32", choices=DTYPES)
     p.add_argument("--json", action="store_true")
-    p.set_defaults(func=lambda args: list_models(), show=show)
+    p.set_defaults(func=run, show=show)
+
+
+def run(args):
+    rows = list_models()
+    if args.estimate:
+        for r in rows:
+            guess = estimate(r["name"], args.dtype)
+            r["estimate"] = guess["text"] if guess else None
+    return rows
 
 
 def show(rows):
     for r in rows:
-        print(f"{r['name']:16s} {r['kind']:9s} {r['about']}")
-    print("Any Hugging Face hub id or local folder also works (e.g. gpt2-xl), when reachable.")
+        state = {True: "converted", False: "not fetched yet"}.get(r.get("cached"), "")
+        print(f"{r['name']:16s} {r['kind']:9s} {r['about']}" + (f" [{state}]" if state else ""))
+        if r.get("estimate"):
+            print(f"{'':27s}{r['estimate']}")
+    print("Any Hugging Face hub id or local folder also works (e.g. gpt2-xl), when reachable. "
+          "--dtype bfloat16 on any command halves the weights' memory.")

@@ -1,10 +1,11 @@
 """`python -m editkit similarity --model M [--facts known|all] [--n 200] [--mode residual|raw] [--k 50] --json`:
 PMET's MHSA vs FFN similarity curves (Li et al. 2023, Fig. 2): per layer, the cosine similarity and the top-k
 logit-lens Jaccard similarity between each component's input and output state at the last token, mean and 95%
-band over the facts. Same library function and disk cache as the "Attention vs FFN" page."""
+band over the facts. Same library function and disk cache as the "Attention vs FFN" page; `--ray` computes the
+batches of prompts in parallel on a Ray cluster."""
 import sys
 
-from ..cli import add_model_arg, load
+from ..cli import add_model_arg, add_ray_arg, load, ray_backend
 from ..similarity import DEFAULT_N, FACT_SETS, MODES, TOP_K, similarity
 
 
@@ -22,14 +23,17 @@ def register(sub):
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--no-cache", action="store_true", help="recompute even if a cached result exists")
     add_model_arg(p)
+    add_ray_arg(p)
     p.set_defaults(func=run, show=show)
 
 
 def run(args):
+    backend = ray_backend(args)  # a malformed --ray fails before the model loads
     lm = load(args)
     result = similarity(lm, n=args.n, facts=args.facts, prompts=args.prompts, mode=args.mode, k=args.k,
                         batch_size=args.batch_size, cache=not args.no_cache,
-                        progress=lambda f, msg: print(f"[editkit] similarity {f:.0%} {msg}", file=sys.stderr))
+                        progress=lambda f, msg: print(f"[editkit] similarity {f:.0%} {msg}", file=sys.stderr),
+                        backend=backend)
     return result.to_dict()
 
 

@@ -1,8 +1,9 @@
 """`python -m editkit sweep --method M --param name=v1,v2 [--param ...] --set S --n N --json`: a method's rates at
-every combination of hyperparameter values; resumable, each finished setting cached (evaluation/sweep.py)."""
+every combination of hyperparameter values; resumable, each finished setting cached (evaluation/sweep.py); `--ray`
+spreads the settings' batches of records over a Ray cluster."""
 import sys
 
-from ..cli import add_model_arg, load
+from ..cli import add_model_arg, add_ray_arg, load, ray_backend
 from ..errors import EditkitError
 
 
@@ -25,6 +26,7 @@ def register(sub):
     p.add_argument("--no-reuse", action="store_true", help="optimize the targets afresh for every setting")
     p.add_argument("--out", default=None, help="per-record results folder (default: the editkit cache)")
     add_model_arg(p)
+    add_ray_arg(p)
     p.set_defaults(func=run, show=show)
 
 
@@ -40,6 +42,7 @@ def run(args):
     if args.n < 1 or (args.batch is not None and args.batch < 1) or args.gen_prompts < 0 or args.greedy_tokens < 0:
         raise EditkitError("--n and --batch must be at least 1, --gen-prompts and --greedy-tokens at least 0")
     load_eval_set(args.set_name, 1)  # a bad set or file fails before the model loads
+    backend = ray_backend(args)
     lm = load(args)
 
     def progress(f, msg):
@@ -47,7 +50,8 @@ def run(args):
 
     spec = replace(SWEEP, set_name=args.set_name, n=args.n, batch=args.batch, n_gen=args.gen_prompts,
                    greedy_tokens=args.greedy_tokens)
-    return sweep(lm, args.method, params, spec, out_dir=args.out, reuse=not args.no_reuse, progress=progress)
+    return sweep(lm, args.method, params, spec, out_dir=args.out, reuse=not args.no_reuse, progress=progress,
+                 backend=backend)
 
 
 def _c(cell):

@@ -40,8 +40,9 @@ def run_edit(lm, method: str, requests, hparams: "dict | Hparams | None" = None,
     for name, d in result.delta.items():
         if not bool(d.isfinite().all()):
             raise EditkitError(f"{spec.name} produced a non-finite update for {name}; check the hyperparameters")
-    if not result.norms:  # what every result reports, for methods that leave it out
-        result.norms = norm_report(lm.model, result.delta)
+    condition = bool(getattr(hp, "report_condition", False))  # the condition-number view, for every method
+    if not result.norms or (condition and any(v.condition is None for v in result.norms.values())):
+        result.norms = norm_report(lm.model, result.delta, condition)  # what every result reports
     if not result.per_request:
         result.per_request = [RequestReport(r.case_id) for r in requests]
     if result.hparams is None:
@@ -81,7 +82,7 @@ def prepare_first_use(lm, hps: "Hparams | list[Hparams]", progress=None, method:
     positions and token count for all their layers) with progress messages and time estimates; True when
     something was computed. The statistics dominate: one pass over mom2_n_tokens WikiText tokens that stops
     after the highest layer (Gemma 3 270M, 20,000 tokens, layer 4: see README, "the first edit")."""
-    hps = [hps] if isinstance(hps, Hparams) else list(hps)
+    hps = list(hps) if isinstance(hps, (list, tuple)) else [hps]
     passes: dict[tuple, set] = {}
     templates: set[tuple[int, int]] = set()
     for hp in hps:

@@ -38,9 +38,9 @@ def generalization(lm, requests) -> float | None:
     return sum(a.mean_nll < b.mean_nll for a, b in zip(new, true)) / len(pairs)
 
 
-def _timed(lm, method: str, requests, reference: bool = False) -> dict:
+def _timed(lm, method: str, requests, reference: bool = False, overrides: dict | None = None) -> dict:
     cpu = time.process_time()
-    result = run_edit(lm, method, requests, reference=reference)
+    result = run_edit(lm, method, requests, overrides, reference=reference)
     cpu = time.process_time() - cpu
     with applied(lm, result.delta):
         eff, gen = efficacy(lm, requests), generalization(lm, requests)
@@ -52,9 +52,11 @@ def _timed(lm, method: str, requests, reference: bool = False) -> dict:
             "steps": max(steps), "steps_per_request": steps, "efficacy": eff, "generalization": gen}
 
 
-def bench_edit(lm, n: int = 10, reference: bool = True, methods: list[str] | None = None, say=print) -> dict:
+def bench_edit(lm, n: int = 10, reference: bool = True, methods: list[str] | None = None, say=print,
+               overrides: dict | None = None) -> dict:
     """Time each method on one request (Darrieux) and the batch methods on `n` CounterFact requests; `reference`
-    also times the first method with the target optimisation on the full model (the speed-up of the fast path)."""
+    also times the first method with the target optimisation on the full model (the speed-up of the fast path).
+    `overrides` (hyperparameters every method shares, e.g. an early-stopping rule) apply to every run."""
     chosen = [m for m in all_methods() if methods is None or m.name in methods]
     t0 = time.perf_counter()
     for m in chosen:
@@ -67,9 +69,11 @@ def bench_edit(lm, n: int = 10, reference: bool = True, methods: list[str] | Non
         runs.insert(1, (chosen[0].name, one, True))
     rows = []
     for method, requests, ref in runs:
-        rows.append(_timed(lm, method, requests, ref))
+        rows.append(_timed(lm, method, requests, ref, overrides))
         say(rows[-1])
     out = {"model": lm.name, "statistics_s": round(stats_s, 2), "results": rows}
+    if overrides:
+        out["overrides"] = dict(overrides)
     if reference and chosen:
         out["reference_method"] = chosen[0].name
         out[f"{chosen[0].name}_speedup"] = round(rows[1]["seconds"] / max(rows[0]["seconds"], 1e-9), 2)

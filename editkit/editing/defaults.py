@@ -10,7 +10,7 @@ from .methods import get
 
 
 def _file_key(model_name: str) -> str:
-    name = model_name.lower().rstrip("/").split("/")[-1]
+    name = model_name.lower().rstrip("/").split("/")[-1].split("@")[0]  # "gemma-3-270m@bfloat16": gemma's files
     if name.startswith("tiny-"):
         return "tiny"
     return name.replace("eleutherai_", "").removesuffix("-hf")  # meta-llama/Llama-2-7b-hf -> llama-2-7b

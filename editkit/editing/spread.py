@@ -30,6 +30,7 @@ import torch
 
 from ..progress import part
 from ..weights import applied, effective_weight
+from .anchor import anchor_targets
 from .keys import SiteReader
 from .result import EditResult, LayerReport, RequestReport, Solve, norm_report
 from .targets import optimize_targets_batch
@@ -161,7 +162,7 @@ def spread(lm, requests, hp, streams: list[Stream], divisor: Callable[[int], flo
                     R = residual_to_mlp_output(lm, layer, state["mlp"], R)
                 dW64 = s.rule(layer, K, R)
                 W = effective_weight(lm, s.part, layer)
-                dW = dW64.to(W.dtype)
+                dW = dW64.to(torch.promote_types(W.dtype, torch.float32))  # a half-precision model: float32
                 delta.update(a.weight_delta(s.part, layer, dW))
                 out.layers.append(LayerReport(layer, s.part, float(R.norm(dim=0).mean()), float(dW.norm()),
                                               float(W.norm()), float(dW.norm() / W.norm())))
@@ -181,8 +182,9 @@ def optimize_residual_targets(lm, requests, hp, progress=None, reference: bool =
                               label: str = "MEMIT") -> list[dict]:
     """MEMIT's targets (Eq. 16), also AlphaEdit's: one residual z_i at the last critical layer per request, over
     the first half of the progress bar."""
-    return optimize_targets_batch(lm, list(requests), hp.layers[-1], ("resid_post",), hp, reference=reference,
+    opts = optimize_targets_batch(lm, list(requests), hp.layers[-1], ("resid_post",), hp, reference=reference,
                                   progress=part(progress, 0, 0.5, f"{label} ") if progress else None)
+    return anchor_targets(lm, requests, opts, "resid_post", hp.layers[-1], hp)  # NAS, when chosen
 
 
 def residual_mapping(lm) -> str:
@@ -194,7 +196,7 @@ def finish(name: str, lm, requests, hp, opts: list[dict], done: Spread, start: f
            progress=None, **details) -> EditResult:
     """The EditResult of a spread edit, with the diagnostics every spreading method reports; `details` are the
     method's own JSON numbers."""
-    reports = [RequestReport(r.case_id, opt["losses"], reached)
+    reports = [RequestReport(r.case_id, opt["losses"], reached, {"nas": opt["nas"]} if "nas" in opt else {})
                for r, opt, reached in zip(requests, opts, done.reached)]
     if progress:
         progress(1.0, f"{name} done")

@@ -9,6 +9,9 @@ for PMET) at the subject's last token of every prompt, and optimized with Adam t
   + v_weight_decay * ||delta|| / ||init||^2,
 with ||delta|| clamped to clamp_norm_factor * ||init|| after each step and early stopping (loss < 5e-2; PMET: once the
 target is the argmax at every target position, the NLL weight drops to 0.1 and it stops when KL <= 0.01, App. D).
+Stabilisers (ENCORE, arXiv 2502.01636; off unless chosen, `_stabiliser_stops`): stop once the target is the most
+probable token (v_stop_top1), once its mean probability passes v_stop_prob, or once the loss stalls
+(v_stop_stall); and bound ||delta|| = ||v* - v|| by v_max_norm after every step.
 """
 from __future__ import annotations
 
@@ -104,6 +107,8 @@ class _Rows:
         self.t_req_t = torch.tensor(self.t_req, device=dev)
         # weight of each target token in its request's NLL: mean over tokens, then over template rows
         self.t_weight = torch.tensor([1.0 / (self.n_tok[j] * self.n_rw[j]) for j in self.t_req], device=dev)
+        self.t_row_t = torch.tensor(self.t_row, device=dev)
+        self.t_share = torch.tensor([1.0 / self.n_tok[j] for j in self.t_req], device=dev)  # mean over tokens
         self.first_row = [self.req.index(j) for j in range(len(requests))]  # the plain "{}" template row
         self._prepared = False
 
@@ -254,7 +259,7 @@ def _loss_terms(lm, rows: _Rows, deltas: dict, init: dict | None, reference: boo
     fused = None
     if not reference:
         x = rows.states(deltas, init)
-        fused = vocab_logsumexp(lm, x)
+        fused = vocab_logsumexp(lm, x.float())  # the loss in float32 whatever the model's dtype
     if fused is None:
         rw, kl_logits = (rows.logits(deltas, init, reference=True) if reference else
                          _split(lm.runner.logits(x, norm=False), len(rows.t_row)))
@@ -264,7 +269,7 @@ def _loss_terms(lm, rows: _Rows, deltas: dict, init: dict | None, reference: boo
             kl0["logp"] = kl_logp.detach().clone()
         ref = kl0["logp"][act]
         return tok_logp, rw.argmax(-1), (ref.exp() * (ref - kl_logp)).sum(-1)
-    lse, mean_w, best = fused
+    (lse, mean_w, best), x = fused, x.float()
     T = len(rows.t_row)
     W, bias = lm.runner._head_weight()  # as this context sees it, the weight vocab_logsumexp used
     tok_logp = (x[:T] * W[rows.t_tok_t]).sum(-1) - lse[:T]
@@ -276,6 +281,52 @@ def _loss_terms(lm, rows: _Rows, deltas: dict, init: dict | None, reference: boo
         kl0["neg_entropy"] = ((x_kl * kl0["mean"]).sum(-1) - lse_kl).detach()
     kl = kl0["neg_entropy"][act] - (x_kl * kl0["mean"][act]).sum(-1) + lse_kl
     return tok_logp, best[:T], kl
+
+
+def _stabiliser_stops(hp, rows: _Rows, batch: list[int], tok_logp: torch.Tensor, argmax: torch.Tensor,
+                      loss: torch.Tensor, tracker: dict) -> torch.Tensor | None:
+    """Which requests of the batch the stabilisers stop at this step (None when none is on, so that the
+    optimisation is the plain one, bit for bit). ENCORE (Gupta et al. 2025, encore/compute_z.py):
+    - v_stop_top1 = n: stop at the n-th step (counted per request, not necessarily consecutive) at which the new
+      target is the argmax at every target position of every template ("most-probable early stopping");
+    - v_stop_prob = p: stop once mean_templates exp(-mean_tokens NLL) > p (the mean probability of the target);
+    and v_stop_stall = r: stop once a step lowers the loss by less than r x the previous loss.
+    `tracker` keeps the per-request counts and losses across steps (indexed by the request, not its batch place)
+    and, in tracker["why"], the rule that stopped each batch position."""
+    if not (hp.v_stop_top1 > 0 or hp.v_stop_prob > 0 or hp.v_stop_stall > 0):
+        return None
+    dev = loss.device
+    n = len(batch)
+    act = torch.tensor(batch, device=dev)
+    stop = torch.zeros(n, dtype=torch.bool, device=dev)
+    why = [""] * n
+    if hp.v_stop_top1 > 0:
+        miss = (argmax != rows.t_tok_t).float()
+        all_hit = torch.zeros(n, device=dev).index_add(0, rows.t_req_t, miss) == 0
+        tracker["top1"][act] += all_hit.long()
+        hit = tracker["top1"][act] >= hp.v_stop_top1
+        why = ["top1" if h and not w else w for h, w in zip(hit.tolist(), why)]
+        stop |= hit
+    if hp.v_stop_prob > 0:
+        row_nll = torch.zeros(len(rows.ids), device=dev).index_add(0, rows.t_row_t, -tok_logp * rows.t_share)
+        tmpl = sorted(set(rows.t_row))  # the template rows (every row but the KL rows)
+        per_row = torch.exp(-row_nll[tmpl])
+        req = rows.req_t[tmpl]
+        n_rw = torch.tensor(rows.n_rw, device=dev, dtype=per_row.dtype)
+        p_mean = torch.zeros(n, device=dev).index_add(0, req, per_row / n_rw[req])
+        hit = p_mean > hp.v_stop_prob
+        why = ["prob" if h and not w else w for h, w in zip(hit.tolist(), why)]
+        stop |= hit
+    if hp.v_stop_stall > 0:
+        prev = tracker["prev"]
+        hit = torch.tensor([j in prev and prev[j] - float(l) < hp.v_stop_stall * prev[j]
+                            for j, l in zip(batch, loss.tolist())], device=dev)
+        for j, l in zip(batch, loss.tolist()):
+            prev[j] = float(l)
+        why = ["stall" if h and not w else w for h, w in zip(hit.tolist(), why)]
+        stop |= hit
+    tracker["why"] = why
+    return stop
 
 
 def _split(logits: torch.Tensor, T: int):
@@ -299,6 +350,7 @@ def optimize_targets_batch(lm, requests: list[EditRequest], layer: int, sites: t
     running = torch.ones(n, dtype=torch.bool, device=dev)  # per batch position: still optimizing
     nll_factor = hp.nll_loss_factor
     steps = hp.v_num_grad_steps
+    tracker = {"top1": torch.zeros(n, dtype=torch.long, device=dev), "prev": {}, "why": []}
     for step in range(steps):
         if progress:
             progress(step / steps, f"targets: step {step + 1}/{steps}, {int(running.sum())} request(s) left")
@@ -324,11 +376,16 @@ def optimize_targets_batch(lm, requests: list[EditRequest], layer: int, sites: t
                 raise EditkitError("the target optimisation diverged (loss is not finite); lower v_lr")
             if not adaptive:
                 done = loss.detach() < hp.v_stop_loss  # upstream's early stop
+            stop = _stabiliser_stops(hp, rows, batch, tok_logp.detach(), argmax, loss.detach(), tracker)
+            if stop is not None:
+                done = done | stop
             for i, j in enumerate(batch):
                 if not running[i]:
                     continue  # stopped earlier; its rows are still computed until the batch is rebuilt
                 losses[j].append({"step": step, "loss": loss[i].item(), "nll": nll[i].item(), "kl": kl[i].item(),
                                   "p_target": float(torch.exp(-nll[i].detach() * rows.n_tok[i]))})
+                if stop is not None and bool(stop[i]):
+                    losses[j][-1]["stopped_by"] = tracker["why"][i]
             if step == steps - 1:
                 break
             keep = running & ~done
@@ -346,6 +403,9 @@ def optimize_targets_batch(lm, requests: list[EditRequest], layer: int, sites: t
                 limit = hp.clamp_norm_factor * init[s][rows_k].norm(dim=1, keepdim=True)
                 norm = p.norm(dim=1, keepdim=True)
                 p = torch.where(norm > limit, p * limit / norm, p)  # MEMIT/ROME's norm clamp
+                if hp.v_max_norm > 0:  # ENCORE's norm constraint on the target shift, in model units
+                    norm = p.norm(dim=1, keepdim=True)
+                    p = torch.where(norm > hp.v_max_norm, p * hp.v_max_norm / norm, p)
                 delta[s][rows_k] = p
         running = keep
         if int(running.sum()) <= len(batch) // 2:  # rebuild the rows for the rest once half have stopped

@@ -1,6 +1,7 @@
 """Evaluation of edits: metrics (metrics.py), shipped evaluation sets (datasets.py), batch evaluation with resumable
-results (evaluate.py), several methods on one request (compare.py), hyperparameter sweeps (sweep.py) and lifelong
-editing (sequential.py, its tables and curves in lifelong.py)."""
+results (evaluate.py; its work items, in process or on Ray, in items.py), several methods on one request
+(compare.py), hyperparameter sweeps (sweep.py), lifelong editing (sequential.py, its tables and curves in
+lifelong.py) and how an evaluation scales over Ray workers (scale.py)."""
 from .datasets import EVAL_SETS, EvalRecord, as_record, load_eval_set, requests_of
 from .evaluate import EvalSpec, edit_and_measure, evaluate, measure, record_metrics, summarize
 from .metrics import EditMetrics

@@ -4,7 +4,8 @@
 generations); `record_metrics(pre, post, record)` turns a pre/post pair into the metrics of metrics.py.
 `edit_and_measure(lm, method, records)` edits one batch and measures it (no files: for the app);
 `evaluate(lm, methods, EvalSpec(...))` runs methods over a shipped set in batches, appending one JSON line per record
-to a results file so an interrupted run resumes where it stopped.
+to a results file so an interrupted run resumes where it stopped; its batches are independent work items
+(items.py), run in this process or on a Ray cluster (`backend`, editkit/cluster.py).
 
 Generations (fluency, consistency): ROME samples one 100-token continuation per generation prompt (top-k 5) for
 each of the 10 prompts of a record. That is slow on a CPU, so editkit defaults to `n_gen=1` prompt and
@@ -20,13 +21,12 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import threading
-from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
 from .. import isolation
+from ..cluster import Backend
 from ..corpus import paragraphs
 from ..editing.api import run_edit
 from ..editing.defaults import load_hparams
@@ -35,6 +35,7 @@ from ..paths import cache_dir, safe_name
 from ..runner import Decoding
 from ..scoring import score_targets
 from ..text import sample as text_sample
+from ..weights import active_digest
 from .datasets import EvalRecord, as_record, load_eval_set, set_id
 from .metrics import (EditMetrics, compare, generation_success, harmonic_mean, idf_table, mean_ci, n_gram_entropy,
                       nan_to_none, tfidf_cosine, token_agreement)
@@ -200,102 +201,82 @@ def _hash(obj) -> str:
     return hashlib.sha1(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:10]
 
 
-def _read_jsonl(path: Path) -> dict:
-    done = {}
-    if path.exists():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                row = json.loads(line)
-                done[row["key"]] = row
-            except (ValueError, KeyError, TypeError):
-                continue  # a line cut by an interruption: that record is recomputed
-    return done
-
-
-def _append(path: Path, row: dict) -> None:
-    with path.open("a", encoding="utf-8") as f:
-        f.write(json.dumps(row, default=str) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-
-
 def evaluate(lm, methods: list[str], spec: EvalSpec = EvalSpec(), hparams: dict | None = None,
-             out_dir: str | Path | None = None, reuse_targets: bool = False, progress=None) -> dict:
+             out_dir: str | Path | None = None, reuse_targets: bool = False, progress=None,
+             backend: Backend | None = None) -> dict:
     """Edit and measure the records `spec` names with each method, `spec.batch` requests per edit.
 
     `hparams` = {method: overrides}. Results go to `out_dir` (default: the editkit cache), one JSONL file per
-    (model, method, batch, set, hparams, generation setting); a rerun skips the records already there.
-    Pre-edit measurements are cached per (model, set, generation setting). `reuse_targets` shares optimized target
-    vectors with earlier runs whose settings differ only in the solve (editing/memo.py). Returns the summary table."""
-    from ..editing.memo import reuse_targets as reuse
+    (model, method, batch, set, hparams, generation setting, active edits); a rerun skips the records already
+    there. Pre-edit measurements are kept per (model, set, generation setting, active edits). `reuse_targets`
+    shares optimized target vectors with earlier runs whose settings differ only in the solve (editing/memo.py).
+    `backend`: where the work items run (items.py: one per method and batch of records; cluster.py: in this process
+    by default, or on Ray workers), with the same results. Returns the summary table."""
+    from .items import Run, execute
 
-    with reuse() if reuse_targets else nullcontext():
-        return _evaluate(lm, methods, spec, hparams, out_dir, progress)
-
-
-def _evaluate(lm, methods, spec: EvalSpec, hparams, out_dir, progress) -> dict:
     if isinstance(methods, str):
         methods = [m.strip() for m in methods.split(",") if m.strip()]
     methods = [m.lower() for m in methods]
-    batch, n_gen, gen_tokens, greedy_tokens = spec.batch, spec.n_gen, spec.gen_tokens, spec.greedy_tokens
     if not methods:
         raise EditkitError("give at least one method")
-    if not isinstance(batch, int) or batch < 1:
-        raise EditkitError("the batch size must be at least 1")
-    if n_gen < 0 or gen_tokens < 0 or greedy_tokens < 0:
-        raise EditkitError("the number of generation prompts and tokens cannot be negative")
+    check_spec(spec)
     hps = {m: load_hparams(m, lm, (hparams or {}).get(m)) for m in methods}  # fail early on bad methods/hparams
-    set_name = spec.set_name
-    records = load_eval_set(set_name, spec.n)
-    set_key = set_id(set_name)
-    out_dir = Path(out_dir) if out_dir else cache_dir("evaluations", safe_name(lm.name))
-    out_dir.mkdir(parents=True, exist_ok=True)
-    gen = {"n_gen": n_gen, "gen_tokens": gen_tokens, "seed": GEN_SEED, "sampling": "top-k 5",
-           "greedy_tokens": greedy_tokens}
-    pre_path = out_dir / f"pre-{safe_name(lm.name)}-{safe_name(set_key)}-{_hash({**gen, 'format': FORMAT})}.jsonl"
-    pre_done = _read_jsonl(pre_path)
-    total = len(methods) * len(records)
-    count, computed = 0, 0
+    records = load_eval_set(spec.set_name, spec.n)
+    set_key = set_id(spec.set_name)
+    out_dir = results_dir(lm, out_dir)
+    runs = [Run(m, hps[m], results_path(lm, m, hps[m], spec, set_key, out_dir)) for m in methods]
+    outcome = execute(lm, runs, records, spec, pre_path(lm, spec, set_key, out_dir), backend, progress,
+                      reuse_targets)
     tables = {}
-    for method in methods:
-        run_key = {"model": lm.name, "method": method, "batch": batch, "set": set_key,
-                   "hparams": hps[method].to_dict(), "format": FORMAT, **gen}
-        path = out_dir / f"{method}-{safe_name(lm.name)}-{safe_name(set_key)}-b{batch}-{_hash(run_key)}.jsonl"
-        done = _read_jsonl(path)
-        rows = []
-        for start in range(0, len(records), batch):
-            chunk = records[start:start + batch]
-            keys = [str(r.request.case_id) for r in chunk]
-            if all(k in done for k in keys):
-                rows += [done[k] for k in keys]
-                count += len(chunk)
-                continue
-            if progress:
-                progress(count / total, f"{method}: records {start + 1}-{start + len(chunk)} of {len(records)}")
-            if not all(k in pre_done for k in keys):  # another process may have measured them meanwhile
-                pre_done.update(_read_jsonl(pre_path))
-            for rec, key in zip(chunk, keys):
-                if key not in pre_done:
-                    pre_done[key] = {"key": key, "pre": measure(lm, rec, n_gen, gen_tokens, greedy_tokens)}
-                    _append(pre_path, pre_done[key])
-            out = edit_and_measure(lm, method, chunk, hps[method], spec, pre=[pre_done[k]["pre"] for k in keys])
-            for key, row in zip(keys, out):
-                row = {"key": key, **{k: v for k, v in row.items() if k != "pre"}}
-                post = row.pop("post")
-                row["post_generations"] = post["generations"]
-                row["post_greedy"] = post.get("greedy")
-                _append(path, row)
-                rows.append(row)
-            computed += len(chunk)
-            count += len(chunk)
-        tables[method] = summarize(rows)
-        tables[method]["results_file"] = str(path)
+    for run, rows in zip(runs, outcome.rows):
+        tables[run.method] = summarize(rows)
+        tables[run.method]["results_file"] = str(run.path)
     if progress:
         progress(1.0, "evaluation done")
     kind = records[0].kind
-    shown = set_name if set_key == set_name else f"{set_name} ({set_key})"
-    return {"model": lm.name, "set": shown, "n": len(records), "batch": batch, "generation": gen,
-            "computed_records": computed, "metric_family": kind, "notes": NOTES[kind], "methods": tables}
+    shown = spec.set_name if set_key == spec.set_name else f"{spec.set_name} ({set_key})"
+    return {"model": lm.name, "set": shown, "n": len(records), "batch": spec.batch, "generation": generation(spec),
+            "computed_records": outcome.computed, "metric_family": kind, "notes": NOTES[kind], "methods": tables}
+
+
+def check_spec(spec: EvalSpec) -> None:
+    """A clear error for an EvalSpec no evaluation can run (batch set, counts not negative)."""
+    if not isinstance(spec.batch, int) or spec.batch < 1:
+        raise EditkitError("the batch size must be at least 1")
+    if spec.n_gen < 0 or spec.gen_tokens < 0 or spec.greedy_tokens < 0:
+        raise EditkitError("the number of generation prompts and tokens cannot be negative")
+
+
+def generation(spec: EvalSpec) -> dict:
+    """The generation setting of an evaluation, as its results files are keyed and its output reports it."""
+    return {"n_gen": spec.n_gen, "gen_tokens": spec.gen_tokens, "seed": GEN_SEED, "sampling": "top-k 5",
+            "greedy_tokens": spec.greedy_tokens}
+
+
+def _edits() -> dict:
+    """The edits active in this context (a session's kept edits), as part of a results file's key: results of the
+    edited model never resume from the base model's file. Nothing for the base model (its file names stay)."""
+    active = active_digest()
+    return {"edits": active} if active else {}
+
+
+def results_dir(lm, out_dir=None) -> Path:
+    out = Path(out_dir) if out_dir else cache_dir("evaluations", safe_name(lm.name))
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def results_path(lm, method: str, hp, spec: EvalSpec, set_key: str, out_dir: Path) -> Path:
+    """The results file of one method at its complete hyperparameters `hp` (one JSON line per record)."""
+    run_key = {"model": lm.name, "method": method, "batch": spec.batch, "set": set_key, "hparams": hp.to_dict(),
+               "format": FORMAT, **generation(spec), **_edits()}
+    return out_dir / f"{method}-{safe_name(lm.name)}-{safe_name(set_key)}-b{spec.batch}-{_hash(run_key)}.jsonl"
+
+
+def pre_path(lm, spec: EvalSpec, set_key: str, out_dir: Path) -> Path:
+    """The file of pre-edit measurements, shared by every method and setting with this generation setting."""
+    key = {**generation(spec), "format": FORMAT, **_edits()}
+    return out_dir / f"pre-{safe_name(lm.name)}-{safe_name(set_key)}-{_hash(key)}.jsonl"
 
 
 NOTES = {

@@ -11,6 +11,10 @@ with P = exp(-mean per-token NLL) as in the CounterFact metrics (metrics.py), an
 answer is target_true when given, else the model's prediction), reporting the restored probability at the
 subject's last token per layer and its peak layer, on the same layer axis. The `best_layer` is the one with the
 largest sum of the three magnitudes.
+
+Each layer's edit and measurement is one work item (`edit_at_layer`, editkit/cluster.py), and so is the trace: in
+process they run one after the other; on Ray (`backend`) the workers run them in parallel (the statistics are
+computed and cached here first), and the rows come back in layer order, equal to the serial run's.
 """
 from __future__ import annotations
 
@@ -18,11 +22,13 @@ import math
 import time
 
 from .. import isolation
+from ..cluster import Backend, Item, run_items
 from ..editing.api import prepare_first_use, run_edit
 from ..editing.defaults import load_hparams
 from ..editing.methods import get
 from ..editing.requests import EditRequest
 from ..errors import EditkitError
+from ..progress import part
 from ..tracing import TraceSpec, trace
 from .datasets import as_record
 from .evaluate import measure, record_metrics
@@ -67,12 +73,31 @@ def profile_of(trace_result: dict) -> dict:
             "high_score": r["high_score"], "trace": r}
 
 
+def edit_at_layer(lm, method: str, record, hp, pre: dict) -> dict:
+    """One row of the sweep: `method` with hp (one layer) on the record's request, measured against `pre`."""
+    layer = hp.layers[0]
+    start = time.perf_counter()
+    with isolation.session(lm):
+        result = run_edit(lm, method, [record.request], hp)
+    with isolation.session(lm, result.delta):
+        post = measure(lm, record, n_gen=0, greedy_tokens=0)
+    m = record_metrics(pre, post, record, None)
+    p_pre, p_post = _p(pre["rewrite"]["nll_new"]), _p(post["rewrite"]["nll_new"])
+    return {"layer": layer, "efficacy": m["post_efficacy"], "generalization": m["post_generalization"],
+            "specificity": m["post_specificity"], "efficacy_magnitude": m["post_efficacy_magnitude"],
+            "generalization_magnitude": m["post_generalization_magnitude"],
+            "specificity_magnitude": m["post_specificity_magnitude"],
+            "rewrite_score": (p_post - p_pre) / max(1 - p_pre, 1e-12), "p_new": p_post,
+            "relative_norm": max((n.relative_norm for n in result.norms.values()), default=0),
+            "seconds": round(time.perf_counter() - start, 2)}
+
+
 def layer_sweep(lm, request, layers=None, method: str = "rome", hparams: dict | None = None,
                 trace_kind: str | None = "mlp", samples: int = 10, progress=None,
-                trace_result: dict | None = None) -> dict:
+                trace_result: dict | None = None, backend: Backend | None = None) -> dict:
     """Edit `request` at each of `layers` (default: every layer) with a one-layer method and measure it; with a
     `trace_kind`, also trace it (or use `trace_result`, a trace of the same prompt already computed). The model is
-    unchanged afterwards."""
+    unchanged afterwards. `backend`: where the layers' items run (in process by default)."""
     spec = get(method)
     record = as_record(request)
     request = record.request
@@ -87,27 +112,16 @@ def layer_sweep(lm, request, layers=None, method: str = "rome", hparams: dict | 
     with isolation.session(lm):
         prepare_first_use(lm, list(hps.values()), progress=lambda f, m: say(0.1 * f, m), method=spec.name)
         pre = measure(lm, record, n_gen=0, greedy_tokens=0)
-    rows = []
-    for i, l in enumerate(layers):
-        say(0.1 + 0.8 * i / len(layers), f"{spec.label} at layer {l} ({i + 1}/{len(layers)})")
-        start = time.perf_counter()
-        with isolation.session(lm):
-            result = run_edit(lm, spec.name, [request], hps[l])
-        with isolation.session(lm, result.delta):
-            post = measure(lm, record, n_gen=0, greedy_tokens=0)
-        m = record_metrics(pre, post, record, None)
-        p_pre, p_post = _p(pre["rewrite"]["nll_new"]), _p(post["rewrite"]["nll_new"])
-        rows.append({"layer": l, "efficacy": m["post_efficacy"], "generalization": m["post_generalization"],
-                     "specificity": m["post_specificity"], "efficacy_magnitude": m["post_efficacy_magnitude"],
-                     "generalization_magnitude": m["post_generalization_magnitude"],
-                     "specificity_magnitude": m["post_specificity_magnitude"],
-                     "rewrite_score": (p_post - p_pre) / max(1 - p_pre, 1e-12), "p_new": p_post,
-                     "relative_norm": max((n.relative_norm for n in result.norms.values()), default=0),
-                     "seconds": round(time.perf_counter() - start, 2)})
-    profile = profile_of(trace_result) if trace_result else None
-    if trace_kind and profile is None:
-        say(0.9, f"causal trace ({trace_kind}, {samples} samples)")
-        profile = trace_profile(lm, request, trace_kind, samples)
+    items = [Item(edit_at_layer, (spec.name, record, hps[l], pre), label=f"{spec.label} at layer {l}")
+             for l in layers]
+    traced = trace_kind and not trace_result
+    if traced:
+        items.append(Item(trace_profile, (request, trace_kind, samples),
+                          label=f"causal trace ({trace_kind}, {samples} samples)"))
+    rows = run_items(lm, items, backend, part(say, 0.1, 1.0))
+    profile = rows.pop() if traced else None
+    if trace_result:
+        profile = profile_of(trace_result)
     say(1.0, "layer sweep done")
     m0 = record_metrics(pre, pre, record, None)
     unedited = {k: m0[f"pre_{k}"] for k in ("efficacy", "generalization", "specificity", "efficacy_magnitude",

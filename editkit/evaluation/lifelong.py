@@ -42,6 +42,26 @@ def curves(results: dict) -> dict:
     return out
 
 
+def layer_curves(results: dict) -> dict:
+    """Per edited matrix (parameter name, in layer order) and method: {"x": edits, "relative_norm": ||dW|| / ||W||,
+    "condition": cond(W + dW) (None at checkpoints recorded before runs kept it)}."""
+    out: dict = {}
+    for method, res in results.items():
+        for r in res.get("rows", []):
+            rel, cond = r.get("relative_norm") or {}, r.get("condition") or {}
+            for name in rel:
+                s = out.setdefault(name, {}).setdefault(method, {"x": [], "relative_norm": [], "condition": []})
+                s["x"].append(r["edit"])
+                s["relative_norm"].append(rel[name])
+                s["condition"].append(cond.get(name))
+    return dict(sorted(out.items(), key=lambda kv: _layer_key(kv[0])))
+
+
+def _layer_key(name: str):
+    digits = [int(p) for p in name.split(".") if p.isdigit()]
+    return (digits[0] if digits else -1, name)
+
+
 def final_table(results: dict) -> list[dict]:
     """One row per method: the last checkpoint (every edit measured once the run is complete), rates x100,
     Score = harmonic mean of efficacy, generalization and specificity (PMET Table 1), fluency x100."""

@@ -24,6 +24,9 @@ are in it) stands for all of them; the last checkpoint measures every edit. Each
 retention falls below `retention_floor` (Gupta et al. 2024; EasyEdit issue #18: ROME's "editing capacity is around
 100").
 
+Several methods (`sequential_methods`) are independent: one after another in this process, or in parallel on the
+workers of a Ray cluster (editkit/cluster.py), each sequence serial.
+
 Resumable: after every batch the accumulated deltas, the sequence state, the rows and the per-edit results are
 written to one cache entry (editkit/cache.py), keyed by the weights the run starts from (fingerprint), the method,
 its hyperparameters, the records and every setting; a rerun continues after the last completed batch.
@@ -40,10 +43,12 @@ from pathlib import Path
 import torch
 
 from ..cache import Store, digest
+from ..cluster import Backend, Item, run_items
 from ..corpus import token_chunks
 from ..editing.api import run_edit
 from ..editing.defaults import load_hparams
 from ..editing.methods import get
+from ..editing.result import condition_number
 from ..editing.sequence import SequenceState
 from ..weights import applied, combined, fingerprint
 from ..errors import EditkitError
@@ -156,11 +161,14 @@ def _mean(values):
 
 
 def _norms(lm, total: dict) -> dict:
+    """Per edited matrix ||dW|| / ||W|| and cond(W + dW) (PRUNE's quantity, one SVD each per checkpoint), and the
+    totals over all edited matrices."""
     params = dict(lm.model.named_parameters())
     rel = {n: float(d.norm() / params[n].detach().norm()) for n, d in total.items()}
+    cond = {n: condition_number(params[n].detach() + d.to(params[n].dtype)) for n, d in total.items()}
     dsq = sum(float(d.norm()) ** 2 for d in total.values())
     wsq = sum(float(params[n].detach().norm()) ** 2 for n in total)
-    return {"relative_norm": rel, "max_relative_norm": max(rel.values()) if rel else 0.0,
+    return {"relative_norm": rel, "condition": cond, "max_relative_norm": max(rel.values()) if rel else 0.0,
             "total_relative_norm": math.sqrt(dsq / wsq) if wsq else 0.0, "total_delta_norm": math.sqrt(dsq)}
 
 
@@ -240,7 +248,7 @@ def sequential(lm, method: str, requests, hparams: dict | None = None, spec: Seq
             break
         chunk = batches[b]
         if progress:
-            progress(b / len(batches), f"{m.label}: batch {b + 1}/{len(batches)}")
+            progress(b / len(batches), f"batch {b + 1}/{len(batches)}")
         t0 = time.perf_counter()
         with applied(lm, total):
             result = run_edit(lm, m.name, [r.request for r in chunk], hp, state=state)
@@ -259,7 +267,7 @@ def sequential(lm, method: str, requests, hparams: dict | None = None, spec: Seq
         STORE.put(path, {"total": total, "state": state, "progress": prog}, _write)
         stopped += 1
     if progress:
-        progress(prog["done"] / len(batches), f"{m.label}: {prog['done']}/{len(batches)} batches")
+        progress(prog["done"] / len(batches), f"{prog['done']}/{len(batches)} batches")
     rows = prog["rows"]
     partial = None
     if spec.finalize and 0 < prog["done"] < len(batches):
@@ -275,6 +283,27 @@ def sequential(lm, method: str, requests, hparams: dict | None = None, spec: Seq
             "complete": prog["done"] == len(batches), "resumed_at_batch": resumed_at,
             "edit_seconds": prog.get("edit_seconds", []), "collapsed_at": first_collapse, "checkpoint": str(path),
             "partial_final": partial, "notes": notes(sample, batch, eval_every)}
+
+
+def sequential_methods(lm, plans: dict, requests, cache: bool = True, progress=None,
+                       backend: Backend | None = None) -> dict:
+    """Several methods' lifelong runs on the same requests: `plans` = {method: (hparams overrides or None,
+    SequentialSpec)}; returns {method: sequential(...)} in the order of `plans`. Each run is one work item
+    (editkit/cluster.py): one after another in this process, or in parallel on Ray workers, each sequence serial on
+    its worker and checkpointed after every batch in the editkit cache as always (a shared $EDITKIT_CACHE on a
+    cluster), so a rerun, or the item run again after its worker died, continues from the last batch."""
+    backend = backend or Backend()
+    records = [as_record(r) for r in requests]
+    for method, (overrides, spec) in plans.items():  # bad methods, settings or hyperparameters fail first
+        spec.check()
+        load_hparams(get(method).name, lm, overrides)
+    if backend.ray:  # the statistics and templates every first edit needs, once, before the workers start
+        from ..editing.api import prepare_first_use
+
+        prepare_first_use(lm, [load_hparams(get(m).name, lm, hp) for m, (hp, _spec) in plans.items()])
+    items = [Item(sequential, (method, records, overrides, spec), {"cache": cache}, label=get(method).label,
+                  progress=True) for method, (overrides, spec) in plans.items()]
+    return dict(zip(plans, run_items(lm, items, backend, progress)))
 
 
 @dataclass

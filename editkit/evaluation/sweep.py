@@ -9,28 +9,30 @@ true target still wins on neighbourhood prompts), the generation-based efficacy 
 A setting is Pareto-optimal when no other setting is at least as good on efficacy, generalization and specificity
 and better on one; the front is what a user chooses from.
 
-Cost and resumption: every setting is one `evaluate` run, whose per-record results file resumes an interrupted
-setting record by record; a finished setting's summary is a cache entry (editkit/cache.py, keyed by the model's
+Cost and resumption: every setting is one evaluation run (items.py), whose per-record results file resumes an
+interrupted setting record by record; a finished setting's summary is a cache entry (editkit/cache.py, keyed by the model's
 weights, the method, the set, n, batch and the complete hyperparameters), so a rerun or a wider grid only computes
 new settings. Settings that differ only in how the update is solved (statistics, shrinkage, lambda) share their
 target vectors (editing/memo.py), so such a setting costs a solve and the measurements, not an optimisation.
+Every setting's batches of records are independent work items, run in order in this process or spread over the
+workers of a Ray cluster (`backend`, editkit/cluster.py), with the same numbers.
 """
 from __future__ import annotations
 
 import itertools
 import json
 import math
-from contextlib import nullcontext
 from dataclasses import replace
 
 from ..cache import Store
+from ..cluster import Backend
 from ..editing.defaults import load_hparams
-from ..editing.memo import reuse_targets
 from ..editing.methods import get
-from ..weights import fingerprint
 from ..errors import EditkitError
+from ..weights import fingerprint
 from .datasets import load_eval_set, set_id
-from .evaluate import FORMAT, EvalSpec, evaluate
+from .evaluate import FORMAT, EvalSpec, check_spec, pre_path, results_dir, results_path, summarize
+from .items import Run, execute
 
 STORE = Store("sweeps", version=1)
 # a sweep's defaults: choose settings on the validation set; no sampled generations (a sweep compares rates);
@@ -138,56 +140,58 @@ def summary_row(setting: dict, hp, table: dict) -> dict:
 
 
 def sweep(lm, method: str, params, spec: EvalSpec = SWEEP, hparams: dict | None = None, out_dir=None,
-          reuse: bool = True, progress=None) -> dict:
+          reuse: bool = True, progress=None, backend: Backend | None = None) -> dict:
     """Evaluate `method` at every setting of the grid `params` ({name: values} or ['name=v1,v2', ...]) on the
     records `spec` names (SWEEP: the defaults).
 
     Every setting starts from the model's defaults with `hparams` (the user's overrides) applied, and the grid's
-    values on top of those. `reuse` shares target vectors between settings (editing/memo.py). Returns
-    {"settings": [...], "pareto": [indices], "unedited": {...}, ...}."""
+    values on top of those. `reuse` shares target vectors between settings (editing/memo.py). `backend`: where the
+    work items run (one per setting and batch of records, items.py; in this process by default, or on Ray
+    workers), with the same results. Returns {"settings": [...], "pareto": [indices], "unedited": {...}, ...}."""
     m = get(method)
     params = parse_params(params)
     n = spec.n
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise EditkitError("--n must be a whole number of at least 1")
-    batch = spec.batch or (10 if m.batch else 1)
-    if not isinstance(batch, int) or batch < 1:
-        raise EditkitError("the batch size must be at least 1")
-    spec = replace(spec, batch=batch)
+    spec = replace(spec, batch=spec.batch or (10 if m.batch else 1))
+    check_spec(spec)
     settings = grid(params)
     base = dict(hparams or {})
     hps = [load_hparams(m.name, lm, {**base, **s}) for s in settings]  # all valid before anything runs
-    load_eval_set(spec.set_name, 1)  # an unknown set or a bad file fails now
+    records = load_eval_set(spec.set_name, n)  # an unknown set or a bad file fails now
     set_key = set_id(spec.set_name)
     gen = {"n_gen": spec.n_gen, "gen_tokens": spec.gen_tokens, "greedy_tokens": spec.greedy_tokens}
     weights = fingerprint(lm)
-    rows, computed = [], 0
-    with reuse_targets() if reuse else nullcontext() as memo:
-        for i, (setting, hp) in enumerate(zip(settings, hps)):
-            path = STORE.path(lm.name, method=m.name, set=set_key, n=n, batch=batch, hparams=hp.to_dict(),
-                              weights=weights, format=FORMAT, **gen)
-            hit = STORE.get(path)
-            if hit is not None:
-                rows.append({**hit, "setting": setting, "label": label(setting), "cached": True})
-                continue
-            sub = None
-            if progress:
-                def sub(f, msg, i=i):
-                    progress((i + f) / len(settings), f"setting {i + 1}/{len(settings)} ({label(setting)}): {msg}")
-            out = evaluate(lm, [m.name], spec, hparams={m.name: hp.to_dict()}, out_dir=out_dir, progress=sub)
-            computed += out["computed_records"]
-            row = summary_row(setting, hp, out["methods"][m.name])
-            STORE.put(path, row)
-            rows.append({**row, "cached": False})
+    out = results_dir(lm, out_dir)
+    rows: list = [None] * len(settings)
+    runs, where = [], []  # the settings still to compute, as evaluation runs, and their places in the grid
+    for i, (setting, hp) in enumerate(zip(settings, hps)):
+        path = STORE.path(lm.name, method=m.name, set=set_key, n=n, batch=spec.batch, hparams=hp.to_dict(),
+                          weights=weights, format=FORMAT, **gen)
+        hit = STORE.get(path)
+        if hit is not None:
+            rows[i] = {**hit, "setting": setting, "label": label(setting), "cached": True}
+            continue
+        runs.append(Run(m.name, hp, results_path(lm, m.name, hp, spec, set_key, out),
+                        f"setting {i + 1}/{len(settings)} ({label(setting)})"))
+        where.append((i, path))
+
+    def finished(r: int, setting_rows: list[dict]) -> None:  # a setting is complete: cache its summary now
+        i, path = where[r]
+        table = {**summarize(setting_rows), "results_file": str(runs[r].path)}
+        row = summary_row(settings[i], hps[i], table)
+        STORE.put(path, row)
+        rows[i] = {**row, "cached": False}
+
+    outcome = execute(lm, runs, records, spec, pre_path(lm, spec, set_key, out), backend, progress, reuse, finished)
     front = pareto(rows)
     for i, r in enumerate(rows):
         r["pareto"] = i in front
     if progress:
         progress(1.0, "sweep done")
-    return {"model": lm.name, "method": m.name, "set": spec.set_name, "n": n, "batch": batch, "params": params,
+    return {"model": lm.name, "method": m.name, "set": spec.set_name, "n": n, "batch": spec.batch, "params": params,
             "settings": rows, "pareto": front, "unedited": rows[0]["unedited"] if rows else None,
-            "computed_records": computed,
-            "reused_targets": None if memo is None else {"hits": memo.hits, "misses": memo.misses},
+            "computed_records": outcome.computed, "reused_targets": outcome.reused,
             "defaults": load_hparams(m.name, lm).to_dict(), "overrides": base}
 
 

@@ -2,7 +2,7 @@
 method in its registry colour; hollow markers are checkpoints measured on a sample of the edits so far."""
 from __future__ import annotations
 
-from ..evaluation.lifelong import METRICS, curves
+from ..evaluation.lifelong import METRICS, curves, layer_curves
 
 PANELS = ("efficacy", "generalization", "specificity", "retention", "fluency", "perplexity_ratio",
           "total_relative_norm")
@@ -49,4 +49,45 @@ def lifelong_figure(results: dict, panels=PANELS, columns: int = 4):
     fig.update_layout(height=300 * rows + 60, margin={"t": 50}, legend={"orientation": "h", "y": 1.08},
                       title="Lifelong editing: metrics of all edits so far after each checkpoint "
                             "(hollow markers: a fixed random sample of them)")
+    return fig
+
+
+def _short(name: str) -> str:
+    """"model.layers.4.mlp.down_proj.weight" -> "layer 4 down_proj"."""
+    parts = name.replace(".weight", "").split(".")
+    digits = [i for i, p in enumerate(parts) if p.isdigit()]
+    return f"layer {parts[digits[0]]} {parts[-1]}" if digits else name
+
+
+def layer_figure(results: dict, columns: int | None = None):
+    """One column per edited matrix (layer): ||dW|| / ||W|| on top and the condition number cond(W + dW) below
+    (PRUNE's quantity; log axes), one curve per method after each checkpoint. Runs recorded before the condition
+    number was kept leave the lower panels empty."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    data = layer_curves(results)
+    names = list(data) or ["(no edited matrices)"]
+    cols = columns or max(1, len(names))
+    fig = make_subplots(rows=2, cols=cols, horizontal_spacing=0.04, vertical_spacing=0.16,
+                        subplot_titles=[f"||ΔW||/||W||, {_short(n)}" for n in names[:cols]]
+                        + [f"cond(W+ΔW), {_short(n)}" for n in names[:cols]])
+    shown = set()
+    for c, name in enumerate(names[:cols]):
+        for method, s in data.get(name, {}).items():
+            label, color = _style(method)
+            for row, key in ((1, "relative_norm"), (2, "condition")):
+                pts = [(x, y) for x, y in zip(s["x"], s[key]) if y is not None]
+                if not pts:
+                    continue
+                fig.add_trace(go.Scatter(x=[p[0] for p in pts], y=[p[1] for p in pts], mode="lines+markers",
+                                         name=label, legendgroup=method, showlegend=method not in shown,
+                                         line={"color": color}, marker={"size": 5, "color": color}),
+                              row=row, col=c + 1)
+                shown.add(method)
+        for row in (1, 2):
+            fig.update_yaxes(type="log", row=row, col=c + 1)
+            fig.update_xaxes(title_text="edits" if row == 2 else None, row=row, col=c + 1)
+    fig.update_layout(height=620, margin={"t": 60}, legend={"orientation": "h", "y": 1.12},
+                      title="Per edited matrix: update norm and condition number after each checkpoint")
     return fig

@@ -4,6 +4,8 @@
     heatmap(preview.to_dict())            # an attribution-patching estimate: titled and coloured as an estimate
     severing_figure(tracer.severing())    # ROME Fig. 4
     aie_figure(aie, "mlp")                # ROME Fig. 2, one kind
+    heatmap(r, relative=True)             # layers on a relative depth axis, l / (n_layers - 1)
+    depth_comparison({"gemma-3-270m": r1, "smollm2-135m": r2})   # one fact on two models, relative depth
 """
 from __future__ import annotations
 
@@ -15,9 +17,22 @@ TITLES = {"hidden": "single restored hidden state", "mlp": "restored MLP outputs
 PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"]
 
 
-def heatmap(r: dict) -> go.Figure:
+def relative_depth(n_layers: int) -> list[float]:
+    """Layer l at l / (n_layers - 1): 0 is the first layer and 1 the last, so models of different depths line up
+    (a one-layer model sits at 0)."""
+    return [l / max(n_layers - 1, 1) for l in range(n_layers)]
+
+
+def restored_share(r: dict, token: int) -> list[float]:
+    """(p - p_corrupted) / (p_clean - p_corrupted) per layer at `token`: the share of the answer's probability a
+    restoration brings back, comparable across models whose clean and corrupted p differ (0 when they are equal)."""
+    gap = r["high_score"] - r["low_score"]
+    return [(p - r["low_score"]) / gap if gap else 0.0 for p in r["scores"][token]]
+
+
+def heatmap(r: dict, relative: bool = False) -> go.Figure:
     """A (token x layer) heatmap of restored p(answer); an estimate (meta.estimate) says so in its title and uses a
-    grey scale, so it is never mistaken for the exact trace."""
+    grey scale, so it is never mistaken for the exact trace. relative=True puts layer l at l / (n_layers - 1)."""
     estimate = bool(r.get("meta", {}).get("estimate"))
     b, e = r["subject_range"]
     labels = [f"{i}: {t!r}{'*' if b <= i < e else ''}" for i, t in enumerate(r["tokens"])]
@@ -25,15 +40,18 @@ def heatmap(r: dict) -> go.Figure:
     title = TITLES[r["kind"]] + (f", window {r['window']}" if r["kind"] != "hidden" else "")
     if estimate:
         title = f"ESTIMATE (attribution patching): {title}"
+    n_layers = len(r["scores"][0])
     fig = go.Figure(go.Heatmap(
-        z=r["scores"], x=list(range(len(r["scores"][0]))), y=labels,
+        z=r["scores"], x=relative_depth(n_layers) if relative else list(range(n_layers)), y=labels,
         colorscale="Greys" if estimate else COLORS[r["kind"]], zmin=r["low_score"],
         zmax=max(r["high_score"], max(max(row) for row in r["scores"])) if estimate else None,
         customdata=ie, colorbar={"title": f"p({r['answer']!r})" + (" est." if estimate else "")},
-        hovertemplate="token %{y}<br>layer %{x}<br>p = %{z:.3f}<br>IE = %{customdata:.3f}<extra></extra>",
+        hovertemplate="token %{y}<br>" + ("depth %{x:.2f}" if relative else "layer %{x}")
+        + "<br>p = %{z:.3f}<br>IE = %{customdata:.3f}<extra></extra>",
     ))
     fig.update_yaxes(autorange="reversed")
-    fig.update_layout(title={"text": title, "font": {"size": 13}}, xaxis_title="layer",
+    fig.update_layout(title={"text": title, "font": {"size": 13}},
+                      xaxis_title=f"relative depth, layer / {n_layers - 1}" if relative else "layer",
                       height=140 + 28 * len(labels), margin={"t": 40, "b": 40})
     return fig
 
@@ -60,4 +78,30 @@ def aie_figure(aie: dict, kind: str) -> go.Figure:
                                  hoverinfo="skip"))
         fig.add_trace(go.Scatter(x=layers, y=s["mean"], name=c, line={"color": color}))
     fig.update_layout(title=f"AIE, {kind} (N = {aie['n_facts']})", xaxis_title="layer", height=380)
+    return fig
+
+
+def depth_comparison(traces: dict[str, dict]) -> go.Figure:
+    """One fact traced on several models (name -> result of one kind): per model, the share of p(answer) restored at
+    its last subject token (restored_share) over relative depth, so a student sees where each model recalls the
+    fact whatever its number of layers; the peak of each model is marked and named with its layer."""
+    fig = go.Figure()
+    kinds = set()
+    for (name, r), color in zip(traces.items(), PALETTE):
+        kinds.add(r["kind"])
+        token = r["subject_range"][1] - 1
+        share, depth = restored_share(r, token), relative_depth(len(r["scores"][0]))
+        peak = max(range(len(share)), key=share.__getitem__)
+        fig.add_trace(go.Scatter(
+            x=depth, y=share, name=f"{name}: {r['tokens'][token]!r} -> {r['answer']!r}", line={"color": color},
+            customdata=list(range(len(share))),
+            hovertemplate="layer %{customdata}<br>depth %{x:.2f}<br>share %{y:.2f}<extra></extra>"))
+        fig.add_trace(go.Scatter(x=[depth[peak]], y=[share[peak]], mode="markers+text", showlegend=False,
+                                 marker={"color": color, "size": 10}, text=[f"layer {peak}"],
+                                 textposition="top center", hoverinfo="skip"))
+    what = TITLES[kinds.pop()] if len(kinds) == 1 else "restored states"
+    fig.update_layout(title={"text": f"{what} at the last subject token, by relative depth", "font": {"size": 13}},
+                      xaxis_title="relative depth, layer / (n_layers - 1)",
+                      yaxis_title="share of p(answer) restored", height=380, legend={"orientation": "h", "y": -0.25})
+    fig.update_xaxes(range=[-0.02, 1.02])
     return fig

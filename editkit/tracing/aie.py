@@ -7,6 +7,10 @@ mean +- 1.96 * sd / sqrt(N). Every fact is traced by the same exact engine throu
 (tracer.py): an interrupted computation resumes where it stopped, the page shows it at once afterwards, and a fact
 traced on the tracing page (same options) is not traced again. An edited model has its own entries (the cache key
 holds the weights' fingerprint).
+
+Each fact is one work item (`trace_fact`, editkit/cluster.py): in process they run one after the other; on Ray
+(`backend`) the workers trace facts in parallel and write the same cache (a rerun reads what any worker traced),
+and the rows come back in fact order, so the averages are those of the serial run.
 """
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ import time
 
 import numpy as np
 
+from ..cluster import Backend, Item, run_items
 from ..errors import EditkitError
 from ..facts import predicted_facts
 from ..sites import TRACE_KINDS
@@ -45,29 +50,38 @@ def token_classes(n_tokens: int, subject_range: tuple[int, int]) -> dict[str, li
     return classes
 
 
+def trace_fact(lm, fact: dict, samples: int, noise: str, window: int, cache: bool = True, cancel=None,
+               progress=None) -> dict:
+    """The three traces of one fact (through the shared result cache): the row the averages read, and whether
+    every trace came from the cache."""
+    spec = TraceSpec(fact["prompt"], fact["subject"], samples=samples, noise=noise, window=window)
+    tracer = Tracer(lm, spec, cache=cache, cancel=cancel)
+    hit = all(tracer.cached(kind) is not None for kind in TRACE_KINDS)
+    results = tracer.results(TRACE_KINDS, progress, together=True)
+    first = results["hidden"]
+    return {"known_id": fact["known_id"], "low": first.low_score, "high": first.high_score,
+            "n_tokens": len(first.tokens), "subject_range": list(first.subject_range), "cached": hit,
+            **{kind: r.scores for kind, r in results.items()}}
+
+
 def average_indirect_effect(lm, n_facts: int = 50, samples: int = 10, noise: str = "3s", window: int = 10,
-                            progress=None, cache: bool = True, cancel=None, stats: dict | None = None) -> dict:
+                            progress=None, cache: bool = True, cancel=None, stats: dict | None = None,
+                            backend: Backend | None = None) -> dict:
     """Per kind and token class: mean IE per layer, its 95% band, and N (facts). `stats`, if given, receives the
-    seconds it took and how many facts came from the cache."""
+    seconds it took and how many facts came from the cache. `backend`: where the facts are traced (in process by
+    default; `cancel` is checked in process only, a Ray run stops when `progress` raises Cancelled)."""
     if not isinstance(n_facts, int) or n_facts < 1:
         raise EditkitError("n_facts must be at least 1")
     facts = predicted_facts(lm)[:n_facts]
     if not facts:
         raise EditkitError("the model predicts none of the known facts")
     t0 = time.perf_counter()
-    done, hits = {}, 0
-    for i, fact in enumerate(facts):
-        spec = TraceSpec(fact["prompt"], fact["subject"], samples=samples, noise=noise, window=window)
-        tracer = Tracer(lm, spec, cache=cache, cancel=cancel)
-        hits += all(tracer.cached(kind) is not None for kind in TRACE_KINDS)
-        results = tracer.results(TRACE_KINDS, together=True)
-        first = results["hidden"]
-        done[fact["known_id"]] = {"known_id": fact["known_id"], "low": first.low_score, "high": first.high_score,
-                                  "n_tokens": len(first.tokens), "subject_range": list(first.subject_range),
-                                  **{kind: r.scores for kind, r in results.items()}}
-        if progress:
-            progress((i + 1) / len(facts), f"{i + 1}/{len(facts)} facts")
-    rows = [done[f["known_id"]] for f in facts]
+    ray = backend is not None and backend.ray
+    extra = {"cache": cache} if ray else {"cache": cache, "cancel": cancel}
+    items = [Item(trace_fact, (fact, samples, noise, window), extra, label=f"fact {fact['known_id']}",
+                  progress=True) for fact in facts]
+    rows = run_items(lm, items, backend, progress)
+    hits = sum(row.pop("cached") for row in rows)
     out = {"n_facts": len(rows), "samples": samples, "noise": noise, "window": window, "classes": list(CLASSES),
            "layers": lm.adapter.n_layers, "kinds": {}}
     if stats is not None:

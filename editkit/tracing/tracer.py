@@ -11,6 +11,8 @@ only), the engine version and `fingerprint(lm)`: a digest of the base weights pl
 so an edited model never gets the unedited model's trace. Construct a Tracer in the context whose weights it should
 trace (inside `isolation.session(lm, deltas)` for an edited model) and use it there.
 
+`exact_panels` is the tracing page's whole trace (exact panels and severing) as one work item, for a Ray worker.
+
 Cancelling: `cancel` is a callable (e.g. threading.Event().is_set); the engine checks it at every block step and
 raises Cancelled, leaving the model and the cache as they were.
 """
@@ -20,6 +22,7 @@ import time
 
 from ..cache import Store
 from ..errors import Cancelled, EditkitError
+from ..progress import part
 from ..sites import TRACE_KINDS
 from ..weights import fingerprint
 from .attribution import attribution
@@ -179,3 +182,16 @@ class Tracer:
             noise_scale=s.scale, noise=s.noise_spec.to_dict(), samples=s.n, seed=s.seed, scores=scores,
             seconds=seconds, meta={"model": self.lm.name, "prompt": s.prompt, "engine": engine},
         )
+
+
+def exact_panels(lm, spec: TraceSpec, kinds=None, cache: bool = True, progress=None) -> dict:
+    """The tracing page's trace as one work item (editkit/cluster.py, e.g. on a Ray worker): each kind's exact
+    result, computed panel by panel as the page computes them in process, then the severing chart, as dicts:
+    {"exact": {kind: TraceResult.to_dict()}, "sever": {...}}."""
+    tracer = Tracer(lm, spec, cache=cache)
+    kinds = check_kinds(spec.kinds if kinds is None else kinds)
+    n = len(kinds) + 1
+    exact = {kind: tracer.result(kind, part(progress, i / n, (i + 1) / n, f"exact {kind} panel: ")).to_dict()
+             for i, kind in enumerate(kinds)}
+    sever = tracer.severing(progress=part(progress, len(kinds) / n, 1.0, "severing: "))
+    return {"exact": exact, "sever": sever}

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from ...progress import part
+from ..anchor import anchor_targets
 from ..hparams import Hparams
 from ..keys import key_star, keys_at
 from ..result import EditResult, RequestReport, Solve, norm_report
@@ -58,7 +59,7 @@ def rome_update(W: torch.Tensor, b: torch.Tensor | None, C: torch.Tensor, k_star
     delta = torch.outer(v_star.double() - current_out, u) / denominator
     info = {"division_factor": float(denominator / u.norm()), "denominator": float(denominator),
             "u": u, "lam": (v_star.double() - current_out) / denominator}
-    return delta.to(W.dtype), info
+    return delta.to(torch.promote_types(W.dtype, torch.float32)), info  # float32 for a half-precision W
 
 
 def first_use(hp: RomeHparams) -> FirstUse:
@@ -84,6 +85,7 @@ def apply_rome(lm, requests, hp: RomeHparams, progress=None, reference: bool = F
             k_star = key_star(lm, layer, request, hp)
             t0 = time.perf_counter()
             opt = optimize_targets(lm, request, layer, ("mlp_out",), hp, reference=reference)
+            opt = anchor_targets(lm, [request], [opt], "mlp_out", layer, hp)[0]  # NAS, when chosen
             t_targets += time.perf_counter() - t0
             v_star = opt["mlp_out"]["target"]
             k_den = k_star if hp.rrome else keys_at(lm, layer, [(request.rewrite, 0)], request.subject)[0]
@@ -100,7 +102,7 @@ def apply_rome(lm, requests, hp: RomeHparams, progress=None, reference: bool = F
             reports.append(RequestReport(request.case_id, opt["losses"], details={
                 "layer": layer, **info, "v_star_norm": float(v_star.norm()), "k_star_norm": float(k_star.norm()),
                 "delta_norm": float(dW.norm()), "weight_norm": float(W.norm()),
-                "relative_norm": float(dW.norm() / W.norm())}))
+                "relative_norm": float(dW.norm() / W.norm()), **({"nas": opt["nas"]} if "nas" in opt else {})}))
     if progress:
         progress(1.0, "ROME done")
     return EditResult("rome", list(requests), total, hp, reports, norms=norm_report(lm.model, total),

@@ -1,0 +1,68 @@
+"""Norm-anchor scaling (NAS; Liu et al., "Norm Anchors Make Model Edits Last", arXiv 2602.02543, code
+SasyaTitech/NAS `NAS/compute_z.py`, `util/vstar_stats.py`): rescale each solved value vector to a reference norm
+taken from the original model before it is written, which breaks the feedback loop in which value vectors and
+edited weights grow each other's norms over a sequence of edits. The paper's one-line rule (Sec. 4, NAS):
+
+    v* <- n_bar * v* / ||v*||,
+
+with n_bar the mean ||v*|| of ordinary edits on the unedited model (upstream: 1,000 CounterFact requests, norms
+above the 95th percentile dropped). Upstream also skips an edit whose ||v*|| exceeds a multiple of n_bar (v* = v0:
+2 for MEMIT-style residual targets, 5 for ROME); `nas_skip_factor` 0 never skips.
+
+The value vector is what the MLP writes at the edit site: for ROME and PMET the MLP output target itself; for
+residual targets (MEMIT, AlphaEdit) z = h + delta, v* = v0 + delta with v0 what the MLP adds to the residual at
+the last critical layer (site mlp_write, after Gemma's post-MLP norm), and the rescaled target is
+z = (h - v0) + v*. Off unless hp.nas_anchor > 0; a method calls `anchor_targets` on its optimized targets.
+"""
+from __future__ import annotations
+
+import torch
+
+from .keys import site_output
+from .targets import optimize_targets_batch
+
+
+def _values(lm, requests, opts: list[dict], site: str, layer: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(v*, v0) per request as rows: v0 is None for a target at the MLP output (v* is the target)."""
+    if site == "resid_post":
+        v0 = torch.stack([site_output(lm, "mlp_write", layer, r) for r in requests])
+        delta = torch.stack([o[site]["delta"] for o in opts])
+        return v0 + delta, v0
+    return torch.stack([o[site]["target"] for o in opts]), None
+
+
+def anchor_targets(lm, requests, opts: list[dict], site: str, layer: int, hp) -> list[dict]:
+    """`opts` with every request's value vector rescaled to hp.nas_anchor (new dicts: `opts` may be memoized),
+    ||v*|| before, the norm written and whether the edit was skipped in opt["nas"]. `opts` itself when
+    hp.nas_anchor is 0 (off)."""
+    if not hp.nas_anchor > 0:
+        return opts
+    v_star, v0 = _values(lm, requests, opts, site, layer)
+    norms = v_star.norm(dim=1, keepdim=True)
+    skip = (hp.nas_skip_factor > 0) & (norms > hp.nas_skip_factor * hp.nas_anchor)
+    scaled = torch.where(norms > 0, v_star * (hp.nas_anchor / norms.clamp_min(1e-12)), v_star)  # NAS Sec. 4
+    out = []
+    for j, o in enumerate(opts):
+        t = o[site]
+        if v0 is None:
+            new = t["init"] if bool(skip[j]) else scaled[j]  # skipped: v* = v0, the unchanged MLP output
+        else:
+            new = t["init"] if bool(skip[j]) else t["init"] - v0[j] + scaled[j]
+        new = new.to(t["target"].dtype)
+        out.append({**o, site: {**t, "target": new, "delta": new - t["init"]},
+                    "nas": {"v_star_norm": float(norms[j]), "skipped": bool(skip[j]),
+                            "written_norm": float(v0[j].norm()) if bool(skip[j]) and v0 is not None
+                            else float(t["init"].norm()) if bool(skip[j]) else hp.nas_anchor}})
+    return out
+
+
+def anchor_norm(lm, requests, layer: int, site: str, hp, adaptive: bool = False, quantile: float = 0.95) -> dict:
+    """n_bar as upstream estimates it: the mean ||v*|| of the given requests' targets optimized on the weights this
+    context sees (the original model), norms above `quantile` dropped. Returns {"anchor", "n", "kept", "norms"}."""
+    opts = optimize_targets_batch(lm, list(requests), layer, (site,) if not adaptive else ("attn_out", site), hp,
+                                  adaptive=adaptive)
+    v_star, _ = _values(lm, requests, opts, site, layer)
+    norms = v_star.norm(dim=1)
+    cut = torch.quantile(norms.double(), quantile)
+    kept = norms[norms.double() <= cut]
+    return {"anchor": float(kept.mean()), "n": len(norms), "kept": len(kept), "norms": [float(x) for x in norms]}

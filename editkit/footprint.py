@@ -1,0 +1,129 @@
+"""How much memory a model's weights need, and whether they fit, decided before any weight is loaded.
+
+    fp = footprint(config, "bfloat16")     # parameters counted on the meta device x bytes per parameter
+    fp.check(device, name)                  # EditkitError with the numbers when it does not fit; else a message
+    device_map(config, fp)                  # None: one device; else accelerate's map over several GPUs
+
+The parameters are counted on a model built on PyTorch's meta device (shapes only, no memory), so tied embeddings
+count once. A load needs the weights plus a margin (`OVERHEAD`: activations of short prompts, buffers, the
+tokenizer); editing adds the statistics C (d_ff x d_ff floats per edited layer) and tracing a batch of
+`samples + 1` prompts, both small beside the weights of a large model.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .errors import EditkitError
+
+OVERHEAD = 1.2  # what a load needs beyond the weights themselves
+GB = 1e9
+
+
+def count_parameters(config, trust_remote_code: bool = False) -> int:
+    """The model's parameter count from its config alone (a meta-device model: no memory, tied weights once)."""
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)
+    return sum(p.numel() for p in model.parameters())
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """A model's weights in one dtype."""
+
+    parameters: int
+    dtype: torch.dtype
+
+    @property
+    def bytes(self) -> int:
+        return self.parameters * torch.empty((), dtype=self.dtype).element_size()
+
+    @property
+    def needed(self) -> int:
+        """What a load needs: the weights plus OVERHEAD."""
+        return int(self.bytes * OVERHEAD)
+
+    def describe(self) -> str:
+        """'134.5 M parameters x 2 bytes (bfloat16) = 0.27 GB'."""
+        size = torch.empty((), dtype=self.dtype).element_size()
+        count = f"{self.parameters / 1e9:.2f} B" if self.parameters >= 1e9 else f"{self.parameters / 1e6:.1f} M"
+        return f"{count} parameters x {size} bytes ({dtype_name(self.dtype)}) = {gigabytes(self.bytes)}"
+
+    def check(self, device: torch.device, name: str, free: int | None = None) -> str:
+        """A one-line estimate for progress messages, or an EditkitError with the numbers when the weights (plus
+        OVERHEAD) exceed the free memory of `device` (RAM for the CPU, the GPU's free memory for CUDA)."""
+        free, where = available(device) if free is None else (free, _where(device))
+        line = f"{name}: {self.describe()}; {where} free: {gigabytes(free)}"
+        if self.needed <= free:
+            return line
+        hint = ""
+        if self.dtype == torch.float32:
+            half = Footprint(self.parameters, torch.bfloat16)
+            hint = f"; in bfloat16 it would need {gigabytes(half.needed)} (--dtype bfloat16)"
+        raise EditkitError(f"{name} does not fit: {self.describe()}, about {gigabytes(self.needed)} with "
+                           f"activations and buffers, but only {gigabytes(free)} of {where} is free{hint}")
+
+
+def gigabytes(n: float) -> str:
+    """'0.54 GB', or '2.4 MB' below 0.1 GB."""
+    return f"{n / GB:.2f} GB" if n >= 0.1 * GB else f"{n / 1e6:.1f} MB"
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def _where(device: torch.device) -> str:
+    return "RAM" if device.type == "cpu" else f"GPU {device.index or 0} memory"
+
+
+def available(device: torch.device) -> tuple[int, str]:
+    """(free bytes, what they are) on `device`: the system's available RAM, or the GPU's free memory."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device.index or 0)
+        return int(free), _where(device)
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().available), "RAM"
+    except ImportError:  # Linux without psutil
+        with open("/proc/meminfo") as f:
+            info = dict(line.split(":", 1) for line in f)
+        return int(info["MemAvailable"].split()[0]) * 1024, "RAM"
+
+
+def device_map(config, fp: Footprint, name: str, free: dict[int, int] | None = None,
+               plan=None) -> dict | None:
+    """None when the model fits on the first GPU (or there is none); otherwise accelerate's device map over all
+    GPUs (`infer_auto_device_map`, whole decoder blocks per device). A model that fits on no combination of GPUs
+    without offloading to the CPU or disk is refused with the numbers (offloaded weights are not real tensors,
+    which edits and hooks need). `free` and `plan` replace the measured free memory and accelerate (tests)."""
+    if free is None:
+        if not torch.cuda.is_available():
+            return None
+        free = {i: int(torch.cuda.mem_get_info(i)[0]) for i in range(torch.cuda.device_count())}
+    if fp.needed <= free[min(free)]:
+        return None
+    total = sum(free.values())
+    if fp.needed > total:
+        raise EditkitError(f"{name} does not fit: {fp.describe()}, about {gigabytes(fp.needed)} with activations "
+                           f"and buffers, but the {len(free)} GPU(s) have {gigabytes(total)} free together")
+    mapping = (plan or _accelerate_plan)(config, fp, {i: int(f / OVERHEAD) for i, f in free.items()})
+    if any(not isinstance(d, int) for d in mapping.values()):
+        raise EditkitError(f"{name} does not fit on the GPUs without offloading weights to the CPU or disk "
+                           f"({fp.describe()}; free: {', '.join(f'GPU {i} {gigabytes(f)}' for i, f in free.items())})")
+    return mapping
+
+
+def _accelerate_plan(config, fp: Footprint, max_memory: dict[int, int]) -> dict:
+    from accelerate import infer_auto_device_map
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    return infer_auto_device_map(model, max_memory=max_memory, dtype=fp.dtype,
+                                 no_split_module_classes=list(getattr(model, "_no_split_modules", None) or []))
