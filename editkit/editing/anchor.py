@@ -43,16 +43,15 @@ def anchor_targets(lm, requests, opts: list[dict], site: str, layer: int, hp) ->
     scaled = torch.where(norms > 0, v_star * (hp.nas_anchor / norms.clamp_min(1e-12)), v_star)  # NAS Sec. 4
     out = []
     for j, o in enumerate(opts):
-        t = o[site]
-        if v0 is None:
-            new = t["init"] if bool(skip[j]) else scaled[j]  # skipped: v* = v0, the unchanged MLP output
+        t, skipped = o[site], bool(skip[j])
+        unchanged = t["init"] if v0 is None else v0[j]  # the value the MLP writes without the edit
+        if skipped:  # v* = v0: the target is left where it started
+            new, written = t["init"], float(unchanged.norm())
         else:
-            new = t["init"] if bool(skip[j]) else t["init"] - v0[j] + scaled[j]
+            new, written = (scaled[j] if v0 is None else t["init"] - v0[j] + scaled[j]), hp.nas_anchor
         new = new.to(t["target"].dtype)
         out.append({**o, site: {**t, "target": new, "delta": new - t["init"]},
-                    "nas": {"v_star_norm": float(norms[j]), "skipped": bool(skip[j]),
-                            "written_norm": float(v0[j].norm()) if bool(skip[j]) and v0 is not None
-                            else float(t["init"].norm()) if bool(skip[j]) else hp.nas_anchor}})
+                    "nas": {"v_star_norm": float(norms[j]), "skipped": skipped, "written_norm": written}})
     return out
 
 
