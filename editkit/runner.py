@@ -337,7 +337,7 @@ class Runner:
         return _at_least_f32(z)
 
     def answer_logprob(self, h: torch.Tensor, answer_id, norm: bool = True, block: int = VOCAB_BLOCK,
-                       rows: int = 4096) -> torch.Tensor:
+                       rows: int = 4096, top: bool = False):
         """log softmax(logits(h))[answer] = z_answer - logsumexp(z) for residual rows h (N, d), float32.
 
         The vocabulary is walked in blocks of `block` tokens for ALL rows at once, keeping a running max and sum of
@@ -345,24 +345,31 @@ class Runner:
         are exponentiated, the unembedding matrix is read once for all N rows, and no (N x V) matrix is ever
         written (more than `rows` rows go in chunks of `rows`, to bound memory). The weight is the one this context
         sees (weights.current), so an applied edit of the unembedding counts; an LM head that is not a plain
-        linear map is projected row-chunk by row-chunk."""
+        linear map is projected row-chunk by row-chunk. With `top`: (log-probabilities, argmax token of each row),
+        the argmax read in the same pass (EasyEdit's token accuracies compare it)."""
         ids = torch.as_tensor(answer_id, device=h.device)
         ids = ids.expand(h.shape[0]) if ids.dim() == 0 else ids
         head = self.adapter.unembed_module
         if not isinstance(head, torch.nn.Linear) or h.shape[0] == 0:
-            out = []
+            out, best = [], []
             for i in range(0, h.shape[0], UNEMBED_ROWS):
                 z = self.logits(h[i:i + UNEMBED_ROWS], norm)
                 out.append(z.gather(1, ids[i:i + UNEMBED_ROWS, None])[:, 0] - torch.logsumexp(z, -1))
-            return torch.cat(out) if out else torch.zeros(0)
+                best.append(z.argmax(-1))
+            out = torch.cat(out) if out else torch.zeros(0)
+            return (out, torch.cat(best) if best else torch.zeros(0, dtype=torch.long)) if top else out
         if h.shape[0] > rows:
-            return torch.cat([self.answer_logprob(h[i:i + rows], ids[i:i + rows], norm, block, rows)
-                              for i in range(0, h.shape[0], rows)])
+            parts = [self.answer_logprob(h[i:i + rows], ids[i:i + rows], norm, block, rows, top)
+                     for i in range(0, h.shape[0], rows)]
+            if top:
+                return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+            return torch.cat(parts)
         x = self.adapter.final_norm(h) if norm else h
         W, bias = self._head_weight()
-        lse, answer, _, _ = vocab_pass(x, W, bias, self.adapter.final_softcap, ids=ids, block=block)
+        lse, answer, _, best = vocab_pass(x, W, bias, self.adapter.final_softcap, ids=ids, block=block)
         out = answer - lse
-        return out if x.dtype == torch.float64 else out.float()
+        out = out if x.dtype == torch.float64 else out.float()
+        return (out, best) if top else out
 
     def _head_weight(self) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The LM head's weight as this context sees it (weights.current) and its bias."""

@@ -13,6 +13,7 @@ from editkit.editing.requests import EditRequest
 from editkit.evaluation import EvalRecord, SequentialSpec, load_eval_set
 from editkit.evaluation.sequential import sequential_methods
 from editkit.evaluation.compare import compare_methods
+from editkit.evaluation.metrics import legend
 from editkit.figures import editing as figures
 from editkit.tracing import TraceSpec, trace
 from pages import ui
@@ -136,6 +137,7 @@ def show_metrics(out: dict):
         "says the new target and no longer the true one, what a user actually reads.")
     df = pd.DataFrame(figures.metrics_table(out))
     st.dataframe(df, hide_index=True, width="stretch")
+    st.caption("Each header names its metric's family: " + legend())
     ui.keep_buttons(lm, st.session_state.get("ec_deltas", {}), LABELS,
                     "; ".join(f"{r['prompt'].replace('{}', r['subject'])} → {r['target_new']}" for r in out["requests"]),
                     {"model": lm.name, "requests": out["requests"]})
@@ -266,6 +268,7 @@ def spectrum_section(lm) -> None:
 def lifelong_section(lm) -> None:
     """Lifelong editing: the shipped run's curves (500 edits), and a short run of your own."""
     from editkit.evaluation.lifelong import SHIPPED, final_table, load_results
+    from editkit.evaluation.metrics import labelled, legend
     from editkit.figures.lifelong import layer_figure, lifelong_figure
 
     st.subheader("Lifelong editing: hundreds of edits, one batch after another")
@@ -275,7 +278,10 @@ def lifelong_section(lm) -> None:
         "still work), fluency of generated text on fixed prompts, WikiText perplexity and the size of the "
         "accumulated ‖ΔW‖. Batch t is solved at W_t = W_0 + ΔW_1 + … + ΔW_(t-1); retention = the share of earlier "
         "edits with P(new) > P(true) right after their batch that still have it. Batch size 1 is the classic "
-        "sequential stress test. ROME collapses in this setting; AlphaEdit's claim is that it does not.")
+        "sequential stress test. ROME collapses in this setting; AlphaEdit's claim is that it does not. Locality is "
+        "measured against the ORIGINAL model: its answers on the neighborhood prompts are cached before the first "
+        "edit, and 'kept' / 'locality' are the shares of those answers (P(true) > P(new); argmax tokens) the edits "
+        "left unchanged. Headers tag each metric's family: " + legend())
     if SHIPPED.exists():
         with ui.guard("the shipped run"):
             shipped = load_results(SHIPPED)
@@ -283,7 +289,7 @@ def lifelong_section(lm) -> None:
             st.caption(f"Shipped run on {first['model']}: {first['n']} CounterFact edits; {first['notes']}")
             st.plotly_chart(lifelong_figure(shipped), width="stretch", key="ec_life_shipped")
             st.plotly_chart(layer_figure(shipped), width="stretch", key="ec_life_shipped_layers")
-            st.dataframe(pd.DataFrame(final_table(shipped)), hide_index=True, width="stretch")
+            st.dataframe(pd.DataFrame(labelled(final_table(shipped))), hide_index=True, width="stretch")
     c1, c2, c3 = st.columns(3)
     chosen = c1.multiselect("Methods", list(LABELS), list(LABELS), format_func=LABELS.get, key="ec_life_methods")
     n = int(c2.number_input("Edits", 2, 200, 20, key="ec_life_n"))
@@ -306,7 +312,7 @@ def lifelong_section(lm) -> None:
         st.caption("Per edited matrix: ‖ΔW‖/‖W‖ and the condition number of W + ΔW (σ_max/σ_min, the quantity "
                    "PRUNE bounds), after each checkpoint.")
         st.plotly_chart(layer_figure(mine), width="stretch", key="ec_life_layers")
-        st.dataframe(pd.DataFrame(final_table(mine)), hide_index=True, width="stretch")
+        st.dataframe(pd.DataFrame(labelled(final_table(mine))), hide_index=True, width="stretch")
 
 
 spectrum_section(lm)

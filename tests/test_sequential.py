@@ -94,10 +94,46 @@ def test_pair_nlls_equal_score_targets(tiny):
     P.append("The capital of France is")  # two multi-token targets: two rows
     N.append(" New South Wales")
     T.append(" Paris Texas")
-    fast = pair_nlls(tiny, P, N, T, batch_tokens=100)
+    fast = pair_nlls(tiny, P, N, T, batch_tokens=100, tops=True)
     new, true = score_targets(tiny, P, N), score_targets(tiny, P, T)
-    for (a, b), x, y in zip(fast, new, true):
+    for (a, b, top), x, y in zip(fast, new, true):
         assert abs(a - x.mean_nll) < 1e-4 and abs(b - y.mean_nll) < 1e-4
+        assert top == y.token_argmax  # the true target's teacher-forced argmax tokens (EasyEdit's locality)
+
+
+def test_locality_is_measured_against_the_original_model(tiny_by_name):
+    """kept / locality at the last checkpoint equal a recomputation with score_targets: the unedited model's
+    neighborhood answers (read before any edit) against the answers at the run's final weights (EasyEdit #643)."""
+    from editkit.evaluation.metrics import token_agreement
+    from editkit.evaluation.sequential import STORE, _read
+
+    lm = tiny_by_name("tiny-llama")
+    records = load_eval_set("counterfact", 4)
+    prompts = [p for r in records for p in r.request.neighborhood_prompts]
+    owner = [i for i, r in enumerate(records) for _ in r.request.neighborhood_prompts]
+    news = [records[i].request.target_new for i in owner]
+    trues = [records[i].request.target_true for i in owner]
+
+    def answers():
+        new, true = score_targets(lm, prompts, news), score_targets(lm, prompts, trues)
+        return [t.mean_nll < n.mean_nll for n, t in zip(new, true)], [t.token_argmax for t in true]
+
+    before = answers()
+    out = sequential(lm, "memit", records, {"v_num_grad_steps": 4}, SequentialSpec(batch=2, sample=None, **SMALL),
+                     cache=False)
+    with applied(lm, STORE.get(out["checkpoint"], _read)["total"]):
+        after = answers()
+    kept, loc = [], []
+    for i in range(len(records)):
+        at = [j for j, o in enumerate(owner) if o == i]
+        kept.append(sum(before[0][j] == after[0][j] for j in at) / len(at))
+        loc.append(token_agreement([before[1][j] for j in at], [after[1][j] for j in at]))
+    last = out["rows"][-1]
+    assert math.isclose(last["kept"], sum(kept) / len(kept), abs_tol=1e-9)
+    assert math.isclose(last["locality"], sum(loc) / len(loc), abs_tol=1e-9)
+    assert last["locality"] < 1 or last["kept"] < 1 or last["total_relative_norm"] == 0  # the edit was measured
+    table = final_table({"memit": out})[0]
+    assert table["locality"] == 100 * last["locality"] and "original" in out["notes"].lower()
 
 
 def test_perplexity_equals_full_logits(tiny_by_name):

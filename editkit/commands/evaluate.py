@@ -9,6 +9,7 @@ import sys
 
 from ..cli import add_model_arg, add_ray_arg, load, ray_backend
 from ..errors import EditkitError
+from ..evaluation.metrics import header, legend
 from . import lifelong
 
 
@@ -83,6 +84,16 @@ def _fmt(cell):
     return f"{cell['mean']:6.1f}" + (f" ±{ci:4.1f}" if ci is not None else "")
 
 
+def _cell(t: dict, when: str, column: str):
+    """One table cell: the Score of the mean rates (PMET Table 1), locality after the edit only (it compares the
+    edited model's tokens with the unedited one's), else the metric's mean at `when`."""
+    if column == "score":
+        return {"mean": t.get(when + "_table_score")}
+    if column == "locality":
+        return t.get("locality") if when == "post" else None
+    return t.get(when + "_" + column)
+
+
 def show(out):
     if "sets" in out:
         for name, desc in out["sets"].items():
@@ -94,13 +105,17 @@ def show(out):
     print(f"{out['model']} on {out['set']} ({out['n']} records, batch {out['batch']}); mean ± 95% half-width")
     cols = ["score", "efficacy", "generalization", "specificity", "fluency", "consistency", "gen_efficacy",
             "gen_generalization"]
-    names = {"gen_efficacy": "Gen. eff.", "gen_generalization": "Gen. gen."}
-    print(f"{'':14s}" + "".join(f"{names.get(c, c.capitalize()):>15s}" for c in cols) + "   s/request")
+    cols += ["reliability", "generalization_acc", "locality"]
+    names = {"gen_efficacy": "Gen. eff.", "gen_generalization": "Gen. gen.", "generalization_acc": "Gen. acc",
+             "reliability": "Reliab.", "generalization": "Generaliz.", "specificity": "Specific.",
+             "consistency": "Consist."}
+    kind = out.get("metric_family", "counterfact")
+    print(f"{'':14s}" + "".join(f"{header(c, names.get(c, c.capitalize()[:10]), kind):>15s}" for c in cols)
+          + "   s/request")
 
     def line(t, when):
         # Score = harmonic mean of the mean efficacy, generalization and specificity (PMET Table 1)
-        return "".join(f"{_fmt({'mean': t.get(when + '_table_score')} if c == 'score' else t.get(when + '_' + c)):>15s}"
-                       for c in cols)
+        return "".join(f"{_fmt(_cell(t, when, c)):>15s}" for c in cols)
 
     for i, (method, t) in enumerate(out["methods"].items()):
         if i == 0:  # the same records before any edit: one row serves every method
@@ -112,4 +127,6 @@ def show(out):
           f"{g['seed']}); Gen. eff./gen. = greedy {g.get('greedy_tokens', 0)}-token continuation of the rewrite/"
           f"paraphrase prompts says the new target and not the true one (QAEdit); {out['computed_records']} "
           "record(s) computed now, the rest read from the results files")
+    print(f"{legend(cols, kind)}; locality = the neighborhood (or locality) answer's argmax tokens unchanged by the "
+          "edit (EasyEdit)")
     print(out["notes"])

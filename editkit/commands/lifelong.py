@@ -8,6 +8,7 @@ command of its own: evaluate.py adds these options to its parser (`add_arguments
 import json
 
 from ..errors import EditkitError
+from ..evaluation.metrics import header, legend
 
 
 def add_arguments(parser) -> None:
@@ -76,14 +77,19 @@ def show(out) -> None:
             flag = f"  COLLAPSED: {r['reason']}" if r["collapsed"] else ""
             on = f"{r['measured']} sampled" if r["sampled"] else "all"
             print(f"edits {r['edit']:4d} ({on:>11s}): eff {_f(r['efficacy'])} gen {_f(r['generalization'])} "
-                  f"spe {_f(r['specificity'])} ret {_f(r['retention'])} took {_f(r['took'])} "
+                  f"spe {_f(r['specificity'])} kept {_f(r.get('kept'))} loc {_f(r.get('locality'))} "
+                  f"ret {_f(r['retention'])} took {_f(r['took'])} "
                   f"flu {100 * r['fluency']:.1f} ppl {r['perplexity']:.2f} ||dW||/||W|| "
                   f"{r['total_relative_norm']:.3f}{flag}")
     print("\nfinal (every edit measured; rates x100, fluency x100):")
-    cols = ["efficacy", "generalization", "specificity", "score", "retention", "fluency", "perplexity",
-            "total_relative_norm"]
-    print(f"{'method':12s}{'edits':>7s}" + "".join(f"{c[:12]:>13s}" for c in cols))
+    cols = ["efficacy", "generalization", "specificity", "kept", "locality", "score", "retention", "fluency",
+            "perplexity", "total_relative_norm"]
+    names = {"generalization": "Generaliz.", "specificity": "Specific.", "total_relative_norm": "dW/W"}
+    print(f"{'method':12s}{'edits':>7s}" + "".join(f"{header(c, names.get(c, c.capitalize()[:10])):>15s}"
+                                                    for c in cols))
     for row in out["table"]:
-        print(f"{row['label']:12s}{row['edits']:>7d}" + "".join(f"{_f(row.get(c), '.2f'):>13s}" for c in cols))
+        print(f"{row['label']:12s}{row['edits']:>7d}" + "".join(f"{_f(row.get(c), '.2f'):>15s}" for c in cols))
+    print(f"{legend(cols)}; kept and locality compare with the original model's answers, cached before the first "
+          "edit")
     if out["sequential"]:
         print(next(iter(out["sequential"].values()))["notes"])

@@ -82,9 +82,11 @@ def measure(lm, record, n_gen: int = N_GEN, gen_tokens: int = GEN_TOKENS,
     r = record.request
     groups = {"rewrite": [r.rewrite], "paraphrase": r.paraphrase_prompts, "neighborhood": r.neighborhood_prompts}
     out: dict = {}
+    true_scores = {}
     for group, prompts in groups.items():
         new = score_targets(lm, prompts, [r.target_new] * len(prompts)) if prompts else []
         true = score_targets(lm, prompts, [r.target_true] * len(prompts)) if prompts and r.target_true else []
+        true_scores[group] = true
         out[group] = {"prompts": list(prompts), "nll_new": [s.mean_nll for s in new],
                       "nll_true": [s.mean_nll for s in true], "acc_new": [s.accuracy for s in new],
                       "p_new": [s.prob for s in new], "p_true": [s.prob for s in true]}
@@ -92,6 +94,8 @@ def measure(lm, record, n_gen: int = N_GEN, gen_tokens: int = GEN_TOKENS,
         scores = score_targets(lm, [p for p, _ in record.locality], [a for _, a in record.locality])
         out["locality_argmax"] = [s.token_argmax for s in scores]
         out["locality_acc"] = [s.accuracy for s in scores]
+    elif r.target_true:  # EasyEdit's CounterFact locality: the neighborhood prompts, target_true as the answer
+        out["locality_argmax"] = [s.token_argmax for s in true_scores.get("neighborhood", [])]
     gens = r.generation_prompts[:max(n_gen, 0)]
     out["generations"] = [{"prompt": p, "text": p + sample(lm, p, gen_tokens)} for p in gens] if gen_tokens else []
     if greedy_tokens:
@@ -150,7 +154,8 @@ def metrics_of(meas: dict, record: EvalRecord, idf: dict | None) -> EditMetrics:
 
 def record_metrics(pre: dict, post: dict, record, idf: dict | None) -> dict:
     """Flat {"pre_<metric>": .., "post_<metric>": .., "locality": ..} for one record (None = unavailable).
-    Locality (EasyEdit) = share of the locality answers' positions whose argmax the edit left unchanged."""
+    Locality (EasyEdit) = share of the locality answers' positions whose argmax the edit left unchanged (CounterFact
+    records without locality prompts: the neighborhood prompts with target_true, as EasyEdit scores CounterFact)."""
     record = as_record(record)
     out = {}
     for when, meas in (("pre", pre), ("post", post)):

@@ -21,6 +21,8 @@ METRICS = {
     "efficacy": ("Efficacy", 100, "% of edits"),
     "generalization": ("Generalization", 100, "% of paraphrases"),
     "specificity": ("Specificity", 100, "% of neighborhood prompts"),
+    "kept": ("Neighbours kept vs original", 100, "% of neighborhood prompts"),
+    "locality": ("Locality vs original (tokens)", 100, "% of neighborhood tokens"),
     "retention": ("Retention", 100, "% of earlier edits kept"),
     "fluency": ("Fluency", 100, "n-gram entropy x100"),
     "perplexity_ratio": ("Perplexity / base", 1, "ratio"),
@@ -79,6 +81,7 @@ def final_table(results: dict) -> list[dict]:
             "complete": bool(res.get("complete")), "measured": last.get("measured"),
             "efficacy": rates[0], "generalization": rates[1], "specificity": rates[2],
             "score": harmonic_mean(rates) if all(r is not None for r in rates) else None,
+            "kept": _x100(last.get("kept")), "locality": _x100(last.get("locality")),
             "retention": 100 * last["retention"] if last.get("retention") is not None else None,
             "fluency": 100 * last["fluency"] if _finite(last.get("fluency")) else None,
             "base_fluency": 100 * res["base"]["fluency"] if _finite(res.get("base", {}).get("fluency")) else None,
@@ -89,6 +92,10 @@ def final_table(results: dict) -> list[dict]:
             "seconds_per_edit": (sum(seconds) / last["edit"]) if seconds and last["edit"] else None,
             "collapsed_at": res.get("collapsed_at")})
     return table
+
+
+def _x100(x):
+    return 100 * x if _finite(x) else None
 
 
 def _finite(x) -> bool:

@@ -39,10 +39,11 @@ def _rows(tok, prompts, news, trues):
 
 
 @torch.no_grad()
-def pair_nlls(lm, prompts: list[str], news: list[str], trues: list[str], batch_tokens: int = 2048
-              ) -> list[tuple[float, float]]:
+def pair_nlls(lm, prompts: list[str], news: list[str], trues: list[str], batch_tokens: int = 2048,
+              tops: bool = False) -> list[tuple]:
     """(mean NLL of new, mean NLL of true) after each prompt, as score_targets' `mean_nll` (targets with their
-    leading space)."""
+    leading space). With `tops`, a third item: the argmax token at each of target_true's positions, teacher-forced
+    (score_targets' `token_argmax` of the true target: what EasyEdit's locality compares)."""
     if not prompts:
         return []
     rows, plans = _rows(lm.tok, prompts, news, trues)
@@ -70,13 +71,15 @@ def pair_nlls(lm, prompts: list[str], news: list[str], trues: list[str], batch_t
         h = lm.runner.hidden(input_ids=ids.to(lm.device), attention_mask=mask.to(lm.device))
         sel = [(i, pos, tid, r) for i, r in enumerate(chunk) for pos, tid in wanted[r]]
         x = h[torch.tensor([s[0] for s in sel]), torch.tensor([s[1] for s in sel])]
-        logp = lm.runner.answer_logprob(x, torch.tensor([s[2] for s in sel], device=x.device), norm=False)
-        for (i, pos, tid, r), lp in zip(sel, logp.tolist()):
-            scored[(r, pos, tid)] = lp
+        logp, best = lm.runner.answer_logprob(x, torch.tensor([s[2] for s in sel], device=x.device), norm=False,
+                                              top=True)
+        for (i, pos, tid, r), lp, b in zip(sel, logp.tolist(), best.tolist()):
+            scored[(r, pos, tid)] = (lp, b)
         start = end
     out = []
     for plan in plans:
-        nlls = [-sum(scored[(r, pos, tid)] for r, pos, tid in t) / len(t) for t in plan]
-        out.append((nlls[0], nlls[1]))
+        nlls = [-sum(scored[(r, pos, tid)][0] for r, pos, tid in t) / len(t) for t in plan]
+        argmax_true = [scored[(r, pos, tid)][1] for r, pos, tid in plan[1]]
+        out.append((nlls[0], nlls[1], argmax_true) if tops else (nlls[0], nlls[1]))
     return out
 

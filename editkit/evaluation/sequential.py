@@ -53,7 +53,7 @@ from ..editing.sequence import SequenceState
 from ..weights import applied, combined, fingerprint
 from ..errors import EditkitError
 from .datasets import as_record
-from .metrics import compare, n_gram_entropy
+from .metrics import compare, n_gram_entropy, token_agreement
 from .pairs import pair_nlls
 
 PPL_TOKENS = 2048
@@ -124,8 +124,14 @@ def fluency(lm, prompts=FLUENCY_PROMPTS, new_tokens: int = FLUENCY_TOKENS, seed:
     return n_gram_entropy([p + sample(lm, p, new_tokens, seed) for p in prompts])
 
 
-def rates(lm, records, groups=GROUPS) -> list[dict]:
-    """Per record: the CounterFact rates of its rewrite, paraphrase and neighborhood prompts (nan without data)."""
+def rates(lm, records, groups=GROUPS, original: list | None = None) -> list[dict]:
+    """Per record: the CounterFact rates of its rewrite, paraphrase and neighborhood prompts (nan without data),
+    and `answers`: the model's own answers on its neighborhood prompts (whether P(true) > P(new), and the argmax
+    token at each of target_true's teacher-forced positions). With `original` (those answers of the unedited model,
+    one per record), the two drifts against the original model (EasyEdit issue #643: locality in a sequential run
+    compares with the model before the first edit, not with the edited one): `kept` = share of neighborhood prompts
+    whose comparison P(true) > P(new) came out as the original's (probability comparison), `locality` = share of
+    target_true's positions whose argmax token is the original's (token accuracy, EasyEdit)."""
     prompts, news, trues, owner = [], [], [], []
     for i, rec in enumerate(records):
         r = rec.request
@@ -139,20 +145,33 @@ def rates(lm, records, groups=GROUPS) -> list[dict]:
                 news.append(r.target_new)
                 trues.append(r.target_true)
                 owner.append((i, g))
-    nlls = pair_nlls(lm, prompts, news, trues)
+    nlls = pair_nlls(lm, prompts, news, trues, tops=True)
     got: dict = {}
-    for (i, g), (new, true) in zip(owner, nlls):
-        got.setdefault((i, g), ([], []))
-        got[(i, g)][0].append(new)
-        got[(i, g)][1].append(true)
+    for (i, g), (new, true, top) in zip(owner, nlls):
+        got.setdefault((i, g), ([], [], []))
+        for column, value in zip(got[(i, g)], (new, true, top)):
+            column.append(value)
     out = []
     for i in range(len(records)):
         row = {}
         for g in groups:
-            new, true = got.get((i, g), ([], []))
+            new, true, _ = got.get((i, g), ([], [], []))
             row[g] = compare(new, true, g != "neighborhood")[0] if new else math.nan
+        if "neighborhood" in groups:
+            new, true, top = got.get((i, "neighborhood"), ([], [], []))
+            row["answers"] = {"true_wins": [t < n for n, t in zip(new, true)], "argmax": top}
+            if original is not None:
+                row.update(_drift(original[i], row["answers"]))
         out.append(row)
     return out
+
+
+def _drift(before: dict | None, now: dict) -> dict:
+    """`kept` and `locality` of one record's neighborhood answers against the original model's (rates)."""
+    if not before or not before["true_wins"]:
+        return {"kept": math.nan, "locality": math.nan}
+    same = [a == b for a, b in zip(before["true_wins"], now["true_wins"])]
+    return {"kept": sum(same) / len(same), "locality": token_agreement(before["argmax"], now["argmax"])}
 
 
 def _mean(values):
@@ -237,7 +256,8 @@ def sequential(lm, method: str, requests, hparams: dict | None = None, spec: Seq
             base_flu = fluency(lm, spec.fluency_prompts, spec.fluency_tokens, seed)
             first = [records[i] for i in order[:sample or len(records)]]
             pre = rates(lm, first)
-        prog = {"done": 0, "rows": [], "took": {}, "base": {
+            original = [r["answers"] for r in rates(lm, records, ("neighborhood",))]  # before the first edit
+        prog = {"done": 0, "rows": [], "took": {}, "original": original, "base": {
             "perplexity": base_ppl, "fluency": base_flu, "measured": len(first),
             **{k: _mean([r[g] for r in pre]) for k, g in zip(("efficacy", "generalization", "specificity"), GROUPS)}}}
     run = _Run(records, order, spec, prog)
@@ -325,7 +345,8 @@ def _checkpoint(lm, run: _Run, b: int, done: int, seconds: float, total: dict, s
     if sample is not None and not last:  # (sample None: every edit so far)
         chosen = chosen[:sample]
     chosen.sort()
-    measured = rates(lm, [records[i] for i in chosen])
+    original = prog.get("original")  # None in runs checkpointed before the original answers were kept
+    measured = rates(lm, [records[i] for i in chosen], original=original and [original[i] for i in chosen])
     start = b * spec.batch
     earlier = [(i, r) for i, r in zip(chosen, measured) if i < start and prog["took"].get(str(i))]
     retention = _mean([1.0 if r["rewrite"] == 1.0 else 0.0 for _, r in earlier]) if earlier else None
@@ -342,6 +363,7 @@ def _checkpoint(lm, run: _Run, b: int, done: int, seconds: float, total: dict, s
             "efficacy": _mean([r["rewrite"] for r in measured]),
             "generalization": _mean([r["paraphrase"] for r in measured]),
             "specificity": _mean([r["neighborhood"] for r in measured]),
+            "kept": _mean([r.get("kept") for r in measured]), "locality": _mean([r.get("locality") for r in measured]),
             "took": sum(this) / len(this), "retention": retention,
             "fluency": fluency(lm, spec.fluency_prompts, spec.fluency_tokens, spec.seed), "perplexity": ppl,
             "perplexity_ratio": ppl / base["perplexity"], **_norms(lm, total), "collapsed": bool(reasons),
@@ -354,7 +376,11 @@ def notes(sample, batch, eval_every) -> str:
              "permutation fixed by the seed); the last checkpoint measures every edit")
     return (f"batches of {batch}, checkpoints every {eval_every} edits; {where}. Rates are CounterFact's "
             "(P(new) > P(true) on rewrite/paraphrase prompts, P(true) > P(new) on neighborhood prompts, from mean "
-            "per-token NLLs), averaged over records; retention = share of the earlier edits that took right after "
+            "per-token NLLs), averaged over records; against the ORIGINAL model (its neighborhood answers cached "
+            "before the first edit): kept = share of neighborhood prompts whose comparison P(true) > P(new) came "
+            "out as the original model's (probability comparison, teacher-forced), locality = share of target_true's "
+            "positions whose argmax token is the original model's (EasyEdit's token accuracy, teacher-forced); "
+            "retention = share of the earlier edits that took right after "
             "their batch and still hold; fluency = ROME's weighted bi-/tri-gram entropy (bits; x100 in tables) of "
             "sampled continuations of fixed neutral prompts; perplexity on WikiText-2 test tokens; norms are "
             "||Delta W||_F / ||W||_F of the accumulated update.")

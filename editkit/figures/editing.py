@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
+from ..evaluation.metrics import header
+
 METRICS = [("efficacy", "Efficacy"), ("generalization", "Generalization"), ("specificity", "Specificity"),
            ("gen_efficacy", "Generation efficacy"), ("gen_generalization", "Generation generalization"),
            ("score", "Score"), ("efficacy_magnitude", "Efficacy magn."), ("specificity_magnitude", "Specificity magn."),
-           ("fluency", "Fluency"), ("consistency", "Consistency"), ("reliability", "Reliability (acc)"),
-           ("generalization_acc", "Generalization (acc)")]
+           ("fluency", "Fluency"), ("consistency", "Consistency"), ("reliability", "Reliability"),
+           ("generalization_acc", "Generalization acc.")]
 GROUPS = ("rewrite", "paraphrase", "neighborhood")
 
 
@@ -20,12 +22,15 @@ def _avg(metrics: list[dict], key: str):
 
 
 def metrics_table(out: dict) -> list[dict]:
-    """One row before any edit, then one per method: the mean of each metric over the records, x100."""
+    """One row before any edit, then one per method: the mean of each metric over the records, x100; each header
+    names the metric's family (evaluation/metrics.py: [p] probability comparison, [t] token accuracy, [g] generated
+    text; the caption gives metrics.legend())."""
     first = next(iter(out["methods"].values()))
-    rows = [{"method": "before edit", **{label: _avg(first["metrics"], "pre_" + k) for k, label in METRICS},
+    rows = [{"method": "before edit", **{header(k, label): _avg(first["metrics"], "pre_" + k) for k, label in METRICS},
              "time (s)": None}]
     for r in out["methods"].values():
-        rows.append({"method": r["label"], **{label: _avg(r["metrics"], "post_" + k) for k, label in METRICS},
+        rows.append({"method": r["label"],
+                     **{header(k, label): _avg(r["metrics"], "post_" + k) for k, label in METRICS},
                      "time (s)": round(r["seconds"], 1)})
     return rows
 
