@@ -26,3 +26,4 @@ def test_five_students_walk_the_lesson_at_once():
     print(out)
     assert out["errors"] == 0, out["error_list"]
     assert out["steps_walked"] == 5 * 10, out
+
