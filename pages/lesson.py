@@ -629,13 +629,17 @@ def step_methods(pack, fid, fact):
         "MEMIT spreads the change over several layers with a least-squares solve that keeps the other keys' "
         "outputs, layer l taking 1/(L − l + 1) of what is still missing; PMET optimises attention and FFN "
         "targets together, writes only the FFN and spreads with a square root; AlphaEdit projects the update "
-        "onto the null space P of the key statistics, so ordinary keys barely move. Teacher-forced efficacy "
+        "onto the null space P of the key statistics, so ordinary keys barely move; UltraEdit needs no "
+        "statistics and no target optimisation: one ridge solve from the edited layers' keys and gradients, "
+        "standardised with running statistics carried from edit to edit. Teacher-forced efficacy "
         "asks whether P(new) > P(true) after the prompt; generation-based success asks whether the greedy "
         "continuation says the new target and no longer the old one (QAEdit: 38.5% real generation success "
         "against 96.8% teacher-forced in their setting).",
         [r"\text{MEMIT: } \Delta = R K^{\top}(\lambda C + K K^{\top})^{-1},\quad R^{l} = \frac{V - "
          r"W_0^{l}K^{l}}{L - l + 1}\qquad \text{PMET: } R^{l} = \frac{V - W_0^{l}K^{l}}{\sqrt{L - l + 1}}",
          r"\text{AlphaEdit: } \Delta = R K_1^{\top} P\,(K_p K_p^{\top} P + K_1 K_1^{\top} P + \alpha I)^{-1}",
+         r"\text{UltraEdit: } \Delta = (\hat K^{\top}\hat K + \lambda I)^{-1}\hat K^{\top} V,\quad "
+         r"V = -\eta\,\lVert \hat k\rVert^2\,\hat g",
          r"\text{efficacy} = \mathbb{1}\big[P(o_*) > P(o_c)\big],\quad \text{generation success} = "
          r"\mathbb{1}\big[o_* \in \mathrm{greedy}(x) \wedge o_c \notin \mathrm{greedy}(x)\big]"],
         ["memit", "pmet", "metrics"])
