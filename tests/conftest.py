@@ -68,3 +68,23 @@ def chromium():
                               args=["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"])
         yield b
         b.close()
+
+
+@pytest.fixture(scope="module")
+def ray_cache(tmp_path_factory):
+    """One editkit cache for this process and the Ray workers (local:N hands its $EDITKIT_CACHE to them)."""
+    path = tmp_path_factory.mktemp("cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("EDITKIT_CACHE", str(path))
+        yield path
+
+
+@pytest.fixture(scope="module")
+def ray_lm(ray_cache):
+    """tiny-gpt2 on one torch thread, as each Ray worker: float32 sums split over threads differ in the last bit."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield load_model("tiny-gpt2", device="cpu")
+    torch.set_num_threads(before)

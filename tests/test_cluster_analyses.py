@@ -5,7 +5,6 @@ import hashlib
 import shutil
 
 import pytest
-import torch
 
 ray = pytest.importorskip("ray", reason="the Ray backend needs the `ray` package (pip install -r requirements.txt)")
 
@@ -14,7 +13,6 @@ from editkit import cluster  # noqa: E402
 from editkit.editing.api import run_edit  # noqa: E402
 from editkit.editing.requests import EditRequest  # noqa: E402
 from editkit.evaluation.layer_sweep import layer_sweep  # noqa: E402
-from editkit.models import load_model  # noqa: E402
 from editkit.similarity import similarity  # noqa: E402
 from editkit.tracing import TraceSpec  # noqa: E402
 from editkit.tracing.aie import average_indirect_effect  # noqa: E402
@@ -40,74 +38,56 @@ def same(a, b):
     return a == b
 
 
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    """One editkit cache for this process and the workers (local:N hands its $EDITKIT_CACHE to them)."""
-    path = tmp_path_factory.mktemp("cache")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("EDITKIT_CACHE", str(path))
-        yield path
-
-
-@pytest.fixture(scope="module")
-def lm(cache):
-    # One torch thread, as each Ray worker: float32 sums split over threads differ in the last bit.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield load_model("tiny-gpt2", device="cpu")
-    torch.set_num_threads(before)
-
-
-def test_aie_on_ray_equals_serial_and_the_workers_fill_the_cache(lm, cache, ray_local, monkeypatch):
+def test_aie_on_ray_equals_serial_and_the_workers_fill_the_cache(ray_lm, ray_cache, ray_local, monkeypatch):
     monkeypatch.setattr("editkit.tracing.aie.predicted_facts", lambda lm: FACTS)  # the items carry the facts
     args = dict(n_facts=3, samples=2, window=2)
-    here = average_indirect_effect(lm, **args)
-    shutil.rmtree(cache / "tracing", ignore_errors=True)  # traced afresh on the workers
+    here = average_indirect_effect(ray_lm, **args)
+    shutil.rmtree(ray_cache / "tracing", ignore_errors=True)  # traced afresh on the workers
     stats = {}
-    there = average_indirect_effect(lm, **args, backend=ray_local, stats=stats)
+    there = average_indirect_effect(ray_lm, **args, backend=ray_local, stats=stats)
     assert there == here and stats["cached_facts"] == 0
     monkeypatch.setattr("editkit.tracing.tracer.TraceSetup.build",
                         lambda *a, **k: pytest.fail("recomputed a fact a worker traced"))
     again = {}
-    assert average_indirect_effect(lm, **args, stats=again) == here and again["cached_facts"] == 3
+    assert average_indirect_effect(ray_lm, **args, stats=again) == here and again["cached_facts"] == 3
 
 
-def test_layer_sweep_on_ray_equals_serial(lm, cache, ray_local):
-    here = layer_sweep(lm, REQUEST, "0,1", hparams=FAST, trace_kind="mlp", samples=2)
-    shutil.rmtree(cache / "tracing", ignore_errors=True)
-    there = layer_sweep(lm, REQUEST, "0,1", hparams=FAST, trace_kind="mlp", samples=2, backend=ray_local)
+def test_layer_sweep_on_ray_equals_serial(ray_lm, ray_cache, ray_local):
+    here = layer_sweep(ray_lm, REQUEST, "0,1", hparams=FAST, trace_kind="mlp", samples=2)
+    shutil.rmtree(ray_cache / "tracing", ignore_errors=True)
+    there = layer_sweep(ray_lm, REQUEST, "0,1", hparams=FAST, trace_kind="mlp", samples=2, backend=ray_local)
     assert [r["layer"] for r in there["rows"]] == [0, 1] and there["trace"] is not None
     assert same(there, here)
 
 
-def test_similarity_on_ray_equals_serial_and_resumes(lm, cache, ray_local, monkeypatch):
-    here = similarity(lm, prompts=PROMPTS, batch_size=2, cache=False)
-    there = similarity(lm, prompts=PROMPTS, batch_size=2, backend=ray_local)
+def test_similarity_on_ray_equals_serial_and_resumes(ray_lm, ray_cache, ray_local, monkeypatch):
+    here = similarity(ray_lm, prompts=PROMPTS, batch_size=2, cache=False)
+    there = similarity(ray_lm, prompts=PROMPTS, batch_size=2, backend=ray_local)
     assert not there.cached and same(there.to_dict(), here.to_dict())
     # an interrupted run: the result entry and one batch missing; a rerun computes that batch only
-    assert len(list((cache / "similarity" / "batches").glob("*.json"))) == 3  # written by the workers
+    assert len(list((ray_cache / "similarity" / "batches").glob("*.json"))) == 3  # written by the workers
     digest = hashlib.sha1("\n".join(PROMPTS[2:4]).encode("utf-8")).hexdigest()
-    sim.BATCHES.path(lm.name, mode="residual", k=sim.TOP_K, prompts=digest).unlink()
-    for entry in (cache / "similarity").glob("*.json"):
+    sim.BATCHES.path(ray_lm.name, mode="residual", k=sim.TOP_K, prompts=digest).unlink()
+    for entry in (ray_cache / "similarity").glob("*.json"):
         entry.unlink()
     calls = []
     real = sim.per_prompt
     monkeypatch.setattr(sim, "per_prompt", lambda *a, **k: calls.append(a[1]) or real(*a, **k))
-    again = similarity(lm, prompts=PROMPTS, batch_size=2)
+    again = similarity(ray_lm, prompts=PROMPTS, batch_size=2)
     assert calls == [PROMPTS[2:4]] and same(again.to_dict(), here.to_dict())
 
 
-def test_trace_job_with_kept_edits(lm, ray_local):
+def test_trace_job_with_kept_edits(ray_lm, ray_local):
     """The tracing page's job (exact_panels through pages/ui.run_item): on a worker with the session's kept edit as
     delta it gives what the server computes in process with it."""
-    kept = run_edit(lm, "rome", [{"prompt": "The mother tongue of {} is", "subject": "Danielle Darrieux",
+    kept = run_edit(ray_lm, "rome", [{"prompt": "The mother tongue of {} is", "subject": "Danielle Darrieux",
                                   "target_new": "English"}], FAST).delta
     spec = TraceSpec("Danielle Darrieux's mother tongue is", "Danielle Darrieux", samples=2, window=2)
-    job = cluster.Item(exact_panels, (spec, ["hidden", "mlp"]), {"cache": False}, progress=True)
+    job = cluster.Item(exact_panels, (spec, ["hidden", "mlp"]), {"ray_cache": False}, progress=True)
     seen = []
-    there = cluster.run_one(lm, job, ray_local, lambda f, m: seen.append(f), delta=[kept])
-    here = cluster.run_one(lm, job, delta=[kept])
-    base = cluster.run_one(lm, job)
+    there = cluster.run_one(ray_lm, job, ray_local, lambda f, m: seen.append(f), delta=[kept])
+    here = cluster.run_one(ray_lm, job, delta=[kept])
+    base = cluster.run_one(ray_lm, job)
     assert list(there["exact"]) == ["hidden", "mlp"] and there["sever"]
     assert same(there, here) and not same(there, base)
     assert seen and seen[-1] == 1.0

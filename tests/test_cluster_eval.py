@@ -7,7 +7,6 @@ import threading
 import time
 
 import pytest
-import torch
 
 ray = pytest.importorskip("ray", reason="the Ray backend needs the `ray` package (pip install -r requirements.txt)")
 
@@ -17,7 +16,6 @@ from editkit.editing.api import run_edit  # noqa: E402
 from editkit.evaluation import EvalSpec, evaluate, load_eval_set  # noqa: E402
 from editkit.evaluation.sequential import SequentialSpec, sequential_methods  # noqa: E402
 from editkit.evaluation.sweep import sweep  # noqa: E402
-from editkit.models import load_model  # noqa: E402
 
 FAST = {"v_num_grad_steps": 3}
 SPEC = EvalSpec(set_name="counterfact-val", n=3, batch=1, n_gen=1, gen_tokens=5, greedy_tokens=4)
@@ -38,26 +36,8 @@ def same(a, b):
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    """One editkit cache for this process and the workers (local:N hands its $EDITKIT_CACHE to them)."""
-    path = tmp_path_factory.mktemp("cache")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("EDITKIT_CACHE", str(path))
-        yield path
-
-
-@pytest.fixture(scope="module")
-def lm(cache):
-    # One torch thread, as each Ray worker: float32 sums split over threads differ in the last bit.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield load_model("tiny-gpt2", device="cpu")
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def serial(lm, tmp_path_factory):
-    return evaluate(lm, ["rome", "memit"], SPEC, HPARAMS, out_dir=tmp_path_factory.mktemp("serial"))
+def serial(ray_lm, tmp_path_factory):
+    return evaluate(ray_lm, ["rome", "memit"], SPEC, HPARAMS, out_dir=tmp_path_factory.mktemp("serial"))
 
 
 def test_cli_ray_argument_fails_clearly(capsys):
@@ -71,23 +51,23 @@ def test_cli_ray_argument_fails_clearly(capsys):
     assert "cannot reach the Ray cluster at 127.0.0.1:1" in capsys.readouterr().err and time.monotonic() - t0 < 60
 
 
-def test_evaluate_on_ray_equals_serial_and_resumes(lm, serial, ray_local, tmp_path):
-    out = evaluate(lm, ["rome", "memit"], SPEC, HPARAMS, out_dir=tmp_path, backend=ray_local)
+def test_evaluate_on_ray_equals_serial_and_resumes(ray_lm, serial, ray_local, tmp_path):
+    out = evaluate(ray_lm, ["rome", "memit"], SPEC, HPARAMS, out_dir=tmp_path, backend=ray_local)
     assert out["computed_records"] == 6 and same(out, serial)
     assert out["methods"]["rome"]["post_efficacy"] == serial["methods"]["rome"]["post_efficacy"]
     # the calling process wrote every line: a rerun, here or on Ray, computes nothing
-    assert evaluate(lm, ["rome", "memit"], SPEC, HPARAMS, out_dir=tmp_path)["computed_records"] == 0
+    assert evaluate(ray_lm, ["rome", "memit"], SPEC, HPARAMS, out_dir=tmp_path)["computed_records"] == 0
     lines = open(out["methods"]["memit"]["results_file"]).read().splitlines()
     open(out["methods"]["memit"]["results_file"], "w").write("\n".join(lines[:1]) + "\n")
-    again = evaluate(lm, ["rome", "memit"], SPEC, HPARAMS, out_dir=tmp_path, backend=ray_local)
+    again = evaluate(ray_lm, ["rome", "memit"], SPEC, HPARAMS, out_dir=tmp_path, backend=ray_local)
     assert again["computed_records"] == 2 and same(again["methods"], serial["methods"])
 
 
-def test_killed_worker_during_evaluate(lm, serial, ray_local, tmp_path):
+def test_killed_worker_during_evaluate(ray_lm, serial, ray_local, tmp_path):
     """ray.kill of a worker computing an edit: its item runs again elsewhere; the results are the undisturbed
     run's."""
     killed = []
-    assert len(cluster.start_workers(lm.name, ray_local)) == 2
+    assert len(cluster.start_workers(ray_lm.name, ray_local)) == 2
 
     def progress(fraction, message):
         pool = next(iter(cluster._POOLS.values()))
@@ -96,60 +76,61 @@ def test_killed_worker_during_evaluate(lm, serial, ray_local, tmp_path):
             killed.append(busy[0].handle)
             ray.kill(busy[0].handle)
 
-    out = evaluate(lm, ["rome", "memit"], SPEC, HPARAMS, out_dir=tmp_path, backend=ray_local, progress=progress)
+    out = evaluate(ray_lm, ["rome", "memit"], SPEC, HPARAMS, out_dir=tmp_path, backend=ray_local,
+                   progress=progress)
     assert killed and same(out, serial)
 
 
-def test_sweep_on_ray_equals_serial(lm, ray_local, cache, tmp_path):
+def test_sweep_on_ray_equals_serial(ray_lm, ray_local, ray_cache, tmp_path):
     spec = SWEEP_SPEC
-    here = sweep(lm, "rome", GRID, spec, out_dir=tmp_path / "here")
-    for folder in ("sweeps", "targets"):  # computed afresh on Ray, not read from the serial run's cache
-        shutil.rmtree(cache / folder, ignore_errors=True)
-    there = sweep(lm, "rome", GRID, spec, out_dir=tmp_path / "there", backend=ray_local)
+    here = sweep(ray_lm, "rome", GRID, spec, out_dir=tmp_path / "here")
+    for folder in ("sweeps", "targets"):  # computed afresh on Ray, not read from the serial run's ray_cache
+        shutil.rmtree(ray_cache / folder, ignore_errors=True)
+    there = sweep(ray_lm, "rome", GRID, spec, out_dir=tmp_path / "there", backend=ray_local)
     assert there["computed_records"] == 4 and not any(r["cached"] for r in there["settings"])
     assert same(there["settings"], here["settings"]) and there["pareto"] == here["pareto"]
-    again = sweep(lm, "rome", GRID, spec, out_dir=tmp_path / "there", backend=ray_local)
+    again = sweep(ray_lm, "rome", GRID, spec, out_dir=tmp_path / "there", backend=ray_local)
     assert all(r["cached"] for r in again["settings"]) and again["computed_records"] == 0
 
 
-def test_lifelong_methods_in_parallel(lm, ray_local):
+def test_lifelong_methods_in_parallel(ray_lm, ray_local):
     """Each method's sequence on its own worker; a rerun reads the checkpoints the workers wrote."""
     records = load_eval_set("counterfact-val", 4)
     small = dict(ppl_tokens=64, fluency_tokens=5, sample=2)
     plans = {"rome": (FAST, SequentialSpec(batch=1, eval_every=2, **small)),
              "memit": (FAST, SequentialSpec(batch=2, **small))}
-    here = sequential_methods(lm, plans, records)
-    there = sequential_methods(lm, plans, records, cache=False, backend=ray_local)
+    here = sequential_methods(ray_lm, plans, records)
+    there = sequential_methods(ray_lm, plans, records, cache=False, backend=ray_local)
     assert list(there) == ["rome", "memit"] and same(there, here)
-    resumed = sequential_methods(lm, plans, records, backend=ray_local)
+    resumed = sequential_methods(ray_lm, plans, records, backend=ray_local)
     assert all(r["resumed_at_batch"] == r["batches"] for r in resumed.values()) and same(resumed, here)
 
 
-def test_app_job_with_kept_edits(lm, ray_local, tmp_path):
+def test_app_job_with_kept_edits(ray_lm, ray_local, tmp_path):
     """A page's job as one item (pages/ui.run_item): on a worker, with the session's kept edits as delta, it gives
     what the server computes in process with them; and its results never come from the base model's files."""
-    kept = run_edit(lm, "rome", [{"prompt": "The mother tongue of {} is", "subject": "Danielle Darrieux",
+    kept = run_edit(ray_lm, "rome", [{"prompt": "The mother tongue of {} is", "subject": "Danielle Darrieux",
                                   "target_new": "English"}], FAST).delta
     spec = EvalSpec(set_name="counterfact-val", n=1, batch=1, n_gen=0, greedy_tokens=0)
     job = cluster.Item(evaluate, (["rome"], spec, HPARAMS), {"out_dir": str(tmp_path)}, progress=True)
-    base = cluster.run_one(lm, job)
+    base = cluster.run_one(ray_lm, job)
     seen = []
-    there = cluster.run_one(lm, job, ray_local, lambda f, m: seen.append(f), delta=[kept])
-    here = cluster.run_one(lm, job, delta=[kept])
+    there = cluster.run_one(ray_lm, job, ray_local, lambda f, m: seen.append(f), delta=[kept])
+    here = cluster.run_one(ray_lm, job, delta=[kept])
     assert there["computed_records"] == 1 and here["computed_records"] == 0  # the worker's file, resumed here
     assert same(there["methods"], here["methods"]) and not same(there["methods"], base["methods"])
     assert seen and seen[-1] == 1.0
 
 
-def test_concurrent_runs_share_the_workers(lm, ray_local):
+def test_concurrent_runs_share_the_workers(ray_lm, ray_local):
     """Two runs at once (two sessions' jobs): the second gets a worker as soon as one of the first run's items
     ends, and ends long before the first run (which then continues on one worker)."""
-    cluster.start_workers(lm.name, ray_local)
+    cluster.start_workers(ray_lm.name, ray_local)
     out = {}
 
     def run(name, n):
         items = [cluster.Item(stepper, (4, 0.5), label=f"{name} {k}", progress=True) for k in range(n)]  # 2 s each
-        out[name] = cluster.run_items(lm, items, ray_local)
+        out[name] = cluster.run_items(ray_lm, items, ray_local)
         out[name + " end"] = time.monotonic()
 
     first = threading.Thread(target=run, args=("long", 6))
