@@ -83,7 +83,7 @@ def test_trace_job_with_kept_edits(ray_lm, ray_local):
     kept = run_edit(ray_lm, "rome", [{"prompt": "The mother tongue of {} is", "subject": "Danielle Darrieux",
                                   "target_new": "English"}], FAST).delta
     spec = TraceSpec("Danielle Darrieux's mother tongue is", "Danielle Darrieux", samples=2, window=2)
-    job = cluster.Item(exact_panels, (spec, ["hidden", "mlp"]), {"ray_cache": False}, progress=True)
+    job = cluster.Item(exact_panels, (spec, ["hidden", "mlp"]), {"cache": False}, progress=True)
     seen = []
     there = cluster.run_one(ray_lm, job, ray_local, lambda f, m: seen.append(f), delta=[kept])
     here = cluster.run_one(ray_lm, job, delta=[kept])
