@@ -1,8 +1,10 @@
-"""`python -m editkit lesson build --facts FILE --out DIR [--model M] [--methods rome,memit,...]`: compute a class
-pack for the Lesson page (every result its steps show, per fact; resumable); `lesson show DIR`: what a pack holds."""
+"""`python -m editkit lesson build --facts FILE --out DIR [--model M] [--methods rome,memit,...] [--ray ...]`:
+compute a class pack for the Lesson page (every result its steps show, per fact; resumable; with --ray one work item
+per part on a Ray cluster); `lesson show DIR`: what a pack holds."""
 import sys
 import time
 
+from ..cli import add_ray_arg, ray_backend
 from ..errors import EditkitError
 
 
@@ -21,6 +23,7 @@ def register(sub):
     b.add_argument("--bleed-facts", type=int, default=12, help="known facts of the same relation in the bleed map")
     b.add_argument("--sweep-layers", default="all", help="layers of the layer sweep: 'all', '2,4,6' or '0-17'")
     b.add_argument("--json", action="store_true", help="print the summary as JSON")
+    add_ray_arg(b)
     b.set_defaults(func=build, show=show_build)
     s = actions.add_parser("show", help="the facts and parts of a pack")
     s.add_argument("folder", help="the pack folder")
@@ -67,7 +70,8 @@ def build(args):
     settings = compute.Settings(samples=args.samples, bleed_facts=args.bleed_facts, sweep_layers=args.sweep_layers)
     bar = Bar()
     try:
-        return build_pack(args.facts, args.out, args.model, methods, settings, progress=bar)
+        return build_pack(args.facts, args.out, args.model, methods, settings, progress=bar,
+                          backend=ray_backend(args))
     finally:
         bar.close()
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import EditkitError
-from ..progress import part as part_of
+from ..progress import part as part_of, silent
 from . import compute
 from .facts import LessonFact, read_facts, refusal
 from .pack import (FORMAT, KIND, MANIFEST, bleed_name, edit_name, editkit_version, read_json, retrace_name,
@@ -35,6 +35,7 @@ class Unit:
     files: tuple[str, ...]  # part names it writes
     cost: float
     run: object  # run(lm, progress) -> {part name: value}
+    after_trace: bool = False  # reads the fact's stored trace: computed once the trace is written
 
     def done(self, folder: Path) -> bool:
         return all(read_json(folder / "facts" / self.fact / f"{name}.json") is not None for name in self.files)
@@ -57,7 +58,7 @@ def plan(fid: str, fact: LessonFact, folder: Path, methods: list[str], s: comput
         Unit(fid, "causal traces and severing", ("trace",), COST["trace"],
              lambda lm, p: {"trace": compute.traces(lm, r.rewrite, r.subject, answer, s, progress=p)}),
         Unit(fid, "FFN memories at the traced peak", ("memories",), COST["memories"],
-             lambda lm, p: {"memories": compute.memories_at_peak(lm, r.rewrite, trace_of(lm), s)}),
+             lambda lm, p: {"memories": compute.memories_at_peak(lm, r.rewrite, trace_of(lm), s)}, True),
     ]
     for t, target in enumerate(fact.targets):
         rec = compute.with_target(record, target)
@@ -73,7 +74,7 @@ def plan(fid: str, fact: LessonFact, folder: Path, methods: list[str], s: comput
                           lambda lm, p, rec=rec, t=t: {bleed_name(t): compute.bleed(lm, rec, s, progress=p)}))
     first = compute.with_target(record, fact.targets[0])
     units.append(Unit(fid, "layer sweep (ROME at every layer)", ("sweep",), COST["sweep_layer"] * n_layers,
-                      lambda lm, p: {"sweep": compute.layer_sweep(lm, first, trace_of(lm), s, progress=p)}))
+                      lambda lm, p: {"sweep": compute.layer_sweep(lm, first, trace_of(lm), s, progress=p)}, True))
     return units
 
 
@@ -130,12 +131,48 @@ def _open(folder: Path, ident: dict, s: compute.Settings, methods: list[str], fa
     return manifest
 
 
+def run_unit(lm, facts, position: int, fid: str, folder: str, methods: list[str], settings: dict, index: int,
+             progress=None) -> dict:
+    """A work item (cluster.Item): unit `index` of the plan of the fact at `position` of `facts`, computed where it
+    runs; {part name: value}, rounded as the pack stores it. The caller writes the parts."""
+    fact = read_facts(facts)[position]
+    unit = plan(fid, fact, Path(folder), methods, compute.Settings.from_dict(settings), lm.adapter.n_layers)[index]
+    return {name: compute.rounded(value) for name, value in unit.run(lm, progress or silent).items()}
+
+
+def _on_cluster(lm, facts, folder: Path, methods: list[str], s: compute.Settings, todo: list, backend, say) -> None:
+    """Every unit of `todo` ((position, fact id, index, Unit)) as a work item on Ray, in two rounds: the units that
+    read a stored trace after every trace is written. Each item's parts are written here as it finishes, so a
+    rerun skips them, whichever worker made them. The workers read the pack folder in the second round (one
+    machine, or a folder every node sees, like the cache)."""
+    from ..cluster import Item, run_items
+
+    source = str(Path(facts).resolve()) if isinstance(facts, (str, Path)) else facts
+    total = sum(u.cost for *_, u in todo) or 1.0
+    start = 0.0
+    for late in (False, True):
+        rnd = [(pos, fid, i, u) for pos, fid, i, u in todo if u.after_trace == late and not u.done(folder)]
+        if not rnd:
+            continue
+        share = sum(u.cost for *_, u in rnd) / total
+        items = [Item(run_unit, (source, pos, fid, str(folder), methods, s.to_dict(), i), label=f"{fid}: {u.what}",
+                      progress=True) for pos, fid, i, u in rnd]
+
+        def done(k: int, parts: dict, rnd=rnd) -> None:
+            for name, value in parts.items():
+                write_json(folder / "facts" / rnd[k][1] / f"{name}.json", value)
+
+        run_items(lm, items, backend, part_of(say, start, start + share), done=done)
+        start += share
+
+
 def build(facts, out, model: str | None = None, methods=None, settings: compute.Settings | None = None,
-          progress=None, lm=None) -> dict:
+          progress=None, lm=None, backend=None) -> dict:
     """Compute every missing part of the pack `out` for `facts` (a file path, or a list of record dicts).
     `lm`: an already loaded model (the page); else `model` is loaded (default: the embedded model). Returns a
     summary: the pack folder, its facts, what was computed and skipped, the seconds and the size on disk.
-    `methods`: default every registered method (ROME first: the lesson's edit, bleed map and sweep use it)."""
+    `methods`: default every registered method (ROME first: the lesson's edit, bleed map and sweep use it).
+    `backend`: a Ray cluster.Backend fans the units out (one item per unit, _on_cluster); default in process."""
     say = progress or (lambda f, m: None)
     s = settings or compute.Settings()
     if methods is None:
@@ -173,9 +210,14 @@ def build(facts, out, model: str | None = None, methods=None, settings: compute.
             manifest["facts"].append(fid)
     manifest["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S")
     write_json(folder / MANIFEST, manifest)
-    units = [u for fid, fact in zip(ids, lesson_facts)
-             for u in plan(fid, fact, folder, methods, s, lm.adapter.n_layers)]
-    todo = [u for u in units if not u.done(folder)]
+    entries = [(pos, fid, i, u) for pos, (fid, fact) in enumerate(zip(ids, lesson_facts))
+               for i, u in enumerate(plan(fid, fact, folder, methods, s, lm.adapter.n_layers))]
+    units = [u for *_, u in entries]
+    was_done = [u.done(folder) for u in units]
+    todo = [u for u, done in zip(units, was_done) if not done]
+    if backend is not None and backend.ray:
+        _on_cluster(lm, facts, folder, methods, s, [e for e in entries if not e[3].done(folder)], backend, say)
+        todo = []  # computed on the cluster
     clock = Clock(say, sum(u.cost for u in todo))
     for i, u in enumerate(todo):
         step, finish = clock.unit(u.cost, f"[{i + 1}/{len(todo)}] {u.fact}: {u.what}")
@@ -188,8 +230,9 @@ def build(facts, out, model: str | None = None, methods=None, settings: compute.
         finish(True)
     say(1.0, "pack complete")
     size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+    computed = sum(not done for done in was_done)
     return {"pack": str(folder), "model": lm.name, "fingerprint": ident["fingerprint"], "facts": ids,
-            "parts": len(units), "computed": len(todo), "skipped": len(units) - len(todo),
+            "parts": len(units), "computed": computed, "skipped": len(units) - computed,
             "seconds": round(time.perf_counter() - start, 1), "bytes": size}
 
 
