@@ -109,6 +109,16 @@ def measure(model: str, n: int, workers: tuple[int, ...] = (1, 2), hparams: dict
     return report
 
 
+def same(a, b, ignore: frozenset | set = frozenset()) -> bool:
+    """a == b for JSON-like results, recursively, skipping the dict keys in `ignore` (what a run may differ in:
+    timings, file names, cache labels)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return all(same(a.get(k), b.get(k), ignore) for k in (set(a) | set(b)) - set(ignore))
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same(x, y, ignore) for x, y in zip(a, b))
+    return a == b
+
+
 if __name__ == "__main__":
     import argparse
 
@@ -123,3 +133,4 @@ if __name__ == "__main__":
 
     torch.set_num_threads(args.threads)
     print(json.dumps(measure(args.model, args.records, hparams=args.hparams), indent=1))
+

@@ -9,6 +9,7 @@ import pytest
 ray = pytest.importorskip("ray", reason="the Ray backend needs the `ray` package (pip install -r requirements.txt)")
 
 import editkit.similarity as sim  # noqa: E402
+from cluster_util import same as equal  # noqa: E402
 from editkit import cluster  # noqa: E402
 from editkit.editing.api import run_edit  # noqa: E402
 from editkit.editing.requests import EditRequest  # noqa: E402
@@ -31,11 +32,7 @@ TIMING = {"seconds", "cached", "meta"}
 
 def same(a, b):
     """Equal apart from timings and cache labels."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        return all(same(a.get(k), b.get(k)) for k in (set(a) | set(b)) - TIMING)
-    if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
-    return a == b
+    return equal(a, b, TIMING)
 
 
 def test_aie_on_ray_equals_serial_and_the_workers_fill_the_cache(ray_lm, ray_cache, ray_local, monkeypatch):

@@ -10,7 +10,7 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="the Ray backend needs the `ray` package (pip install -r requirements.txt)")
 
-from cluster_util import stepper  # noqa: E402
+from cluster_util import same as equal, stepper  # noqa: E402
 from editkit import cluster  # noqa: E402
 from editkit.editing.api import run_edit  # noqa: E402
 from editkit.evaluation import EvalSpec, evaluate, load_eval_set  # noqa: E402
@@ -27,12 +27,7 @@ TIMING = {"seconds", "seconds_per_request", "results_file", "cached", "edit_seco
 
 def same(a, b):
     """Equal apart from timings and file names."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        keys = (set(a) | set(b)) - TIMING
-        return all(same(a.get(k), b.get(k)) for k in keys)
-    if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
-    return a == b
+    return equal(a, b, TIMING)
 
 
 @pytest.fixture(scope="module")

@@ -7,6 +7,7 @@ import pytest
 
 from editkit.lesson import compute
 from editkit.lesson.build import build
+from cluster_util import same as equal
 from lesson_util import MODEL, SAMPLES, write_facts
 
 pytest.importorskip("ray")
@@ -22,11 +23,7 @@ def parts(folder):
 
 
 def same(a, b):
-    if isinstance(a, dict) and isinstance(b, dict):
-        return all(same(a.get(k), b.get(k)) for k in (set(a) | set(b)) - TIMING)
-    if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
-    return a == b
+    return equal(a, b, TIMING)
 
 
 def test_a_pack_built_on_ray_equals_the_serial_one(ray_lm, ray_cache, ray_local, tmp_path):
