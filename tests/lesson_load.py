@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from browser_util import ROOT, chromium_path, free_port, wait_http  # noqa: E402
-from load_util import memory_mb, start_server, stop_server  # noqa: E402
+from load_util import memory_mb, page_idle, start_server, stop_server  # noqa: E402
 
 ERRORS = '[data-testid="stException"], [data-testid="stAlertContentError"]'
 PACK = ROOT / "assets" / "lesson"
@@ -40,17 +40,7 @@ class Student:
         self.i, self.page, self.timeout, self.r = i, page, timeout_s * 1000, report
 
     async def idle(self, quiet: float = 0.5) -> None:
-        end, since = time.time() + self.timeout / 1000, None
-        while time.time() < end:
-            running = await self.page.locator('[data-testid="stStatusWidget"]').count() > 0
-            if running:
-                since = None
-            elif since is None:
-                since = time.time()
-            elif time.time() - since >= quiet:
-                return
-            await asyncio.sleep(0.05)
-        raise TimeoutError(f"student {self.i}: the page was still running")
+        await page_idle(self.page, quiet, self.timeout / 1000, f"student {self.i}", poll=0.05)
 
     async def errors(self, where: str) -> None:
         boxes = self.page.locator(ERRORS)

@@ -138,6 +138,22 @@ def weights_mb() -> float:
                if "gemma-3-270m" in str(f)) / 2 ** 20
 
 
+async def page_idle(page, quiet: float, timeout_s: float, who: str, poll: float = 0.2) -> None:
+    """Wait until a Streamlit page's script run is over: no running indicator for `quiet` seconds (polled every
+    `poll` s); TimeoutError naming `who` after `timeout_s`."""
+    end, since = time.time() + timeout_s, None
+    while time.time() < end:
+        running = await page.locator('[data-testid="stStatusWidget"]').count() > 0
+        if running:
+            since = None
+        elif since is None:
+            since = time.time()
+        elif time.time() - since >= quiet:
+            return
+        await asyncio.sleep(poll)
+    raise TimeoutError(f"{who}: the page was still running")
+
+
 # --- one browser session ------------------------------------------------------------------------------------------
 class Session:
     def __init__(self, report: Report, index: int, role: str, page, timeout_s: float):
@@ -146,18 +162,7 @@ class Session:
 
     async def idle(self, quiet: float = 1.0, timeout: float | None = None) -> None:
         """Until the script run is over (no running indicator for `quiet` seconds)."""
-        end = time.time() + (timeout or self.timeout / 1000)
-        since = None
-        while time.time() < end:
-            running = await self.page.locator('[data-testid="stStatusWidget"]').count() > 0
-            if running:
-                since = None
-            elif since is None:
-                since = time.time()
-            elif time.time() - since >= quiet:
-                return
-            await asyncio.sleep(0.2)
-        raise TimeoutError(f"{self.name}: the page was still running")
+        await page_idle(self.page, quiet, timeout or self.timeout / 1000, self.name)
 
     async def check_errors(self, what: str) -> None:
         boxes = self.page.locator(ERRORS)
