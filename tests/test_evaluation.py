@@ -131,3 +131,9 @@ def test_cli_evaluate(capsys, tmp_path):
     assert "zsre" in json.loads(capsys.readouterr().out)["sets"]
     assert main(["evaluate", "--model", "tiny-gpt2", "--methods", "rome", "--set", "nope", "--json"]) == 2
     assert "unknown evaluation set" in capsys.readouterr().err
+    save = tmp_path / "saved.json"
+    assert main(["evaluate", "--model", "tiny-gpt2", "--methods", "rome", "--n", "1", "--gen-tokens", "5",
+                 "--out", str(tmp_path), "--save", str(save)]) == 0
+    assert json.loads(save.read_text())["methods"]["rome"]["records"] == 1
+    assert main(["evaluate", "--model", "tiny-gpt2", "--methods", "rome", "--stop-after", "1"]) == 2
+    assert "--stop-after: only for --sequential runs" in capsys.readouterr().err

@@ -54,6 +54,11 @@ def run(args):
             or args.greedy_tokens < 0):
         raise EditkitError("--n, --batch and --gen-tokens must be at least 1, --gen-prompts and --greedy-tokens at "
                            "least 0, --ppl-tokens at least 2")
+    sequential_only = [flag for flag, given in (("--batch-for", args.batch_for), ("--eval-every", args.eval_every),
+                                                ("--stop-after", args.stop_after), ("--finalize", args.finalize))
+                       if given]
+    if sequential_only and not args.sequential:  # never accepted and then silently ignored
+        raise EditkitError(f"{', '.join(sequential_only)}: only for --sequential runs")
     load_eval_set(args.set_name, 1)  # an unknown set fails before the model loads
     backend = ray_backend(args)  # a malformed --ray fails before the model loads
     hparams = None
@@ -73,8 +78,12 @@ def run(args):
         return lifelong.run(args, lm, methods, hparams, progress, backend)
     spec = EvalSpec(set_name=args.set_name, n=args.n, batch=args.batch, n_gen=args.gen_prompts,
                     gen_tokens=args.gen_tokens, greedy_tokens=args.greedy_tokens)
-    return evaluate(lm, methods, spec, hparams, out_dir=args.out, reuse_targets=args.reuse_targets,
-                    progress=progress, backend=backend)
+    out = evaluate(lm, methods, spec, hparams, out_dir=args.out, reuse_targets=args.reuse_targets,
+                   progress=progress, backend=backend)
+    if args.save:
+        with open(args.save, "w", encoding="utf-8") as f:
+            json.dump(out, f, indent=1)
+    return out
 
 
 def _fmt(cell):

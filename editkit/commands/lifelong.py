@@ -28,7 +28,7 @@ def add_arguments(parser) -> None:
                    help="ignore a saved checkpoint and start over (--fresh: the earlier name)")
     q.add_argument("--finalize", action="store_true",
                    help="when stopping before the end, measure every edit applied so far (not stored)")
-    q.add_argument("--save", default=None, help="also write the results JSON to this file")
+    q.add_argument("--save", default=None, help="also write the results JSON to this file (any evaluate run)")
 
 
 def batches(args, methods) -> dict:
