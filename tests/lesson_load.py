@@ -18,13 +18,12 @@ import random
 import re
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from browser_util import ROOT, chromium_path, free_port, wait_http  # noqa: E402
-from load_util import memory_mb, page_idle, start_server, stop_server  # noqa: E402
+from load_util import PeakMemory, memory_mb, page_idle, start_server, stop_server  # noqa: E402
 
 ERRORS = '[data-testid="stException"], [data-testid="stAlertContentError"]'
 PACK = ROOT / "assets" / "lesson"
@@ -218,28 +217,18 @@ def run(students: int = 5, timeout_s: float = 300, client: str = "browser", thin
     log = Path(tempfile.gettempdir()) / f"editkit-lesson-load-{port}.log"
     proc = start_server(port, log, None)
     report: dict = {"students": students, "errors": [], "steps": []}
-    peak = [0.0]
-    stop = threading.Event()
-
-    def watch():
-        while not stop.is_set() and proc.poll() is None:
-            try:
-                peak[0] = max(peak[0], memory_mb(proc.pid)[1])
-            except OSError:
-                break
-            time.sleep(0.5)
-
+    watcher = PeakMemory(proc)
     try:
         url = f"http://127.0.0.1:{port}"
         wait_http(url, proc, timeout=240)
-        threading.Thread(target=watch, daemon=True).start()
+        watcher.start()
         if client == "browser":
             asyncio.run(_run(url, students, report, timeout_s))
         else:
             asyncio.run(_run_ws(url, students, report, timeout_s, think_s))
         rss = memory_mb(proc.pid)
     finally:
-        stop.set()
+        watcher.stop()
         stop_server(proc)
         os.environ.pop("EDITKIT_LESSON", None)
     text = log.read_text(errors="replace")
@@ -256,7 +245,7 @@ def run(students: int = 5, timeout_s: float = 300, client: str = "browser", thin
             "step_p95_s": _pct(both, 0.95), "step_max_s": _pct(both, 1.0),
             "per_step_p95_s": {n: _pct([s["open_s"] + s["reveal_s"] for s in steps if s["step"] == n], 0.95)
                                for n in range(1, 11)},
-            "server_rss_end_mb": round(rss[0]), "server_rss_peak_mb": round(max(peak[0], rss[1])),
+            "server_rss_end_mb": round(rss[0]), "server_rss_peak_mb": round(max(watcher.peak, rss[1])),
             "wall_s": report.get("wall_s"), "server_log": str(log)}
 
 

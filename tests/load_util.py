@@ -131,6 +131,29 @@ def memory_mb(pid: int) -> tuple[float, float]:
     return values.get("VmRSS", 0.0), values.get("VmHWM", 0.0)
 
 
+class PeakMemory:
+    """A server's peak resident memory (VmHWM), read every half second by a thread from start() until stop()."""
+
+    def __init__(self, proc: subprocess.Popen):
+        self.proc, self.peak, self._stop = proc, 0.0, threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def start(self) -> "PeakMemory":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _watch(self) -> None:
+        while not self._stop.is_set() and self.proc.poll() is None:
+            try:
+                self.peak = max(self.peak, memory_mb(self.proc.pid)[1])
+            except OSError:
+                break
+            time.sleep(0.5)
+
+
 def weights_mb() -> float:
     from editkit.paths import cache_dir
 
@@ -406,26 +429,15 @@ def run(sessions: int = 6, timeout_s: float = 600, limits: dict | None = None, c
     port = free_port()
     log = Path(tempfile.gettempdir()) / f"editkit-load-{port}.log"
     proc = start_server(port, log, limits, ray)
-    peak = [0.0]
-    stop = threading.Event()
-
-    def watch():
-        while not stop.is_set() and proc.poll() is None:
-            try:
-                peak[0] = max(peak[0], memory_mb(proc.pid)[1])
-            except OSError:
-                break
-            time.sleep(0.5)
-
-    watcher = threading.Thread(target=watch, daemon=True)
+    watcher = PeakMemory(proc)
     try:
         url = f"http://127.0.0.1:{port}"
         wait_http(url, proc, timeout=240)
         watcher.start()
         asyncio.run(_run(url, sessions, report, proc.pid, timeout_s, sessions >= 6 if cancel is None else cancel))
-        report.rss_peak_mb = max(peak[0], memory_mb(proc.pid)[1])
+        report.rss_peak_mb = max(watcher.peak, memory_mb(proc.pid)[1])
     finally:
-        stop.set()
+        watcher.stop()
         stop_server(proc)
     text = log.read_text(errors="replace")
     for m in re.finditer(r"(Traceback \(most recent call last\)|unexpected error[^\n]*)", text):
