@@ -8,9 +8,9 @@ import streamlit as st
 from editkit.cluster import Item, backend_from_env
 from editkit.text import guess_subject
 from editkit.tracing import Tracer, TraceSpec, parse_noise
-from editkit.tracing.aie import average_indirect_effect
+from editkit.tracing.aie import average_indirect_effect, shipped_runs
 from editkit.tracing.tracer import exact_panels
-from editkit.figures.tracing import aie_figure, heatmap, severing_figure
+from editkit.figures.tracing import aie_depth, aie_figure, heatmap, severing_figure
 from pages import ui
 from pages.two_models import two_models_section
 
@@ -203,14 +203,33 @@ st.markdown(
     "command line) come from the shared cache."
 )
 n_facts = st.number_input("Facts", 5, 500, 30, key="trace_aie_n")
-if st.button("Compute / show average effects", key="trace_aie_go"):
+shipped_aie = shipped_runs()
+a1, a2 = st.columns(2)
+if a1.button("Compute / show average effects", key="trace_aie_go"):
     with ui.guard("average indirect effect"):
         job = Item(average_indirect_effect, (int(n_facts),), progress=True)
         st.session_state["trace_aie"] = ui.run_item("average indirect effect", lm, job, facts=int(n_facts))
+if lm.name in shipped_aie and a2.button("Show the README's run (no computing)", key="trace_aie_shipped"):
+    st.session_state["trace_aie"] = {**shipped_aie[lm.name], "shipped": True}
 aie = st.session_state.get("trace_aie")
 if aie:
+    if aie.get("shipped"):
+        st.caption(f"The README's run: {aie['n_facts']} facts, {aie['samples']} noise samples of {aie['noise']}, "
+                   f"window {aie['window']} (`python -m editkit aie --model {aie['model']} --n {aie['n_facts']} "
+                   f"--samples {aie['samples']}`).")
     for col, kind in zip(st.columns(3), ("hidden", "mlp", "attn")):
         col.plotly_chart(aie_figure(aie, kind), width="stretch", key=f"trace_aie_{kind}")
+if len(shipped_aie) > 1 and st.toggle("Where does each model recall facts? The README's runs side by side",
+                                     key="trace_aie_depth"):
+    with st.container(border=True):
+        st.markdown(
+            "The average effects of the shipped runs, each model's layers placed at layer / (n_layers − 1) so "
+            "models of different depths line up. Left: restoring the MLP outputs at the last subject token "
+            "(ROME's early site, the layers it edits); right: attention at the last token (the late site that "
+            "moves the recalled fact to the prediction)."
+        )
+        for col, (kind, token) in zip(st.columns(2), (("mlp", "last subject"), ("attn", "last token"))):
+            col.plotly_chart(aie_depth(shipped_aie, kind, token), width="stretch", key=f"trace_aie_depth_{kind}")
 
 spec_now = None
 with ui.guard("two-model trace"):

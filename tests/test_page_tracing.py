@@ -1,7 +1,11 @@
 """The causal tracing page runs headless on a tiny model and keeps its results."""
+import json
 from pathlib import Path
 
+import pytest
 from streamlit.testing.v1 import AppTest
+
+from editkit.tracing.aie import average_indirect_effect
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 
@@ -46,3 +50,28 @@ def test_tracing_page_preview_then_exact_and_a_cancelled_trace_keeps_its_panels(
     at.button[0].click().run()  # tracing again works: everything comes from the cache now
     assert not at.exception and len(at.get("plotly_chart")) == 4
     assert not any("cancelled" in w.value for w in at.warning)
+
+
+def test_tracing_page_shows_the_readme_aie_runs_without_computing(tiny_by_name, tmp_path, monkeypatch):
+    """A model with a shipped AIE run shows it at a click (nothing traced); with two runs, the toggle draws them
+    side by side on a relative depth axis."""
+    monkeypatch.setenv("EDITKIT_CACHE", str(tmp_path))
+    fake = [{"known_id": 0, "prompt": "The Eiffel Tower is in", "subject": "Eiffel Tower"}]
+    monkeypatch.setattr("editkit.tracing.aie.predicted_facts", lambda lm: fake)
+    shipped = tmp_path / "shipped"
+    shipped.mkdir()
+    for name in ("tiny-gpt2", "tiny-llama"):
+        run = average_indirect_effect(tiny_by_name(name), n_facts=1, samples=2, window=2)
+        (shipped / f"aie-{name}.json").write_text(json.dumps({**run, "model": name}))
+    monkeypatch.setattr("editkit.tracing.aie.SHIPPED_DIR", shipped)
+    monkeypatch.setattr("editkit.tracing.tracer.TraceSetup.build",
+                        lambda *a, **k: pytest.fail("traced instead of showing the shipped run"))
+    at = AppTest.from_file(APP, default_timeout=300)
+    at.session_state["model_choice"] = "tiny-gpt2"
+    at.switch_page("pages/causal_tracing.py").run()
+    assert not at.exception and not at.get("plotly_chart")
+    at.button(key="trace_aie_shipped").click().run()
+    assert not at.exception and len(at.get("plotly_chart")) == 3
+    assert any("README's run: 1 facts" in c.value for c in at.caption)
+    at.toggle(key="trace_aie_depth").set_value(True).run()
+    assert not at.exception and len(at.get("plotly_chart")) == 5

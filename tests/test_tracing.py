@@ -1,11 +1,14 @@
 """Causal tracing: the fast engine equals the reference algorithm; identities of restoration; clear errors."""
+import json
+
 import numpy as np
 import pytest
 import torch
 
 from editkit.errors import EditkitError
+from editkit.figures.tracing import aie_depth, aie_panels
 from editkit.tracing import TraceSetup, TraceSpec, fast_trace, parse_noise, reference_trace, trace
-from editkit.tracing.aie import CLASSES, average_indirect_effect, token_classes
+from editkit.tracing.aie import CLASSES, average_indirect_effect, load_run, token_classes
 from editkit.tracing.reference import trace_with_patch
 from editkit.tracing.severing import sever
 
@@ -155,6 +158,31 @@ def test_aie_runs_and_resumes(tiny_by_name, tmp_path, monkeypatch):
                         lambda *a, **k: pytest.fail("recomputed a cached fact"))
     again = average_indirect_effect(lm, n_facts=3, samples=2, window=2)
     assert again == out
+
+
+
+def test_aie_run_file_and_its_figures(tiny_by_name, tmp_path, monkeypatch):
+    """What `aie --json` writes reads back as a run; ROME Fig. 2 in three panels and two models of different depths
+    on one relative depth axis draw from it; a file that is not a run gets one message."""
+    monkeypatch.setenv("EDITKIT_CACHE", str(tmp_path))
+    fake = [{"known_id": i, "prompt": f"The Eiffel Tower number {i} is in", "subject": "Eiffel Tower"}
+            for i in range(2)]
+    monkeypatch.setattr("editkit.tracing.aie.predicted_facts", lambda lm: fake)
+    runs = {}
+    for name in ("tiny-gpt2", "tiny-llama"):
+        run = average_indirect_effect(tiny_by_name(name), n_facts=2, samples=2, window=2)
+        path = tmp_path / f"aie-{name}.json"
+        path.write_text(json.dumps({**run, "model": name}))
+        runs[name] = load_run(path)
+    panels = aie_panels(runs["tiny-gpt2"])
+    named = [t for t in panels.data if t.showlegend is not False]
+    assert len({t.xaxis for t in panels.data}) == 3 and len(named) == len(runs["tiny-gpt2"]["kinds"]["hidden"])
+    depth = aie_depth(runs, "mlp", "last subject")
+    curves = [t for t in depth.data if t.fill is None]
+    assert len(curves) == 2 and all(c.x[0] == 0 and c.x[-1] == 1 for c in curves)
+    (tmp_path / "bad.json").write_text('{"sequential": {}}')
+    with pytest.raises(EditkitError, match="holds no AIE run"):
+        load_run(tmp_path / "bad.json")
 
 
 def test_space_needle_pattern_on_embedded_model(gemma):

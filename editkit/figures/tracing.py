@@ -4,12 +4,15 @@
     heatmap(preview.to_dict())            # an attribution-patching estimate: titled and coloured as an estimate
     severing_figure(tracer.severing())    # ROME Fig. 4
     aie_figure(aie, "mlp")                # ROME Fig. 2, one kind
+    aie_panels(aie)                       # ROME Fig. 2, the three kinds side by side (the README's figure)
+    aie_depth(runs, "mlp", "last subject")  # several models' AIE runs on a relative depth axis
     heatmap(r, relative=True)             # layers on a relative depth axis, l / (n_layers - 1)
     depth_comparison({"gemma-3-270m": r1, "smollm2-135m": r2})   # one fact on two models, relative depth
 """
 from __future__ import annotations
 
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 
 COLORS = {"hidden": "Purples", "mlp": "Greens", "attn": "Reds"}
 TITLES = {"hidden": "single restored hidden state", "mlp": "restored MLP outputs (window)",
@@ -66,18 +69,55 @@ def severing_figure(sev: dict) -> go.Figure:
     return fig
 
 
+def _band(fig: go.Figure, x: list, s: dict, name: str, color: str, **where) -> None:
+    """A mean curve with its 95% band (s: {"mean", "low", "high"}); `where` places it in a subplot."""
+    fig.add_trace(go.Scatter(x=x + x[::-1], y=s["high"] + s["low"][::-1], mode="lines", fill="toself",
+                             fillcolor=color, opacity=0.15, line={"width": 0}, showlegend=False, hoverinfo="skip"), **where)
+    fig.add_trace(go.Scatter(x=x, y=s["mean"], name=name, line={"color": color}, legendgroup=name,
+                             showlegend=not where or where.get("col") == 1), **where)
+
+
 def aie_figure(aie: dict, kind: str) -> go.Figure:
     fig = go.Figure()
     layers = list(range(aie["layers"]))
     for c, color in zip(aie["classes"], PALETTE):
-        s = aie["kinds"][kind].get(c)
-        if not s:
-            continue
-        fig.add_trace(go.Scatter(x=layers + layers[::-1], y=s["high"] + s["low"][::-1], fill="toself",
-                                 fillcolor=color, opacity=0.15, line={"width": 0}, showlegend=False,
-                                 hoverinfo="skip"))
-        fig.add_trace(go.Scatter(x=layers, y=s["mean"], name=c, line={"color": color}))
+        if aie["kinds"][kind].get(c):
+            _band(fig, layers, aie["kinds"][kind][c], c, color)
     fig.update_layout(title=f"AIE, {kind} (N = {aie['n_facts']})", xaxis_title="layer", height=380)
+    return fig
+
+
+def aie_panels(aie: dict) -> go.Figure:
+    """ROME Fig. 2 in one figure: the three kinds side by side, one curve per token class, with 95% bands."""
+    kinds = list(aie["kinds"])
+    fig = make_subplots(rows=1, cols=len(kinds), subplot_titles=[TITLES.get(k, k) for k in kinds])
+    layers = list(range(aie["layers"]))
+    for col, kind in enumerate(kinds, 1):
+        for c, color in zip(aie["classes"], PALETTE):
+            if aie["kinds"][kind].get(c):
+                _band(fig, layers, aie["kinds"][kind][c], c, color, row=1, col=col)
+        fig.update_xaxes(title_text="layer", row=1, col=col)
+    fig.update_yaxes(title_text="AIE = p(restored) − p(corrupted)", row=1, col=1)
+    fig.update_layout(title=f"{aie.get('model', '')}: average indirect effect over {aie['n_facts']} known facts "
+                            f"({aie['samples']} noise samples, window {aie['window']})",
+                      height=420, legend={"orientation": "h", "y": -0.2})
+    return fig
+
+
+def aie_depth(runs: dict[str, dict], kind: str, token_class: str) -> go.Figure:
+    """One kind and token class of several models' AIE runs (name -> run) on a relative depth axis, with bands:
+    where each model's average effect sits, whatever its number of layers."""
+    fig = go.Figure()
+    for (name, run), color in zip(runs.items(), PALETTE):
+        s = run["kinds"][kind].get(token_class)
+        if s:
+            label = f"{name} ({run['layers']} layers, N = {s['n']})"
+            _band(fig, relative_depth(run["layers"]), s, label, color)
+    fig.update_layout(title={"text": f"AIE, {TITLES.get(kind, kind)} at the {token_class} token",
+                             "font": {"size": 13}},
+                      xaxis_title="relative depth, layer / (n_layers - 1)", yaxis_title="AIE", height=380,
+                      legend={"orientation": "h", "y": -0.25})
+    fig.update_xaxes(range=[-0.02, 1.02])
     return fig
 
 

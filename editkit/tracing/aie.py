@@ -11,20 +11,27 @@ holds the weights' fingerprint).
 Each fact is one work item (`trace_fact`, editkit/cluster.py): in process they run one after the other; on Ray
 (`backend`) the workers trace facts in parallel and write the same cache (a rerun reads what any worker traced),
 and the rows come back in fact order, so the averages are those of the serial run.
+
+`shipped_runs()` reads the runs reported in the README (`assets/results/aie-<model>.json`, the output of
+`aie --json`), so the page can show a model's average at once instead of after an hour of tracing.
 """
 from __future__ import annotations
 
+import json
 import time
+from pathlib import Path
 
 import numpy as np
 
 from ..cluster import Backend, Item, run_items
 from ..errors import EditkitError
 from ..facts import predicted_facts
+from ..paths import ASSETS
 from ..sites import TRACE_KINDS
 from .spec import TraceSpec
 from .tracer import Tracer
 
+SHIPPED_DIR = ASSETS / "results"  # aie-<model>.json: `python -m editkit aie --model <model> ... --json`
 CLASSES = ("first subject", "middle subject", "last subject", "first subsequent", "further tokens", "last token")
 
 
@@ -103,3 +110,21 @@ def average_indirect_effect(lm, n_facts: int = 50, samples: int = 10, noise: str
                                 "high": (v.mean(0) + half).tolist(), "n": len(v)}
         out["kinds"][kind] = per_class
     return out
+
+
+def load_run(path) -> dict:
+    """One AIE run from a file written by `aie --json`; a file that is not one says so."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise EditkitError(f"cannot read AIE results {path}: {exc}") from None
+    keys = ("model", "n_facts", "layers", "classes", "kinds")
+    if not isinstance(data, dict) or any(k not in data for k in keys):
+        raise EditkitError(f"{path} holds no AIE run (expected the output of `aie --json`)")
+    return data
+
+
+def shipped_runs() -> dict[str, dict]:
+    """model name -> its shipped AIE run (README "SmolLM2 135M against the seeds' findings")."""
+    runs = (load_run(p) for p in sorted(SHIPPED_DIR.glob("aie-*.json")))
+    return {run["model"]: run for run in runs}
