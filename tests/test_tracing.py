@@ -7,8 +7,9 @@ import torch
 
 from editkit.errors import EditkitError
 from editkit.figures.tracing import aie_depth, aie_panels
+from editkit.shipped import SHIPPED
 from editkit.tracing import TraceSetup, TraceSpec, fast_trace, parse_noise, reference_trace, trace
-from editkit.tracing.aie import CLASSES, average_indirect_effect, load_run, token_classes
+from editkit.tracing.aie import CLASSES, average_indirect_effect, load_run, shipped_runs, token_classes
 from editkit.tracing.reference import trace_with_patch
 from editkit.tracing.severing import sever
 
@@ -183,6 +184,18 @@ def test_aie_run_file_and_its_figures(tiny_by_name, tmp_path, monkeypatch):
     (tmp_path / "bad.json").write_text('{"sequential": {}}')
     with pytest.raises(EditkitError, match="holds no AIE run"):
         load_run(tmp_path / "bad.json")
+
+
+def test_shipped_aie_runs_are_whole():
+    """The README's AIE runs: one per shipped real model, over at least 100 facts, every band around its mean."""
+    runs = shipped_runs()
+    assert set(runs) == set(SHIPPED)
+    for name, run in runs.items():
+        assert run["n_facts"] >= 100, name
+        for kind, classes in run["kinds"].items():
+            for c, s in classes.items():
+                assert len(s["mean"]) == run["layers"] and 1 <= s["n"] <= run["n_facts"], (name, kind, c)
+                assert all(lo <= m <= hi for lo, m, hi in zip(s["low"], s["mean"], s["high"])), (name, kind, c)
 
 
 def test_space_needle_pattern_on_embedded_model(gemma):
