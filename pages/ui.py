@@ -20,11 +20,11 @@ from editkit import cluster, isolation, jobs
 from editkit import weights
 from editkit.limits import limits
 from editkit.errors import Cancelled, EditkitError
-from editkit.models import DEFAULT_MODEL, DTYPES, TINY, list_models
+from editkit.models import ALL_TINY, DEFAULT_MODEL, DTYPES, list_models
 from editkit.shipped import SHIPPED
 
-OTHER = "other: hub id or folder"
-BUILTIN = (*SHIPPED, *TINY)  # the embedded model first
+OTHER = "other: hub id, folder or GGUF file"
+BUILTIN = (*SHIPPED, *ALL_TINY)  # the embedded model first
 DTYPE_CHOICES = tuple(DTYPES)  # float32 first
 
 
@@ -107,11 +107,11 @@ def model_picker():
                               format_func=lambda n: f"{n} (downloaded on first use)" if n in pending else n)
         name, trust = choice, False
         if choice == OTHER:
-            name = st.text_input("Hub id or local folder", key="model_other",
-                                 placeholder="gpt2-xl or /models/llama-2-7b").strip()
+            name = st.text_input("Hub id, local folder or GGUF file", key="model_other",
+                                 placeholder="gpt2-xl, /models/llama-2-7b or /models/qwen2.5-0.5b-q8_0.gguf").strip()
             trust = st.checkbox("trust_remote_code", key="model_trust", value=False)
             if not name:
-                st.info("Type a Hugging Face hub id or a local folder.")
+                st.info("Type a Hugging Face hub id, a local folder or the path of a GGUF file.")
                 return None
         dtype = st.selectbox("Weights", DTYPE_CHOICES, key="model_dtype",
                              help="bfloat16 / float16 halve the memory of the weights; the editing algebra "

@@ -22,7 +22,7 @@ def test_adapter_shapes(tiny):
     assert a.n_layers == 4 and a.d_model == width and a.d_ff == 256
     for l in range(a.n_layers):
         assert a.down_weight(l).shape == (a.d_model, a.d_ff)
-    assert a.family.parallel == (tiny.name in ("tiny-gptj", "tiny-neox"))
+    assert a.family.parallel == (tiny.name in ("tiny-gptj", "tiny-neox", "tiny-phi"))
     assert a.describe()["parameters"] > 0
 
 

@@ -32,7 +32,7 @@ def test_home_survives_any_prompt(home, prompt):
 
 def test_home_unknown_model_shows_error():
     at = AppTest.from_file(APP, default_timeout=60)
-    at.session_state["model_choice"] = "other: hub id or folder"
+    at.session_state["model_choice"] = "other: hub id, folder or GGUF file"
     at.session_state["model_other"] = "./no/such/folder"
     at.run()
     assert not at.exception

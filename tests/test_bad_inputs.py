@@ -111,7 +111,7 @@ PAGES = ["home", "causal_tracing", "ffn_memories", "edit_compare", "attention_vs
 @pytest.mark.parametrize("name,model_id,expect", MODEL_IDS, ids=[m[0] for m in MODEL_IDS])
 def test_bad_model_ids(page, name, model_id, expect):
     at = open_page(page)
-    at.selectbox(key="model_choice").set_value("other: hub id or folder").run()
+    at.selectbox(key="model_choice").set_value("other: hub id, folder or GGUF file").run()
     assert_ok(at, None)
     at.text_input(key="model_other").set_value(model_id).run()
     assert_ok(at, expect)

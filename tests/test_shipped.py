@@ -118,3 +118,31 @@ def test_smollm2_bf16_load_is_half_the_weights(smollm2):
     assert half.describe()["weights_bytes"] * 2 == smollm2.describe()["weights_bytes"]
     assert top_k(half, "The capital of France is", 1)[0].token == " Paris"
     assert all(p.dtype == torch.bfloat16 for p in half.model.parameters())
+
+
+def test_a_gguf_file_loads_as_the_shipped_model_does(smollm2, tmp_path, monkeypatch):
+    """A GGUF file of the user's (llama.cpp, Ollama) given by its path: the parameters are counted from its tensor
+    table before anything loads, it is converted once into the cache (keyed by its name and a digest), and the
+    weights are those of the shipped model converted from the same file; a file that is not a GGUF, and a path that
+    does not exist, are one clear line each."""
+    from editkit.models import estimate, gguf_file, gguf_parameters
+
+    source = SMOL(lambda m: None)
+    path = tmp_path / "my model.gguf"
+    path.symlink_to(source)
+    monkeypatch.setenv("EDITKIT_CACHE", str(tmp_path / "cache"))
+    assert gguf_parameters(gguf_file(str(path))) == SHIPPED["smollm2-135m"].parameters
+    assert estimate(str(path))["parameters"] == SHIPPED["smollm2-135m"].parameters
+    messages = []
+    lm = load_model(str(path), device="cpu", progress=lambda f, m: messages.append(m))
+    assert any("dequantizing my model.gguf" in m for m in messages)
+    ours = dict(smollm2.model.named_parameters())
+    assert all(torch.equal(p, ours[n]) for n, p in lm.model.named_parameters())
+    assert top_k(lm, "The capital of France is", 1)[0].token == " Paris"
+    again = []
+    load_model(str(path), device="cpu", progress=lambda f, m: again.append(m))
+    assert not any("dequantizing" in m for m in again)  # converted once
+    (tmp_path / "bad.gguf").write_bytes(b"not a gguf file")
+    for bad, why in ((tmp_path / "bad.gguf", "not a readable GGUF file"), (tmp_path / "none.gguf", "no model file")):
+        with pytest.raises(EditkitError, match=why):
+            load_model(str(bad), device="cpu")
