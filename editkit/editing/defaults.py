@@ -1,10 +1,14 @@
-"""Per-model default hyperparameters: assets/hparams/<method>/<model>.json, found through the method registry and
-validated against the method's typed Hparams (editing/hparams.py) and the model's layer count."""
+"""Per-model default hyperparameters: assets/hparams/<method>/<model>.json (chosen and validated, shipped), else
+the user's $EDITKIT_CACHE/hparams/<method>/<model>.json (written by `python -m editkit hparams` for a model without
+a shipped file, or by hand), found through the method registry and validated against the method's typed Hparams
+(editing/hparams.py) and the model's layer count."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from ..errors import EditkitError
+from ..paths import cache_dir
 from .hparams import Hparams, from_dict
 from .methods import get
 
@@ -16,17 +20,36 @@ def _file_key(model_name: str) -> str:
     return name.replace("eleutherai_", "").removesuffix("-hf")  # meta-llama/Llama-2-7b-hf -> llama-2-7b
 
 
+def user_file(method: str, model_name: str) -> Path:
+    """Where the user's hyperparameters of `method` for `model_name` live ($EDITKIT_CACHE/hparams/<method>/)."""
+    return cache_dir("hparams", get(method).name) / f"{_file_key(model_name)}.json"
+
+
+def shipped_file(method: str, model_name: str) -> Path:
+    """Where the shipped hyperparameters of `method` for `model_name` would be (assets/hparams/<method>/)."""
+    return get(method).defaults_dir / f"{_file_key(model_name)}.json"
+
+
+def defaults_file(method: str, model_name: str) -> Path | None:
+    """The file `load_hparams` reads for this method and model: the shipped one, else the user's, else None."""
+    for path in (shipped_file(method, model_name), user_file(method, model_name)):
+        if path.exists():
+            return path
+    return None
+
+
 def load_hparams(method: str, lm_or_name, overrides: dict | None = None) -> Hparams:
-    """The method's defaults for this model (assets/hparams/<method>/<model>.json) with `overrides`, validated
-    against the method's dataclass and the model's layer count."""
+    """The method's defaults for this model (defaults_file) with `overrides`, validated against the method's
+    dataclass and the model's layer count."""
     spec = get(method)
     name = getattr(lm_or_name, "name", lm_or_name)
-    path = spec.defaults_dir / f"{_file_key(name)}.json"
-    if not path.exists():
+    path = defaults_file(spec.name, name)
+    if path is None:
         have = sorted(p.stem for p in spec.defaults_dir.glob("*.json"))
-        raise EditkitError(f"no {spec.name} hyperparameters for '{name}' (have: {', '.join(have) or 'none'}); pass "
-                           "a file with --hparams, copying the closest one and choosing layers from the model's "
-                           "causal traces")
+        base = name.split("@")[0]
+        raise EditkitError(f"no {spec.name} hyperparameters for '{name}' (have: {', '.join(have) or 'none'}); "
+                           f"derive a starting set from its causal traces with `python -m editkit hparams --model "
+                           f"{base}`, or pass a file with --hparams")
     try:
         data = json.loads(path.read_text())
     except ValueError as exc:

@@ -21,6 +21,8 @@ a sequence to the next, as AlphaEdit its earlier keys, sets `stateful=True` and 
   (api.prepare_first_use). Default: nothing.
 - `predict_share(lm, result) -> share.SharePrediction`: how the update acts on other keys, drawn by the bleed map
   (editing/share.py). Default: None, no prediction.
+- `placement`: how `python -m editkit hparams` places its layers on a model without a file of its own
+  ("peak", "window" or "depth"; evaluation/derive.py).
 
 assets/hparams/<name>/<model>.json holds its defaults per model. The CLI (`edit`, `evaluate`, `bench edit`), the
 evaluation, the bleed map, the layer sweep, the hyperparameter loader and the Edit & compare page all read the
@@ -70,6 +72,10 @@ class Method:
     hparams_dir: Path | None = None  # its per-model JSON defaults (default: assets/hparams/<name>/)
     first_use: Callable = nothing  # (hp) -> FirstUse
     predict_share: Callable | None = None  # (lm, result) -> share.SharePrediction, or no prediction
+    # where its layers go on a new model (evaluation/derive.py), from the MLP's average indirect effect at the last
+    # subject token: "peak" (the one layer where it peaks), "window" (as many layers as the template model's file,
+    # centred on the peak), "depth" (the template's layers, centred at the same relative depth)
+    placement: str = "window"
 
     @property
     def defaults_dir(self) -> Path:

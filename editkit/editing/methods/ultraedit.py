@@ -205,7 +205,7 @@ def apply_ultraedit(lm, requests, hp: UltraEditHparams, progress=None, reference
 
 METHOD = register(Method(
     name="ultraedit", label="UltraEdit", apply=apply_ultraedit, hparams=UltraEditHparams, order=50,
-    color="#66a61e", stateful=True, first_use=nothing,
+    color="#66a61e", stateful=True, first_use=nothing, placement="depth",
     spreading="each edited layer's own ridge solve from its keys and gradients, no statistics of text",
     about="UltraEdit (Gu et al. 2025): lifelong editing by a closed-form ridge solve per round from the target "
           "tokens' keys and gradients, normalised with running statistics kept across rounds."))
