@@ -249,13 +249,14 @@ class Runner:
         vocab = min(a.vocab_size, int(getattr(self.config, "vocab_size", a.vocab_size) or a.vocab_size))
         input_ids = torch.tensor([[i % vocab for i in ids]], device=self.lm.device)
         kinds = ("resid_pre", "attn_write", "mlp_write", "resid_post")
-        got = self.read([f"{k}.{l}" for l in range(L) for k in kinds], input_ids=input_ids, full=True)
+        with Hooks(self.lm) as hooks:  # the sites and the model's own logits from one run of the whole model
+            got = hooks.capture([f"{k}.{l}" for l in range(L) for k in kinds])
+            own = self.lm.model(input_ids=input_ids).logits.double().cpu()
         tolerance = 1e-4 if self.lm.dtype in (torch.float32, torch.float64) else 3e-2
         for l in range(L):
             pre, attn, mlp, post = (got[f"{k}.{l}"].double().cpu() for k in kinds)
             _within(post, pre + attn + mlp, tolerance, f"block {l}'s output is not its input plus what attention "
                     "and the MLP write")
-        own = self.lm.model(input_ids=input_ids).logits.double().cpu()
         _within(own, self.logits(got[f"resid_post.{L - 1}"]).double().cpu(), tolerance,
                 "the final norm and head of the last block's output are not the model's logits")
 
