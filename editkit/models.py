@@ -24,6 +24,7 @@ spread over several with accelerate's device map when they hold it together.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import threading
@@ -157,8 +158,8 @@ def load_model(name: str = DEFAULT_MODEL, device: str | None = None, trust_remot
             model, tok = _tiny(name)
         elif name in SHIPPED:
             model, tok = _load_folder(shipped_folder(name, say, dtype), dtype, mapping)
-        elif gguf_file(name) is not None:
-            model, tok = _load_folder(gguf_folder(gguf_file(name), say, dtype), dtype, mapping)
+        elif (gguf := gguf_file(name)) is not None:
+            model, tok = _load_folder(gguf_folder(gguf, say, dtype), dtype, mapping)
         else:
             model, tok = _pretrained(name, trust_remote_code, say, dtype, mapping)
     except torch.cuda.OutOfMemoryError as exc:
@@ -207,8 +208,9 @@ def model_config(name: str, trust_remote_code: bool = False):
 
     if name in ALL_TINY:
         return tiny_config(name)
-    if name in SHIPPED or gguf_file(name) is not None:
-        folder = MODELS.path(name if name in SHIPPED else gguf_key(gguf_file(name)), suffix="")
+    gguf = gguf_file(name)
+    if name in SHIPPED or gguf is not None:
+        folder = MODELS.path(name if name in SHIPPED else gguf_key(gguf), suffix="")
         try:
             return AutoConfig.from_pretrained(folder) if (folder / "config.json").exists() else None
         except (OSError, ValueError):
@@ -232,8 +234,8 @@ def footprint(name: str, dtype: torch.dtype, trust_remote_code: bool = False):
         return Footprint(_parameter_count(name, config, trust_remote_code), dtype), config
     if name in SHIPPED:
         return Footprint(SHIPPED[name].parameters, dtype), None
-    if gguf_file(name) is not None:
-        return Footprint(gguf_parameters(gguf_file(name)), dtype), None
+    if (gguf := gguf_file(name)) is not None:
+        return Footprint(gguf_parameters(gguf), dtype), None
     return None, None
 
 
@@ -488,11 +490,18 @@ def gguf_file(name: str) -> Path | None:
 
 def gguf_key(path: Path) -> str:
     """The cache key of a GGUF file's conversion: its name and a digest of its size and first and last MiB (a file
-    replaced by another under the same name converts afresh; reading the whole file would take a minute per GB)."""
-    h = hashlib.sha256(str(path.stat().st_size).encode())
+    replaced by another under the same name converts afresh; reading the whole file would take a minute per GB).
+    Read once per file version (the estimate and the load both ask)."""
+    stat = path.stat()
+    return _gguf_key(path, stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=64)
+def _gguf_key(path: Path, size: int, mtime_ns: int) -> str:
+    h = hashlib.sha256(str(size).encode())
     with open(path, "rb") as f:
         h.update(f.read(1 << 20))
-        f.seek(max(0, path.stat().st_size - (1 << 20)))
+        f.seek(max(0, size - (1 << 20)))
         h.update(f.read(1 << 20))
     stem = "".join(c if c.isalnum() or c in "-_." else "-" for c in path.stem)[:80]
     return f"gguf-{stem}-{h.hexdigest()[:12]}"
