@@ -6,7 +6,7 @@ pages/ that calls the editkit library.
 import streamlit as st
 
 from editkit.figures.lens import logit_lens_figure
-from editkit.text import logit_lens, top_k
+from editkit.model.text import logit_lens, top_k
 from pages import ui
 
 ui.leave_legacy_multipage_mode()

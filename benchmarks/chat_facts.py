@@ -1,5 +1,5 @@
 """Which of ROME's known facts does an instruct model complete: with the raw prompt (what editkit's known-facts
-filter, editkit.facts.predicted_facts, keeps), inside its chat format, or neither? One JSON line per framing:
+filter, editkit.data.facts.predicted_facts, keeps), inside its chat format, or neither? One JSON line per framing:
 
     python benchmarks/chat_facts.py --model smollm2-135m
 
@@ -18,8 +18,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from editkit.facts import known_facts  # noqa: E402
-from editkit.models import load_model  # noqa: E402
+from editkit.data.facts import known_facts  # noqa: E402
+from editkit.model.loading import load_model  # noqa: E402
 
 
 def completed(lm, texts: list[str], attributes: list[str], batch: int = 32) -> int:

@@ -18,10 +18,11 @@ from playwright.sync_api import sync_playwright
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from editkit.figures.tracing import aie_depth, aie_panels  # noqa: E402
-from editkit.paths import ASSETS  # noqa: E402
-from editkit.tracing.aie import shipped_runs  # noqa: E402
 from plotly.subplots import make_subplots  # noqa: E402
+
+from editkit.core.paths import ASSETS  # noqa: E402
+from editkit.figures.tracing import aie_depth, aie_panels  # noqa: E402
+from editkit.tracing.aie import shipped_runs  # noqa: E402
 
 OUT = ASSETS / "figures"
 

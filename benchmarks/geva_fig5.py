@@ -23,10 +23,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from editkit import corpus  # noqa: E402
+from editkit.data import corpus  # noqa: E402
 from editkit.memories.inspect import value_vectors  # noqa: E402
-from editkit.models import load_model  # noqa: E402
-from editkit.sites import Site  # noqa: E402
+from editkit.model.loading import load_model  # noqa: E402
+from editkit.model.sites import Site  # noqa: E402
 
 
 @torch.no_grad()

@@ -26,9 +26,9 @@ Here x is the residual the component reads (before its input norm), not the norm
 
 The 95% band per layer is the normal-approximation interval mean ± 1.96 · s / sqrt(n) (s = sample standard
 deviation over the n prompts), clipped to the metric's range ([-1, 1] for cosine, [0, 1] for Jaccard).
-Results are cached on disk per (model, facts, n, mode, prompts) (editkit/cache.py, store "similarity").
+Results are cached on disk per (model, facts, n, mode, prompts) (editkit/core/cache.py, store "similarity").
 
-Each batch of prompts is one work item (`batch_values`, editkit/cluster.py): in process they run one after the
+Each batch of prompts is one work item (`batch_values`, editkit/runtime/cluster.py): in process they run one after the
 other; on Ray (`backend`) the workers compute batches in parallel. A batch's values are cached on their own
 (store "similarity/batches", keyed by the weights, mode, k and the batch's prompts), so an interrupted run, here or
 on any worker, resumes from the finished batches; the batches are the serial run's, so the values are equal.
@@ -42,12 +42,12 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from .cluster import Backend, Item, run_items
-from .weights import model_key
-from .errors import EditkitError
-from .sites import layers
-from .cache import Store, read_json
-from .text import encode
+from .core.cache import Store, read_json
+from .core.errors import EditkitError
+from .model.sites import layers
+from .model.tokens import encode
+from .model.weights import model_key
+from .runtime.cluster import Backend, Item, run_items
 
 TOP_K = 50  # PMET Fig. 2 uses the top-50 tokens
 DEFAULT_N = 200
@@ -193,7 +193,7 @@ def band(values: torch.Tensor, lo: float, hi: float) -> dict:
 
 # --- the analysis, cached --------------------------------------------------------------------------------------
 def fact_prompts(lm, facts: str = "known", n: int = DEFAULT_N) -> list[str]:
-    from .facts import known_facts, predicted_facts
+    from .data.facts import known_facts, predicted_facts
 
     if facts == "known":
         rows = predicted_facts(lm, n)

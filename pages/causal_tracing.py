@@ -5,12 +5,12 @@ import json
 import pandas as pd
 import streamlit as st
 
-from editkit.cluster import Item, backend_from_env
-from editkit.text import guess_subject
+from editkit.figures.tracing import aie_depth, aie_figure, heatmap, severing_figure
+from editkit.model.tokens import guess_subject
+from editkit.runtime.cluster import Item, backend_from_env
 from editkit.tracing import Tracer, TraceSpec, parse_noise
 from editkit.tracing.aie import average_indirect_effect, shipped_runs
 from editkit.tracing.tracer import exact_panels
-from editkit.figures.tracing import aie_depth, aie_figure, heatmap, severing_figure
 from pages import ui
 from pages.two_models import two_models_section
 
@@ -239,10 +239,10 @@ two_models_section(lm, spec_now)
 # ---- does the traced layer edit best? (tracing localizes; editing elsewhere may work as well) -----------------------
 def layer_sweep_section(lm) -> None:
     """ROME at every layer for the traced fact, on the trace's layer axis (Hase et al. 2023)."""
+    from editkit.core.errors import EditkitError
     from editkit.editing.requests import EditRequest
-    from editkit.errors import EditkitError
-    from editkit.figures.side_effects import layer_sweep_figure
     from editkit.evaluation.layer_sweep import layer_sweep
+    from editkit.figures.side_effects import layer_sweep_figure
 
     st.subheader("Does the traced layer edit best? Edit every layer")
     st.markdown(

@@ -6,15 +6,15 @@ from dataclasses import replace
 import pandas as pd
 import streamlit as st
 
-from editkit.cluster import Item
 from editkit.editing.defaults import load_hparams
 from editkit.editing.methods import all_methods, get
 from editkit.editing.requests import EditRequest
 from editkit.evaluation import EvalRecord, SequentialSpec, load_eval_set
-from editkit.evaluation.sequential import sequential_methods
 from editkit.evaluation.compare import compare_methods
-from editkit.evaluation.metrics import legend
+from editkit.figures.labels import legend
+from editkit.evaluation.sequential import sequential_methods
 from editkit.figures import editing as figures
+from editkit.runtime.cluster import Item
 from editkit.tracing import TraceSpec, trace
 from pages import ui
 
@@ -233,9 +233,9 @@ else:
 # ---- AlphaEdit's null space, and what hundreds of edits in a row do to each method ----------------------------------
 def spectrum_section(lm) -> None:
     """The eigenvalues of C = E[k kᵀ] at AlphaEdit's layers, and the null space its rule selects."""
+    from editkit.editing.nullspace import NULL_RULES
     from editkit.editing.spectrum import spectrum
     from editkit.figures.spectrum import spectrum_figure
-    from editkit.editing.nullspace import NULL_RULES
 
     st.subheader("Why AlphaEdit protects old knowledge: the spectrum of the key statistics")
     st.markdown(
@@ -268,7 +268,7 @@ def spectrum_section(lm) -> None:
 def lifelong_section(lm) -> None:
     """Lifelong editing: the shipped run's curves (500 edits), and a short run of your own."""
     from editkit.evaluation.lifelong import SHIPPED, SHIPPED_STABILISERS, load_results
-    from editkit.evaluation.metrics import legend
+    from editkit.figures.labels import legend
 
     st.subheader("Lifelong editing: hundreds of edits, one batch after another")
     st.markdown(
@@ -323,10 +323,11 @@ def lifelong_section(lm) -> None:
 
 def draw_runs(runs: dict, keys: tuple[str, str], layer_caption: str = "") -> None:
     """Lifelong runs (method -> result): the metric curves, the per-layer norm and condition number, the table."""
-    from editkit.evaluation.lifelong import final_table
-    from editkit.evaluation.metrics import labelled
+    from editkit.evaluation.lifelong import final_table, styled
+    from editkit.figures.labels import labelled
     from editkit.figures.lifelong import layer_figure, lifelong_figure
 
+    runs = styled(runs)
     st.plotly_chart(lifelong_figure(runs), width="stretch", key=keys[0])
     if layer_caption:
         st.caption(layer_caption)
@@ -410,8 +411,8 @@ def sweep_inputs():
 
 def sweep_section(lm) -> None:
     """A hyperparameter sweep on an evaluation set, drawn as the trade-off it is (Pareto chart)."""
-    from editkit.figures.side_effects import pareto_figure, sweep_table
     from editkit.evaluation.sweep import SWEEP, sweep
+    from editkit.figures.side_effects import pareto_figure, sweep_table
 
     st.subheader("Tune the trade-off: a hyperparameter sweep")
     st.markdown(

@@ -4,8 +4,7 @@ import pandas as pd
 import streamlit as st
 
 from editkit.figures import memories as figures
-from editkit.memories import geva, triggers
-from editkit.memories import vocab
+from editkit.memories import geva, triggers, vocab
 from editkit.memories.inspect import memories_at
 from editkit.memories.intervene import intervene, parse_memory
 from pages import ui

@@ -11,14 +11,13 @@ import os
 import pandas as pd
 import streamlit as st
 
-from editkit.cache import digest
-from editkit.errors import EditkitError
+from editkit.core.cache import digest
+from editkit.core.errors import EditkitError
+from editkit.core.progress import part
 from editkit.figures import lesson as figs
 from editkit.figures.tracing import depth_comparison
-from editkit.lesson import classroom, compute, grading
+from editkit.lesson import classroom, compute, grading, reference
 from editkit.lesson import pack as packs
-from editkit.lesson import reference
-from editkit.progress import part
 from pages import ui
 from pages.two_models import second_model_picker
 

@@ -16,12 +16,12 @@ import uuid
 
 import streamlit as st
 
-from editkit import cluster, isolation, jobs
-from editkit import weights
-from editkit.limits import limits
-from editkit.errors import Cancelled, EditkitError
-from editkit.models import ALL_TINY, DEFAULT_MODEL, DTYPES, list_models
-from editkit.shipped import SHIPPED
+from editkit.core.errors import Cancelled, EditkitError
+from editkit.core.limits import limits
+from editkit.model import isolation, weights
+from editkit.model.loading import ALL_TINY, DEFAULT_MODEL, DTYPES, list_models
+from editkit.model.shipped import SHIPPED
+from editkit.runtime import cluster, jobs
 
 OTHER = "other: hub id, folder or GGUF file"
 BUILTIN = (*SHIPPED, *ALL_TINY)  # the embedded model first
@@ -59,7 +59,7 @@ log = logging.getLogger("editkit.app")
 def _load_builtin(name: str, dtype: str = "float32"):
     """The shipped and tiny models: one copy each (per dtype) per server process, shared by every session, never
     evicted (evicting one would load a second copy while sessions still compute with the first)."""
-    from editkit.models import load_model
+    from editkit.model.loading import load_model
 
     return load_model(name, dtype=dtype)
 
@@ -67,7 +67,7 @@ def _load_builtin(name: str, dtype: str = "float32"):
 @st.cache_resource(show_spinner=False, max_entries=1)
 def _load_other(name: str, trust_remote_code: bool, dtype: str = "float32"):
     """A hub id or folder: the last one picked stays loaded (large models do not accumulate)."""
-    from editkit.models import load_model
+    from editkit.model.loading import load_model
 
     return load_model(name, trust_remote_code=trust_remote_code, dtype=dtype)
 
@@ -85,8 +85,8 @@ def get_lm(name: str, trust_remote_code: bool = False, dtype: str = "float32"):
 
 @st.cache_data(ttl=30, show_spinner=False)
 def _estimate(name: str, dtype: str, trust_remote_code: bool) -> dict | None:
-    """The memory estimate of a model before it loads (editkit.models.estimate; the free memory re-read every 30 s)."""
-    from editkit.models import estimate
+    """The memory estimate of a model before it loads (editkit.model.loading.estimate; the free memory re-read every 30 s)."""
+    from editkit.model.loading import estimate
 
     try:
         return estimate(name, dtype, trust_remote_code=trust_remote_code)
@@ -200,7 +200,7 @@ def run_job(name: str, fn, cancel_label: str = "Cancel", on_cancel=None, **caps)
 
 
 def run_item(name: str, lm, item: cluster.Item, cancel_label: str = "Cancel", on_cancel=None, **caps):
-    """Run a long computation described as a work item (editkit/cluster.py: a library function
+    """Run a long computation described as a work item (editkit/runtime/cluster.py: a library function
     fn(lm, *args, **kwargs, progress=...) and its arguments, progress=True) as this session's job (run_job: limits,
     queue, progress bar, Cancel), with this session's kept edits. With $EDITKIT_RAY set (e.g. local:2 or the head's
     host:port) it runs on a Ray worker, the kept edits shipped with it as deltas, and this server process only
@@ -248,7 +248,7 @@ def my_edits(lm) -> list[dict]:
 @contextlib.contextmanager
 def session(lm, *deltas):
     """A computation of this session: base weights + the session's kept edits (+ `deltas`), in this context only
-    (editkit/isolation.py)."""
+    (editkit/model/isolation.py)."""
     with isolation.session(lm, [e["delta"] for e in my_edits(lm)] + [d for d in deltas if d]):
         yield lm
 

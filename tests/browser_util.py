@@ -8,12 +8,16 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 APP = ROOT / "app.py"
+# Screenshots go to a scratch folder unless EDITKIT_SCREENSHOTS names one (EDITKIT_SCREENSHOTS=assets/screenshots
+# refreshes the README's pictures): a test run never writes into tracked files unless asked.
+SHOTS = Path(os.environ.get("EDITKIT_SCREENSHOTS") or Path(tempfile.gettempdir()) / "editkit-screenshots")
 
 
 def free_port() -> int:

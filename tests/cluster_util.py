@@ -1,4 +1,4 @@
-"""A tiny-model workload for the fan-out layer (editkit/cluster.py), and its per-item cost with 1 and 2 workers.
+"""A tiny-model workload for the fan-out layer (editkit/runtime/cluster.py), and its per-item cost with 1 and 2 workers.
 
     python tests/cluster_util.py --model tiny-gpt2 --records 12     # prints a JSON report
 
@@ -16,8 +16,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from editkit import cluster  # noqa: E402
-from editkit.paths import DATA  # noqa: E402
+from editkit.core.paths import DATA  # noqa: E402
+from editkit.runtime import cluster  # noqa: E402
 
 STEPS = {"v_num_grad_steps": 3}
 
@@ -30,7 +30,7 @@ def requests(n: int) -> list[dict]:
 
 
 def probabilities(lm, request: dict) -> list[float]:
-    from editkit.scoring import score_targets
+    from editkit.model.scoring import score_targets
 
     prompts = [request["prompt"]] * 2
     return [s.logprob for s in score_targets(lm, prompts, [" " + request["target_new"], " " + request["target_true"]])]
@@ -41,7 +41,7 @@ def edit_record(lm, request: dict, log: str | None = None, shared: dict | None =
     """ROME on one request; log-probabilities of the new and true targets before and after (and, given `shared`,
     a value read from it, to show it arrived). `log`: a file that gets one line per execution."""
     from editkit.editing.api import run_edit
-    from editkit.weights import applied
+    from editkit.model.weights import applied
 
     if log:
         with open(log, "a") as f:
@@ -80,7 +80,7 @@ def items(reqs: list[dict], **kwargs) -> list[cluster.Item]:
 def measure(model: str, n: int, workers: tuple[int, ...] = (1, 2), hparams: dict | None = None) -> dict:
     """Seconds per item in process and with 1 and 2 Ray workers (each in a fresh local cluster), and the fixed
     costs: connecting (starting the local cluster) and starting the workers (model loaded once each)."""
-    from editkit.models import load_model
+    from editkit.model.loading import load_model
 
     lm = load_model(model, device="cpu")
     reqs = requests(n)

@@ -6,7 +6,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never use the network
 
 import pytest
 
-from editkit.models import TINY, load_model
+from editkit.model.loading import TINY, load_model
 
 
 @functools.lru_cache(maxsize=None)
@@ -27,11 +27,11 @@ def tiny_by_name():
 
 @pytest.fixture(scope="module")
 def ray_local():
-    """The Ray backend of a local cluster of 2 CPUs without a dashboard (editkit/cluster.py starts it at the first
+    """The Ray backend of a local cluster of 2 CPUs without a dashboard (editkit/runtime/cluster.py starts it at the first
     run that uses it, handing the workers this process's $EDITKIT_CACHE then), torn down after the module. One per
     module: a process uses one cluster at a time. Bounded waits, so a broken cluster fails instead of hanging."""
     ray = pytest.importorskip("ray", reason="the Ray backend needs the `ray` package (pip install -r requirements.txt)")
-    from editkit import cluster
+    from editkit.runtime import cluster
 
     yield cluster.parse_backend("local:2", start_timeout=240, item_timeout=240)
     cluster.shutdown()
@@ -44,10 +44,33 @@ def gemma():
     return _load("gemma-3-270m")
 
 
-def pytest_configure(config):
-    config.addinivalue_line("markers", "browser: end-to-end tests in headless Chromium (deselect: -m 'not browser')")
-    config.addinivalue_line("markers", "load: concurrent browser sessions of the served app (deselect: -m 'not load')")
-    config.addinivalue_line("markers", "gpu: the CUDA path, skipped without a CUDA GPU (benchmarks/gpu.sh runs them)")
+def pytest_addoption(parser):
+    parser.addoption("--full", action="store_true",
+                     help="the full suite: also the embedded model at length, browser, load, Ray and notebooks")
+
+
+# What only the full suite runs: these markers, and every test on the embedded model or a Ray cluster that is not
+# marked `quick` (a few embedded-model checks stay in the quick tier, which must finish in minutes on 2 cores).
+FULL_MARKERS = ("full", "browser", "load", "notebook")
+FULL_FIXTURES = ("gemma", "ray_local", "ray_lm", "ray_cache")
+
+
+def in_full_suite_only(item) -> bool:
+    if any(item.get_closest_marker(m) for m in FULL_MARKERS):
+        return True
+    return bool(set(FULL_FIXTURES) & set(getattr(item, "fixturenames", ()))) and not item.get_closest_marker("quick")
+
+
+def pytest_collection_modifyitems(config, items):
+    """The quick tier by default; --full runs everything."""
+    if config.getoption("--full"):
+        return
+    keep, drop = [], []
+    for item in items:
+        (drop if in_full_suite_only(item) else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
 
 
 @pytest.fixture(scope="session")

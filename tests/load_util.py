@@ -163,7 +163,7 @@ class PeakMemory:
 
 def weights_mb() -> float:
     """The served model's float32 weights (its cached folder; the cache may also hold a bfloat16 copy)."""
-    from editkit.models import shipped_folder
+    from editkit.model.loading import shipped_folder
 
     return sum(f.stat().st_size for f in shipped_folder("gemma-3-270m").glob("*.safetensors")) / 2 ** 20
 

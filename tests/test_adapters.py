@@ -3,10 +3,11 @@ import pytest
 import torch
 from torch import nn
 
-from editkit.adapters import adapter_for
-from editkit.errors import EditkitError
-from editkit.hooks import Hooks
-from editkit.text import block_outputs, encode, logit_lens
+from editkit.core.errors import EditkitError
+from editkit.model.adapters import adapter_for
+from editkit.model.hooks import Hooks
+from editkit.model.text import block_outputs, logit_lens
+from editkit.model.tokens import encode
 
 PROMPT = "The Space Needle is in downtown Seattle"
 

@@ -3,18 +3,18 @@ MEMIT's update when P = I and lambda C is restored), the sequence state, and the
 import pytest
 import torch
 
+from editkit.core.errors import EditkitError
+from editkit.core.paths import DATA
 from editkit.editing.api import run_edit
 from editkit.editing.defaults import load_hparams
+from editkit.editing.keys import read_sites
 from editkit.editing.methods import get, names
 from editkit.editing.methods.alphaedit import alphaedit_update, alphaedit_update_in_basis, apply_alphaedit
+from editkit.editing.nullspace import eigen, null_dimension, null_space_projector
 from editkit.editing.requests import parse_requests
 from editkit.editing.sequence import SequenceState
 from editkit.editing.spread import batch_update
-from editkit.editing.keys import read_sites
-from editkit.editing.nullspace import eigen, null_dimension, null_space_projector
-from editkit.weights import applied
-from editkit.errors import EditkitError
-from editkit.paths import DATA
+from editkit.model.weights import applied
 
 
 def _requests(n=3, start=0):

@@ -14,6 +14,7 @@ def _fake_out(method: str) -> dict:
     row = {"label": "mom2_shrinkage=0.5", "pareto": True, "score": 50.0, "cached": False,
            **{k: cell for k in ("efficacy", "generalization", "specificity", "gen_efficacy")}}
     return {"method": method, "set": "counterfact-val", "n": 1, "settings": [row],
+            "fronts": {k: [0] for k in ("efficacy", "generalization", "specificity", "gen_efficacy")},
             "unedited": {k: cell for k in ("efficacy", "generalization", "specificity", "gen_efficacy")}}
 
 

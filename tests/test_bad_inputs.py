@@ -18,8 +18,8 @@ import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
-from editkit.weights import patch_bytes
-from editkit.models import load_model
+from editkit.model.loading import load_model
+from editkit.model.weights import patch_bytes
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 MODEL = "tiny-gpt2"

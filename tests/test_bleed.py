@@ -7,7 +7,7 @@ import torch
 from editkit.cli import main
 from editkit.editing.requests import EditRequest
 from editkit.evaluation.bleed import bleed_map, prompts_for, relation_of
-from editkit.text import find_subject_range
+from editkit.model.tokens import find_subject_range
 
 REQUEST = EditRequest("The mother tongue of {} is", "Danielle Darrieux", "English", "French",
                       ["Danielle Darrieux, a native speaker of"],
@@ -50,8 +50,8 @@ def test_share_is_the_projection_for_other_methods(tiny_by_name):
 def test_rome_share_hand_computed(tiny_by_name):
     """s(k) = (C^-1 k*)^T k / (C^-1 k*)^T k*: recompute it for one neighbour token from scratch."""
     from editkit.editing.defaults import load_hparams
-    from editkit.editing.stats import key_statistics
     from editkit.editing.keys import key_star, keys_at
+    from editkit.editing.stats import key_statistics
 
     lm = tiny_by_name("tiny-gpt2")
     out = bleed_map(lm, "rome", REQUEST, FAST, n_facts=0)

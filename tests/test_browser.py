@@ -1,8 +1,9 @@
 """End to end in a real browser: `streamlit run app.py` in a subprocess, every page of app.py's PAGES opened in
 Chromium (Debian's, via Playwright) on the embedded model, each page's main action run, no exception box and no
-error alert, and a full-page screenshot of each page saved to assets/screenshots/<page>.png (the README shows them).
+error alert, and a full-page screenshot of each page saved to $EDITKIT_SCREENSHOTS/<page>.png
+(EDITKIT_SCREENSHOTS=assets/screenshots refreshes the README's pictures; by default a scratch folder).
 
-Slow (the embedded model loads, the causal trace runs on Gemma): deselect with `-m "not browser"`.
+Slow (the embedded model loads, the causal trace runs on Gemma): in the full suite only (`--full`).
 To give a new page a main action, add one entry to ACTIONS.
 """
 from __future__ import annotations
@@ -10,18 +11,23 @@ from __future__ import annotations
 import os
 import signal
 import tempfile
-from pathlib import Path
 
 import pytest
-
-from browser_util import ROOT, pages, free_port, start_streamlit, wait_http, wait_idle
+from browser_util import (
+    ROOT,
+    SHOTS,
+    free_port,
+    pages,
+    start_streamlit,
+    wait_http,
+    wait_idle,
+)
 
 from editkit.figures.tracing import TITLES
 
 pytestmark = pytest.mark.browser
 playwright_api = pytest.importorskip("playwright.sync_api")
 
-SHOTS = Path(os.environ.get("EDITKIT_SCREENSHOTS", ROOT / "assets" / "screenshots"))  # set it to keep the tree clean
 LOAD_S = 240  # the embedded model loads in ~10 s alone, much longer on a shared CPU
 ERRORS = '[data-testid="stException"], [data-testid="stAlertContentError"]'
 

@@ -6,10 +6,10 @@ import pytest
 
 from editkit.cli import main
 from editkit.editing.api import run_edit
-from editkit.weights import applied, save_patch
 from editkit.memories.intervene import intervene
-from editkit.models import load_model
-from editkit.scoring import score_targets
+from editkit.model.loading import load_model
+from editkit.model.scoring import score_targets
+from editkit.model.weights import applied, save_patch
 
 REQUEST = {"prompt": "The mother tongue of {} is", "subject": "Danielle Darrieux", "target_new": "English",
            "target_true": "French", "neighborhood_prompts": ["The mother tongue of Jean Gabin is"]}

@@ -1,4 +1,4 @@
-"""The fan-out layer (editkit/cluster.py): in process it is the serial loop; on a local Ray cluster of 2 CPUs
+"""The fan-out layer (editkit/runtime/cluster.py): in process it is the serial loop; on a local Ray cluster of 2 CPUs
 (conftest's ray_local: started without a dashboard, torn down after) the same items give the same results, in item
 order, also when a worker dies mid-item; an unreachable cluster and an unloadable model fail fast with one clear
 message."""
@@ -14,11 +14,12 @@ import torch
 ray = pytest.importorskip("ray", reason="the Ray backend needs the `ray` package (pip install -r requirements.txt)")
 
 from cluster_util import STEPS, die_once, edit_record, items, requests, stepper  # noqa: E402
-from editkit import cluster  # noqa: E402
-from editkit.cli import add_ray_arg, ray_backend  # noqa: E402
+
+from editkit.commands.common import add_ray_arg, ray_backend
+from editkit.core.errors import Cancelled, EditkitError  # noqa: E402
 from editkit.editing.api import run_edit  # noqa: E402
-from editkit.errors import Cancelled, EditkitError  # noqa: E402
-from editkit.models import load_model  # noqa: E402
+from editkit.model.loading import load_model  # noqa: E402
+from editkit.runtime import cluster  # noqa: E402
 
 N = 6
 

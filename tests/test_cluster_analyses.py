@@ -8,12 +8,13 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="the Ray backend needs the `ray` package (pip install -r requirements.txt)")
 
-import editkit.similarity as sim  # noqa: E402
 from cluster_util import same as equal  # noqa: E402
-from editkit import cluster  # noqa: E402
+
+import editkit.similarity as sim  # noqa: E402
 from editkit.editing.api import run_edit  # noqa: E402
 from editkit.editing.requests import EditRequest  # noqa: E402
 from editkit.evaluation.layer_sweep import layer_sweep  # noqa: E402
+from editkit.runtime import cluster  # noqa: E402
 from editkit.similarity import similarity  # noqa: E402
 from editkit.tracing import TraceSpec  # noqa: E402
 from editkit.tracing.aie import average_indirect_effect  # noqa: E402

@@ -7,10 +7,10 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="the Ray backend needs the `ray` package (pip install -r requirements.txt)")
 
-from editkit import cluster  # noqa: E402
 from editkit.cli import main  # noqa: E402
 from editkit.evaluation.scale import ScaleSpec, bench_scale  # noqa: E402
-from editkit.models import load_model  # noqa: E402
+from editkit.model.loading import load_model  # noqa: E402
+from editkit.runtime import cluster  # noqa: E402
 
 
 def test_bench_scale_on_a_tiny_model(tmp_path, monkeypatch):

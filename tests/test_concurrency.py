@@ -1,4 +1,4 @@
-"""What else several sessions share besides the weights (editkit/isolation.py covers the weights): the random
+"""What else several sessions share besides the weights (editkit/model/isolation.py covers the weights): the random
 stream of sampled text, caches of weight-dependent results, results defined on the base model (statistics, context
 templates), sequential editing, the memories view, and tiny models loaded from two threads at once."""
 import threading
@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import torch
 
-from editkit import weights
 from editkit.editing.api import run_edit
 from editkit.editing.context import context_templates
 from editkit.editing.stats import second_moment
@@ -16,9 +15,10 @@ from editkit.evaluation import SequentialSpec, sequential
 from editkit.evaluation.datasets import load_eval_set
 from editkit.memories import triggers
 from editkit.memories.inspect import value_vectors
-from editkit.models import load_model
-from editkit.runner import SeededTopK
-from editkit.text import last_logits, sample
+from editkit.model import weights
+from editkit.model.loading import load_model
+from editkit.model.runner import SeededTopK
+from editkit.model.text import last_logits, sample
 
 PROMPTS = ["The Space Needle is located in the city of", "Danielle Darrieux speaks the language"]
 REQUEST = {"prompt": "{} is located in the city of", "subject": "The Space Needle", "target_new": "Paris"}

@@ -7,16 +7,16 @@ from types import SimpleNamespace
 import pytest
 
 from editkit.cli import main
+from editkit.core.errors import EditkitError
 from editkit.editing.defaults import load_hparams, shipped_file, user_file
 from editkit.editing.methods import get, names
-from editkit.errors import EditkitError
 from editkit.evaluation.derive import derive, peak, place
-from editkit.shipped import SHIPPED
+from editkit.model.shipped import SHIPPED
 from editkit.tracing.aie import shipped_runs
 
 
 def _stub(model: str, family: str):
-    """What derive reads of a loaded model, for a shipped model (its facts in editkit/shipped.py)."""
+    """What derive reads of a loaded model, for a shipped model (its facts in editkit/model/shipped.py)."""
     spec = SHIPPED[model]
     return SimpleNamespace(name=model, adapter=SimpleNamespace(n_layers=spec.layers, d_ff=spec.d_ff,
                                                                family=SimpleNamespace(name=family)))
@@ -70,7 +70,7 @@ def folder_model(tmp_path, monkeypatch, tiny_by_name):
     folder = tmp_path / "my-llama"
     lm.model.save_pretrained(folder)
     lm.tok.save_pretrained(folder)
-    from editkit.text import top_k
+    from editkit.model.text import top_k
 
     prompt = "The Space Needle is in downtown"
     answer = top_k(lm, prompt, 1)[0]

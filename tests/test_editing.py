@@ -5,17 +5,17 @@ import pytest
 import torch
 
 from editkit.cli import main
+from editkit.core.errors import EditkitError
+from editkit.core.paths import DATA
 from editkit.editing.api import run_edit
 from editkit.editing.defaults import load_hparams
 from editkit.editing.methods.memit import apply_memit
-from editkit.editing.spread import batch_update
 from editkit.editing.methods.pmet import apply_pmet
-from editkit.editing.requests import parse_requests
 from editkit.editing.methods.rome import apply_rome
+from editkit.editing.requests import parse_requests
+from editkit.editing.spread import batch_update
 from editkit.editing.stats import provenance, second_moment
-from editkit.weights import EditHistory, applied, effective_weight, load_patch, save_patch
-from editkit.errors import EditkitError
-from editkit.paths import DATA
+from editkit.model.weights import EditHistory, applied, effective_weight, load_patch, save_patch
 
 DARRIEUX = {"prompt": "The mother tongue of {} is", "subject": "Danielle Darrieux", "target_new": "English",
             "target_true": "French", "paraphrase_prompts": ["Where Danielle Darrieux is from, people speak the language of"],
@@ -108,7 +108,7 @@ def test_patch_round_trip_and_corruption(tiny_by_name, tmp_path):
         load_patch(path)
     bad = {k: v.clone() for k, v in delta.items()}
     next(iter(bad.values()))[0, 0] = float("nan")
-    from editkit.weights import apply_delta
+    from editkit.model.weights import apply_delta
     with pytest.raises(EditkitError, match="NaN"):
         apply_delta(lm.model, bad)
 

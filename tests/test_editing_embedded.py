@@ -5,9 +5,9 @@ from editkit.editing.api import run_edit
 from editkit.editing.defaults import load_hparams
 from editkit.editing.requests import parse_requests
 from editkit.editing.stats import second_moment
-from editkit.weights import applied
-from editkit.scoring import score_targets
-from editkit.text import top_k
+from editkit.model.scoring import score_targets
+from editkit.model.text import top_k
+from editkit.model.weights import applied
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +41,7 @@ def test_rome_darrieux_speaks_english(gemma, stats):
 def test_ten_request_batch_reaches_efficacy(gemma, stats, method):
     """Acceptance: a 10-request batch of CounterFact counterfactuals, edited at once, has efficacy >= 0.9
     (P(target_new) > P(target_true) on the rewrite prompt) on the embedded model; the base weights come back."""
-    from editkit.paths import DATA
+    from editkit.core.paths import DATA
 
     batch = parse_requests(DATA / "counterfact" / "counterfact_500.json")[:10]
 

@@ -4,7 +4,7 @@ import json
 import pytest
 
 from editkit.cli import main
-from editkit.errors import EditkitError
+from editkit.core.errors import EditkitError
 from editkit.evaluation.datasets import load_eval_file, load_eval_set, set_id
 
 ROME_SCHEMA = {"case_id": 7,
@@ -46,7 +46,7 @@ def test_each_schema_loads_like_the_shipped_sets(tmp_path, record, kind, jsonl):
 
 def test_the_shipped_file_itself_loads_as_a_file(tmp_path):
     shipped = load_eval_set("counterfact", 3)
-    from editkit.paths import DATA
+    from editkit.core.paths import DATA
 
     mine = load_eval_file(DATA / "counterfact" / "counterfact_500.json", 3)
     assert [r.request.to_dict() for r in mine] == [r.request.to_dict() for r in shipped]

@@ -5,9 +5,17 @@ import json
 import pytest
 import torch
 
-from editkit.errors import EditkitError
-from editkit.evaluation import (EVAL_SETS, EvalSpec, SequentialSpec, edit_and_measure, evaluate, load_eval_set,
-                                requests_of, sequential)
+from editkit.core.errors import EditkitError
+from editkit.evaluation import (
+    EVAL_SETS,
+    EvalSpec,
+    SequentialSpec,
+    edit_and_measure,
+    evaluate,
+    load_eval_set,
+    requests_of,
+    sequential,
+)
 
 FAST = {"v_num_grad_steps": 3}
 

@@ -7,13 +7,6 @@ test_ultraedit.py run on one model per family (models.TINY); they are imported u
 twice."""
 import pytest
 import torch
-
-from editkit import adapters
-from editkit.adapters import adapter_for
-from editkit.errors import EditkitError
-from editkit.models import TINY, TINY_TYPES, load_model, tiny_config
-from editkit.tracing import TraceSetup, TraceSpec, parse_noise
-
 from test_adapters import test_down_weight_maps_key_to_value as down_weight_maps_key_to_value
 from test_adapters import test_logit_lens_last_layer_equals_model_logits as logit_lens_equals_logits
 from test_adapters import test_patching_own_clean_value_is_identity as patching_is_identity
@@ -23,6 +16,12 @@ from test_editing import test_rome_makes_W_k_equal_v as rome_identity
 from test_tracing import test_fast_engine_equals_reference as fast_equals_reference
 from test_tracing import test_restoring_everything_reproduces_clean_run as restoring_everything_is_clean
 from test_ultraedit import test_ultraedit_on_every_family as ultraedit_identities
+
+from editkit.core.errors import EditkitError
+from editkit.model import adapters
+from editkit.model.adapters import adapter_for
+from editkit.model.loading import TINY, TINY_TYPES, load_model, tiny_config
+from editkit.tracing import TraceSetup, TraceSpec, parse_noise
 
 PROMPT, SUBJECT = "The Space Needle is in downtown Seattle", "Space Needle"
 
@@ -78,7 +77,7 @@ def test_stablelm_parallel_residual_shares_the_input_norm():
 def _folder(tmp_path, config, name):
     from transformers import AutoModelForCausalLM
 
-    from editkit.models import tiny_tokenizer
+    from editkit.model.loading import tiny_tokenizer
 
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config)

@@ -4,7 +4,7 @@ from editkit.figures import memories
 from editkit.figures.lens import logit_lens_figure
 from editkit.figures.similarity import similarity_figure
 from editkit.memories.inspect import memories_at
-from editkit.text import logit_lens
+from editkit.model.text import logit_lens
 
 
 def test_logit_lens_figure(tiny_by_name):

@@ -4,10 +4,10 @@ no GPU needed)."""
 import pytest
 import torch
 
-import editkit.footprint as footprint
-from editkit.errors import EditkitError
-from editkit.footprint import Footprint, count_parameters, device_map
-from editkit.models import TINY, estimate, load_model, tiny_config
+import editkit.model.footprint as footprint
+from editkit.core.errors import EditkitError
+from editkit.model.footprint import Footprint, count_parameters, device_map
+from editkit.model.loading import TINY, estimate, load_model, tiny_config
 
 
 @pytest.mark.parametrize("name", TINY)

@@ -3,9 +3,9 @@ import pytest
 
 from editkit.editing.requests import EditRequest
 from editkit.evaluation.datasets import EvalRecord
-from editkit.evaluation.evaluate import greedy, measure, metrics_of
+from editkit.evaluation.measure import greedy, measure, metrics_of
 from editkit.evaluation.metrics import answer_line, generation_success, mentions
-from editkit.text import greedy as text_greedy
+from editkit.model.text import greedy as text_greedy
 
 
 @pytest.mark.parametrize("text,new,true,ok", [

@@ -10,11 +10,11 @@ from editkit.editing.api import run_edit
 from editkit.editing.methods import names
 from editkit.editing.requests import parse_requests
 from editkit.editing.stats import second_moment
-from editkit.models import load_model
-from editkit.scoring import score_targets
-from editkit.text import top_k
+from editkit.model.loading import load_model
+from editkit.model.scoring import score_targets
+from editkit.model.text import top_k
+from editkit.model.weights import applied
 from editkit.tracing import TraceSetup, TraceSpec, fast_trace
-from editkit.weights import applied
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (benchmarks/gpu.sh)")]

@@ -6,11 +6,10 @@ import threading
 import pytest
 import torch
 
-from editkit import isolation
-from editkit import weights
 from editkit.editing.api import run_edit
-from editkit.models import load_model
-from editkit.text import last_logits
+from editkit.model import isolation, weights
+from editkit.model.loading import load_model
+from editkit.model.text import last_logits
 
 PROMPTS = ["The Space Needle is located in the city of", "Danielle Darrieux speaks the language"]
 REQUESTS = [

@@ -1,4 +1,4 @@
-"""Limits, jobs and the job queue (editkit/jobs.py): caps give clear errors, a cancelled job stops at its next
+"""Limits, jobs and the job queue (editkit/runtime/jobs.py): caps give clear errors, a cancelled job stops at its next
 progress step and leaves nothing behind, the queue admits jobs first come first served and never runs more than
 its slots at once."""
 import threading
@@ -7,13 +7,14 @@ import time
 import pytest
 import torch
 
-from editkit import jobs, limits
-from editkit import weights
-from editkit.errors import EditkitError
-from editkit.errors import Cancelled
-from editkit.jobs import Job, JobQueue
-from editkit.limits import Limits, parse_limits
-from editkit.text import check_prompt, last_logits
+from editkit.core import limits
+from editkit.core.errors import Cancelled, EditkitError
+from editkit.core.limits import Limits, parse_limits
+from editkit.model import weights
+from editkit.model.text import last_logits
+from editkit.model.tokens import check_prompt
+from editkit.runtime import jobs
+from editkit.runtime.jobs import Job, JobQueue
 from editkit.tracing import TraceSpec, trace
 
 

@@ -4,8 +4,8 @@ import json
 import pytest
 
 from editkit.cli import main
+from editkit.core.errors import EditkitError
 from editkit.editing.requests import EditRequest
-from editkit.errors import EditkitError
 from editkit.evaluation.layer_sweep import layer_sweep, parse_layers
 
 REQUEST = EditRequest("The mother tongue of {} is", "Danielle Darrieux", "English", "French",

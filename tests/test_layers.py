@@ -1,24 +1,20 @@
-"""The floors of the code base: a module imports only from its own floor and the floors below it, and the packages
-of a floor whose rule says "never one another" (the algorithms: tracing/, memories/, similarity, editing/) do not
-import one another. Every import counts, also one inside a function. The floors are read from the table in the
-README's "Layout" section, so the README and this test cannot disagree: a new module needs a row there first.
-Also: editkit/ never imports Streamlit, and only editkit/figures/ imports plotly."""
+"""The floors of the code base: a module imports only from its own floor and the floors below it, the packages of a
+floor whose rule says "never one another" do not import one another, and no module imports itself back through
+others (no import cycles). Every import counts, also one inside a function. The floors are read from the table in
+the manual's architecture page (docs/architecture.md), so the manual and this test cannot disagree: a new package
+needs a row there first. Also: editkit/ never imports Streamlit, and only editkit/figures/ imports plotly."""
 import ast
 import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-README = ROOT / "README.md"
-
-# Imports that still go up a floor on this branch, "importing file -> imported module", being removed elsewhere.
-# The list only shrinks: an entry that no longer happens fails the test too, so it is deleted when fixed.
-ALLOWED_VIOLATIONS: frozenset[str] = frozenset()
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
 
 
 def floor_table() -> list[dict]:
-    """The rows of README's Layout table: {"floor": n, "name", "units": [...], "siblings": bool}."""
-    text = README.read_text(encoding="utf-8")
-    assert "\n## Layout\n" in text, "README.md has no '## Layout' section"
+    """The rows of the architecture page's floors table: {"floor": n, "name", "units": [...], "siblings": bool}."""
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    assert "\n## Layout\n" in text, "docs/architecture.md has no '## Layout' section"
     section = text.split("\n## Layout\n", 1)[1].split("\n## ", 1)[0]
     rows = []
     for line in section.splitlines():
@@ -36,7 +32,7 @@ def unit_floors() -> tuple[dict[str, int], set[int]]:
     floors, siblings = {}, set()
     for row in floor_table():
         for unit in row["units"]:
-            assert unit not in floors, f"{unit} is on two floors of the README's table"
+            assert unit not in floors, f"{unit} is on two floors of the architecture table"
             floors[unit] = row["floor"]
         if row["siblings"]:
             siblings.add(row["floor"])
@@ -56,8 +52,8 @@ def sources() -> dict[str, Path]:
 
 
 def unit_of(module: str) -> str | None:
-    """The README unit a module belongs to ("editkit.tracing.engine" -> "tracing"); None outside the project. The
-    editkit package itself (an empty __init__) belongs to the core floor as "editkit"."""
+    """The table's unit a module belongs to ("editkit.tracing.engine" -> "tracing"); None outside the project. The
+    editkit package's own __init__ is the unit "editkit"."""
     parts = module.split(".")
     if parts[0] == "editkit":
         return parts[1] if len(parts) > 1 else "editkit"
@@ -88,46 +84,90 @@ def imports(module: str, path: Path, known: dict[str, Path]):
 def violations() -> dict[str, int]:
     """"file -> module" for each import that goes up a floor or crosses between siblings, with its line."""
     floors, siblings = unit_floors()
-    floors.setdefault("editkit", 1)
     known = sources()
     found = {}
     for module, path in known.items():
-        unit = unit_of(module)
-        here = floors[unit]
+        here = floors[unit_of(module)]
         for line, target in imports(module, path, known):
             other = unit_of(target)
             if other is None or other not in floors:
                 continue
             there = floors[other]
-            if there > here or (there == here and here in siblings and other != unit):
+            if there > here or (there == here and here in siblings and other != unit_of(module)):
                 found.setdefault(f"{path.relative_to(ROOT)} -> {target}", line)
     return found
 
 
+def import_graph(known: dict[str, Path]) -> dict[str, set[str]]:
+    """Module -> the project's modules it imports (a package's import counts as its __init__'s)."""
+    graph = {}
+    for module, path in known.items():
+        graph[module] = {t for _, t in imports(module, path, known) if t in known and t != module}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
 def test_every_module_is_on_a_floor_and_every_floor_unit_exists():
     floors, _ = unit_floors()
-    units = {unit_of(m) for m in sources()} - {"editkit"}
-    assert not units - set(floors), f"add these to the README's Layout table: {sorted(units - set(floors))}"
-    assert not set(floors) - units, f"the README's Layout table lists missing modules: {sorted(set(floors) - units)}"
+    units = {unit_of(m) for m in sources()}
+    assert not units - set(floors), f"add these to docs/architecture.md's table: {sorted(units - set(floors))}"
+    assert not set(floors) - units, f"docs/architecture.md's table lists missing modules: {sorted(set(floors) - units)}"
 
 
 def test_no_import_goes_up_a_floor():
     found = violations()
-    new = {k: v for k, v in found.items() if k not in ALLOWED_VIOLATIONS}
-    assert not new, "imports that go up a floor (README, Layout):\n" + "\n".join(
-        f"  {k} (line {v})" for k, v in sorted(new.items()))
-    fixed = ALLOWED_VIOLATIONS - set(found)
-    assert not fixed, f"no longer happen, remove them from ALLOWED_VIOLATIONS: {sorted(fixed)}"
+    assert not found, "imports that go up a floor (docs/architecture.md, Layout):\n" + "\n".join(
+        f"  {k} (line {v})" for k, v in sorted(found.items()))
 
 
-def test_the_rule_sees_lazy_imports_and_siblings(tmp_path):
-    """The checker on a made-up file: an import inside a function and one between siblings are both found."""
+def test_no_import_cycles():
+    found = cycles(import_graph(sources()))
+    assert not found, "import cycles:\n" + "\n".join("  " + " <-> ".join(c) for c in found)
+
+
+def test_the_rules_see_lazy_imports_siblings_and_cycles(tmp_path):
+    """The checker on made-up files: an import inside a function and one between siblings are both found, and a
+    cycle through a lazy import is a cycle."""
     path = tmp_path / "x.py"
     path.write_text("def f():\n    from ..evaluation import sweep\n    from ..tracing import trace\n")
     got = list(imports("editkit.editing.x", path, {"editkit.evaluation.sweep": path}))
     assert got == [(2, "editkit.evaluation.sweep"), (3, "editkit.tracing")]
     floors, siblings = unit_floors()
     assert floors["evaluation"] > floors["editing"] and floors["tracing"] == floors["editing"] in siblings
+    assert floors["core"] < floors["model"] < floors["tracing"] < floors["evaluation"] < floors["cli"]
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
 
 
 def _importers(name: str, where) -> list[str]:

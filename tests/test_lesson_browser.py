@@ -1,7 +1,8 @@
 """One student walks the whole lesson in Chromium (`streamlit run app.py`, Debian's chromium via Playwright) on the
 shipped pack: at every step a wrong answer first (the feedback says so), then "Answer again" and the right one (the
 feedback says right), no exception or error box anywhere, and a screenshot of each revealed step saved to
-assets/screenshots/lesson-<step>.png (the README shows them; EDITKIT_SCREENSHOTS=dir writes them elsewhere).
+$EDITKIT_SCREENSHOTS/lesson-<step>.png (EDITKIT_SCREENSHOTS=assets/screenshots refreshes the README's; by
+default a scratch folder).
 
 The right answers come from the pack's own numbers (tests/lesson_util.answers_for). Marked `browser`.
 """
@@ -11,16 +12,13 @@ import os
 import re
 import signal
 import tempfile
-from pathlib import Path
 
 import pytest
-
-from browser_util import ROOT, free_port, start_streamlit, wait_http, wait_idle
+from browser_util import ROOT, SHOTS, free_port, start_streamlit, wait_http, wait_idle
 
 pytestmark = pytest.mark.browser
 playwright_api = pytest.importorskip("playwright.sync_api")
 
-SHOTS = Path(os.environ.get("EDITKIT_SCREENSHOTS", ROOT / "assets" / "screenshots"))
 PACK = ROOT / "assets" / "lesson"
 ERRORS = '[data-testid="stException"], [data-testid="stAlertContentError"]'
 FEEDBACK = ('[data-testid="stAlertContentSuccess"], [data-testid="stAlertContentWarning"], '
@@ -124,8 +122,9 @@ def labels_for(pack, fid: str, specs: dict) -> dict:
 
 
 def test_a_student_walks_the_lesson(student):
-    from editkit.lesson.pack import Pack
     from lesson_util import answers_for
+
+    from editkit.lesson.pack import Pack
 
     page = student
     pack = Pack.open(PACK)

@@ -5,13 +5,13 @@ import json
 import re
 
 import pytest
+from lesson_util import FACT, MODEL, SAMPLES, tiny_pack, write_facts
 
 from editkit.cli import main
-from editkit.errors import EditkitError
+from editkit.core.errors import EditkitError
 from editkit.lesson import compute
 from editkit.lesson.build import build
 from editkit.lesson.pack import FORMAT, KIND, Pack
-from lesson_util import FACT, MODEL, SAMPLES, tiny_pack, write_facts
 
 
 @pytest.fixture(scope="module")

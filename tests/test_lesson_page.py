@@ -5,11 +5,11 @@ import shutil
 from pathlib import Path
 
 import pytest
+from lesson_util import answers_for, tiny_pack
 from streamlit.testing.v1 import AppTest
 
 from editkit.lesson.classroom import ClassStore, default_path
 from editkit.lesson.pack import Pack
-from lesson_util import answers_for, tiny_pack
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 
@@ -134,7 +134,7 @@ def test_try_your_own_traces_on_two_models(env):
     """Step 2's "try your own" traces the student's prompt on the lesson's model and a second one, drawn on one
     relative-depth axis; each model's trace is the one it gives alone."""
     from editkit.lesson.compute import Settings, traces
-    from editkit.models import load_model
+    from editkit.model.loading import load_model
     at = open_lesson(timeout=300)
     go(at, 2)
     at.number_input(key="lesson_own_samples_2").set_value(2)

@@ -3,7 +3,6 @@ walk all ten steps of the shipped pack at once without a browser, so what is mea
 step's heading and revealed result must arrive with no error element; the latencies are printed, not asserted (the
 benchmark reports them for 30 students)."""
 import pytest
-
 from test_load import _in_own_thread
 
 pytestmark = pytest.mark.load

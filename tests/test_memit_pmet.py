@@ -5,16 +5,15 @@ import math
 import pytest
 import torch
 
+from editkit.core.paths import DATA
 from editkit.editing.defaults import load_hparams
+from editkit.editing.keys import layer_state
 from editkit.editing.methods.memit import apply_memit
-from editkit.editing.stats import second_moment
-from editkit.editing.spread import (Stream, batch_update, memit_rule, reachable_output, residual_to_mlp_output,
-                                   spread)
 from editkit.editing.methods.pmet import apply_pmet
 from editkit.editing.requests import parse_requests
-from editkit.editing.keys import layer_state
-from editkit.weights import apply_delta, restore
-from editkit.paths import DATA
+from editkit.editing.spread import Stream, batch_update, memit_rule, reachable_output, residual_to_mlp_output, spread
+from editkit.editing.stats import second_moment
+from editkit.model.weights import apply_delta, restore
 
 
 def _requests(n=3):

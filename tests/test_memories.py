@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from editkit.errors import EditkitError
-from editkit.hooks import Hooks
+from editkit.core.errors import EditkitError
 from editkit.memories import geva, triggers
 from editkit.memories.inspect import capture_ffn, memories_at
 from editkit.memories.intervene import add_hooks, intervene, intervened_logits, parse_memory
-from editkit.text import encode
+from editkit.model.hooks import Hooks
+from editkit.model.tokens import encode
 
 PROMPT = "The Eiffel Tower is located in the city of"
 ROOT = Path(__file__).resolve().parent.parent
@@ -239,7 +239,7 @@ def _deterministic_bigrams(lm, n_tokens: int, n: int) -> list[tuple[int, int]]:
     always followed by B (so A's top trigger example, whichever occurrence it is, is followed by B)."""
     from collections import Counter, defaultdict
 
-    from editkit import corpus
+    from editkit.data import corpus
 
     succ, count, ends = defaultdict(set), Counter(), set()
     for chunk in corpus.token_chunks(lm.tok, n_tokens, triggers.DEFAULT_SEQ_LEN):
@@ -292,7 +292,7 @@ def test_fig5_finds_an_implanted_memory():
     the trigger index finds A as the key's top trigger, the value's top token is B, so Fig. 5 agrees (rank 1) for
     every implanted memory; pairing each key with another pair's B gives no agreement. The layer's agreement rate
     (all memories of layer 0) is at least the implanted share, far above chance."""
-    from editkit.models import load_model
+    from editkit.model.loading import load_model
 
     n_tokens = 1500
     lm = load_model("tiny-gpt2", device="cpu")  # a private copy, rebuilt below

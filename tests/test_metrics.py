@@ -5,9 +5,19 @@ import pytest
 
 from editkit.editing.requests import EditRequest
 from editkit.evaluation.datasets import EvalRecord
-from editkit.evaluation.evaluate import metrics_of, record_metrics, summarize
-from editkit.evaluation.metrics import (EditMetrics, compare, harmonic_mean, idf_table, mean_ci, n_gram_entropy,
-                                        n_gram_entropy_one, tfidf_cosine, token_agreement)
+from editkit.evaluation.evaluate import summarize
+from editkit.evaluation.measure import metrics_of, record_metrics
+from editkit.evaluation.metrics import (
+    EditMetrics,
+    compare,
+    harmonic_mean,
+    idf_table,
+    mean_ci,
+    n_gram_entropy,
+    n_gram_entropy_one,
+    tfidf_cosine,
+    token_agreement,
+)
 
 
 def test_n_gram_entropy_by_hand():
@@ -55,7 +65,7 @@ def test_compare_harmonic_mean_and_intervals():
 
 
 def _meas(rewrite, paraphrase, neighborhood, acc=(1.0,), loc=None, texts=()):
-    """A measurement as evaluate.measure returns it, from (nll_new, nll_true) pairs."""
+    """A measurement as measure.measure returns it, from (nll_new, nll_true) pairs."""
     g = lambda pairs, a=(): {"nll_new": [p[0] for p in pairs], "nll_true": [p[1] for p in pairs],
                              "acc_new": list(a) or [0.0] * len(pairs)}
     out = {"rewrite": g(rewrite, acc), "paraphrase": g(paraphrase), "neighborhood": g(neighborhood),

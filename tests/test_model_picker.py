@@ -6,7 +6,7 @@ from pathlib import Path
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-import editkit.footprint as footprint
+import editkit.model.footprint as footprint
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 

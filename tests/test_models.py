@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from editkit.cli import main
-from editkit.errors import EditkitError
-from editkit.cache import MANIFEST
-from editkit.models import TINY, _load_folder, _tiny, cached_folder, list_models, load_model
-from editkit.text import top_k
+from editkit.core.cache import MANIFEST
+from editkit.core.errors import EditkitError
+from editkit.model.loading import TINY, _load_folder, _tiny, cached_folder, list_models, load_model
+from editkit.model.text import top_k
 
 
 def test_list_models_names_embedded_and_tiny():

@@ -7,16 +7,16 @@ import pytest
 import torch
 
 from editkit.cli import main
+from editkit.core.errors import EditkitError
 from editkit.editing.api import run_edit
 from editkit.editing.context import TEMPLATES, context_templates
 from editkit.editing.defaults import load_hparams
 from editkit.editing.requests import parse_requests
 from editkit.editing.stats import second_moment
-from editkit.errors import EditkitError
-from editkit.models import TINY, load_model, tiny_config
-from editkit.scoring import score_targets
+from editkit.model.loading import TINY, load_model, tiny_config
+from editkit.model.scoring import score_targets
+from editkit.model.weights import applied, apply_delta, current, restore
 from editkit.tracing import TraceSetup, TraceSpec, fast_trace
-from editkit.weights import apply_delta, applied, current, restore
 
 # One request every tiny family can be pushed towards (ROME's and MEMIT's target optimisation moves it far).
 REQUEST = {"prompt": "The mother tongue of {} is", "subject": "Danielle Darrieux", "target_new": "English",

@@ -4,9 +4,9 @@ import torch
 
 from editkit.editing.api import run_edit
 from editkit.editing.requests import parse_requests
-from editkit.models import load_model
-from editkit.scoring import score_targets
-from editkit.weights import applied
+from editkit.model.loading import load_model
+from editkit.model.scoring import score_targets
+from editkit.model.weights import applied
 
 REQUEST = {"prompt": "The mother tongue of {} is", "subject": "Danielle Darrieux", "target_new": "English",
            "target_true": "French"}

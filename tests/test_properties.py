@@ -5,10 +5,10 @@ import functools
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from editkit.core.errors import EditkitError
 from editkit.editing.requests import EditRequest, parse_requests
-from editkit.errors import EditkitError
-from editkit.models import load_model
-from editkit.text import check_prompt, encode, find_subject_range, guess_subject, token_strings
+from editkit.model.loading import load_model
+from editkit.model.tokens import check_prompt, encode, find_subject_range, guess_subject, token_strings
 from editkit.tracing import TraceSpec, trace
 
 SETTINGS = settings(max_examples=40, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])

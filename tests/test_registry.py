@@ -11,6 +11,7 @@ import torch
 from streamlit.testing.v1 import AppTest
 
 from editkit.cli import main
+from editkit.core.errors import EditkitError
 from editkit.editing.api import first_use, run_edit
 from editkit.editing.bench import bench_edit
 from editkit.editing.defaults import load_hparams
@@ -18,11 +19,10 @@ from editkit.editing.hparams import Hparams
 from editkit.editing.methods import Method, get, names, register, unregister
 from editkit.editing.result import EditResult, RequestReport
 from editkit.editing.share import update_share
-from editkit.errors import EditkitError
 from editkit.evaluation import EvalSpec, evaluate
 from editkit.evaluation.bleed import bleed_map
-from editkit.figures.side_effects import bleed_figure, layer_sweep_figure
 from editkit.evaluation.layer_sweep import layer_sweep
+from editkit.figures.side_effects import bleed_figure, layer_sweep_figure
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 REQUEST = {"prompt": "The mother tongue of {} is", "subject": "Danielle Darrieux", "target_new": "English",

@@ -1,13 +1,13 @@
-"""The runner (editkit/runner.py) on every tiny family: partial runs equal the full model."""
+"""The runner (editkit/model/runner.py) on every tiny family: partial runs equal the full model."""
 import pytest
 import torch
 
-from editkit.errors import EditkitError
-from editkit.hooks import Hooks
-from editkit.models import load_model
-from editkit.runner import KV
-from editkit.sites import Site, parse, site
-from editkit.text import encode
+from editkit.core.errors import EditkitError
+from editkit.model.hooks import Hooks
+from editkit.model.loading import load_model
+from editkit.model.runner import KV
+from editkit.model.sites import Site, parse, site
+from editkit.model.tokens import encode
 
 PROMPT = "The Space Needle is in downtown Seattle"
 

@@ -6,14 +6,15 @@ import math
 import pytest
 import torch
 
+from editkit.core.errors import EditkitError
 from editkit.editing.api import run_edit
-from editkit.weights import applied
-from editkit.errors import EditkitError
 from editkit.evaluation import load_eval_set
-from editkit.evaluation.lifelong import curves, final_table
+from editkit.evaluation.lifelong import final_table
+from editkit.figures.lifelong import curves
 from editkit.evaluation.pairs import pair_nlls
 from editkit.evaluation.sequential import SequentialSpec, perplexity, sequential
-from editkit.scoring import score_targets
+from editkit.model.scoring import score_targets
+from editkit.model.weights import applied
 
 FAST = {"v_num_grad_steps": 2}
 SMALL = {"ppl_tokens": 64, "fluency_tokens": 5, "fluency_prompts": ("The city of",)}
@@ -138,7 +139,7 @@ def test_locality_is_measured_against_the_original_model(tiny_by_name):
 
 def test_perplexity_equals_full_logits(tiny_by_name):
     lm = tiny_by_name("tiny-neox")
-    from editkit.corpus import token_chunks
+    from editkit.data.corpus import token_chunks
 
     nll, count = 0.0, 0
     for chunk in token_chunks(lm.tok, 100, 50, split="test"):

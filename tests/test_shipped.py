@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from editkit.cli import main
-from editkit.errors import EditkitError
-from editkit.models import list_models, load_model
-from editkit.shipped import SHIPPED, WheelFile, fetch_wheel
-from editkit.text import top_k
+from editkit.core.errors import EditkitError
+from editkit.model.loading import list_models, load_model
+from editkit.model.shipped import SHIPPED, WheelFile, fetch_wheel
+from editkit.model.text import top_k
 
 SMOL = SHIPPED["smollm2-135m"].gguf
 
@@ -125,7 +125,7 @@ def test_a_gguf_file_loads_as_the_shipped_model_does(smollm2, tmp_path, monkeypa
     table before anything loads, it is converted once into the cache (keyed by its name and a digest), and the
     weights are those of the shipped model converted from the same file; a file that is not a GGUF, and a path that
     does not exist, are one clear line each."""
-    from editkit.models import estimate, gguf_file, gguf_parameters
+    from editkit.model.loading import estimate, gguf_file, gguf_parameters
 
     source = SMOL(lambda m: None)
     path = tmp_path / "my model.gguf"

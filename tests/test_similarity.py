@@ -8,9 +8,17 @@ import torch
 from streamlit.testing.v1 import AppTest
 
 from editkit.cli import main
-from editkit.errors import EditkitError
-from editkit.similarity import (_jaccard_rows, cache_path, capture_states, component_states, fact_prompts, jaccard, per_prompt,
-                                similarity)
+from editkit.core.errors import EditkitError
+from editkit.similarity import (
+    _jaccard_rows,
+    cache_path,
+    capture_states,
+    component_states,
+    fact_prompts,
+    jaccard,
+    per_prompt,
+    similarity,
+)
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 PROMPTS = ["The Eiffel Tower is located in the city of", "Danielle Darrieux's mother tongue is",

@@ -4,10 +4,10 @@ on it does what it says."""
 import pytest
 import torch
 
+from editkit.core.paths import DATA
 from editkit.editing.defaults import load_hparams
 from editkit.editing.requests import parse_requests
 from editkit.editing.targets import optimize_targets_batch
-from editkit.paths import DATA
 
 
 def _requests(n=3):
@@ -63,6 +63,7 @@ def test_most_probable_rule_counts_steps_per_request():
     """ENCORE's rule on a batch of two requests (two target tokens each): it stops a request at the n-th step at
     which all its target tokens are the argmax, counted per request across steps."""
     from types import SimpleNamespace
+
     from editkit.editing.targets import _stabiliser_stops
     rows = SimpleNamespace(t_tok_t=torch.tensor([5, 6, 7, 8]), t_req_t=torch.tensor([0, 0, 1, 1]))
     hp = SimpleNamespace(v_stop_top1=2, v_stop_prob=0.0, v_stop_stall=0.0)
@@ -102,7 +103,7 @@ def test_condition_view_off_and_on(tiny_by_name):
 
 
 def test_layer_figure_draws_norm_and_condition_per_matrix():
-    from editkit.evaluation.lifelong import layer_curves
+    from editkit.figures.lifelong import layer_curves
     from editkit.figures.lifelong import layer_figure
     names = ["model.layers.3.mlp.down_proj.weight", "model.layers.2.mlp.down_proj.weight"]
     rows = [{"edit": e, "relative_norm": {n: 0.1 * e for n in names}, "condition": {n: 10.0 + e for n in names}}
@@ -165,9 +166,9 @@ def test_anchor_from_edits_equals_the_direct_estimate(tiny_by_name, method, site
     """`python -m editkit anchor`'s estimate (each request edited alone, ||v*|| read from the reports) is
     anchor_norm's over the same targets: every edit saw the unedited weights, so ROME's sequential stacking never
     enters; a method without the option says so."""
+    from editkit.core.errors import EditkitError
     from editkit.editing.anchor import anchor_norm
     from editkit.editing.api import anchor_from_edits
-    from editkit.errors import EditkitError
     lm = tiny_by_name("tiny-llama")
     hp = load_hparams(method, lm, {"v_num_grad_steps": 2})
     got = anchor_from_edits(lm, method, _requests(4), {"v_num_grad_steps": 2}, quantile=0.5)
@@ -186,7 +187,7 @@ def test_pmet_residual_target_is_the_residual_of_its_mlp_target(tiny_by_name, na
     added to the MLP's output on the plain prompt), through Gemma's post-MLP norm too."""
     from editkit.editing.keys import subject_last
     from editkit.editing.methods.pmet import residual_targets
-    from editkit.sites import site
+    from editkit.model.sites import site
     lm = tiny_by_name(name)
     hp = load_hparams("pmet", lm, {"v_num_grad_steps": 3})
     requests = _requests(2)

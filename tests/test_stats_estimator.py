@@ -2,10 +2,10 @@
 import pytest
 import torch
 
-from editkit.corpus import corpus_tokens
+from editkit.core.errors import EditkitError
+from editkit.data.corpus import corpus_tokens
 from editkit.editing.defaults import load_hparams
 from editkit.editing.stats import estimate, key_statistics, provenance, second_moment
-from editkit.errors import EditkitError
 
 
 def test_shrinkage_keeps_the_diagonal_and_scales_the_rest():
@@ -52,7 +52,7 @@ def test_snapshots_equal_separate_runs(tiny_by_name, tmp_path, monkeypatch):
 
 def test_more_tokens_than_the_split_uses_all_of_it(tiny_by_name, tmp_path, monkeypatch):
     monkeypatch.setenv("EDITKIT_CACHE", str(tmp_path))
-    import editkit.corpus as corpus
+    import editkit.data.corpus as corpus
 
     short = corpus.paragraphs("valid")[:40]  # a short split keeps the test fast
     monkeypatch.setattr(corpus, "paragraphs", lambda split="valid": short)

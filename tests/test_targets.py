@@ -4,10 +4,10 @@ and a batch of requests optimizes exactly like the requests one by one; keys and
 import pytest
 import torch
 
+from editkit.core.paths import DATA
 from editkit.editing.defaults import load_hparams
 from editkit.editing.requests import parse_requests
 from editkit.editing.targets import _Rows, optimize_targets, optimize_targets_batch
-from editkit.paths import DATA
 
 
 def _requests(n=3):
@@ -104,7 +104,7 @@ def test_fused_loss_terms_equal_full_softmax(tiny):
     """The one-pass vocabulary terms (runner.vocab_logsumexp: log p of each target token, its argmax, the KL to the
     first step's distribution) equal the softmax over full logits, values and gradients, on every family."""
     from editkit.editing.targets import _loss_terms
-    from editkit.runner import vocab_logsumexp
+    from editkit.model.runner import vocab_logsumexp
 
     hp = load_hparams("memit", tiny)
     rows = _Rows(tiny, _requests(3), 1, ("resid_post",), hp)
@@ -138,7 +138,7 @@ def test_site_reader_resumes_exactly(tiny):
     """SiteReader: a read after an edit at layer l >= the kept layer runs only blocks l.. and gives what a fresh
     full forward at those weights gives."""
     from editkit.editing.keys import SiteReader, read_sites
-    from editkit.weights import applied
+    from editkit.model.weights import applied
 
     hp = load_hparams("memit", tiny)
     requests = _requests(3)

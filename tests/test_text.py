@@ -1,9 +1,10 @@
 """Subject ranges, predictions and generation on tiny models."""
 import pytest
 
-from editkit.errors import EditkitError
-from editkit.models import tiny_tokenizer
-from editkit.text import find_subject_range, greedy, guess_subject, token_strings, top_k
+from editkit.core.errors import EditkitError
+from editkit.model.loading import tiny_tokenizer
+from editkit.model.text import greedy, top_k
+from editkit.model.tokens import find_subject_range, guess_subject, token_strings
 
 TOK = tiny_tokenizer()
 

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 import torch
 
-from editkit.errors import EditkitError
+from editkit.core.errors import EditkitError
 from editkit.figures.tracing import aie_depth, aie_panels
-from editkit.shipped import SHIPPED
+from editkit.model.shipped import SHIPPED
 from editkit.tracing import TraceSetup, TraceSpec, fast_trace, parse_noise, reference_trace, trace
 from editkit.tracing.aie import CLASSES, average_indirect_effect, load_run, shipped_runs, token_classes
 from editkit.tracing.reference import trace_with_patch

@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 import torch
 
-from editkit.adapters import adapter_for
-from editkit.hooks import Hooks
-from editkit.models import LM, _tiny
-from editkit.sites import site
+from editkit.model.adapters import adapter_for
+from editkit.model.hooks import Hooks
+from editkit.model.loading import LM, _tiny
+from editkit.model.sites import site
 from editkit.tracing import Tracer, TraceSetup, TraceSpec, fast_trace, parse_noise
 from editkit.tracing.attribution import attribution, spearman
 from editkit.tracing.setup import corrupt_embeddings, window_layers

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from editkit.cli import main
-from editkit.weights import applied
+from editkit.model.weights import applied
 from editkit.tracing import Tracer, TraceSpec, trace
 from editkit.tracing.aie import average_indirect_effect
 

@@ -4,10 +4,9 @@ schedule, cancelling; and the runner additions it uses (step, KV.prefix, answer_
 import pytest
 import torch
 
-from editkit.errors import EditkitError
-from editkit.hooks import Hooks
-from editkit.runner import KV
-from editkit.errors import Cancelled
+from editkit.core.errors import Cancelled, EditkitError
+from editkit.model.hooks import Hooks
+from editkit.model.runner import KV
 from editkit.tracing import Tracer, TraceSetup, TraceSpec, fast_trace, reference_trace
 from editkit.tracing.engine import Restore, Work, panel, score_restorations, severing_restores
 from editkit.tracing.reference import trace_with_patch

@@ -9,20 +9,27 @@ import pytest
 import torch
 
 from editkit.cli import main
+from editkit.core.errors import EditkitError
+from editkit.core.paths import DATA
 from editkit.editing.api import first_use, run_edit
 from editkit.editing.defaults import load_hparams
 from editkit.editing.methods import get, names
 from editkit.editing.methods.ultraedit import group_of
 from editkit.editing.requests import parse_requests
 from editkit.editing.sequence import SequenceState
-from editkit.editing.ultra import (EPS, RunningStats, answer_batch, keys_and_gradients, pseudo_values,
-                                  ridge_solve, ultraedit_update)
-from editkit.errors import EditkitError
+from editkit.editing.ultra import (
+    EPS,
+    RunningStats,
+    answer_batch,
+    keys_and_gradients,
+    pseudo_values,
+    ridge_solve,
+    ultraedit_update,
+)
 from editkit.evaluation import EvalSpec, evaluate
-from editkit.paths import DATA
-from editkit.scoring import score_targets
-from editkit.sites import Site
-from editkit.weights import applied
+from editkit.model.scoring import score_targets
+from editkit.model.sites import Site
+from editkit.model.weights import applied
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 

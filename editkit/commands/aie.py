@@ -3,7 +3,7 @@ traced by the exact engine through the shared result cache (a second run, or fac
 `--ray` traces the facts in parallel on a Ray cluster."""
 import sys
 
-from ..cli import add_model_arg, add_ray_arg, load, ray_backend
+from .common import add_model_arg, add_ray_arg, load, ray_backend
 
 
 def register(sub):

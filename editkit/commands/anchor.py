@@ -4,8 +4,8 @@ model; pass the result as the `nas_anchor` hyperparameter."""
 import json
 import statistics
 
-from ..cli import add_model_arg, load
-from ..errors import EditkitError
+from ..core.errors import EditkitError
+from .common import add_model_arg, load
 
 
 def register(sub):

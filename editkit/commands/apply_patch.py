@@ -2,8 +2,8 @@
 (`edit --save-patch P`: safetensors + JSON manifest) and show, for each prompt, the top next tokens and the
 probability of each target before and after the edit. Without --prompt, the manifest's requests give the prompts
 (rewrite, paraphrase and neighborhood) and targets (target_new, target_true). The loaded model is not changed."""
-from ..cli import add_model_arg, load
-from ..errors import EditkitError
+from ..core.errors import EditkitError
+from .common import add_model_arg, load
 
 
 def register(sub):
@@ -28,8 +28,8 @@ def _prompts_and_targets(args, manifest) -> tuple[list[str], list[str]]:
 
 
 def _read(lm, prompts, targets, top):
-    from ..scoring import score_targets
-    from ..text import top_k
+    from ..model.scoring import score_targets
+    from ..model.text import top_k
 
     rows = []
     for p in prompts:
@@ -40,7 +40,7 @@ def _read(lm, prompts, targets, top):
 
 
 def run(args):
-    from ..weights import applied, load_patch
+    from ..model.weights import applied, load_patch
 
     if args.top < 1:
         raise EditkitError("--top must be at least 1")

@@ -3,7 +3,7 @@ algorithm in the same run, and an evaluation in process against 1, 2, ... Ray wo
 library (tracing/bench.py, editing/bench.py, evaluation/scale.py); this file parses the arguments and prints."""
 import sys
 
-from ..cli import add_model_arg, load
+from .common import add_model_arg, load
 
 
 def register(sub):
@@ -75,10 +75,9 @@ def run_trace(args):
 
 
 def run_edit(args):
-    from ..editing.bench import bench_edit
-
     import torch
 
+    from ..editing.bench import bench_edit
     from ..editing.defaults import load_hparams_file
 
     if args.threads is not None:
@@ -89,7 +88,7 @@ def run_edit(args):
 
 
 def run_scale(args):
-    from ..errors import EditkitError
+    from ..core.errors import EditkitError
     from ..evaluation.scale import ScaleSpec, bench_scale
 
     try:

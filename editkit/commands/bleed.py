@@ -4,8 +4,8 @@ evaluation/bleed.py)."""
 import json
 import sys
 
-from ..cli import add_model_arg, load
-from ..errors import EditkitError
+from ..core.errors import EditkitError
+from .common import add_model_arg, load
 
 
 def register(sub):

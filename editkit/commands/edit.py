@@ -2,8 +2,8 @@
 method (editing/methods/)."""
 import time
 
-from ..cli import add_model_arg, load
-from ..errors import EditkitError
+from ..core.errors import EditkitError
+from .common import add_model_arg, load
 
 
 def register(sub):
@@ -25,9 +25,9 @@ def register(sub):
 def run(args):
     from ..editing.api import run_edit
     from ..editing.defaults import load_hparams_file
-    from ..evaluation.evaluate import measure, probabilities
     from ..editing.requests import parse_requests
-    from ..weights import applied, save_patch
+    from ..evaluation.measure import measure, probabilities
+    from ..model.weights import applied, save_patch
 
     requests = parse_requests(args.requests)
     if args.n is not None:

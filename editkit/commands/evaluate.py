@@ -7,10 +7,10 @@ output: commands/lifelong.py)."""
 import json
 import sys
 
-from ..cli import add_model_arg, add_ray_arg, load, ray_backend
-from ..errors import EditkitError
-from ..evaluation.metrics import header, legend
+from ..core.errors import EditkitError
+from ..figures.labels import header, legend
 from . import lifelong
+from .common import add_model_arg, add_ray_arg, load, ray_backend
 
 
 def register(sub):

@@ -3,9 +3,9 @@
 prediction is fixed, Fig. 9), the same cached computation as the FFN memories page."""
 import sys
 
-from ..cli import add_model_arg, load
-from ..errors import EditkitError
+from ..core.errors import EditkitError
 from ..memories import geva
+from .common import add_model_arg, load
 
 
 def register(sub):

@@ -6,8 +6,8 @@ model with shipped files keeps them (the derived values are printed beside them)
 import json
 import sys
 
-from ..cli import add_model_arg, add_ray_arg, load, ray_backend
-from ..errors import EditkitError
+from ..core.errors import EditkitError
+from .common import add_model_arg, add_ray_arg, load, ray_backend
 
 
 def register(sub):

@@ -1,8 +1,8 @@
 """`python -m editkit intervene --model M --prompt P --memory L3.M17 [--memory ...] [--mode off|on] [--position -1]
 --json`: switch FFN memories off (m_i = 0) or on (m_i = the layer's largest coefficient) at one position and compare
 the next-token prediction and a greedy continuation with the unchanged run (Geva et al. 2021)."""
-from ..cli import add_model_arg, load
 from ..memories.intervene import MODES, intervene, parse_memory
+from .common import add_model_arg, load
 
 
 def register(sub):

@@ -3,8 +3,8 @@ a one-layer method (ROME by default) at every layer for one request, beside the 
 2023); `--ray` runs the layers (and the trace) in parallel on a Ray cluster."""
 import sys
 
-from ..cli import add_model_arg, add_ray_arg, load, ray_backend
-from ..errors import EditkitError
+from ..core.errors import EditkitError
+from .common import add_model_arg, add_ray_arg, load, ray_backend
 
 
 def register(sub):

@@ -4,8 +4,8 @@ per part on a Ray cluster); `lesson show DIR`: what a pack holds."""
 import sys
 import time
 
-from ..cli import add_ray_arg, ray_backend
-from ..errors import EditkitError
+from ..core.errors import EditkitError
+from .common import add_ray_arg, ray_backend
 
 
 def register(sub):

@@ -7,8 +7,8 @@ command of its own: evaluate.py adds these options to its parser (`add_arguments
 `show`)."""
 import json
 
-from ..errors import EditkitError
-from ..evaluation.metrics import header, legend
+from ..core.errors import EditkitError
+from ..figures.labels import header, legend
 
 
 def add_arguments(parser) -> None:

@@ -1,8 +1,8 @@
 """`python -m editkit memories --model M --prompt P --layer L [--position -1] [--top 10] [--norm] --json`:
 the FFN memories most active at one position (Geva et al. 2021), their value tokens, and the residual's top
 tokens before and after each FFN."""
-from ..cli import add_model_arg, load
 from ..memories.inspect import memories_at
+from .common import add_model_arg, load
 
 
 def register(sub):

@@ -1,6 +1,6 @@
 """`python -m editkit models [--estimate] [--dtype D]`: the real models shipped on PyPI and the tiny test models."""
-from ..cli import DTYPES
-from ..models import estimate, list_models
+from ..model.loading import estimate, list_models
+from .common import DTYPES
 
 
 def register(sub):

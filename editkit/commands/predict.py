@@ -1,6 +1,6 @@
 """`python -m editkit predict --model M "prompt" [--top 5] [--json]`: next-token top-k."""
-from ..cli import add_model_arg, load
-from ..text import top_k
+from ..model.text import top_k
+from .common import add_model_arg, load
 
 
 def register(sub):

@@ -5,8 +5,8 @@ band over the facts. Same library function and disk cache as the "Attention vs F
 batches of prompts in parallel on a Ray cluster."""
 import sys
 
-from ..cli import add_model_arg, add_ray_arg, load, ray_backend
 from ..similarity import DEFAULT_N, FACT_SETS, MODES, TOP_K, similarity
+from .common import add_model_arg, add_ray_arg, load, ray_backend
 
 
 def register(sub):

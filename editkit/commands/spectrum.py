@@ -1,8 +1,8 @@
 """`python -m editkit spectrum [--layers 2,3] [--rule energy] [--threshold 0.01] --json`: the eigenvalues of
 C = E[k k^T] at AlphaEdit's edited layers, the null space its rule selects, and what upstream's absolute threshold
 would select (editing/spectrum.py)."""
-from ..cli import add_model_arg, load
-from ..errors import EditkitError
+from ..core.errors import EditkitError
+from .common import add_model_arg, load
 
 
 def register(sub):

@@ -3,8 +3,8 @@ every combination of hyperparameter values; resumable, each finished setting cac
 spreads the settings' batches of records over a Ray cluster."""
 import sys
 
-from ..cli import add_model_arg, add_ray_arg, load, ray_backend
-from ..errors import EditkitError
+from ..core.errors import EditkitError
+from .common import add_model_arg, add_ray_arg, load, ray_backend
 
 
 def register(sub):

@@ -1,5 +1,5 @@
 """`python -m editkit trace --prompt P --subject S [--kind hidden|mlp|attn|all] ... --json`: causal tracing."""
-from ..cli import add_model_arg, load
+from .common import add_model_arg, load
 
 
 def register(sub):

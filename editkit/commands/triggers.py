@@ -2,9 +2,9 @@
 prefixes that activate FFN memory (L, I) most (Geva et al. 2021, trigger examples), from the cached index."""
 import time
 
-from ..cli import add_model_arg, load
 from ..memories import triggers
 from ..memories.inspect import check_layer, check_memory
+from .common import add_model_arg, load
 
 
 def register(sub):

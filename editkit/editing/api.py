@@ -13,8 +13,8 @@ from dataclasses import fields
 
 import torch
 
-from ..errors import EditkitError
-from ..progress import part
+from ..core.errors import EditkitError
+from ..core.progress import part
 from .context import context_templates, templates_cached
 from .defaults import load_hparams
 from .hparams import Hparams

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import time
 
-from ..paths import DATA
-from ..scoring import score_targets
-from ..weights import applied
+from ..core.paths import DATA
+from ..model.scoring import score_targets
+from ..model.weights import applied
 from .api import prepare_first_use, run_edit
 from .defaults import load_hparams
 from .methods import all_methods

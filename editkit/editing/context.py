@@ -6,9 +6,9 @@ import time
 
 import torch
 
-from ..cache import Store
-from ..text import sample
-from ..weights import unedited
+from ..core.cache import Store
+from ..model.text import sample
+from ..model.weights import unedited
 
 STARTERS = ("The", "Therefore", "Because", "I", "You")
 TEMPLATES = Store("templates", version=2)  # 2: private seeded streams (text.sample), base weights

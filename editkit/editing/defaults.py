@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..errors import EditkitError
-from ..paths import cache_dir
+from ..core.errors import EditkitError
+from ..core.paths import cache_dir
 from .hparams import Hparams, from_dict
 from .methods import get
 

@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass, fields
 from typing import ClassVar
 
-from ..errors import EditkitError
+from ..core.errors import EditkitError
 
 
 def _positive(v):

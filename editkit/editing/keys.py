@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import torch
 
-from ..errors import EditkitError
-from ..hooks import Hooks
-from ..sites import Site, parse, site
-from ..text import find_subject_range
+from ..core.errors import EditkitError
+from ..model.hooks import Hooks
+from ..model.sites import Site, parse, site
+from ..model.tokens import find_subject_range
 from .context import context_templates
 from .requests import EditRequest
 

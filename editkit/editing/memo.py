@@ -28,9 +28,8 @@ from contextlib import contextmanager
 from dataclasses import fields
 from pathlib import Path
 
-
-from ..cache import Store
-from ..weights import fingerprint
+from ..core.cache import Store
+from ..model.weights import fingerprint
 
 STORE = Store("targets", version=1)
 _ACTIVE: contextvars.ContextVar = contextvars.ContextVar("editkit_targets_memo", default=None)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from ..errors import EditkitError
+from ..core.errors import EditkitError
 from .stats import STORE, key_width, second_moment
 
 NULL_RULES = {

@@ -9,7 +9,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..errors import EditkitError
+from ..core.errors import EditkitError
 
 
 def _target(value, where: str, name: str) -> str | None:

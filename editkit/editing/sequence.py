@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from ..errors import EditkitError
+from ..core.errors import EditkitError
 
 
 @dataclass(frozen=True)

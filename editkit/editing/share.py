@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import torch
 
-from ..errors import EditkitError
-from ..sites import Site
-from ..weights import applied
+from ..core.errors import EditkitError
+from ..model.sites import Site
+from ..model.weights import applied
 from .keys import read_sites
 from .stats import MODULES
 

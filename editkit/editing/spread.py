@@ -28,8 +28,8 @@ from typing import Callable
 
 import torch
 
-from ..progress import part
-from ..weights import applied, effective_weight
+from ..core.progress import part
+from ..model.weights import applied, effective_weight
 from .anchor import anchor_targets
 from .keys import SiteReader
 from .result import EditResult, LayerReport, RequestReport, Solve, norm_report

@@ -30,12 +30,11 @@ from pathlib import Path
 
 import torch
 
-from ..corpus import NOTICE, corpus_tokens, token_chunks
-from ..errors import EditkitError
-from ..cache import Store
-from ..weights import unedited
-from ..sites import Site
-
+from ..core.cache import Store
+from ..core.errors import EditkitError
+from ..data.corpus import NOTICE, corpus_tokens, token_chunks
+from ..model.sites import Site
+from ..model.weights import unedited
 
 # the key site of each editable linear map: the FFN down-projection's input (every method), or W_O's (PMET's
 # MHSA update)

@@ -17,15 +17,14 @@ from __future__ import annotations
 
 import torch
 
-from ..errors import EditkitError
-from ..hooks import Hooks
-from ..runner import vocab_logsumexp
-from ..scoring import target_ids
-from ..sites import Site, site
+from ..core.errors import EditkitError
+from ..model.hooks import Hooks
+from ..model.runner import vocab_logsumexp
+from ..model.scoring import target_ids
+from ..model.sites import Site, site
 from .keys import contexts, pad_rows, subject_last
 from .memo import memoized
 from .requests import EditRequest
-
 
 # --- target optimisation -------------------------------------------------------------------------------------
 #

@@ -31,10 +31,10 @@ from dataclasses import dataclass
 
 import torch
 
-from ..errors import EditkitError
-from ..limits import limits
-from ..scoring import target_ids
-from ..sites import Site
+from ..core.errors import EditkitError
+from ..core.limits import limits
+from ..model.scoring import target_ids
+from ..model.sites import Site
 
 EPS = torch.finfo(torch.float32).eps  # upstream's eps (its statistics are float32)
 

@@ -3,7 +3,8 @@ results (evaluate.py; its work items, in process or on Ray, in items.py), severa
 (compare.py), hyperparameter sweeps (sweep.py), lifelong editing (sequential.py, its tables and curves in
 lifelong.py) and how an evaluation scales over Ray workers (scale.py)."""
 from .datasets import EVAL_SETS, EvalRecord, as_record, load_eval_set, requests_of
-from .evaluate import EvalSpec, edit_and_measure, evaluate, measure, record_metrics, summarize
+from .evaluate import evaluate, summarize
+from .measure import EvalSpec, edit_and_measure, measure, record_metrics
 from .metrics import EditMetrics
 from .sequential import SequentialSpec, perplexity, sequential
 

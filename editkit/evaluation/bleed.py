@@ -25,19 +25,19 @@ from functools import lru_cache
 
 import torch
 
-from .. import isolation
+from ..core.errors import EditkitError
+from ..core.paths import DATA
+from ..core.progress import part
+from ..data.facts import known_facts
 from ..editing.api import run_edit
 from ..editing.defaults import load_hparams
 from ..editing.methods import get
 from ..editing.requests import EditRequest, parse_requests
 from ..editing.share import key_sites
-from ..errors import EditkitError
-from ..facts import known_facts
-from ..paths import DATA
-from ..progress import part
-from ..scoring import score_targets
-from ..sites import Site
-from ..text import encode
+from ..model import isolation
+from ..model.scoring import score_targets
+from ..model.sites import Site
+from ..model.tokens import encode
 
 OUTPUT_SITE = {"down_proj": "mlp_out", "o_proj": "attn_out"}  # the site carrying each edited map's output
 

@@ -9,11 +9,11 @@ the edited model later). Every method is measured by `edit_and_measure`, exactly
 """
 from __future__ import annotations
 
+from ..core.errors import EditkitError
+from ..core.progress import silent
 from ..editing.methods import get
-from ..errors import EditkitError
-from ..progress import silent
 from .datasets import as_record
-from .evaluate import EvalSpec, edit_and_measure, measure, probabilities
+from .measure import EvalSpec, edit_and_measure, measure, probabilities
 
 
 def compare_methods(lm, methods: list[str], records, hparams: dict | None = None, n_gen: int = 1,

@@ -26,9 +26,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..core.errors import EditkitError
+from ..core.paths import DATA
 from ..editing.requests import EditRequest, parse_record
-from ..errors import EditkitError
-from ..paths import DATA
 
 # name -> (file under assets/data, metric family, description)
 EVAL_SETS = {
@@ -254,7 +254,7 @@ def set_id(name) -> str:
 def save_upload(name: str, data: bytes, folder=None) -> Path:
     """Keep an uploaded records file (the app's file picker) as <stem>-<digest><suffix> in the cache and check it
     loads (errors name the record); returns its path, usable wherever a set name is."""
-    from ..paths import cache_dir
+    from ..core.paths import cache_dir
 
     suffix = ".jsonl" if str(name).lower().endswith(".jsonl") else ".json"
     stem = Path(str(name)).stem or "records"

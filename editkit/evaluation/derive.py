@@ -21,11 +21,11 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 
+from ..core.errors import EditkitError
 from ..editing.defaults import shipped_file
 from ..editing.hparams import from_dict
 from ..editing.methods import get, names
-from ..errors import EditkitError
-from ..shipped import SHIPPED
+from ..model.shipped import SHIPPED
 
 # The template per adapter family: Gemma's residual stream carries massive activations (norm ~5,000 at layer 6),
 # for which its files were tuned (MEMIT's v_lr 5); every other family starts from SmolLM2's (upstream-like) values.

@@ -1,4 +1,4 @@
-"""An evaluation's work as independent items, run in this process or on a Ray cluster (editkit/cluster.py).
+"""An evaluation's work as independent items, run in this process or on a Ray cluster (editkit/runtime/cluster.py).
 
 A `Run` is one method at its complete hyperparameters, with its own results file (one JSON line per record,
 named by evaluate.results_path). Its work is one item per batch of records not yet in that file: edit the batch and
@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ..cluster import Backend, Item, run_items
-from ..progress import part
-from .evaluate import EvalSpec, edit_and_measure, measure
+from ..core.progress import part
+from ..runtime.cluster import Backend, Item, run_items
+from .measure import EvalSpec, edit_and_measure, measure
 
 
 @dataclass
@@ -46,13 +46,13 @@ class Outcome:
 
 
 def measure_batch(lm, records, n_gen: int, gen_tokens: int, greedy_tokens: int) -> list[dict]:
-    """The pre-edit measurement of each record (evaluate.measure)."""
+    """The pre-edit measurement of each record (measure.measure)."""
     return [measure(lm, rec, n_gen, gen_tokens, greedy_tokens) for rec in records]
 
 
 def edit_batch(lm, method: str, records, hp, spec: EvalSpec, pre: list[dict], reuse: bool = False,
                progress=None) -> dict:
-    """Edit `records` in one batch and measure them (evaluate.edit_and_measure); the rows as the results file keeps
+    """Edit `records` in one batch and measure them (measure.edit_and_measure); the rows as the results file keeps
     them. With `reuse`, target vectors are memoized (editing/memo.py; on disk, so the workers sharing a cache reuse
     one another's). {"rows": [...], "reused": [hits, misses] or None}."""
     from ..editing.memo import reuse_targets

@@ -3,7 +3,7 @@
 ROME edits the layer where causal tracing finds the MLP effect of the subject's last token. Hase et al. edited every
 layer and found that how well an edit works barely depends on where tracing localizes the fact. `layer_sweep` does
 it for one request: for each layer l it runs the method with layers = [l] and measures, on the request's own
-prompts (evaluate.measure):
+prompts (measure.measure):
     efficacy / generalization   P(new) - P(true) on the rewrite / paraphrase prompts (and the 0/1 rates)
     specificity                 P(true) - P(new) on the neighbourhood prompts (and the rate)
     rewrite score               (P_post(new) - P_pre(new)) / (1 - P_pre(new))   (Hase et al., Sec. 3)
@@ -12,7 +12,7 @@ answer is target_true when given, else the model's prediction), reporting the re
 subject's last token per layer and its peak layer, on the same layer axis. The `best_layer` is the one with the
 largest sum of the three magnitudes.
 
-Each layer's edit and measurement is one work item (`edit_at_layer`, editkit/cluster.py), and so is the trace: in
+Each layer's edit and measurement is one work item (`edit_at_layer`, editkit/runtime/cluster.py), and so is the trace: in
 process they run one after the other; on Ray (`backend`) the workers run them in parallel (the statistics are
 computed and cached here first), and the rows come back in layer order, equal to the serial run's.
 """
@@ -21,17 +21,17 @@ from __future__ import annotations
 import math
 import time
 
-from .. import isolation
-from ..cluster import Backend, Item, run_items
+from ..core.errors import EditkitError
+from ..core.progress import part
 from ..editing.api import prepare_first_use, run_edit
 from ..editing.defaults import load_hparams
 from ..editing.methods import get
 from ..editing.requests import EditRequest
-from ..errors import EditkitError
-from ..progress import part
+from ..model import isolation
+from ..runtime.cluster import Backend, Item, run_items
 from ..tracing import TraceSpec, trace
 from .datasets import as_record
-from .evaluate import measure, record_metrics
+from .measure import measure, record_metrics
 
 
 def parse_layers(text, n_layers: int) -> list[int]:

@@ -11,60 +11,27 @@ import json
 import math
 from pathlib import Path
 
-from ..errors import EditkitError
-from ..paths import ASSETS
+from ..core.errors import EditkitError
+from ..core.paths import ASSETS
 from .metrics import harmonic_mean
 
 SHIPPED = ASSETS / "results" / "lifelong-gemma-3-270m.json"
 # ROME one by one, 120 edits: the defaults and with each stabiliser ("rome+encore", "rome+nas"; README "Stabilisers")
 SHIPPED_STABILISERS = ASSETS / "results" / "lifelong-rome-stabilisers-gemma-3-270m.json"
 
-# metric -> (label, scale for display, y-axis title)
-METRICS = {
-    "efficacy": ("Efficacy", 100, "% of edits"),
-    "generalization": ("Generalization", 100, "% of paraphrases"),
-    "specificity": ("Specificity", 100, "% of neighborhood prompts"),
-    "kept": ("Neighbours kept vs original", 100, "% of neighborhood prompts"),
-    "locality": ("Locality vs original (tokens)", 100, "% of neighborhood tokens"),
-    "retention": ("Retention", 100, "% of earlier edits kept"),
-    "fluency": ("Fluency", 100, "n-gram entropy x100"),
-    "perplexity_ratio": ("Perplexity / base", 1, "ratio"),
-    "total_relative_norm": ("||ΔW|| / ||W||", 1, "all edited matrices"),
-    "took": ("Edit took", 100, "% of the batch's own edits"),
-}
+def styled(results: dict) -> dict:
+    """The runs with each registered method's label and colour filled in (figures/lifelong.py draws a run in the
+    colour its data names; a variant such as "rome+encore" keeps its own label and gets a colour of its own)."""
+    from ..editing.methods import get
 
-
-def curves(results: dict) -> dict:
-    """method -> metric -> {"x": edits, "y": values (display scale), "sampled": [bool]}."""
     out = {}
     for method, res in results.items():
-        rows = res.get("rows", [])
-        out[method] = {}
-        for key, (_, scale, _) in METRICS.items():
-            pts = [(r["edit"], r.get(key), r.get("sampled", False)) for r in rows if r.get(key) is not None]
-            out[method][key] = {"x": [p[0] for p in pts], "y": [p[1] * scale for p in pts],
-                                "sampled": [p[2] for p in pts]}
+        try:
+            m = get(method)
+            out[method] = {"label": m.label, "color": m.color, **res}
+        except EditkitError:
+            out[method] = res
     return out
-
-
-def layer_curves(results: dict) -> dict:
-    """Per edited matrix (parameter name, in layer order) and method: {"x": edits, "relative_norm": ||dW|| / ||W||,
-    "condition": cond(W + dW) (None at checkpoints recorded before runs kept it)}."""
-    out: dict = {}
-    for method, res in results.items():
-        for r in res.get("rows", []):
-            rel, cond = r.get("relative_norm") or {}, r.get("condition") or {}
-            for name in rel:
-                s = out.setdefault(name, {}).setdefault(method, {"x": [], "relative_norm": [], "condition": []})
-                s["x"].append(r["edit"])
-                s["relative_norm"].append(rel[name])
-                s["condition"].append(cond.get(name))
-    return dict(sorted(out.items(), key=lambda kv: _layer_key(kv[0])))
-
-
-def _layer_key(name: str):
-    digits = [int(p) for p in name.split(".") if p.isdigit()]
-    return (digits[0] if digits else -1, name)
 
 
 def final_table(results: dict) -> list[dict]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from ..scoring import target_ids
+from ..model.scoring import target_ids
 
 
 def _rows(tok, prompts, news, trues):

@@ -19,10 +19,11 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from .. import cluster
+from ..core.errors import EditkitError
 from ..editing.defaults import load_hparams
-from ..errors import EditkitError
-from .evaluate import EvalSpec, evaluate, wikitext_idf
+from ..runtime import cluster
+from .evaluate import evaluate
+from .measure import EvalSpec, wikitext_idf
 
 TIMING = ("seconds_per_request", "results_file")
 PROJECT_RECORDS = 1000

@@ -25,10 +25,10 @@ retention falls below `retention_floor` (Gupta et al. 2024; EasyEdit issue #18: 
 100").
 
 Several methods (`sequential_methods`) are independent: one after another in this process, or in parallel on the
-workers of a Ray cluster (editkit/cluster.py), each sequence serial.
+workers of a Ray cluster (editkit/runtime/cluster.py), each sequence serial.
 
 Resumable: after every batch the accumulated deltas, the sequence state, the rows and the per-edit results are
-written to one cache entry (editkit/cache.py), keyed by the weights the run starts from (fingerprint), the method,
+written to one cache entry (editkit/core/cache.py), keyed by the weights the run starts from (fingerprint), the method,
 its hyperparameters, the records and every setting; a rerun continues after the last completed batch.
 """
 from __future__ import annotations
@@ -42,16 +42,16 @@ from pathlib import Path
 
 import torch
 
-from ..cache import Store, digest
-from ..cluster import Backend, Item, run_items
-from ..corpus import token_chunks
+from ..core.cache import Store, digest
+from ..core.errors import EditkitError
+from ..data.corpus import token_chunks
 from ..editing.api import run_edit
 from ..editing.defaults import load_hparams
 from ..editing.methods import get
 from ..editing.result import condition_number
 from ..editing.sequence import SequenceState
-from ..weights import applied, combined, fingerprint
-from ..errors import EditkitError
+from ..model.weights import applied, combined, fingerprint
+from ..runtime.cluster import Backend, Item, run_items
 from .datasets import as_record
 from .metrics import compare, n_gram_entropy, token_agreement
 from .pairs import pair_nlls
@@ -117,7 +117,7 @@ def perplexity(lm, n_tokens: int = PPL_TOKENS, seq_len: int = 512) -> float:
 @torch.no_grad()
 def fluency(lm, prompts=FLUENCY_PROMPTS, new_tokens: int = FLUENCY_TOKENS, seed: int = 0) -> float:
     """Mean weighted n-gram entropy (bits) of sampled continuations of `prompts` (ROME's fluency, x100 in tables)."""
-    from .evaluate import sample
+    from .measure import sample
 
     if not prompts or new_tokens < 1:
         return math.nan
@@ -309,7 +309,7 @@ def sequential_methods(lm, plans: dict, requests, cache: bool = True, progress=N
                        backend: Backend | None = None) -> dict:
     """Several methods' lifelong runs on the same requests: `plans` = {method: (hparams overrides or None,
     SequentialSpec)}; returns {method: sequential(...)} in the order of `plans`. Each run is one work item
-    (editkit/cluster.py): one after another in this process, or in parallel on Ray workers, each sequence serial on
+    (editkit/runtime/cluster.py): one after another in this process, or in parallel on Ray workers, each sequence serial on
     its worker and checkpointed after every batch in the editkit cache as always (a shared $EDITKIT_CACHE on a
     cluster), so a rerun, or the item run again after its worker died, continues from the last batch."""
     backend = backend or Backend()

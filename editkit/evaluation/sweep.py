@@ -10,12 +10,12 @@ A setting is Pareto-optimal when no other setting is at least as good on efficac
 and better on one; the front is what a user chooses from.
 
 Cost and resumption: every setting is one evaluation run (items.py), whose per-record results file resumes an
-interrupted setting record by record; a finished setting's summary is a cache entry (editkit/cache.py, keyed by the model's
+interrupted setting record by record; a finished setting's summary is a cache entry (editkit/core/cache.py, keyed by the model's
 weights, the method, the set, n, batch and the complete hyperparameters), so a rerun or a wider grid only computes
 new settings. Settings that differ only in how the update is solved (statistics, shrinkage, lambda) share their
 target vectors (editing/memo.py), so such a setting costs a solve and the measurements, not an optimisation.
 Every setting's batches of records are independent work items, run in order in this process or spread over the
-workers of a Ray cluster (`backend`, editkit/cluster.py), with the same numbers.
+workers of a Ray cluster (`backend`, editkit/runtime/cluster.py), with the same numbers.
 """
 from __future__ import annotations
 
@@ -24,15 +24,16 @@ import json
 import math
 from dataclasses import replace
 
-from ..cache import Store
-from ..cluster import Backend
+from ..core.cache import Store
+from ..core.errors import EditkitError
 from ..editing.defaults import load_hparams
 from ..editing.methods import get
-from ..errors import EditkitError
-from ..weights import fingerprint
+from ..model.weights import fingerprint
+from ..runtime.cluster import Backend
 from .datasets import load_eval_set, set_id
-from .evaluate import FORMAT, EvalSpec, check_spec, pre_path, results_dir, results_path, summarize
+from .evaluate import check_spec, pre_path, results_dir, results_path, summarize
 from .items import Run, execute
+from .measure import FORMAT, EvalSpec
 
 STORE = Store("sweeps", version=1)
 # a sweep's defaults: choose settings on the validation set; no sampled generations (a sweep compares rates);
@@ -191,6 +192,7 @@ def sweep(lm, method: str, params, spec: EvalSpec = SWEEP, hparams: dict | None 
         progress(1.0, "sweep done")
     return {"model": lm.name, "method": m.name, "set": spec.set_name, "n": n, "batch": spec.batch, "params": params,
             "settings": rows, "pareto": front, "unedited": rows[0]["unedited"] if rows else None,
+            "fronts": {y: front_2d(rows, "specificity", y) for y in METRICS},
             "computed_records": outcome.computed, "reused_targets": outcome.reused,
             "defaults": load_hparams(m.name, lm).to_dict(), "overrides": base}
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from ..evaluation.metrics import header
+from .labels import header
 
 METRICS = [("efficacy", "Efficacy"), ("generalization", "Generalization"), ("specificity", "Specificity"),
            ("gen_efficacy", "Generation efficacy"), ("gen_generalization", "Generation generalization"),
@@ -24,7 +24,7 @@ def _avg(metrics: list[dict], key: str):
 def metrics_table(out: dict) -> list[dict]:
     """One row before any edit, then one per method: the mean of each metric over the records, x100; each header
     names the metric's family (evaluation/metrics.py: [p] probability comparison, [t] token accuracy, [g] generated
-    text; the caption gives metrics.legend())."""
+    text; the caption gives labels.legend())."""
     first = next(iter(out["methods"].values()))
     rows = [{"method": "before edit", **{header(k, label): _avg(first["metrics"], "pre_" + k) for k, label in METRICS},
              "time (s)": None}]

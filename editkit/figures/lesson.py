@@ -8,10 +8,10 @@ import re
 
 import plotly.graph_objects as go
 
-from .side_effects import bleed_figure, layer_sweep_figure
-from .lifelong import lifelong_figure
-from .tracing import heatmap, severing_figure
 from .editing import probability_figure, trace_figure
+from .lifelong import lifelong_figure
+from .side_effects import bleed_figure, layer_sweep_figure
+from .tracing import heatmap, severing_figure
 
 __all__ = ["compact", "lens_figure", "pick_grid", "trace_with_marks", "severing_figure", "memories_figure", "edits_figure",
            "retrace_figure", "bleed_figure", "sweep_figure", "lifelong_figure", "methods_table"]

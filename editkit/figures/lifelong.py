@@ -1,8 +1,55 @@
-"""Plotly figures of lifelong-editing runs (data: evaluation/lifelong.py): one panel per metric, one curve per
+"""Plotly figures of lifelong-editing runs (data: evaluation/sequential.py's runs, labelled by evaluation/lifelong.styled): one panel per metric, one curve per
 method in its registry colour; hollow markers are checkpoints measured on a sample of the edits so far."""
 from __future__ import annotations
 
-from ..evaluation.lifelong import METRICS, curves, layer_curves
+
+# metric -> (label, scale for display, y-axis title)
+METRICS = {
+    "efficacy": ("Efficacy", 100, "% of edits"),
+    "generalization": ("Generalization", 100, "% of paraphrases"),
+    "specificity": ("Specificity", 100, "% of neighborhood prompts"),
+    "kept": ("Neighbours kept vs original", 100, "% of neighborhood prompts"),
+    "locality": ("Locality vs original (tokens)", 100, "% of neighborhood tokens"),
+    "retention": ("Retention", 100, "% of earlier edits kept"),
+    "fluency": ("Fluency", 100, "n-gram entropy x100"),
+    "perplexity_ratio": ("Perplexity / base", 1, "ratio"),
+    "total_relative_norm": ("||ΔW|| / ||W||", 1, "all edited matrices"),
+    "took": ("Edit took", 100, "% of the batch's own edits"),
+}
+
+
+def curves(results: dict) -> dict:
+    """method -> metric -> {"x": edits, "y": values (display scale), "sampled": [bool]}."""
+    out = {}
+    for method, res in results.items():
+        rows = res.get("rows", [])
+        out[method] = {}
+        for key, (_, scale, _) in METRICS.items():
+            pts = [(r["edit"], r.get(key), r.get("sampled", False)) for r in rows if r.get(key) is not None]
+            out[method][key] = {"x": [p[0] for p in pts], "y": [p[1] * scale for p in pts],
+                                "sampled": [p[2] for p in pts]}
+    return out
+
+
+def layer_curves(results: dict) -> dict:
+    """Per edited matrix (parameter name, in layer order) and method: {"x": edits, "relative_norm": ||dW|| / ||W||,
+    "condition": cond(W + dW) (None at checkpoints recorded before runs kept it)}."""
+    out: dict = {}
+    for method, res in results.items():
+        for r in res.get("rows", []):
+            rel, cond = r.get("relative_norm") or {}, r.get("condition") or {}
+            for name in rel:
+                s = out.setdefault(name, {}).setdefault(method, {"x": [], "relative_norm": [], "condition": []})
+                s["x"].append(r["edit"])
+                s["relative_norm"].append(rel[name])
+                s["condition"].append(cond.get(name))
+    return dict(sorted(out.items(), key=lambda kv: _layer_key(kv[0])))
+
+
+def _layer_key(name: str):
+    digits = [int(p) for p in name.split(".") if p.isdigit()]
+    return (digits[0] if digits else -1, name)
+
 
 PANELS = ("efficacy", "generalization", "specificity", "retention", "fluency", "perplexity_ratio",
           "total_relative_norm")
@@ -16,17 +63,11 @@ VARIANT_COLORS = ("#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd2
 
 
 def _style(method: str, results: dict) -> tuple[str, str]:
-    """(label, colour): a registered method's own; another run (a variant) its result's label and a colour of its
-    own, so that variants of one method are told apart."""
-    from ..editing.methods import get
-    from ..errors import EditkitError
-
-    try:
-        m = get(method)
-        return m.label, m.color
-    except EditkitError:
-        k = list(results).index(method)
-        return results[method].get("label", method), VARIANT_COLORS[k % len(VARIANT_COLORS)]
+    """(label, colour): the ones the run names (evaluation/lifelong.styled fills in a registered method's own), else
+    the method's name and a colour of its own, so that variants of one method are told apart."""
+    res = results[method]
+    k = list(results).index(method)
+    return res.get("label", method), res.get("color", VARIANT_COLORS[k % len(VARIANT_COLORS)])
 
 
 def lifelong_figure(results: dict, panels=PANELS, columns: int = 4):

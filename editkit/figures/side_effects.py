@@ -5,7 +5,6 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..evaluation.sweep import front_2d
 
 RATE_COLORS = {"efficacy": "#1b9e77", "generalization": "#7570b3", "specificity": "#d95f02"}
 SOURCE_COLORS = {"rewrite": "#1b9e77", "paraphrase": "#7570b3", "neighborhood": "#d95f02", "known fact": "#e7298a",
@@ -37,7 +36,7 @@ def pareto_figure(out: dict, ys=("efficacy", "generalization")) -> go.Figure:
             error_y={"type": "data", "array": [_ci(r[y]) for r in rows], "thickness": 1, "width": 0},
             text=[r["label"] for r in rows],
             hovertemplate="%{text}<br>specificity %{x:.1f}<br>" + y + " %{y:.1f}<extra></extra>"))
-        front = front_2d(rows, "specificity", y)
+        front = out["fronts"][y]  # the 2-D front, sorted by specificity (evaluation/sweep.front_2d)
         fig.add_trace(go.Scatter(x=[_mean(rows[i]["specificity"]) for i in front],
                                  y=[_mean(rows[i][y]) for i in front], mode="lines", showlegend=False,
                                  line={"color": color, "dash": "dot"}, hoverinfo="skip"))

@@ -14,12 +14,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import EditkitError
-from ..progress import part as part_of, silent
+from ..core.errors import EditkitError
+from ..core.progress import part as part_of
+from ..core.progress import silent
 from . import compute
 from .facts import LessonFact, read_facts, refusal
-from .pack import (FORMAT, KIND, MANIFEST, bleed_name, edit_name, editkit_version, read_json, retrace_name,
-                   write_json)
+from .pack import FORMAT, KIND, MANIFEST, bleed_name, edit_name, editkit_version, read_json, retrace_name, write_json
 
 # relative cost of each unit of work (seconds on the embedded model, 2 CPU cores): the time estimate's weights
 COST = {"check": 1.0, "lens": 1.0, "trace": 30.0, "memories": 2.0, "edit": 25.0, "bleed": 15.0,
@@ -145,7 +145,7 @@ def _on_cluster(lm, facts, folder: Path, methods: list[str], s: compute.Settings
     read a stored trace after every trace is written. Each item's parts are written here as it finishes, so a
     rerun skips them, whichever worker made them. The workers read the pack folder in the second round (one
     machine, or a folder every node sees, like the cache)."""
-    from ..cluster import Item, run_items
+    from ..runtime.cluster import Item, run_items
 
     source = str(Path(facts).resolve()) if isinstance(facts, (str, Path)) else facts
     total = sum(u.cost for *_, u in todo) or 1.0

@@ -20,8 +20,8 @@ import time
 from contextlib import closing
 from pathlib import Path
 
-from ..errors import EditkitError
-from ..paths import cache_dir
+from ..core.errors import EditkitError
+from ..core.paths import cache_dir
 
 COLUMNS = ("fact", "step", "question", "answer", "verdict", "score", "truth", "at")
 SCHEMA = """CREATE TABLE IF NOT EXISTS answers (

@@ -19,7 +19,6 @@ import math
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 
-
 KINDS = ("hidden", "mlp", "attn")
 
 
@@ -60,14 +59,14 @@ def rounded(value, digits: int = 6):
 # --- models, records, methods -----------------------------------------------------------------------------------
 def load(name: str, progress=None):
     """The model `name` (embedded, tiny, hub id or folder)."""
-    from ..models import load_model
+    from ..model.loading import load_model
 
     return load_model(name, progress=progress)
 
 
 def identity(lm) -> dict:
     """What a pack records about the model it was computed on: its name and a digest of its weights."""
-    from ..weights import fingerprint
+    from ..model.weights import fingerprint
 
     return {"model": lm.name, "fingerprint": fingerprint(lm), "layers": lm.adapter.n_layers}
 
@@ -115,7 +114,7 @@ def with_target(record, target_new: str):
 
 
 def first_token(lm, target: str) -> int:
-    from ..scoring import target_ids
+    from ..model.scoring import target_ids
 
     return target_ids(lm.tok, " " + target.strip())[0]
 
@@ -124,8 +123,8 @@ def first_token(lm, target: str) -> int:
 def session(lm, delta=None):
     """A computation on the base weights (+ `delta`), whatever edits the caller's context holds: a pack, and the
     lesson's live views, are about the unedited model."""
-    from .. import isolation
-    from ..weights import unedited
+    from ..model import isolation
+    from ..model.weights import unedited
 
     with unedited(), isolation.session(lm, [delta] if delta else []):
         yield lm
@@ -134,7 +133,7 @@ def session(lm, delta=None):
 # --- step 1 -----------------------------------------------------------------------------------------------------
 def predictions(lm, prompt: str, k: int = 5) -> list[dict]:
     """The model's top next tokens after `prompt`: [{"token", "token_id", "prob"}]."""
-    from ..text import top_k
+    from ..model.text import top_k
 
     with session(lm):
         return [{"token": p.token, "token_id": p.token_id, "prob": p.prob} for p in top_k(lm, prompt, k)]
@@ -142,7 +141,7 @@ def predictions(lm, prompt: str, k: int = 5) -> list[dict]:
 
 def known(lm, prompt: str, target_true: str) -> dict:
     """Does the model know the fact? Known when its most likely next token is the first token of the true target
-    (ROME's criterion for its known facts, editkit/facts.py). Returns the check with the top predictions."""
+    (ROME's criterion for its known facts, editkit/data/facts.py). Returns the check with the top predictions."""
     top = predictions(lm, prompt, 5)
     answer_id = first_token(lm, target_true)
     return {"known": top[0]["token_id"] == answer_id, "answer": lm.tok.decode([answer_id]), "answer_id": answer_id,
@@ -153,7 +152,7 @@ def lens(lm, prompt: str, answer: str | None = None, k: int = 10) -> dict:
     """The top next tokens and the logit lens at the last token (each layer's residual through the final norm and
     unembedding). `answer` (default: the top prediction) is marked: `first_layer` is the first layer whose top
     token it is, `ranks` its rank per layer among the lens's top k (None: below)."""
-    from ..text import logit_lens
+    from ..model.text import logit_lens
 
     top = predictions(lm, prompt, k)
     with session(lm):
@@ -172,7 +171,7 @@ def traces(lm, prompt: str, subject: str, answer: str | None, s: Settings, kinds
     of `prompt` with noise on `subject`'s embeddings, p(answer) per restored state (answer: the first token of
     `answer`, default the model's prediction), on the base weights + `delta`. Shared result cache: a fact traced
     before (on the same weights) comes back at once."""
-    from ..progress import part
+    from ..core.progress import part
     from ..tracing import Tracer, TraceSpec
 
     n = len(kinds) + bool(sever)
@@ -236,7 +235,7 @@ def edit(lm, method: str, record, s: Settings, progress=None) -> tuple[dict, dic
     probabilities and rates, greedy continuations and the generation-based success); returns (result, delta).
     The method is found through the registry and its typed EditResult read without knowing which method it is."""
     from ..editing.methods import get
-    from ..evaluation.evaluate import EvalSpec, edit_and_measure, probabilities
+    from ..evaluation.measure import EvalSpec, edit_and_measure, probabilities
 
     spec = get(method)
     keep: dict = {}
@@ -305,19 +304,19 @@ def layer_sweep(lm, record, mlp_trace: dict | None, s: Settings, layers=None, pr
 def lifelong() -> dict:
     """The shipped lifelong-editing run (500 CounterFact edits on the embedded model): method -> result, with
     the final table."""
-    from ..evaluation.lifelong import SHIPPED, final_table, load_results
+    from ..evaluation.lifelong import SHIPPED, final_table, load_results, styled
 
-    results = load_results(SHIPPED)
+    results = styled(load_results(SHIPPED))
     return {"results": results, "table": final_table(results), "source": SHIPPED.name}
 
 
 def lifelong_run(lm, methods_: list[str], n: int, batch: int, progress=None) -> dict:
     """A short lifelong run of your own: the first `n` CounterFact records, batch after batch (ROME one by one)."""
+    from ..core.progress import part
     from ..editing.methods import get
     from ..evaluation import load_eval_set, sequential
+    from ..evaluation.lifelong import final_table, styled
     from ..evaluation.sequential import SequentialSpec
-    from ..evaluation.lifelong import final_table
-    from ..progress import part
 
     records = load_eval_set("counterfact", n)
     results = {}
@@ -328,4 +327,4 @@ def lifelong_run(lm, methods_: list[str], n: int, batch: int, progress=None) -> 
                                   fluency_tokens=15)
             results[m] = sequential(lm, m, records, None, spec,
                                     progress=part(progress, i / len(methods_), (i + 1) / len(methods_)))
-    return {"results": results, "table": final_table(results), "source": "your run"}
+    return {"results": styled(results), "table": final_table(results), "source": "your run"}

@@ -16,8 +16,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..cache import digest
-from ..errors import EditkitError
+from ..core.cache import digest
+from ..core.errors import EditkitError
 from . import compute
 
 MAX_TARGETS = 4

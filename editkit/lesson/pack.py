@@ -26,9 +26,9 @@ import subprocess
 from functools import lru_cache
 from pathlib import Path
 
-from ..cache import atomic_write
-from ..errors import EditkitError
-from ..paths import ASSETS, ROOT, cache_dir
+from ..core.cache import atomic_write
+from ..core.errors import EditkitError
+from ..core.paths import ASSETS, ROOT, cache_dir
 
 KIND = "editkit-lesson-pack"
 FORMAT = 1

@@ -5,7 +5,6 @@ and no import of it can fail half way. A block is ("title" | "text" | "latex", c
 stands for the registered methods (`intro()`)."""
 from __future__ import annotations
 
-
 INTRO = [
     ('text',
      'Model editing changes one fact a language model knows ("The Eiffel Tower is in Paris" → "... '

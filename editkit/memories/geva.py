@@ -23,10 +23,10 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
-from .. import corpus
-from ..cache import Store, read_json
-from ..weights import model_key
-from ..sites import layers
+from ..core.cache import Store, read_json
+from ..data import corpus
+from ..model.sites import layers
+from ..model.weights import model_key
 from . import triggers
 from .inspect import value_vectors
 

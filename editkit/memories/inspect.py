@@ -20,10 +20,10 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from ..weights import effective_weight
-from ..errors import EditkitError
-from ..sites import layers
-from ..text import check_prompt, encode, token_strings
+from ..core.errors import EditkitError
+from ..model.sites import layers
+from ..model.tokens import check_prompt, encode, token_strings
+from ..model.weights import effective_weight
 from . import vocab
 
 

@@ -14,11 +14,11 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from ..errors import EditkitError
-from ..hooks import Hooks
-from ..runner import Decoding
-from ..sites import Site
-from ..text import check_prompt, encode, token_strings
+from ..core.errors import EditkitError
+from ..model.hooks import Hooks
+from ..model.runner import Decoding
+from ..model.sites import Site
+from ..model.tokens import check_prompt, encode, token_strings
 from .inspect import check_layer, check_memory, label, resolve_position, top_tokens
 
 MODES = ("off", "on", "keep")

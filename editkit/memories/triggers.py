@@ -19,11 +19,11 @@ from typing import Callable
 import numpy as np
 import torch
 
-from .. import corpus
-from ..weights import model_key
-from ..errors import EditkitError
-from ..sites import Site
-from ..cache import Store, atomic_write
+from ..core.cache import Store, atomic_write
+from ..core.errors import EditkitError
+from ..data import corpus
+from ..model.sites import Site
+from ..model.weights import model_key
 from .inspect import check_layer, check_memory, label
 
 DEFAULT_TOP = 10
@@ -137,7 +137,7 @@ def build_index(lm, n_tokens: int, seq_len: int = DEFAULT_SEQ_LEN, top: int = DE
 
 
 def save_index(index: TriggerIndex, path: Path) -> None:
-    """Atomic write (editkit/cache.py)."""
+    """Atomic write (editkit/core/cache.py)."""
     def write(tmp: Path) -> None:
         with open(tmp, "wb") as f:
             np.savez(f, meta=np.frombuffer(json.dumps(index.meta).encode(), dtype=np.uint8), values=index.values,

@@ -12,7 +12,7 @@
 """
 from __future__ import annotations
 
-from ..errors import Cancelled
+from ..core.errors import Cancelled
 from .engine import fast_trace
 from .noise import NoiseSpec, parse_noise
 from .reference import reference_trace

@@ -1,6 +1,6 @@
 """Average indirect effect over the facts the model knows (Meng et al. 2022, Fig. 2 / Sec. 2.2).
 
-For every known fact (editkit.facts.predicted_facts) the three traces are run; each token is put in a class
+For every known fact (editkit.data.facts.predicted_facts) the three traces are run; each token is put in a class
 (first / middle / last subject token, first subsequent token, further tokens, last token) and its indirect
 effect IE = p_restored - p_corrupted is averaged per class and layer over facts, with a 95% band
 mean +- 1.96 * sd / sqrt(N). Every fact is traced by the same exact engine through the shared result cache
@@ -8,7 +8,7 @@ mean +- 1.96 * sd / sqrt(N). Every fact is traced by the same exact engine throu
 traced on the tracing page (same options) is not traced again. An edited model has its own entries (the cache key
 holds the weights' fingerprint).
 
-Each fact is one work item (`trace_fact`, editkit/cluster.py): in process they run one after the other; on Ray
+Each fact is one work item (`trace_fact`, editkit/runtime/cluster.py): in process they run one after the other; on Ray
 (`backend`) the workers trace facts in parallel and write the same cache (a rerun reads what any worker traced),
 and the rows come back in fact order, so the averages are those of the serial run.
 
@@ -23,11 +23,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..cluster import Backend, Item, run_items
-from ..errors import EditkitError
-from ..facts import predicted_facts
-from ..paths import ASSETS
-from ..sites import TRACE_KINDS
+from ..core.errors import EditkitError
+from ..core.paths import ASSETS
+from ..data.facts import predicted_facts
+from ..model.sites import TRACE_KINDS
+from ..runtime.cluster import Backend, Item, run_items
 from .spec import TraceSpec
 from .tracer import Tracer
 

@@ -34,10 +34,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..errors import EditkitError
-from ..sites import TRACE_KINDS, site
+from ..core.errors import EditkitError
+from ..model.sites import TRACE_KINDS, site
 from .setup import TraceSetup, corrupt_embeddings, window_layers
-
 
 METHODS = ("corrupted", "clean", "mean")
 

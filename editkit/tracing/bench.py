@@ -125,7 +125,7 @@ def _preview(lm, prompt, subject, samples, exact, n_facts, say) -> dict:
     Spearman correlation with each exact panel, over all cells and over the cells from the subject on (before the
     subject both maps equal the corrupted score), for every gradient point (attribution.METHODS; the page uses
     "corrupted", standard AtP), on the prompt and on the first `n_facts` known facts."""
-    from ..facts import predicted_facts
+    from ..data.facts import predicted_facts
     from .tracer import Tracer
 
     kinds = list(exact)

@@ -40,12 +40,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..errors import EditkitError
-from ..hooks import Hooks
-from ..sites import site
+from ..core.errors import EditkitError
+from ..model.hooks import Hooks
+from ..model.sites import site
 from .setup import TraceSetup, window_layers
 from .spec import check_kind
-
 
 MAX_POSITION_ROWS = 1 << 15  # rows x positions per block step (memory bound for long prompts; Space Needle: <= 1,800)
 

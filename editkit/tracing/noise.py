@@ -14,9 +14,9 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
-from ..errors import EditkitError
-from ..facts import known_facts
-from ..cache import Store
+from ..core.cache import Store
+from ..core.errors import EditkitError
+from ..data.facts import known_facts
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from ..sites import site
+from ..model.sites import site
 from .setup import TraceSetup, corrupt_embeddings, window_layers
 from .spec import check_kind
 

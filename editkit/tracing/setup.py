@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..errors import EditkitError
-from ..runner import KV
-from ..scoring import target_ids
-from ..sites import site
-from ..text import check_prompt, find_subject_range, token_strings
+from ..core.errors import EditkitError
+from ..model.runner import KV
+from ..model.scoring import target_ids
+from ..model.sites import site
+from ..model.tokens import check_prompt, find_subject_range, token_strings
 from .noise import NoiseSpec, make_noise, noise_scale
 from .spec import TraceSpec
 

@@ -9,7 +9,7 @@ the "none" curve is the hidden heatmap's row at that token: pass it (`hidden`) t
 """
 from __future__ import annotations
 
-from ..errors import EditkitError
+from ..core.errors import EditkitError
 from .engine import score_restorations, severing_restores
 from .setup import TraceSetup
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import EditkitError
-from ..sites import TRACE_KINDS
+from ..core.errors import EditkitError
+from ..model.sites import TRACE_KINDS
 from .noise import NoiseSpec, parse_noise
 
 

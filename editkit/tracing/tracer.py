@@ -5,7 +5,7 @@
     tr.result("mlp")        # the exact heatmap (cached: the same weights and inputs return it at once)
     tr.severing()           # ROME's severing chart at the last subject token (reuses the hidden panel's row)
 
-The cache (editkit/cache.py Store "tracing/results") is shared by every session of the server and the CLI. Its key
+The cache (editkit/core/cache.py Store "tracing/results") is shared by every session of the server and the CLI. Its key
 is the model name, the prompt, subject, target, samples, noise, seed, subject occurrence, window (MLP/attention
 only), the engine version and `fingerprint(lm)`: a digest of the base weights plus the edits active in this context,
 so an edited model never gets the unedited model's trace. Construct a Tracer in the context whose weights it should
@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import time
 
-from ..cache import Store
-from ..errors import Cancelled, EditkitError
-from ..progress import part
-from ..sites import TRACE_KINDS
-from ..weights import fingerprint
+from ..core.cache import Store
+from ..core.errors import Cancelled, EditkitError
+from ..core.progress import part
+from ..model.sites import TRACE_KINDS
+from ..model.weights import fingerprint
 from .attribution import attribution
 from .engine import Work, fast_trace, fast_traces
 from .reference import reference_trace
@@ -185,7 +185,7 @@ class Tracer:
 
 
 def exact_panels(lm, spec: TraceSpec, kinds=None, cache: bool = True, progress=None) -> dict:
-    """The tracing page's trace as one work item (editkit/cluster.py, e.g. on a Ray worker): each kind's exact
+    """The tracing page's trace as one work item (editkit/runtime/cluster.py, e.g. on a Ray worker): each kind's exact
     result, computed panel by panel as the page computes them in process, then the severing chart, as dicts:
     {"exact": {kind: TraceResult.to_dict()}, "sever": {...}}."""
     tracer = Tracer(lm, spec, cache=cache)

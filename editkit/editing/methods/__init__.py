@@ -38,8 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ...errors import EditkitError
-from ...paths import HPARAMS
+from ...core.errors import EditkitError
+from ...core.paths import HPARAMS
 
 
 @dataclass(frozen=True)

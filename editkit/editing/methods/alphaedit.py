@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ...errors import EditkitError
+from ...core.errors import EditkitError
 from ..hparams import Hparams, _non_negative, _positive
 from ..nullspace import NULL_RULES, null_space_basis
 from ..result import EditResult

@@ -17,9 +17,9 @@ import torch
 
 from ..hparams import Hparams, _non_negative
 from ..result import EditResult
+from ..share import update_share
 from ..spread import Stream, finish, memit_rule, optimize_residual_targets, residual_mapping, spread
 from ..stats import key_statistics, positions_for
-from ..share import update_share
 from . import FirstUse, Method, register
 
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ...progress import part
+from ...core.progress import part
 from ..anchor import anchor_targets
 from ..keys import site_output
 from ..result import EditResult

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ...progress import part
+from ...core.progress import part
+from ...model.weights import applied, effective_weight
 from ..anchor import anchor_targets
 from ..hparams import Hparams
 from ..keys import key_star, keys_at
@@ -24,7 +25,6 @@ from ..result import EditResult, RequestReport, Solve, norm_report
 from ..share import SharePrediction, edited_maps, update_share
 from ..stats import key_statistics, positions_for
 from ..targets import optimize_targets
-from ...weights import applied, effective_weight
 from . import FirstUse, Method, register
 
 

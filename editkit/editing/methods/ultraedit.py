@@ -28,7 +28,7 @@ from typing import ClassVar
 
 import torch
 
-from ...errors import EditkitError
+from ...core.errors import EditkitError
 from ..hparams import BaseHparams, _positive
 from ..result import EditResult, LayerReport, RequestReport, Solve, norm_report
 from ..sequence import SequenceState

@@ -1,9 +1,13 @@
-"""Where editkit keeps things: the repo's shipped assets and the on-disk cache."""
+"""Where editkit keeps things: the shipped assets and the on-disk cache.
+
+In a checkout (or an editable install) the assets are the repository's `assets/` folder; an installed wheel carries
+them inside the package as `editkit/assets/` (pyproject.toml maps the one onto the other)."""
 import os
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-ASSETS = ROOT / "assets"
+PACKAGE = Path(__file__).resolve().parents[1]
+ROOT = PACKAGE.parent  # the checkout (git commands of the lesson pack's provenance run here)
+ASSETS = PACKAGE / "assets" if (PACKAGE / "assets").is_dir() else ROOT / "assets"
 DATA = ASSETS / "data"
 HPARAMS = ASSETS / "hparams"
 

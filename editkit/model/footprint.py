@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .errors import EditkitError
+from ..core.errors import EditkitError
 
 OVERHEAD = 1.2  # what a load needs beyond the weights themselves
 GB = 1e9

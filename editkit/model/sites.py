@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from .errors import EditkitError
+from ..core.errors import EditkitError
 
 # kind -> (adapter part, hook direction, per layer)
 KINDS: dict[str, tuple[str, str, bool]] = {

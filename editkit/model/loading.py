@@ -5,7 +5,7 @@
     lm = load_model("smollm2-135m", dtype="bfloat16")    # its name is then "smollm2-135m@bfloat16"
     lm.model, lm.tok, lm.adapter, lm.device
 
-Real models shipped in PyPI packages (editkit/shipped.py: the embedded Gemma 3 270M, SmolLM2 135M) come as GGUF
+Real models shipped in PyPI packages (editkit/model/shipped.py: the embedded Gemma 3 270M, SmolLM2 135M) come as GGUF
 files. The first load fetches the GGUF, dequantizes it with transformers (a minute on 2 cores) and writes a float32
 safetensors folder under `$EDITKIT_CACHE/models/<name>` (default ~/.cache/editkit); later loads read that folder in
 seconds. It is written to a temporary folder and renamed, so a half-written cache is never used; a cache that fails
@@ -18,7 +18,7 @@ deltas, the target optimisation's accumulations; W + delta is formed in float32 
 A half-precision model's name carries its dtype ("gemma-3-270m@bfloat16"), so every cache keyed by the name
 (statistics, templates, evaluations) keeps the two apart; `load_model` accepts such a name back.
 
-Memory: before any weight is loaded, the parameters are counted from the config (editkit/footprint.py) and a
+Memory: before any weight is loaded, the parameters are counted from the config (editkit/model/footprint.py) and a
 model that would not fit in the free RAM (or GPU memory) is refused with the numbers; one larger than a GPU is
 spread over several with accelerate's device map when they hold it together.
 """
@@ -35,17 +35,17 @@ from typing import Callable
 
 import torch
 
+from ..core.cache import Store
+from ..core.errors import EditkitError
+from ..core.paths import ASSETS
+from ..core.progress import Progress
 from .adapters import Adapter, adapter_for
-from .errors import EditkitError
-from .cache import Store
 from .footprint import Footprint, count_parameters, device_map, dtype_name
-from .paths import ASSETS
-from .progress import Progress
 from .shipped import SHIPPED
 
 EMBEDDED = "gemma-3-270m"
 DEFAULT_MODEL = EMBEDDED
-# One tiny model per adapter family (editkit/adapters.py), each test runs on every one of them. tiny-llama has
+# One tiny model per adapter family (editkit/model/adapters.py), each test runs on every one of them. tiny-llama has
 # grouped-query attention (4 query heads, 2 KV heads); tiny-llama-tied ties the LM head to the embedding and shares
 # each KV head among 3 query heads (6 / 2, as SmolLM2's 9 / 3), with d_model 96; tiny-gemma2 caps its logits.
 TINY = ("tiny-gpt2", "tiny-gptj", "tiny-neox", "tiny-llama", "tiny-llama-tied", "tiny-gemma3", "tiny-gemma1",
@@ -74,7 +74,7 @@ class LM:
 
     @cached_property
     def runner(self):
-        """Partial runs of this model (editkit/runner.py)."""
+        """Partial runs of this model (editkit/model/runner.py)."""
         from .runner import Runner
 
         return Runner(self)
@@ -436,7 +436,7 @@ def _first_line(exc: Exception) -> str:
 
 # --- real models shipped on PyPI -----------------------------------------------------------------------------
 def shipped_folder(name: str, say: Say = lambda m: None, dtype: torch.dtype = torch.float32) -> Path:
-    """The safetensors folder of a shipped model (editkit/shipped.py): float32, converted from its GGUF once; in
+    """The safetensors folder of a shipped model (editkit/model/shipped.py): float32, converted from its GGUF once; in
     half precision, a copy in that dtype made once from the float32 one, so that a half-precision load maps a file
     of half the size instead of reading the float32 one and casting it (which took more memory than float32)."""
     spec = SHIPPED[name]
@@ -527,5 +527,5 @@ MODELS = Store("models", version=1)
 
 
 def cached_folder(key: str, build: Callable[[Path, Say], None], say: Say = lambda m: None) -> Path:
-    """A cache folder built once by `build(tmp_folder, say)` and renamed into place (editkit/cache.py)."""
+    """A cache folder built once by `build(tmp_folder, say)` and renamed into place (editkit/core/cache.py)."""
     return MODELS.build_folder(MODELS.path(key, suffix=""), lambda tmp: build(tmp, say), say)

@@ -10,7 +10,7 @@ A long computation runs as a Job: the library's `progress(fraction, message)` ca
 hooks, cache writes) unwinds cleanly. Short computations (a next-token prediction) never queue, and a running
 long job computes at a lower CPU priority (Linux: its thread's nice value is raised to JOB_NICENESS while it runs,
 and the threads torch starts for it inherit that), so a student's prediction stays quick while traces and edits
-fill the cores. How many jobs compute and wait at once is configuration (editkit/limits.py: `jobs`, `waiting`).
+fill the cores. How many jobs compute and wait at once is configuration (editkit/core/limits.py: `jobs`, `waiting`).
 """
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable
 
-from .errors import Cancelled, EditkitError
-from .limits import limits
+from ..core.errors import Cancelled, EditkitError
+from ..core.limits import limits
 
 JOB_NICENESS = 10  # CFS weight 110 against 1024 for a normal thread: predictions win the CPU over long jobs
 

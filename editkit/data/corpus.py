@@ -9,7 +9,7 @@ import re
 from functools import lru_cache
 from typing import Iterator
 
-from .paths import DATA
+from ..core.paths import DATA
 
 NOTICE = ("WikiText-2 (Merity et al. 2016), Wikipedia text under CC BY-SA 3.0; "
           "copied from pytorch/examples, see assets/data/PROVENANCE.md")

@@ -1,14 +1,14 @@
 """Read and overwrite module inputs/outputs during a forward pass; hooks are always removed afterwards.
 
     with Hooks(lm) as hooks:
-        cache = hooks.capture(["mlp_out.3", "mlp_key.3"])             # sites (editkit/sites.py) ...
+        cache = hooks.capture(["mlp_out.3", "mlp_key.3"])             # sites (editkit/model/sites.py) ...
         hooks.set(site("resid_post", 5), lambda h: h * 0)            # overwrite a site's tensor
         hooks.patch(site("mlp_out", 2), positions=[4], values=v, rows=slice(1, None))
         hooks.capture({"x": some_module}, what="input")               # ... or plain modules
         lm.runner.forward(input_ids=ids)
     cache["mlp_out.3"]  # the tensor the MLP returned
 
-A read (and overwrite) paired with one run is `runner.read(sites, edit=..., **inputs)` (editkit/runner.py); a Hooks
+A read (and overwrite) paired with one run is `runner.read(sites, edit=..., **inputs)` (editkit/model/runner.py); a Hooks
 block of its own is for what spans several calls (the tracing engine's block steps, weights.applied).
 
 HF modules return either a tensor or a tuple whose first element is the hidden state (attention modules
@@ -17,7 +17,7 @@ Removal happens in __exit__, so an exception inside the block never leaves a hoo
 
 Hooks belong to the context (thread) that registered them: a hook only acts in forward passes run inside its own
 `with Hooks()` block, in the same thread or asyncio task. Another user's forward pass on the same model, in another
-thread, runs straight through it. That is what lets several sessions share one model (editkit/isolation.py).
+thread, runs straight through it. That is what lets several sessions share one model (editkit/model/isolation.py).
 """
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ starting a worker (which loads the model), each item. An unreachable cluster or 
 one EditkitError.
 
 Caches: workers read and write the editkit cache of their machine (statistics, templates, trace results), with
-the atomic writes of editkit/cache.py, so a shared cache folder ($EDITKIT_CACHE on a shared file system) is safe
+the atomic writes of editkit/core/cache.py, so a shared cache folder ($EDITKIT_CACHE on a shared file system) is safe
 and a rerun reads what any worker finished. Results files that grow item by item (a resumable evaluation's JSONL)
 are written by the caller in `done(i, result)`, called in this process as each item finishes: one writer.
 """
@@ -40,8 +40,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .errors import EditkitError
-from .progress import Progress, part, silent
+from ..core.errors import EditkitError
+from ..core.progress import Progress, part, silent
 
 ENV = "EDITKIT_RAY"
 DEFAULT_PORT = 6379  # the port `ray start --head` listens on
@@ -131,7 +131,7 @@ def run_items(lm, items: list[Item], backend: Backend | None = None, progress: P
     items = list(items)
     backend = backend or IN_PROCESS
     if delta is not None and not isinstance(delta, dict):
-        from .weights import combined
+        from ..model.weights import combined
 
         delta = combined(list(delta))
     if not items:
@@ -147,7 +147,7 @@ def run_one(lm, item: Item, backend: Backend | None = None, progress: Progress |
     backend = backend or IN_PROCESS
     if backend.ray:
         return run_items(lm, [item], backend, progress, delta=delta)[0]
-    from .weights import applied, combined
+    from ..model.weights import applied, combined
 
     delta = combined(list(delta)) if delta is not None and not isinstance(delta, dict) else delta
     with applied(lm, delta or {}):
@@ -177,7 +177,7 @@ def _name(item: Item, i: int, n: int) -> str:
 
 def _in_process(lm, items, progress, shared, delta, done) -> list:
     """Today's serial loop: each item in order, on `lm`, in this thread."""
-    from .weights import applied
+    from ..model.weights import applied
 
     n, out = len(items), []
     with applied(lm, delta or {}):
@@ -216,8 +216,8 @@ class Worker:
         """Load the model; {"error": message} for a model it cannot load (so the driver says why)."""
         import torch
 
-        from .models import load_model
-        from .paths import cache_dir
+        from ..core.paths import cache_dir
+        from ..model.loading import load_model
 
         torch.set_num_threads(self.threads)
         t0 = time.perf_counter()
@@ -243,7 +243,7 @@ class Worker:
     def run(self, item: Item, shared_box, delta_box) -> tuple:
         """("ok", result, "") or ("error", exception, traceback text): an item's own error is the caller's to
         raise, not a dead worker."""
-        from .weights import applied
+        from ..model.weights import applied
 
         self.status = (0.0, "")
         try:
@@ -310,7 +310,7 @@ def connect(backend: Backend) -> None:
             kwargs = dict(logging_level=logging.WARNING, log_to_driver=False)
             if backend.local:
                 # Workers on this machine import what this process imports and share its cache.
-                from .paths import cache_dir
+                from ..core.paths import cache_dir
 
                 path = [os.path.abspath(p or ".") for p in sys.path if os.path.isdir(p or ".")]
                 env = {"PYTHONPATH": os.pathsep.join(dict.fromkeys(path)), "EDITKIT_CACHE": str(cache_dir())}
@@ -509,7 +509,7 @@ def _pool(name: str, backend: Backend, every: bool = False) -> _Pool:
 
 def _on_ray(lm, items, backend, progress, shared, delta, done) -> list:
     ray = _ray()
-    from .weights import active_digest
+    from ..model.weights import active_digest
 
     if active_digest():
         raise EditkitError("edits are active in this context; Ray workers would not see them: pass them to "

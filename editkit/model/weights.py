@@ -11,10 +11,10 @@ Conv1D deltas are stored transposed, exactly like the parameter).
     with unedited(): ...             # a block on the base weights, whatever edits the context has active
 
 `applied` never touches the shared parameters. It computes W_eff = W + delta once and registers, for this context
-only (editkit/hooks.py), a hook on the edited module that recomputes its output with W_eff: y = x W_eff^T + b, the
+only (editkit/model/hooks.py), a hook on the edited module that recomputes its output with W_eff: y = x W_eff^T + b, the
 same arithmetic as a model whose weight holds W_eff, so results equal an in-place edit bit for bit. Contexts nest
 (MEMIT applies layer after layer inside a session's edits): the innermost W_eff of a parameter is the one used.
-Several sessions can therefore run on one model at once, each seeing only its own edits (editkit/isolation.py).
+Several sessions can therefore run on one model at once, each seeing only its own edits (editkit/model/isolation.py).
 
 `apply_delta` / `restore` / `EditHistory` change the parameters in place (for saving an edited model, or a
 persistent local experiment); the library's own computations never use them.
@@ -35,7 +35,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from .errors import EditkitError
+from ..core.errors import EditkitError
 from .hooks import Hooks
 
 WeightDelta = dict  # str (parameter name) -> torch.Tensor
@@ -56,7 +56,7 @@ def _bytes(t: torch.Tensor) -> bytes:
 
 
 def _module(model_or_lm) -> torch.nn.Module:
-    """The torch model of an LM (editkit.models.LM) or the model itself."""
+    """The torch model of an LM (editkit.model.loading.LM) or the model itself."""
     return model_or_lm if isinstance(model_or_lm, torch.nn.Module) else model_or_lm.model
 
 

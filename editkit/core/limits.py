@@ -1,8 +1,8 @@
 """Configured caps on the work one request may ask for (EDITKIT_LIMITS), apart from the job queue that enforces
-`jobs` and `waiting` (editkit/jobs.py): the library checks prompts and sizes against them wherever it runs.
+`jobs` and `waiting` (editkit/runtime/jobs.py): the library checks prompts and sizes against them wherever it runs.
 
 Every value a user chooses that multiplies the work of one job has a cap: prompt tokens (also enforced by
-text.check_prompt for every prompt), noise samples of a trace, requests per edit batch, facts averaged,
+tokens.check_prompt for every prompt), noise samples of a trace, requests per edit batch, facts averaged,
 generated tokens, sequential edits, corpus positions and index tokens of the memory analyses. `jobs` is how many
 long jobs compute at once on the server and `waiting` how many may queue behind them. The defaults suit a 2-core
 machine; `EDITKIT_LIMITS` overrides any of them with a JSON object (or the path of a JSON file), e.g.

@@ -1,0 +1,38 @@
+"""The names of metrics as tables and figures show them: each header names its metric's family, so a number is
+never read without how it was measured."""
+from __future__ import annotations
+
+# Metric families, named in every table header (EasyEdit issue #125: one MEMIT run on GPT-J scores 96.0/54.9/11.8
+# by token accuracy and 98.9/88.6/73.7 by probability comparison, so a number without its family misleads).
+FAMILIES = {"p": "probability comparison P(new) vs P(true), teacher-forced",
+            "t": "token accuracy: argmax tokens, teacher-forced",
+            "g": "generated text (greedy for Gen. eff./gen., sampled for fluency/consistency)"}
+FAMILY = {"efficacy": "p", "generalization": "p", "specificity": "p", "score": "p", "efficacy_magnitude": "p",
+          "generalization_magnitude": "p", "specificity_magnitude": "p", "retention": "p", "kept": "p",
+          "reliability": "t", "generalization_acc": "t", "locality": "t", "portability": "t",
+          "gen_efficacy": "g", "gen_generalization": "g", "fluency": "g", "consistency": "g"}
+
+
+def family(key: str, kind: str = "counterfact") -> str | None:
+    """The family tag of a metric; zsRE's efficacy, generalization and specificity are token accuracies."""
+    if kind == "zsre" and key in ("efficacy", "generalization", "specificity", "score"):
+        return "t"
+    return FAMILY.get(key)
+
+
+def header(key: str, label: str | None = None, kind: str = "counterfact") -> str:
+    """A table header that names the metric's family: 'Efficacy [p]' (legend() says what [p] is)."""
+    name = label or key.replace("_", " ").capitalize()
+    tag = family(key, kind)
+    return f"{name} [{tag}]" if tag else name
+
+
+def labelled(rows: list[dict], kind: str = "counterfact") -> list[dict]:
+    """Table rows with each metric's column renamed to its header (the family named), for display."""
+    return [{header(k, kind=kind) if family(k, kind) else k: v for k, v in row.items()} for row in rows]
+
+
+def legend(keys=None, kind: str = "counterfact") -> str:
+    """What the family tags in the headers of `keys` (all when None) mean."""
+    used = {family(k, kind) for k in (keys or FAMILY)}
+    return "; ".join(f"[{t}] {FAMILIES[t]}" for t in FAMILIES if t in used)

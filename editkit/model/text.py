@@ -1,0 +1,82 @@
+"""Text the model produces: next-token predictions, continuations of one prompt (greedy or sampled, through
+runner.complete), and the logit lens. Tokenizing is tokens.py."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+
+from ..core.errors import EditkitError
+from .runner import Decoding
+from .tokens import check_prompt, encode, token_strings
+from .sites import layers
+
+
+@dataclass
+class Prediction:
+    token: str
+    token_id: int
+    prob: float
+    logit: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@torch.no_grad()
+def last_logits(lm, prompts: list[str] | str) -> torch.Tensor:
+    """Logits at each prompt's last real token, (batch, vocab), projecting only there."""
+    batch = encode(lm, prompts)
+    last = batch["attention_mask"].sum(1) - 1
+    h = lm.runner.hidden(**batch)  # already through the final norm
+    return lm.runner.logits(h[torch.arange(h.shape[0], device=h.device), last], norm=False)
+
+
+def top_k(lm, prompt: str, k: int = 5) -> list[Prediction]:
+    check_prompt(lm, prompt)
+    if k < 1:
+        raise EditkitError("top-k needs k >= 1")
+    logits = last_logits(lm, prompt)[0]
+    probs = torch.softmax(logits, -1)
+    p, i = probs.topk(min(k, probs.numel()))
+    return [Prediction(lm.tok.decode([t]), int(t), float(q), float(logits[t])) for q, t in zip(p, i)]
+
+
+def greedy(lm, prompt: str, max_new_tokens: int = 20) -> str:
+    """Greedy continuation of `prompt` (the new text only)."""
+    check_prompt(lm, prompt)
+    return lm.runner.complete(prompt, Decoding.greedy(max_new_tokens))[0]
+
+
+def sample(lm, prompt: str, max_new_tokens: int, seed: int = 0, top_k: int = 5, min_new_tokens: int = 0) -> str:
+    """A top-k sampled continuation of `prompt` (the new text only), reproducible for a given seed also while other
+    threads sample (runner.SeededTopK)."""
+    return lm.runner.complete(prompt, Decoding.sampled(max_new_tokens, seed, top_k, min_new_tokens))[0]
+
+
+@torch.no_grad()
+def block_outputs(lm, prompt: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every block's output (layers, tokens, d_model) and the model's logits (tokens, vocab) for one prompt."""
+    L = lm.adapter.n_layers
+    got = lm.runner.read(layers("resid_post", L), full=True, **encode(lm, prompt))
+    return torch.stack([got[f"resid_post.{l}"][0] for l in range(L)]), lm.runner.logits(got.hidden, norm=False)[0]
+
+
+@torch.no_grad()
+def logit_lens(lm, prompt: str, k: int = 5, position: int = -1) -> dict:
+    """Each layer's residual at `position` through the final norm and W_U (nostalgebraist 2020).
+
+    Returns tokens, and per layer the top-k tokens with probabilities; the last layer equals the model's output.
+    """
+    check_prompt(lm, prompt)
+    hidden, _ = block_outputs(lm, prompt)
+    probs = torch.softmax(lm.runner.logits(hidden[:, position]), -1)  # (layers, vocab)
+    p, i = probs.topk(k, dim=-1)
+    return {
+        "tokens": token_strings(lm, prompt),
+        "position": position,
+        "layers": [
+            [{"token": lm.tok.decode([int(t)]), "prob": float(q)} for q, t in zip(p[l], i[l])]
+            for l in range(probs.shape[0])
+        ],
+    }
