@@ -32,6 +32,8 @@ from ..runtime.cluster import Backend, Item, run_items
 from ..tracing import TraceSpec, trace
 from .datasets import as_record
 from .measure import measure, record_metrics
+from .metrics import margins
+from .verdict import MARGIN_MEASURE, Ranking, paired
 
 
 def parse_layers(text, n_layers: int) -> list[int]:
@@ -88,6 +90,8 @@ def edit_at_layer(lm, method: str, record, hp, pre: dict) -> dict:
             "generalization_magnitude": m["post_generalization_magnitude"],
             "specificity_magnitude": m["post_specificity_magnitude"],
             "rewrite_score": (p_post - p_pre) / max(1 - p_pre, 1e-12), "p_new": p_post,
+            "margins": {g: margins(post[g]["nll_new"], post[g]["nll_true"], g != "neighborhood")
+                        for g in ("rewrite", "paraphrase", "neighborhood")},
             "relative_norm": max((n.relative_norm for n in result.norms.values()), default=0),
             "seconds": round(time.perf_counter() - start, 2)}
 
@@ -132,6 +136,17 @@ def layer_sweep(lm, request, layers=None, method: str = "rome", hparams: dict | 
             "unedited": unedited, "trace": profile, "best_layer": best["layer"],
             "default_layers": list(load_hparams(spec.name, lm).layers),
             "peak_layer": profile["peak_layer"] if profile else None}
+
+
+def ranking(sweep: dict) -> Ranking | None:
+    """The sweep's layers ranked by the summed margins (the `best_layer`'s measure), each layer's difference from
+    the best with its noise over the prompts (evaluation/verdict.py); None for a sweep stored without its
+    per-prompt margins (made before they were kept)."""
+    rows = sweep["rows"]
+    if not rows or any("margins" not in r for r in rows):
+        return None
+    return paired({r["layer"]: r["margins"] for r in rows}, f"the summed margin ({MARGIN_MEASURE})",
+                  labels={r["layer"]: f"layer {r['layer']}" for r in rows})
 
 
 def _p(nlls: list[float]) -> float:

@@ -328,3 +328,36 @@ def lifelong_run(lm, methods_: list[str], n: int, batch: int, progress=None) -> 
             results[m] = sequential(lm, m, records, None, spec,
                                     progress=part(progress, i / len(methods_), (i + 1) / len(methods_)))
     return {"results": styled(results), "table": final_table(results), "source": "your run"}
+
+
+# --- the comparisons' conclusions (evaluation/verdict.py) ----------------------------------------------------------
+def sweep_ranking(sweep: dict):
+    """A layer sweep's layers ranked by the summed margins, with their noise (None: stored without margins)."""
+    from ..evaluation.layer_sweep import ranking
+
+    return ranking(sweep)
+
+
+def methods_ranking(edits: dict):
+    """Methods (name -> edit result, one request) ranked by the summed margins on the request's prompts, paired
+    prompt by prompt."""
+    from ..evaluation.verdict import MARGIN_MEASURE, margins, paired
+
+    return paired({m: margins(e["probabilities"]["post"]) for m, e in edits.items()}, f"the summed margin "
+                  f"({MARGIN_MEASURE})", labels={m: e["label"] for m, e in edits.items()})
+
+
+def lifelong_ranking(results: dict):
+    """Lifelong runs ranked by their efficacy at the last checkpoint over the edits measured there (binomial
+    noise); None when a run has no measured checkpoint."""
+    from ..evaluation.verdict import rates
+
+    last = {m: next((r for r in reversed(res.get("rows", [])) if r.get("efficacy") is not None), None)
+            for m, res in results.items()}
+    if not last or any(r is None for r in last.values()):
+        return None
+    edits = {r["edit"] for r in last.values()}
+    when = f"after {edits.pop()} edits" if len(edits) == 1 else "at each run's last checkpoint"
+    return rates({m: r["efficacy"] for m, r in last.items()}, {m: r.get("measured") or 1 for m, r in last.items()},
+                 f"efficacy {when} (the share of the edits measured that still hold)", digits=3, unit="%",
+                 labels={m: res.get("label", m) for m, res in results.items()}, scale=100)
