@@ -7,6 +7,11 @@ The facts are read and checked first (bad files stop before the model loads), th
 each fact (refused with what it predicts instead), then every missing part is computed, fact by fact, each written
 atomically as soon as it is done: a rerun (or a run adding facts) skips every finished part. Progress reports the
 part being computed and an estimate of the time left (from the measured speed of the parts done so far).
+
+Publishing: a fact's folder is its staging place. The pack serves the facts its manifest lists, and a fact is added
+to the manifest (one atomic rewrite) only once every part of it is written, so a build that is cancelled, fails or
+is killed never shows a half-built fact to the students; its finished parts stay in the unlisted folder and the
+next build of the same fact computes only what is missing.
 """
 from __future__ import annotations
 
@@ -201,20 +206,23 @@ def build(facts, out, model: str | None = None, methods=None, settings: compute.
         raise EditkitError("; ".join(refused))
     ident = compute.identity(lm)
     manifest = _open(folder, ident, s, methods, facts)
+    if read_json(folder / MANIFEST) is None:
+        write_json(folder / MANIFEST, manifest)  # the folder is a pack from now on (with no fact yet)
     ids = _fact_ids(folder, manifest, lesson_facts)
     for fid, fact, check in zip(ids, lesson_facts, checks):
         if read_json(folder / "facts" / fid / "fact.json") is None:
             write_json(folder / "facts" / fid / "fact.json",
                        compute.rounded({"id": fid, "key": fact.key, **fact.to_dict(), "known": check}))
-        if fid not in manifest["facts"]:
-            manifest["facts"].append(fid)
-    manifest["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S")
-    write_json(folder / MANIFEST, manifest)
     entries = [(pos, fid, i, u) for pos, (fid, fact) in enumerate(zip(ids, lesson_facts))
                for i, u in enumerate(plan(fid, fact, folder, methods, s, lm.adapter.n_layers))]
     units = [u for *_, u in entries]
     was_done = [u.done(folder) for u in units]
     todo = [u for u, done in zip(units, was_done) if not done]
+
+    def publish_finished() -> None:
+        publish(folder, [f for f in ids if all(u.done(folder) for u in units if u.fact == f)])
+
+    publish_finished()  # facts already complete (a rerun after an interruption)
     if backend is not None and backend.ray:
         _on_cluster(lm, facts, folder, methods, s, [e for e in entries if not e[3].done(folder)], backend, say)
         todo = []  # computed on the cluster
@@ -228,12 +236,53 @@ def build(facts, out, model: str | None = None, methods=None, settings: compute.
         for name, value in u.run(lm, step).items():
             write_json(folder / "facts" / u.fact / f"{name}.json", compute.rounded(value))
         finish(True)
+        if all(v.done(folder) for v in units if v.fact == u.fact):
+            publish(folder, [u.fact])
+    publish_finished()
     say(1.0, "pack complete")
     size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
     computed = sum(not done for done in was_done)
     return {"pack": str(folder), "model": lm.name, "fingerprint": ident["fingerprint"], "facts": ids,
             "parts": len(units), "computed": computed, "skipped": len(units) - computed,
             "seconds": round(time.perf_counter() - start, 1), "bytes": size}
+
+
+def publish(folder: Path, fids: list[str]) -> None:
+    """List finished facts in the pack's manifest (read afresh: another build may have published meanwhile), in
+    one atomic rewrite: from then on every student is served them."""
+    manifest = read_json(folder / MANIFEST)
+    new = [f for f in fids if f not in manifest["facts"]]
+    if new:
+        manifest["facts"] += new
+        manifest["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+        write_json(folder / MANIFEST, manifest)
+
+
+def estimate(pack, n_targets: int) -> tuple[float, str]:
+    """(seconds, how it was estimated) to add one fact with `n_targets` new targets to `pack`: the time its own
+    facts took when they were computed (the seconds each trace, edit, re-trace and layer of the sweep recorded),
+    averaged per fact and scaled to the targets; a pack without timings is estimated from COST (an idle embedded
+    model on 2 cores)."""
+    fixed, per_target = [], []
+    for fid in pack.fact_ids:
+        fact, trace, sweep = pack.fact(fid), pack.part(fid, "trace"), pack.part(fid, "sweep")
+        targets = len(fact.get("targets", [])) or 1
+        parts = [pack.part(fid, n) for t in range(targets) for m in pack.manifest.get("method_names", [])
+                 for n in (edit_name(t, m), retrace_name(t, m))]
+        if not (trace and sweep) or any(p is None or p.get("seconds") is None for p in parts):
+            continue
+        fixed.append(sum(t.get("seconds", 0) for t in trace["traces"].values())
+                     + sum(r.get("seconds", 0) for r in sweep["rows"]))
+        per_target.append((sum(p["seconds"] for p in parts) + COST["bleed"]) / targets)
+    if fixed:
+        seconds = sum(fixed) / len(fixed) + n_targets * sum(per_target) / len(per_target)
+        return seconds, (f"as long as this pack's {len(fixed)} fact{'s' if len(fixed) > 1 else ''} took to compute "
+                         "on the machine that built them")
+    methods = len(pack.manifest.get("method_names", [])) or 1
+    seconds = (COST["check"] + COST["lens"] + COST["trace"] + COST["memories"]
+               + n_targets * (methods * COST["edit"] + COST["bleed"])
+               + COST["sweep_layer"] * int(pack.manifest.get("layers", 18)))
+    return seconds, "on an idle 2-core machine, for the embedded model"
 
 
 def _fact_ids(folder: Path, manifest: dict, facts: list[LessonFact]) -> list[str]:
