@@ -355,7 +355,7 @@ def draw_runs(runs: dict, keys: tuple[str, str], layer_caption: str = "") -> Non
     if layer_caption:
         st.caption(layer_caption)
     st.plotly_chart(layer_figure(runs), width="stretch", key=keys[1])
-    st.dataframe(pd.DataFrame(labelled(final_table(runs))), hide_index=True, width="stretch")
+    st.dataframe(pd.DataFrame(by_column(labelled(final_table(runs)), "label")), hide_index=True, width="stretch")
 
 
 spectrum_section(lm)

@@ -811,7 +811,7 @@ def show_lifelong(shipped: dict, pack) -> None:
     chart(st, lambda: figs.lifelong_figure(results), "lesson_fig_lifelong", results)
     st.caption("Hollow markers: checkpoints measured on a fixed random sample of the edits so far; filled: on all "
                "of them.")
-    st.dataframe(pd.DataFrame(shipped["table"]), hide_index=True, width="stretch")
+    st.dataframe(pd.DataFrame(figs.by_column(shipped["table"], "label")), hide_index=True, width="stretch")
     if first["model"] != pack.model:
         st.caption(f"This run is editkit's on {first['model']}; the pack's model is {pack.model}.")
 

@@ -40,7 +40,7 @@ def by_column(rows: list[dict], key: str = "method") -> list[dict]:
     """A table with one row per option turned so that each option is a column (a measure per row): five methods
     fit the page side by side where a dozen measures as columns ran off its right edge."""
     def cell(v):  # one column holds numbers and words: as text (a mixed column does not convert to a table)
-        return "" if v is None else str(v)
+        return "" if v is None else f"{v:.4g}" if isinstance(v, float) else str(v)
 
     return [{"measure": k, **{str(r[key]): cell(r[k]) for r in rows}} for k in rows[0] if k != key] if rows else []
 
