@@ -135,7 +135,7 @@ def ask(pack, fid: str, n: int, question: str, widgets, grade, show, target: int
                     check = c1.form_submit_button("Check my answer", type="primary")
                     skip = c2.form_submit_button("Skip: just show me")
             if check:
-                with ui.guard("checking the answer"):
+                with ui.guard():  # "pick a cell first" and the like, as they are
                     done = record(pack, fid, n, question, grade(answer).to_dict(), answer, target)
             elif skip:
                 done = answers()[key] = {"grade": None, "row": None}

@@ -84,16 +84,22 @@ def plan(fid: str, fact: LessonFact, folder: Path, methods: list[str], s: comput
 
 
 class Clock:
-    """Progress over weighted units with a time estimate from the units computed in this run."""
+    """Progress over weighted units with a time estimate: from `rate` (seconds per unit of COST, what the page
+    promised before the run) until a quarter of the work is done, then from the units computed in this run."""
 
-    def __init__(self, progress, total: float):
+    def __init__(self, progress, total: float, rate: float | None = None):
         self.progress, self.total, self.done, self.start = progress, max(total, 1e-9), 0.0, time.perf_counter()
-        self.computed, self.spent = 0.0, 0.0
+        self.computed, self.spent, self.rate = 0.0, 0.0, rate
 
     def left(self, remaining: float) -> str:
-        if self.computed <= 0 or self.spent < 1:
+        measured = self.computed > 0 and self.spent >= 1
+        if measured and (self.computed >= 0.25 * self.total or self.rate is None):
+            rate = self.spent / self.computed
+        elif self.rate is not None:
+            rate = self.rate
+        else:
             return "estimating the time left"
-        s = remaining * self.spent / self.computed
+        s = remaining * rate
         return f"about {s / 60:.0f} min left" if s >= 90 else f"about {s:.0f} s left"
 
     def unit(self, cost: float, label: str):
@@ -226,7 +232,7 @@ def build(facts, out, model: str | None = None, methods=None, settings: compute.
     if backend is not None and backend.ray:
         _on_cluster(lm, facts, folder, methods, s, [e for e in entries if not e[3].done(folder)], backend, say)
         todo = []  # computed on the cluster
-    clock = Clock(say, sum(u.cost for u in todo))
+    clock = Clock(say, sum(u.cost for u in todo), _rate(folder, methods, lm.adapter.n_layers))
     for i, u in enumerate(todo):
         step, finish = clock.unit(u.cost, f"[{i + 1}/{len(todo)}] {u.fact}: {u.what}")
         step(0.0)
@@ -258,6 +264,25 @@ def publish(folder: Path, fids: list[str]) -> None:
         write_json(folder / MANIFEST, manifest)
 
 
+def _cost(n_targets: int, n_methods: int, n_layers: int) -> float:
+    """The COST of one fact with `n_targets` new targets (its plan's units)."""
+    return (COST["check"] + COST["lens"] + COST["trace"] + COST["memories"]
+            + n_targets * (n_methods * COST["edit"] + COST["bleed"]) + COST["sweep_layer"] * n_layers)
+
+
+def _rate(folder: Path, methods: list[str], n_layers: int) -> float | None:
+    """Seconds per unit of COST that `estimate` assumes for this pack (None for a pack without facts yet)."""
+    from .pack import Pack
+
+    try:
+        pack = Pack.open(folder)
+    except EditkitError:
+        return None
+    if not pack.fact_ids:
+        return None
+    return estimate(pack, 1)[0] / _cost(1, len(methods), n_layers)
+
+
 def estimate(pack, n_targets: int) -> tuple[float, str]:
     """(seconds, how it was estimated) to add one fact with `n_targets` new targets to `pack`: the time its own
     facts took when they were computed (the seconds each trace, edit, re-trace and layer of the sweep recorded),
@@ -278,10 +303,7 @@ def estimate(pack, n_targets: int) -> tuple[float, str]:
         seconds = sum(fixed) / len(fixed) + n_targets * sum(per_target) / len(per_target)
         return seconds, (f"as long as this pack's {len(fixed)} fact{'s' if len(fixed) > 1 else ''} took to compute "
                          "on the machine that built them")
-    methods = len(pack.manifest.get("method_names", [])) or 1
-    seconds = (COST["check"] + COST["lens"] + COST["trace"] + COST["memories"]
-               + n_targets * (methods * COST["edit"] + COST["bleed"])
-               + COST["sweep_layer"] * int(pack.manifest.get("layers", 18)))
+    seconds = _cost(n_targets, len(pack.manifest.get("method_names", [])) or 1, int(pack.manifest.get("layers", 18)))
     return seconds, "on an idle 2-core machine, for the embedded model"
 
 
