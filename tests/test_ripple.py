@@ -176,7 +176,7 @@ def _fake_derive(lm, requests, relations=None, cap=4, progress=None):
 
 def test_evaluate_ripple_on_a_tiny_model_resumes(tiny_by_name, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(ripple_eval, "derive_many", _fake_derive)
-    monkeypatch.setattr(ripple_eval, "_knows", lambda lm, r: True)
+    monkeypatch.setattr(ripple_eval, "_knows", lambda lm, rs: [True] * len(rs))
     lm = tiny_by_name("tiny-gemma3")
     spec = ripple_eval.RippleSpec(n=2)
     out = ripple_eval.evaluate_ripple(lm, ["memit", IN_CONTEXT], spec, {"memit": FAST}, out_dir=tmp_path)

@@ -109,24 +109,28 @@ def select(lm, spec: RippleSpec, out_dir: Path, progress=None) -> list[tuple[Eva
 
 
 def _screen(lm, records: list[EvalRecord]) -> list[dict]:
-    derivations = derive_many(lm, [r.request for r in records], [r.relation for r in records])
+    """Whether each record is usable, and its derivation: the known-fact check first (one teacher-forced pass),
+    the derivation (greedy clozes) only for the records the model knows."""
+    knows = _knows(lm, [r.request for r in records])
+    known = [r for r, k in zip(records, knows) if k]
+    derived = dict(zip((_key(r) for r in known), derive_many(lm, [r.request for r in known],
+                                                             [r.relation for r in known])))
     rows = []
-    for rec, d in zip(records, derivations):
-        r = rec.request
-        knows = _knows(lm, r)
-        logical = any(f.criterion == "logical" for f in d.facts)
-        use = knows and logical
-        reason = "" if use else ("the model does not know the fact" if not knows else "no logical fact it knows")
-        rows.append({"key": _key(rec), "use": use, "reason": reason, "derivation": d.to_dict(),
-                     "pre": list(counterfact_rates(lm, r)) if use else None})
+    for rec in records:
+        d = derived.get(_key(rec))
+        use = d is not None and any(f.criterion == "logical" for f in d.facts)
+        reason = "" if use else ("the model does not know the fact" if d is None else "no logical fact it knows")
+        rows.append({"key": _key(rec), "use": use, "reason": reason, "derivation": d.to_dict() if d else None,
+                     "pre": list(counterfact_rates(lm, rec.request)) if use else None})
     return rows
 
 
-def _knows(lm, request) -> bool:
-    """The model's greedy answer to the rewrite prompt is target_true (every token the argmax)."""
+def _knows(lm, requests: list) -> list[bool]:
+    """Whether the model's greedy answer to each rewrite prompt is its target_true (every token the argmax)."""
     from ..model.scoring import score_targets
 
-    return all(score_targets(lm, [request.rewrite], [request.target_true])[0].token_hits)
+    scores = score_targets(lm, [r.rewrite for r in requests], [r.target_true for r in requests])
+    return [all(sc.token_hits) for sc in scores]
 
 
 def ripple_batch(lm, method: str, requests: list, facts: list[list[dict]], pre: list, hp) -> list[dict]:
