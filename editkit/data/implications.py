@@ -259,7 +259,8 @@ def derive_many(lm, requests: list, relations: list | None = None, max_per_crite
 
 def _plan(request, relation: str | None) -> tuple[Derivation, list[str]]:
     """The derivation to fill and the clozes it asks."""
-    relation = relation or getattr(request, "relation", None) or relation_of(request.prompt)
+    if relation is None:  # read from the request, or its template; "" = none
+        relation = getattr(request, "relation", None) or relation_of(request.prompt)
     out = Derivation(relation if relation in table()["relations"] else None)
     if out.relation is None:
         return out, []

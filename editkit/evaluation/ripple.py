@@ -255,3 +255,12 @@ def share_table(rows_by_method: dict[str, list[dict]], facts: dict[str, list[dic
             cells[c] = cell
         table[m] = cells
     return table
+
+
+def ripple_view(lm, request, methods: list[str], relation: str | None = None, hparams: dict | None = None,
+                extra: list[dict] = (), reference: bool = True, progress=None) -> dict:
+    """`ripple` as JSON, for a page's work item: `extra` = [{"prompt", "answer", "move"}] a user added."""
+    from ..data.implications import user_fact
+
+    facts = [user_fact(f.get("prompt", ""), f.get("answer", ""), bool(f.get("move"))) for f in extra]
+    return ripple(lm, request, methods, relation, hparams, facts, reference, progress=progress).to_dict()
