@@ -207,3 +207,17 @@ def test_coedit_writes_the_implications_in_the_edit_phrasing(tiny_by_name, monke
     assert len(result.requests) == 2 and result.delta
     plain = run_edit(lm, "coedit", [EIFFEL], {**FAST, "max_implied": 0})
     assert plain.details["implied"] == []
+
+
+def test_grade_ripple_counts_the_facts_classified_right():
+    from editkit.lesson.grading import grade_ripple
+
+    out = {"facts": [{"prompt": "a", "answer": " Italy", "move": True, "p_before": 0.01, "criterion": "logical"},
+                     {"prompt": "b", "answer": " France", "move": False, "p_before": 0.8,
+                      "criterion": "preservation"}],
+           "methods": {"rome": {"outcomes": [{"verdict": "failed", "p_after": 0.02},
+                                             {"verdict": "stayed", "p_after": 0.8}]}}}
+    assert grade_ripple(out, ["b"]).verdict == "right"
+    assert grade_ripple(out, ["a", "b"]).score == 0.5 and grade_ripple(out, ["a", "b"]).verdict == "wrong"
+    assert "no implied fact" in grade_ripple({"facts": [], "methods": {}, "message": "no implied fact the model "
+                                                                                     "knows"}, []).feedback
