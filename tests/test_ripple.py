@@ -221,3 +221,15 @@ def test_grade_ripple_counts_the_facts_classified_right():
     assert grade_ripple(out, ["a", "b"]).score == 0.5 and grade_ripple(out, ["a", "b"]).verdict == "wrong"
     assert "no implied fact" in grade_ripple({"facts": [], "methods": {}, "message": "no implied fact the model "
                                                                                      "knows"}, []).feedback
+
+
+@pytest.mark.full  # starts a local Ray cluster
+def test_evaluate_ripple_on_ray_equals_in_process(tiny_by_name, tmp_path, monkeypatch, ray_local):
+    monkeypatch.setattr(ripple_eval, "derive_many", _fake_derive)
+    monkeypatch.setattr(ripple_eval, "_knows", lambda lm, rs: [True] * len(rs))
+    lm = tiny_by_name("tiny-gemma3")
+    spec = ripple_eval.RippleSpec(n=2)
+    here = ripple_eval.evaluate_ripple(lm, ["memit", IN_CONTEXT], spec, {"memit": FAST}, out_dir=tmp_path / "a")
+    there = ripple_eval.evaluate_ripple(lm, ["memit", IN_CONTEXT], spec, {"memit": FAST}, out_dir=tmp_path / "b",
+                                        backend=ray_local, batch=1)
+    assert there["table"] == here["table"]
