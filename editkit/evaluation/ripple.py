@@ -205,7 +205,8 @@ def conclusion(out: dict) -> str:
     ranked = sorted(out["methods"].values(), key=lambda m: score(m), reverse=True)
     best, (mv, st) = ranked[0], score(ranked[0])
     if len({score(m) for m in ranked}) == 1:
-        return (f"All {len(ranked)} score the same here ({mv} of {len(moves)} facts that should move moved, {st} of "
+        both = "Both" if len(ranked) == 2 else f"All {len(ranked)}"
+        return (f"{both} score the same here ({mv} of {len(moves)} facts that should move moved, {st} of "
                 f"{len(stays)} that should stay stayed): no method propagates better on this edit.")
     if moves:
         text = (f"{best['label']} propagates best here: {mv} of {len(moves)} facts that should move moved and {st} "
