@@ -276,3 +276,23 @@ def test_the_class_keeps_its_answers_when_a_fact_is_added(env, tmp_path, monkeyp
     at.session_state["lesson_add_cancelled"] = True
     at.run()
     assert any("cancelled" in i.value and "unchanged" in i.value for i in at.info)
+
+
+def test_the_ripple_step_renders_from_the_pack(env, monkeypatch):
+    """Step 11 reads the pack's ripple part (computed by the builder): its question, or the model's lack of any
+    implied fact in words."""
+    from editkit.lesson import grading
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("a step computed on the model")
+
+    monkeypatch.setattr("editkit.lesson.compute.ripple", no_model)
+    [fid] = env.fact_ids
+    out = env.part(fid, "ripple-0")
+    assert out is not None and "facts" in out and "message" in out
+    at = open_lesson()
+    go(at, 11)
+    if grading.ripple_rows(out):
+        assert any("Your prediction first." in m.value for m in at.markdown)
+    else:
+        assert any("no implied fact the model knows" in i.value for i in at.info)
