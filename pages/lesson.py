@@ -850,15 +850,15 @@ def step_ripple(pack, fid, fact):
     elif out:
         new = out["request"]["target_new"].strip()
         label = {r["prompt"]: f"{r['prompt']} {'→' if r['move'] else '='} {r['answer'].strip()}" for r in rows}
-        done = ask(pack, fid, 11, f"ROME makes {fact['request']['subject']!r} recall {new!r}. After the edit, "
-                                  "which prompts give their expected answer (→: the edit should move it there; =: "
-                                  "it should stay)?",
-                   lambda: st.multiselect("They will", list(label), format_func=label.get,
-                                          key=f"lesson_q11_{fid}_{t}"),
-                   lambda picked: grading.grade_ripple(out, picked or []), target=t)
-        if done:
+        def show(done):
             chart(st, lambda: ripple_figure(out), f"lesson_ripple_{t}", out)
             st.markdown(f"**{out['conclusion']}**")
+
+        ask(pack, fid, 11, f"ROME makes {fact['request']['subject']!r} recall {new!r}. After the edit, "
+                           "which prompts give their expected answer (→: the edit should move it there; =: "
+                           "it should stay)?",
+            lambda: st.multiselect("They will", list(label), format_func=label.get, key=f"lesson_q11_{fid}_{t}"),
+            lambda picked: grading.grade_ripple(out, picked or []), show, target=t, keys=[f"lesson_q11_{fid}_{t}"])
     explain(
         "An edit (s, r, o → o*) implies more than its own prompt: composed with what the model knows about o* "
         "(o* lies in country z*) it says s lies in z*; another name of s should follow; s's other facts and o's "

@@ -14,7 +14,8 @@ import plotly.graph_objects as go
 import pytest
 
 import editkit.figures as figures_pkg
-from editkit.figures import editing, lens, lesson, lifelong, memories, side_effects, similarity, spectrum, tracing
+from editkit.figures import (editing, lens, lesson, lifelong, memories, ripple, side_effects, similarity, spectrum,
+                             tracing)
 from editkit.figures.readability import problems
 from editkit.figures.theme import WIDTHS as W
 from editkit.lesson.pack import SHIPPED, Pack
@@ -87,6 +88,13 @@ def _pareto():
             "unedited": {"specificity": cell(75.0)}}
 
 
+def _ripple_shares():
+    cell = {"mean": 40.0, "ci95": 12.0}
+    return {"model": "gemma-3-270m", "n": 10, "table": {m: {c: cell for c in ("logical", "aliasing", "specificity",
+                                                                              "preservation")}
+                                                        for m in ("MEMIT", "co-edit", "in-context")}}
+
+
 def _two_models():
     a, b = part("trace")["traces"]["hidden"], part("trace", PACK.fact_ids[1])["traces"]["hidden"]
     return {"gemma-3-270m": a, "smollm2-135m": b}
@@ -126,6 +134,8 @@ CASES = {
     "memories.agreement_figure": (lambda c: memories.agreement_figure(_geva()), W["third"]),
     "memories.composition_figure": (lambda c: memories.composition_figure(_geva()), W["third"]),
     "memories.fixed_figure": (lambda c: memories.fixed_figure(_geva()), W["third"]),
+    "ripple.ripple_figure": (lambda c: ripple.ripple_figure(part("ripple-0")), W["full"]),
+    "ripple.share_figure": (lambda c: ripple.share_figure(_ripple_shares()), W["full"]),
     "side_effects.pareto_figure": (lambda c: side_effects.pareto_figure(_pareto(), ("efficacy", "generalization",
                                                                                      "gen_efficacy")), W["full"]),
     "side_effects.bleed_figure": (lambda c: side_effects.bleed_figure(part("bleed-0")), W["full"]),
