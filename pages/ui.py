@@ -197,7 +197,11 @@ def run_job(name: str, fn, cancel_label: str = "Cancel", on_cancel=None, **caps)
     def waiting(ahead: int, running: int) -> None:
         bar.progress(0.0, text=f"{name}: waiting for a turn ({running} job(s) running, {ahead} ahead of yours)")
 
-    job.on_progress = lambda f, msg: bar.progress(f, text=f"{name}: {msg}" if msg else name)
+    def show(f: float, msg: str) -> None:
+        left = None if "left" in msg else job.left()  # the library's own estimate, where it gives one, wins
+        bar.progress(f, text=(f"{name}: {msg}" if msg else name) + (f" ({left} left in all)" if left else ""))
+
+    job.on_progress = show
     try:
         return jobs.run(job, fn, on_wait=waiting)
     finally:
