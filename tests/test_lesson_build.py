@@ -149,7 +149,8 @@ def _cli_error(capsys, *argv) -> str:
 
 @pytest.mark.parametrize("records,expect", [
     ("not json at all", "not valid JSON"),
-    ([{"prompt": "{} is in", "subject": "X", "target_true": "Paris"}], r"facts.json, record 1: the new target is missing"),
+    ([{"prompt": "{} is in", "subject": "X", "target_true": "Paris"}],
+     r"facts.json, record 1: the new target is missing"),
     ([FACT, {**FACT, "target_true": None}], r"record 2: the true target \(target_true\) is missing"),
     ([{**FACT, "prompt": "The tower is located in the city of", "case_id": 7}],
      r"record 1 \(case_id 7\): the prompt has no '\{\}' and the subject 'The Eiffel Tower' does not occur"),
