@@ -142,7 +142,7 @@ def ranking(sweep: dict) -> Ranking | None:
     """The sweep's layers ranked by the summed margins (the `best_layer`'s measure), each layer's difference from
     the best with its noise over the prompts (evaluation/verdict.py); None for a sweep stored without its
     per-prompt margins (made before they were kept)."""
-    rows = sweep["rows"]
+    rows = sweep.get("rows") or []
     if not rows or any("margins" not in r for r in rows):
         return None
     return paired({r["layer"]: r["margins"] for r in rows}, f"the summed margin ({MARGIN_MEASURE})",
