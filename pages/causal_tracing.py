@@ -259,7 +259,7 @@ def layer_sweep_section(lm) -> None:
     """ROME at every layer for the traced fact, on the trace's layer axis (Hase et al. 2023)."""
     from editkit.core.errors import EditkitError
     from editkit.editing.requests import EditRequest
-    from editkit.evaluation.layer_sweep import layer_sweep
+    from editkit.evaluation.layer_sweep import layer_sweep, ranking
     from editkit.figures.side_effects import layer_sweep_figure
 
     st.subheader("Does the traced layer edit best? Edit every layer")
@@ -300,10 +300,11 @@ def layer_sweep_section(lm) -> None:
             st.session_state["ls_out"] = ui.run_item("layer sweep", lm, job, samples=samples)
     out = st.session_state.get("ls_out")
     if out:
-        st.plotly_chart(layer_sweep_figure(out), width="stretch", key="ls_fig")
         t = out["trace"]
-        st.caption(f"Best layer by the summed differences: {out['best_layer']}"
-                   + (f"; the {t['kind']} trace at {t['token']!r} peaks at layer {t['peak_layer']}." if t else "."))
+        ranked = ranking(out)
+        st.markdown((ranked.sentence() if ranked else f"The edit works best at layer {out['best_layer']}.")
+                    + (f" The {t['kind']} trace at {t['token']!r} peaks at layer {t['peak_layer']}." if t else ""))
+        st.plotly_chart(layer_sweep_figure(out), width="stretch", key="ls_fig")
 
 
 layer_sweep_section(lm)
