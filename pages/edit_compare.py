@@ -346,11 +346,13 @@ def lifelong_section(lm) -> None:
 
 def draw_runs(runs: dict, keys: tuple[str, str], layer_caption: str = "") -> None:
     """Lifelong runs (method -> result): the metric curves, the per-layer norm and condition number, the table."""
+    from editkit.evaluation.lifelong import conclusion as conclusion_of_runs
     from editkit.evaluation.lifelong import final_table, styled
     from editkit.figures.labels import labelled
     from editkit.figures.lifelong import layer_figure, lifelong_figure
 
     runs = styled(runs)
+    st.markdown(conclusion_of_runs(runs))
     st.plotly_chart(lifelong_figure(runs), width="stretch", key=keys[0])
     if layer_caption:
         st.caption(layer_caption)
@@ -435,6 +437,7 @@ def sweep_inputs():
 def sweep_section(lm) -> None:
     """A hyperparameter sweep on an evaluation set, drawn as the trade-off it is (Pareto chart)."""
     from editkit.evaluation.sweep import SWEEP, sweep
+    from editkit.evaluation.sweep import conclusion as sweep_conclusion
     from editkit.figures.side_effects import pareto_figure, sweep_table
 
     st.subheader("Tune the trade-off: a hyperparameter sweep")
@@ -459,6 +462,7 @@ def sweep_section(lm) -> None:
             st.session_state["ec_sweep"] = ui.run_item("sweep", lm, job, facts=n)
     out = st.session_state.get("ec_sweep")
     if out:
+        st.markdown(sweep_conclusion(out))
         st.plotly_chart(pareto_figure(out, ("efficacy", "generalization", "gen_efficacy")), width="stretch",
                         key="ec_sweep_fig")
         st.dataframe(pd.DataFrame(sweep_table(out)), hide_index=True, width="stretch")

@@ -84,3 +84,25 @@ def load_results(path=SHIPPED) -> dict:
     if not isinstance(results, dict) or not all(isinstance(r, dict) and "rows" in r for r in results.values()):
         raise EditkitError(f"{path} holds no lifelong results (expected the output of evaluate --sequential)")
     return results
+
+
+def conclusion(results: dict) -> str:
+    """Lifelong runs (method -> result) in one sentence: which collapsed first, and which keeps the most edits at
+    the last checkpoint by efficacy over the edits measured there (binomial noise, verdict.rates)."""
+    from .verdict import rates
+
+    label = {m: r.get("label", m) for m, r in results.items()}
+    hit = {m: r["collapsed_at"] for m, r in results.items() if r.get("collapsed_at") is not None}
+    head = (f"{label[min(hit, key=hit.get)]} collapses first (by edit {min(hit.values())})" if hit
+            else "None of them collapses")
+    last = {m: next((row for row in reversed(r.get("rows", [])) if row.get("efficacy") is not None), None)
+            for m, r in results.items()}
+    if not last or any(row is None for row in last.values()):
+        return head + "."
+    edits = {row["edit"] for row in last.values()}
+    when = f"after {edits.pop()} edits" if len(edits) == 1 else "at each run's last checkpoint"
+    ranked = rates({m: row["efficacy"] for m, row in last.items()},
+                   {m: row.get("measured") or 1 for m, row in last.items()},
+                   f"efficacy {when} (the share of the edits measured that still hold)", digits=3, unit="%",
+                   labels=label, scale=100)
+    return f"{head}. {ranked.sentence()}"

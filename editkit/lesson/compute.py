@@ -358,17 +358,8 @@ def methods_ranking(edits: dict):
                   f"({MARGIN_MEASURE})", labels={m: e["label"] for m, e in edits.items()})
 
 
-def lifelong_ranking(results: dict):
-    """Lifelong runs ranked by their efficacy at the last checkpoint over the edits measured there (binomial
-    noise); None when a run has no measured checkpoint."""
-    from ..evaluation.verdict import rates
+def lifelong_conclusion(results: dict) -> str:
+    """Lifelong runs in one sentence: the first to collapse, the one keeping the most edits (with its noise)."""
+    from ..evaluation.lifelong import conclusion
 
-    last = {m: next((r for r in reversed(res.get("rows", [])) if r.get("efficacy") is not None), None)
-            for m, res in results.items()}
-    if not last or any(r is None for r in last.values()):
-        return None
-    edits = {r["edit"] for r in last.values()}
-    when = f"after {edits.pop()} edits" if len(edits) == 1 else "at each run's last checkpoint"
-    return rates({m: r["efficacy"] for m, r in last.items()}, {m: r.get("measured") or 1 for m, r in last.items()},
-                 f"efficacy {when} (the share of the edits measured that still hold)", digits=3, unit="%",
-                 labels={m: res.get("label", m) for m, res in results.items()}, scale=100)
+    return conclusion(results)

@@ -320,11 +320,7 @@ def first_collapse(results: dict) -> str:
 def lifelong_conclusion(results: dict) -> str:
     """The runs in one sentence: which collapsed first, and which keeps the most edits at the end (by efficacy
     over the edits measured, with its binomial noise)."""
-    first = first_collapse(results)
-    at = {r.get("label", m): r.get("collapsed_at") for m, r in results.items()}
-    head = (f"{first} collapses first (by edit {at[first]})" if first != NONE else "None of them collapses")
-    ranking = compute.lifelong_ranking(results)
-    return f"{head}. {ranking.sentence()}" if ranking is not None else f"{head}."
+    return compute.lifelong_conclusion(results)
 
 
 def grade_lifelong(results: dict, choice: str) -> Grade:
