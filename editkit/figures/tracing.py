@@ -17,8 +17,8 @@ from plotly.subplots import make_subplots
 from .theme import TITLE_FONT, WIDTHS, legend_below
 
 COLORS = {"hidden": "Purples", "mlp": "Greens", "attn": "Reds"}
-TITLES = {"hidden": "single restored hidden state", "mlp": "restored MLP outputs (window)",
-          "attn": "restored attention outputs (window)"}
+TITLES = {"hidden": "single restored hidden state", "mlp": "restored MLP outputs",
+          "attn": "restored attention outputs"}
 PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"]
 
 
@@ -42,8 +42,7 @@ def heatmap(r: dict, relative: bool = False) -> go.Figure:
     b, e = r["subject_range"]
     labels = [f"{i}: {t!r}{'*' if b <= i < e else ''}" for i, t in enumerate(r["tokens"])]
     ie = r.get("indirect_effect") or [[s - r["low_score"] for s in row] for row in r["scores"]]
-    title = TITLES[r["kind"]].replace(" (window)", "") + (f", window {r['window']}" if r["kind"] != "hidden"
-                                                           else "")
+    title = TITLES[r["kind"]] + (f", window {r['window']}" if r["kind"] != "hidden" else "")
     if estimate:
         title = f"ESTIMATE (attribution patching)<br>{title}"
     n_layers = len(r["scores"][0])
