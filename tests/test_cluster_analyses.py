@@ -83,9 +83,10 @@ def test_trace_job_with_kept_edits(ray_lm, ray_local):
     spec = TraceSpec("Danielle Darrieux's mother tongue is", "Danielle Darrieux", samples=2, window=2)
     job = cluster.Item(exact_panels, (spec, ["hidden", "mlp"]), {"cache": False}, progress=True)
     seen = []
-    there = cluster.run_one(ray_lm, job, ray_local, lambda f, m: seen.append(f), delta=[kept])
-    here = cluster.run_one(ray_lm, job, delta=[kept])
-    base = cluster.run_one(ray_lm, job)
+    as_json = lambda out: {"exact": out[0].to_json(), "sever": out[1].to_json()}  # noqa: E731
+    there = as_json(cluster.run_one(ray_lm, job, ray_local, lambda f, m: seen.append(f), delta=[kept]))
+    here = as_json(cluster.run_one(ray_lm, job, delta=[kept]))
+    base = as_json(cluster.run_one(ray_lm, job))
     assert list(there["exact"]) == ["hidden", "mlp"] and there["sever"]
     assert same(there, here) and not same(there, base)
     assert seen and seen[-1] == 1.0

@@ -62,7 +62,7 @@ def test_toy_method_runs_through_the_api(toy, tiny_by_name):
     assert set(result.delta) == {lm.adapter.param_name("down_proj", 1)}
     norm = result.norms[lm.adapter.param_name("down_proj", 1)]
     assert norm.relative_norm == pytest.approx(norm.delta_norm / norm.weight_norm) and norm.delta_norm > 0
-    assert [r.steps for r in result.per_request] == [0] and result.to_dict()["info"]["norms"]
+    assert [r.steps for r in result.per_request] == [0] and result.to_json()["info"]["norms"]
     with pytest.raises(EditkitError, match="unknown hyperparameter 'wobble'"):
         load_hparams("toy", lm, {"wobble": 1})
 

@@ -176,7 +176,7 @@ def test_ultraedit_on_every_family(tiny):
     assert result.state.edits == 3 and int(st[f"stats.{group}.n"]) == len(rows)
     assert _rel(st[f"stats.{group}.mean"], rows.mean(0)) < 1e-10
     assert _rel((st[f"stats.{group}.m2"] / (len(rows) - 1)).sqrt(), rows.std(0)) < 1e-8
-    json.dumps(result.to_dict())  # the CLI's JSON
+    json.dumps(result.to_json())  # the CLI's JSON
 
 
 def test_applying_the_delta_writes_the_predicted_outputs(tiny):

@@ -59,11 +59,11 @@ def trace_profile(lm, request: EditRequest, kind: str = "mlp", samples: int = 10
     answer = request.target_true
     with isolation.session(lm):
         r = trace(lm, TraceSpec(request.rewrite, request.subject, answer, samples, seed=seed, kinds=kind))[kind]
-    return profile_of(r.to_dict())
+    return profile_of(r.to_json())
 
 
 def profile_of(trace_result: dict) -> dict:
-    """The row of a trace (TraceResult.to_dict()) at the subject's last token, per layer, and its peak layer."""
+    """The row of a trace (TraceResult.to_json()) at the subject's last token, per layer, and its peak layer."""
     r = trace_result
     t = r["subject_range"][1] - 1
     row = r["scores"][t]

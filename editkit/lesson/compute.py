@@ -152,11 +152,11 @@ def lens(lm, prompt: str, answer: str | None = None, k: int = 10) -> dict:
     """The top next tokens and the logit lens at the last token (each layer's residual through the final norm and
     unembedding). `answer` (default: the top prediction) is marked: `first_layer` is the first layer whose top
     token it is, `ranks` its rank per layer among the lens's top k (None: below)."""
-    from ..model.text import logit_lens
+    from ..lens import logit_lens
 
     top = predictions(lm, prompt, k)
     with session(lm):
-        view = logit_lens(lm, prompt, k=k)
+        view = logit_lens(lm, prompt, k=k).to_json()
     answer_token = lm.tok.decode([first_token(lm, answer)]) if answer else top[0]["token"]
     ranks = [next((i for i, t in enumerate(row) if t["token"] == answer_token), None) for row in view["layers"]]
     first = next((l for l, r in enumerate(ranks) if r == 0), None)
@@ -185,12 +185,12 @@ def traces(lm, prompt: str, subject: str, answer: str | None, s: Settings, kinds
         if sever:  # at the subject token where the hidden-state trace peaks (default: the last subject token)
             step = part(progress, (n - 1) / n, 1.0, "severing: ")
             token = subject_peak(out["hidden"])[0] if "hidden" in out else None
-            severing = tracer.severing(token, progress=step)
+            severing = tracer.severing(token, progress=step).to_json()
     return {"traces": out, "severing": rounded(severing) if severing else None}
 
 
 def _trace_dict(result) -> dict:
-    d = result.to_dict()
+    d = result.to_json()
     d.pop("indirect_effect", None)  # scores - low_score: derived
     d["meta"] = {k: v for k, v in d.get("meta", {}).items() if k in ("model", "prompt", "engine")}
     return rounded(d)
