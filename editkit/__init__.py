@@ -17,13 +17,19 @@ import importlib
 # The API's functions (no name may be a submodule's: `import editkit.lens` sets editkit.lens to the module) and
 # the result and settings types, by the module that defines them
 _API = ("load", "models", "methods", "applied", "predict", "logit_lens", "trace", "severing", "aie", "shipped_aie",
-        "edit", "ffn_memories", "similarity_curves")
+        "edit", "compare", "bleed", "evaluate", "sweep", "layer_sweep", "lifelong", "ffn_memories",
+        "similarity_curves")
 _TYPES = {
-    "TraceSpec": "editkit.tracing.spec", "TraceResult": "editkit.tracing.result", "Traces": "editkit.tracing.result",
+    "TraceSpec": "editkit.tracing.spec", "TraceResult": "editkit.tracing.result",
+    "Traces": "editkit.tracing.result",
     "Severing": "editkit.tracing.severing", "AIE": "editkit.tracing.aie",
     "Predictions": "editkit.lens", "LogitLens": "editkit.lens",
     "EditRequest": "editkit.editing.requests", "EditResult": "editkit.editing.result",
-    "EditReport": "editkit.evaluation.report", "EvalSpec": "editkit.evaluation.measure",
+    "EditReport": "editkit.evaluation.report", "Comparison": "editkit.evaluation.compare",
+    "BleedMap": "editkit.evaluation.bleed", "Evaluation": "editkit.evaluation.evaluate",
+    "Sweep": "editkit.evaluation.sweep", "LayerSweep": "editkit.evaluation.layer_sweep",
+    "Lifelong": "editkit.evaluation.lifelong", "LifelongRun": "editkit.evaluation.sequential",
+    "EvalSpec": "editkit.evaluation.measure",
     "SequentialSpec": "editkit.evaluation.sequential",
     "MemoryView": "editkit.memories.inspect", "SimilarityResult": "editkit.similarity",
     "EditkitError": "editkit.core.errors",

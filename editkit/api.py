@@ -25,13 +25,27 @@ from dataclasses import replace
 
 from .core.results import frame
 from .editing.methods import Method, all_methods
+from .editing.methods import get as get_method
+from .evaluation.bleed import BleedMap, bleed_map
+from .evaluation.compare import Comparison, compare_methods
+from .evaluation.datasets import load_eval_set
+from .evaluation.evaluate import Evaluation
+from .evaluation.evaluate import evaluate as _evaluate
+from .evaluation.layer_sweep import LayerSweep
+from .evaluation.layer_sweep import layer_sweep as _layer_sweep
+from .evaluation.lifelong import Lifelong
+from .evaluation.measure import EvalSpec
 from .evaluation.report import EditReport, edit_report
+from .evaluation.sequential import SequentialSpec, sequential_methods
+from .evaluation.sweep import SWEEP, Sweep
+from .evaluation.sweep import sweep as _sweep
 from .lens import LogitLens, Predictions
 from .lens import logit_lens as _logit_lens
 from .lens import predict as _predict
 from .memories.inspect import MemoryView, memories_at
 from .model import isolation
 from .model.loading import DEFAULT_MODEL, LM, list_models, load_model
+from .model.weights import WeightDelta
 from .runtime.cluster import Backend
 from .similarity import SimilarityResult
 from .similarity import similarity as _similarity
@@ -57,7 +71,7 @@ def methods() -> list[Method]:
     return all_methods()
 
 
-def _deltas(edit) -> list[dict]:
+def _deltas(edit) -> list[WeightDelta]:
     """The weight deltas of `edit`: None, an EditReport / EditResult, a delta dict, or a list of them."""
     if edit is None:
         return []
@@ -114,7 +128,8 @@ def severing(lm, prompt: str | TraceSpec, subject: str | None = None, token: int
              seed: int = TraceSpec.seed, edit=None, cache: bool = True, progress=None) -> Severing:
     """ROME's Fig. 4 at `token` (default: the last subject token): the hidden state restored per layer with
     nothing, the MLPs or the attention frozen at their corrupted values in every later layer."""
-    spec = prompt if isinstance(prompt, TraceSpec) else TraceSpec(prompt, subject, target, samples, noise, seed=seed)
+    spec = prompt if isinstance(prompt, TraceSpec) else TraceSpec(prompt, subject, target, samples, noise,
+                                                                  seed=seed)
     with applied(lm, edit):
         return Tracer(lm, spec, cache=cache).severing(token, progress)
 
@@ -144,6 +159,67 @@ def edit(lm, method: str, request_or_requests, hparams=None, progress=None) -> E
     return edit_report(lm, method, request_or_requests, hparams, progress)
 
 
+def compare(lm, request_or_requests, methods=None, hparams: dict | None = None, n_gen: int = 0,
+            gen_tokens: int = 30, progress=None) -> Comparison:
+    """Several methods (default: every registered one) edit the same request(s) from the same weights, each
+    measured the same way as the batch evaluation measures (efficacy, generalization, specificity, generation
+    success, with `n_gen` sampled generations of `gen_tokens` tokens for fluency). `hparams` = {method: overrides}.
+    The result's table is the Edit & compare page's metrics; `.methods[name].result` is each method's edit."""
+    names = [m.name for m in all_methods()] if methods is None else [methods] if isinstance(methods, str) \
+        else list(methods)
+    records = request_or_requests if isinstance(request_or_requests, list) else [request_or_requests]
+    return compare_methods(lm, names, records, hparams, n_gen, gen_tokens, progress)
+
+
+def bleed(lm, method: str, request, hparams: dict | None = None, n_facts: int = 20, relation: str | None = None,
+          extra: list[str] | None = None, progress=None) -> BleedMap:
+    """The bleed map of one edit: per prompt about another subject (the request's neighbourhood prompts, up to
+    `n_facts` known facts of the same relation, `extra` prompts), the measured rise of P(target_new) and the
+    update's predicted share s at the token where it is largest (ROME: s(k) = (C^-1 k*)^T k / (C^-1 k*)^T k*)."""
+    return bleed_map(lm, method, request, hparams, relation, n_facts, extra, progress)
+
+
+def evaluate(lm, methods, spec: EvalSpec = EvalSpec(), hparams: dict | None = None, out_dir=None,
+             progress=None, backend: Backend | None = None) -> Evaluation:
+    """Edit and measure the records `spec` names (a shipped set such as "counterfact" or "counterfact-val", or a
+    records file; `spec.n` of them, `spec.batch` per edit) with each method, and summarize: each metric's mean and
+    95% half-width x100 before and after, and the Score (PMET Table 1). Results files resume an interrupted run;
+    `backend` spreads the batches over a Ray cluster with the same numbers."""
+    return _evaluate(lm, [methods] if isinstance(methods, str) else list(methods), spec, hparams, out_dir,
+                     progress=progress, backend=backend)
+
+
+def sweep(lm, method: str, params, spec: EvalSpec = SWEEP, hparams: dict | None = None, progress=None,
+          backend: Backend | None = None) -> Sweep:
+    """`method` at every combination of `params` ({name: [values]} or ["name=v1,v2", ...]) on the records `spec`
+    names (by default 50 of counterfact-val, the validation set: choose hyperparameters there, report elsewhere);
+    each setting's rates, and the Pareto-optimal settings of efficacy, generalization and specificity."""
+    return _sweep(lm, method, params, spec, hparams, progress=progress, backend=backend)
+
+
+def layer_sweep(lm, request, layers="all", method: str = "rome", hparams: dict | None = None,
+                trace_kind: str | None = "mlp", samples: int = TraceSpec.samples, progress=None,
+                backend: Backend | None = None) -> LayerSweep:
+    """Does the traced layer edit best? (Hase et al. 2023): `method` edits the request at each of `layers`, one
+    layer at a time, measured on its own prompts, beside the request's `trace_kind` trace on the same layer axis.
+    The request needs its true target."""
+    return _layer_sweep(lm, request, layers, method, hparams, trace_kind, samples, progress, backend=backend)
+
+
+def lifelong(lm, methods, records="counterfact", n: int = 50, spec: SequentialSpec = SequentialSpec(),
+             hparams: dict | None = None, progress=None, backend: Backend | None = None) -> Lifelong:
+    """Lifelong editing: each method applies `n` records (of a shipped set or file, or a list of requests) batch
+    after batch, each batch at the weights the earlier ones left, measured at checkpoints (efficacy, retention,
+    perplexity, ||dW||; `spec`). A method that edits one request at a time (ROME) runs with batch 1. Resumable:
+    a rerun continues from the last saved batch."""
+    names = [methods] if isinstance(methods, str) else list(methods)
+    chosen = load_eval_set(records, n) if isinstance(records, str) else list(records)[:n]
+    one = replace(spec, batch=1, eval_every=spec.every)  # for a method that edits one request at a time
+    plans = {m: ((hparams or {}).get(m), spec if get_method(m).batch else one) for m in names}
+    runs = sequential_methods(lm, plans, chosen, progress=progress, backend=backend)
+    return Lifelong.of(runs, records if isinstance(records, str) else "your records")
+
+
 def ffn_memories(lm, prompt: str, layer: int, position: int = -1, top: int = 10, edit=None) -> MemoryView:
     """The FFN memories (Geva et al. 2021) of `layer` at `position`: the `top` memories by |m_i| ||v_i||, each with
     its value vector's top tokens, and the logit lens before and after each FFN."""
@@ -160,4 +236,5 @@ def similarity_curves(lm, n: int = 50, mode: str = "residual", prompts: list[str
 
 
 __all__ = ["load", "models", "methods", "applied", "predict", "logit_lens", "trace", "severing", "aie",
-           "shipped_aie", "edit", "ffn_memories", "similarity_curves"]
+           "shipped_aie", "edit", "compare", "bleed", "evaluate", "sweep", "layer_sweep", "lifelong",
+           "ffn_memories", "similarity_curves"]

@@ -1,5 +1,5 @@
-"""What the model predicts after a prompt: its top next tokens, and the logit lens (nostalgebraist 2020), each layer's
-residual stream read as if the model stopped there. Typed results with their tables and figures.
+"""What the model predicts after a prompt: its top next tokens, and the logit lens (nostalgebraist 2020), each
+layer's residual stream read as if the model stopped there. Typed results with their tables and figures.
 
     predict(lm, "The Eiffel Tower is located in the city of", k=5)   # Predictions: .top, .to_frame(), .figure()
     logit_lens(lm, prompt, k=5)                                      # LogitLens: per layer its top-k tokens
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from .core.errors import EditkitError
-from .core.results import Result, frame
+from .core.results import JsonObject, Result, frame
 from .figures.lens import logit_lens_figure, predictions_figure
 from .model.text import Prediction, block_outputs, top_k
 from .model.tokens import check_prompt, token_strings
@@ -47,7 +47,7 @@ class Predictions(Result):
     def headline(self) -> str:
         return f"after {self.prompt[-60:]!r}: {self.top.token!r} (p = {self.top.prob:.4f})"
 
-    def to_json(self) -> dict:
+    def to_json(self) -> JsonObject:
         return {"model": self.model, "prompt": self.prompt, "predictions": [p.to_dict() for p in self.predictions]}
 
     @classmethod
@@ -100,7 +100,7 @@ class LogitLens(Result):
         return (f"at {self.tokens[self.position]!r}: {final.token!r} at the last layer, first the top token at "
                 f"layer {self.first_layer(final.token)}")
 
-    def to_json(self) -> dict:
+    def to_json(self) -> JsonObject:
         return {"tokens": self.tokens, "position": self.position,
                 "layers": [[{"token": t.token, "prob": t.prob} for t in row] for row in self.layers]}
 

@@ -238,7 +238,6 @@ def layer_sweep_section(lm) -> None:
     from editkit.core.errors import EditkitError
     from editkit.editing.requests import EditRequest
     from editkit.evaluation.layer_sweep import layer_sweep
-    from editkit.figures.side_effects import layer_sweep_figure
 
     st.subheader("Does the traced layer edit best? Edit every layer")
     st.markdown(
@@ -269,7 +268,7 @@ def layer_sweep_section(lm) -> None:
             request = EditRequest(prompt.replace(subject, "{}", 1), subject, new, true or None,
                                   [para] if para.strip() else [], [neigh] if neigh.strip() else [])
             same = traced and traced.prompt == prompt and traced.answer.strip() == (true or "").strip()
-            use = traced.to_json() if same else None  # the trace above, when it is of this prompt and answer
+            use = traced if same else None  # the trace above, when it is of this prompt and answer
             samples = int(st.session_state.get("trace_samples", 10))
 
             job = Item(layer_sweep, (request, layers),
@@ -277,10 +276,10 @@ def layer_sweep_section(lm) -> None:
             st.session_state["ls_out"] = ui.run_item("layer sweep", lm, job, samples=samples)
     out = st.session_state.get("ls_out")
     if out:
-        st.plotly_chart(layer_sweep_figure(out), width="stretch", key="ls_fig")
-        t = out["trace"]
-        st.caption(f"Best layer by the summed differences: {out['best_layer']}"
-                   + (f"; the {t['kind']} trace at {t['token']!r} peaks at layer {t['peak_layer']}." if t else "."))
+        st.plotly_chart(out.figure(), width="stretch", key="ls_fig")
+        t = out.trace
+        st.caption(f"Best layer by the summed differences: {out.best_layer}"
+                   + (f"; the {t.kind} trace at {t.token!r} peaks at layer {t.peak_layer}." if t else "."))
 
 
 layer_sweep_section(lm)

@@ -85,6 +85,16 @@ def test_edit_measures_before_and_after_and_the_edit_applies_only_where_asked(lm
         editkit.edit(lm, "rome", {"prompt": "no subject slot", "subject": "x", "target_new": "y"})
 
 
+def test_compare_two_methods_and_read_the_table_back(lm):
+    cmp = editkit.compare(lm, REQUEST, ["rome", "memit"])
+    assert list(cmp.methods) == ["rome", "memit"] and set(cmp.deltas) == {"rome", "memit"}
+    table = cmp.to_frame()
+    assert list(table["method"]) == ["before edit", "ROME", "MEMIT"]
+    round_trips(cmp)
+    assert editkit.Comparison.from_json(cmp.to_json()).to_frame().equals(table)
+    assert cmp.figure("paraphrase").data and cmp.norms_figure().data and cmp.figure("neighborhood") is None
+
+
 def test_the_cli_prints_the_reports_json(lm, tmp_path, capsys):
     """`edit --json` is EditReport.to_json(): it reads back as the report."""
     from editkit.cli import main

@@ -268,7 +268,7 @@ def test_memories_inputs(memories, name, values, expect):
     if expect:
         kept(memories, "mem_view", before)
     else:
-        assert memories.session_state["mem_view"]["prompt"] == values["mem_prompt"]
+        assert memories.session_state["mem_view"].prompt == values["mem_prompt"]
     memories.text_input(key="mem_prompt").set_value("The Eiffel Tower is located in the city of")
     memories.number_input(key="mem_position").set_value(-1).run()
 

@@ -80,7 +80,7 @@ def test_anchor_cli_gives_nas_its_reference_norm(capsys, tiny_by_name):
     lm = tiny_by_name("tiny-gpt2")
     requests = requests_of(load_eval_set("counterfact-first5", 3))
     want = anchor_from_edits(lm, "rome", requests, {"v_num_grad_steps": 2})
-    assert out["anchor"] == pytest.approx(want["anchor"], rel=1e-5) and out["n"] == 3
+    assert out["anchor"] == pytest.approx(want.anchor, rel=1e-5) and out["n"] == 3
     edit = run_edit(lm, "rome", requests[:1], {"v_num_grad_steps": 2, "nas_anchor": out["anchor"]})
     assert edit.per_request[0].details["nas"]["written_norm"] == pytest.approx(out["anchor"])
     for argv, message in [(["--method", "ultraedit"], "no norm-anchor option"), (["--n", "0"], "at least 1"),

@@ -41,8 +41,8 @@ def test_values_sum_to_down_projection_output(tiny):
 def test_memories_view(tiny):
     a = tiny.adapter
     view = memories_at(tiny, PROMPT, a.n_layers - 1, top=5)
-    d = view.to_dict()
-    json.dumps(d)
+    d = json.loads(json.dumps(view.to_json()))
+    assert type(view).from_json(d) == view and len(view.to_frame()) == 5 and view.figure().data
     assert len(view.memories) == 5 and len(view.lens) == a.n_layers
     contrib = [m.contribution for m in view.memories]
     assert contrib == sorted(contrib, reverse=True)
@@ -204,7 +204,7 @@ def test_page_runs_on_tiny_model():
     assert not at.exception
     at.button(key="FormSubmitter:mem_form-Inspect").click().run()
     assert not at.exception and not at.error
-    assert at.session_state["mem_view"]["memories"]
+    assert at.session_state["mem_view"].memories
     at.number_input(key="mem_trig_tokens").set_value(300).run()
     at.button(key="mem_build_index").click().run()
     assert not at.exception and not at.error
@@ -221,7 +221,7 @@ def test_page_runs_on_tiny_model():
     at.button(key="FormSubmitter:mem_form-Inspect").click().run()
     assert not at.exception
     assert any("empty" in e.value for e in at.error)
-    assert at.session_state["mem_view"]["memories"]  # earlier result kept
+    assert at.session_state["mem_view"].memories  # earlier result kept
 
 
 def test_embedded_model_memories(gemma):

@@ -52,8 +52,8 @@ def show(report):
     print(f"{report.method} on {report.model}: {round(report.result.seconds, 2)} s")
     for r in report.requests:
         print(f"- {r.rewrite!r}: {r.target_true!r} -> {r.target_new!r}")
-        for row in r.rows():
-            true = (f"  p_true {row['p_true_pre'] if row['p_true_pre'] is not None else float('nan'):.3f} -> "
-                    f"{row['p_true_post'] if row['p_true_post'] is not None else float('nan'):.3f}")
-            print(f"  [{row['group']}] p_new {row['p_new_pre']:.3f} -> {row['p_new_post']:.3f}{true}  "
-                  f"{row['prompt'][:60]!r}")
+        for p in r.prompts():
+            nan = float("nan")
+            true = (f"  p_true {nan if p.p_true_pre is None else p.p_true_pre:.3f} -> "
+                    f"{nan if p.p_true_post is None else p.p_true_post:.3f}")
+            print(f"  [{p.group}] p_new {p.p_new_pre:.3f} -> {p.p_new_post:.3f}{true}  {p.prompt[:60]!r}")

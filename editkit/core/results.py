@@ -20,6 +20,8 @@ from typing import Any
 
 from .errors import EditkitError
 
+JsonObject = dict[str, Any]  # what to_json() returns: a result's JSON form, the edge where dicts belong
+
 
 def json_input(data: Any) -> Any:
     """The JSON value of `data`: a dict or list as is, JSON text parsed, or a path read (a .json file)."""
@@ -53,7 +55,7 @@ class Result:
 
     _show = "figure"
 
-    def to_json(self) -> dict:
+    def to_json(self) -> JsonObject:
         """The JSON object of this result (a dict of plain values), exactly as the caches and `--json` write it."""
         raise NotImplementedError
 
@@ -89,9 +91,23 @@ class Result:
         """One line about the result, shown above its table or figure in a notebook."""
         return type(self).__name__
 
+    def _head(self) -> str:
+        return f"<p><b>{html.escape(type(self).__name__)}</b>: {html.escape(self.headline())}</p>"
+
     def _repr_html_(self) -> str:
-        """Jupyter's view: the figure (plotly's own HTML, with its configured renderer) or the table."""
-        head = f"<p><b>{html.escape(type(self).__name__)}</b>: {html.escape(self.headline())}</p>"
+        """Jupyter's view as HTML: the headline, then the figure (plotly's HTML for its configured renderer) or
+        the table."""
         if self._show == "figure":
-            return head + self.figure()._repr_html_()
-        return head + self.to_frame().to_html(index=False, float_format=lambda x: f"{x:.4g}")
+            return self._head() + self.figure()._repr_html_()
+        return self._head() + self.to_frame().to_html(index=False, float_format=lambda x: f"{x:.4g}")
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
+        """What Jupyter shows: a figure also as plotly's own mime type, which JupyterLab draws without the
+        internet (the HTML form may load plotly.js from its CDN); a table as HTML. text/plain is the headline."""
+        if self._show != "figure":
+            return {"text/html": self._repr_html_(), "text/plain": f"{type(self).__name__}: {self.headline()}"}
+        fig = self.figure()
+        bundle = dict(fig._repr_mimebundle_())
+        bundle["text/html"] = self._head() + (bundle.get("text/html") or fig._repr_html_())
+        bundle["text/plain"] = f"{type(self).__name__}: {self.headline()}"
+        return bundle

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from ..core.results import Result, frame
+from ..core.results import JsonObject, Result, frame
 from ..figures.editing import edit_figure
 from ..model import weights
 from .requests import EditRequest, parse_record
@@ -123,7 +123,7 @@ class EditResult(Result):
 
     method: str
     requests: list[EditRequest]
-    delta: dict[str, torch.Tensor]  # parameter name -> delta, in the parameter's layout
+    delta: dict[str, torch.Tensor] = field(repr=False)  # parameter name -> delta, in the parameter's layout
     hparams: object = None  # the method's Hparams
     per_request: list[RequestReport] = field(default_factory=list)  # one per request, in order
     layers: list[LayerReport] = field(default_factory=list)  # multi-layer edits, by layer and map
@@ -132,8 +132,8 @@ class EditResult(Result):
     seconds_targets: float | None = None  # of `seconds`, the target optimisation
     seconds_spread: float | None = None  # of `seconds`, a multi-layer edit's spreading
     details: dict = field(default_factory=dict)  # the method's own JSON numbers (ROME: layer, rrome; ...)
-    solves: list[Solve] = field(default_factory=list)  # with solves=True
-    state: object = None  # a stateful method's next SequenceState (editing/sequence.py); None for the others
+    solves: list[Solve] = field(default_factory=list, repr=False)  # with solves=True
+    state: object = field(default=None, repr=False)  # a stateful method's next SequenceState (editing/sequence.py)
     shapes: dict[str, list[int]] | None = None  # parameter -> shape, for a result read from JSON (no delta)
 
     _show = "table"
@@ -171,7 +171,7 @@ class EditResult(Result):
             info["hparams"] = self.hparams.to_dict() if hasattr(self.hparams, "to_dict") else dict(self.hparams)
         return info
 
-    def to_json(self) -> dict:
+    def to_json(self) -> JsonObject:
         shapes = self.shapes if self.shapes is not None else {k: list(v.shape) for k, v in self.delta.items()}
         return {"method": self.method, "requests": [r.to_dict() for r in self.requests], "info": self.info,
                 "seconds": round(self.seconds, 3), "parameters": shapes}

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from ..core.errors import EditkitError
 from ..core.progress import silent
-from ..core.results import Result, frame
+from ..core.results import JsonObject, Result, frame
 from ..editing.methods import get
 from ..editing.requests import EditRequest, parse_record
 from ..editing.result import EditResult
@@ -40,7 +40,7 @@ class MethodOutcome:
     def seconds(self) -> float:
         return self.result.seconds
 
-    def to_json(self) -> dict:
+    def to_json(self) -> JsonObject:
         return {"label": self.label, "color": self.color, "seconds": self.result.seconds, "info": self.result.info,
                 "metrics": self.metrics, "post": self.post}
 
@@ -65,7 +65,7 @@ class Comparison(Result):
         return (f"{', '.join(m.label for m in self.methods.values())} on {len(self.requests)} request(s); "
                 f"{len(rows.columns) - 2} metrics, x100")
 
-    def to_json(self) -> dict:
+    def to_json(self) -> JsonObject:
         return {"requests": [r.to_dict() for r in self.requests], "pre": self.pre,
                 "methods": {name: m.to_json() for name, m in self.methods.items()}}
 

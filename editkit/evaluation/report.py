@@ -14,16 +14,30 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
-from ..core.results import Result, frame
+from ..core.results import JsonObject, Result, frame
 from ..editing.api import run_edit
 from ..editing.requests import parse_requests
 from ..editing.result import EditResult
 from ..figures.editing import before_after_figure
+from ..model.weights import WeightDelta
 from .measure import measure, probabilities
 
 GROUPS = ("rewrite", "paraphrase", "neighborhood")
+
+
+@dataclass(frozen=True)
+class PromptOutcome:
+    """One prompt of a request: P(target_new) and P(target_true) after it, before and after the edit."""
+
+    case_id: object
+    group: str  # rewrite, paraphrase or neighborhood
+    prompt: str
+    p_new_pre: float
+    p_new_post: float
+    p_true_pre: float | None
+    p_true_post: float | None
 
 
 @dataclass
@@ -37,19 +51,15 @@ class RequestOutcome:
     pre: dict[str, list[dict]]  # group -> [{"prompt", "p_new", "p_true"?}] (measure.probabilities)
     post: dict[str, list[dict]]
 
-    def to_json(self) -> dict:
+    def to_json(self) -> JsonObject:
         return {"case_id": self.case_id, "rewrite": self.rewrite, "target_new": self.target_new,
                 "target_true": self.target_true, "pre": self.pre, "post": self.post}
 
-    def rows(self) -> list[dict]:
-        """One row per prompt: group, prompt, P(new) and P(true) before and after."""
-        out = []
-        for group in GROUPS:
-            for a, b in zip(self.pre.get(group, []), self.post.get(group, [])):
-                out.append({"case_id": self.case_id, "group": group, "prompt": a["prompt"],
-                            "p_new_pre": a["p_new"], "p_new_post": b["p_new"],
-                            "p_true_pre": a.get("p_true"), "p_true_post": b.get("p_true")})
-        return out
+    def prompts(self) -> list[PromptOutcome]:
+        """Every prompt of the request, group by group, with its probabilities before and after."""
+        return [PromptOutcome(self.case_id, group, a["prompt"], a["p_new"], b["p_new"], a.get("p_true"),
+                              b.get("p_true"))
+                for group in GROUPS for a, b in zip(self.pre.get(group, []), self.post.get(group, []))]
 
 
 @dataclass
@@ -70,7 +80,7 @@ class EditReport(Result):
         return self.result.method
 
     @property
-    def delta(self) -> dict:
+    def delta(self) -> WeightDelta:
         """The weight change (parameter name -> tensor); empty for a report read from JSON."""
         return self.result.delta
 
@@ -88,7 +98,7 @@ class EditReport(Result):
         return f"{self.method} on {self.model} in {self.result.seconds:.1f} s; " + "; ".join(parts[:3]) + \
             ("; ..." if len(parts) > 3 else "")
 
-    def to_json(self) -> dict:
+    def to_json(self) -> JsonObject:
         info = self.result.info
         hparams = info.pop("hparams", None)
         out = {"model": self.model, "method": self.method, "seconds": round(self.result.seconds, 2),
@@ -113,7 +123,7 @@ class EditReport(Result):
 
     def to_frame(self):
         """One row per prompt of every request: case_id, group, prompt, P(new) and P(true) before and after."""
-        return frame([row for r in self.requests for row in r.rows()])
+        return frame([asdict(p) for r in self.requests for p in r.prompts()])
 
     def figure(self, request: int = 0):
         """P(new) and P(true) of request `request`'s prompts before and after, one panel per prompt group."""

@@ -156,3 +156,21 @@ def trace_figure(trace: dict, title: str) -> go.Figure:
     return fig
 
 
+
+
+def evaluation_figure(ev: dict) -> go.Figure:
+    """A batch evaluation (Evaluation.to_json()): per method, efficacy, generalization and specificity after the edit
+    (x100, 95% bars), beside the unedited model's."""
+    rates = ("efficacy", "generalization", "specificity")
+    fig = go.Figure()
+    first = next(iter(ev["methods"].values()), {})
+    rows = [("before edit", {k: first.get(f"pre_{k}") or {} for k in rates})]
+    rows += [(m, {k: t.get(f"post_{k}") or {} for k in rates}) for m, t in ev["methods"].items()]
+    for name, cells in rows:
+        fig.add_trace(go.Bar(x=[header(k, kind=ev.get("metric_family", "counterfact")) for k in rates],
+                             y=[cells[k].get("mean") for k in rates], name=name,
+                             error_y={"type": "data", "array": [cells[k].get("ci95") or 0 for k in rates]}))
+    fig.update_layout(barmode="group", yaxis_title="rate (%)", height=360, margin={"t": 40},
+                      title={"text": f"{ev['model']} on {ev['set']}: {ev['n']} records, batch {ev['batch']}",
+                             "font": {"size": 13}})
+    return fig

@@ -24,7 +24,7 @@ import numpy as np
 
 from ..core.errors import EditkitError
 from ..core.paths import ASSETS
-from ..core.results import Result, frame, json_input
+from ..core.results import JsonObject, Result, frame, json_input
 from ..figures.tracing import aie_figure, aie_panels
 from ..data.facts import predicted_facts
 from ..model.sites import TRACE_KINDS
@@ -45,7 +45,7 @@ class Band:
     high: list[float]
     n: int
 
-    def to_json(self) -> dict:
+    def to_json(self) -> JsonObject:
         return {"mean": self.mean, "low": self.low, "high": self.high, "n": self.n}
 
 
@@ -82,7 +82,7 @@ class AIE(Result):
                  if c in self.kinds.get(kind, {})]
         return f"{self.model or 'a model'}, {self.n_facts} facts: " + "; ".join(parts)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> JsonObject:
         d = {"n_facts": self.n_facts, "samples": self.samples, "noise": self.noise, "window": self.window,
              "classes": list(self.classes), "layers": self.layers,
              "kinds": {k: {c: b.to_json() for c, b in per.items()} for k, per in self.kinds.items()}}
@@ -128,26 +128,39 @@ def token_classes(n_tokens: int, subject_range: tuple[int, int]) -> dict[str, li
     return classes
 
 
+@dataclass(frozen=True)
+class FactTraces:
+    """What the averages read of one fact's three traces: the corrupted and clean p, the tokens' count and the
+    subject's range, each kind's scores (tokens x layers), and whether all three came from the cache."""
+
+    known_id: int
+    low: float
+    high: float
+    n_tokens: int
+    subject_range: tuple[int, int]
+    scores: dict[str, list[list[float]]]
+    cached: bool
+
+
 def trace_fact(lm, fact: dict, samples: int, noise: str, window: int, cache: bool = True, cancel=None,
-               progress=None) -> dict:
-    """The three traces of one fact (through the shared result cache): the row the averages read, and whether
-    every trace came from the cache."""
+               progress=None) -> FactTraces:
+    """The three traces of one fact (through the shared result cache), as one work item."""
     spec = TraceSpec(fact["prompt"], fact["subject"], samples=samples, noise=noise, window=window)
     tracer = Tracer(lm, spec, cache=cache, cancel=cancel)
     hit = all(tracer.cached(kind) is not None for kind in TRACE_KINDS)
     results = tracer.results(TRACE_KINDS, progress, together=True)
     first = results["hidden"]
-    return {"known_id": fact["known_id"], "low": first.low_score, "high": first.high_score,
-            "n_tokens": len(first.tokens), "subject_range": list(first.subject_range), "cached": hit,
-            **{kind: r.scores for kind, r in results.items()}}
+    return FactTraces(fact["known_id"], first.low_score, first.high_score, len(first.tokens),
+                      tuple(first.subject_range), {kind: r.scores for kind, r in results.items()}, hit)
 
 
 def average_indirect_effect(lm, n_facts: int = 50, samples: int = 10, noise: str = "3s", window: int = 10,
                             progress=None, cache: bool = True, cancel=None, stats: dict | None = None,
                             backend: Backend | None = None) -> AIE:
     """Per kind and token class: mean IE per layer, its 95% band, and N (facts). `stats`, if given, receives the
-    seconds it took and how many facts came from the cache (the CLI adds them to its JSON). `backend`: where the facts are traced (in process by
-    default; `cancel` is checked in process only, a Ray run stops when `progress` raises Cancelled)."""
+    seconds it took and how many facts came from the cache (the CLI adds them to its JSON). `backend`: where the
+    facts are traced (in process by default; `cancel` is checked in process only, a Ray run stops when
+    `progress` raises Cancelled)."""
     if not isinstance(n_facts, int) or n_facts < 1:
         raise EditkitError("n_facts must be at least 1")
     facts = predicted_facts(lm)[:n_facts]
@@ -159,7 +172,7 @@ def average_indirect_effect(lm, n_facts: int = 50, samples: int = 10, noise: str
     items = [Item(trace_fact, (fact, samples, noise, window), extra, label=f"fact {fact['known_id']}",
                   progress=True) for fact in facts]
     rows = run_items(lm, items, backend, progress)
-    hits = sum(row.pop("cached") for row in rows)
+    hits = sum(row.cached for row in rows)
     kinds: dict[str, dict[str, Band]] = {}
     if stats is not None:
         stats.update(seconds=round(time.perf_counter() - t0, 2), cached_facts=hits, facts=len(facts))
@@ -168,9 +181,9 @@ def average_indirect_effect(lm, n_facts: int = 50, samples: int = 10, noise: str
         for c in CLASSES:
             values = []
             for row in rows:
-                idx = token_classes(row["n_tokens"], tuple(row["subject_range"]))[c]
+                idx = token_classes(row.n_tokens, row.subject_range)[c]
                 if idx:
-                    ie = np.array(row[kind])[idx] - row["low"]
+                    ie = np.array(row.scores[kind])[idx] - row.low
                     values.append(ie.mean(0))
             if values:
                 v = np.stack(values)

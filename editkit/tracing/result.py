@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from ..core.results import Result, frame
+from ..core.results import JsonObject, Result, frame
 from ..figures.tracing import heatmap, trace_panels
 
 
@@ -65,7 +65,7 @@ class TraceResult(Result):
     def headline(self) -> str:
         return self.reading()
 
-    def to_json(self) -> dict:
+    def to_json(self) -> JsonObject:
         """The cache's and `--json`'s form: every field, the subject range as a list, and the indirect effect."""
         d = asdict(self)
         d["subject_range"] = list(self.subject_range)
@@ -85,16 +85,13 @@ class TraceResult(Result):
         relative=True puts layer l at l / (n_layers - 1)."""
         return heatmap(self.to_json(), relative)
 
-    def rows(self) -> list[dict]:
-        """One row per (token, layer): kind, token_index, token, subject, layer, p, indirect_effect."""
-        b, e = self.subject_range
-        return [{"kind": self.kind, "token_index": t, "token": tok, "subject": b <= t < e, "layer": l, "p": p,
-                 "indirect_effect": p - self.low_score}
-                for t, (tok, row) in enumerate(zip(self.tokens, self.scores)) for l, p in enumerate(row)]
-
     def to_frame(self):
-        """The heatmap in long format (rows()): what the tracing page's CSV download holds."""
-        return frame(self.rows())
+        """The heatmap in long format, one row per (token, layer): kind, token_index, token, subject (a subject
+        token?), layer, p, indirect_effect. The tracing page's CSV download holds the kinds' rows together."""
+        b, e = self.subject_range
+        return frame([{"kind": self.kind, "token_index": t, "token": tok, "subject": b <= t < e, "layer": l, "p": p,
+                       "indirect_effect": p - self.low_score}
+                      for t, (tok, row) in enumerate(zip(self.tokens, self.scores)) for l, p in enumerate(row)])
 
 
 @dataclass
@@ -148,7 +145,7 @@ class Traces(Result):
         return (f"p({r.answer!r}) clean {r.high_score:.3f}, corrupted {r.low_score:.3f}; "
                 + "; ".join(f"{k}: peak {v.peak()[2]:.3f} at layer {v.peak()[1]}" for k, v in self.items()))
 
-    def to_json(self) -> dict:
+    def to_json(self) -> JsonObject:
         """kind -> TraceResult.to_json(): the tracing page's JSON download."""
         return {kind: r.to_json() for kind, r in self.results.items()}
 
@@ -161,5 +158,5 @@ class Traces(Result):
         return trace_panels(self.to_json())
 
     def to_frame(self):
-        """Every kind's rows (TraceResult.rows) in one long table."""
-        return frame([row for r in self.results.values() for row in r.rows()])
+        """Every kind's rows (TraceResult.to_frame) in one long table."""
+        return frame([row for r in self.results.values() for row in r.to_frame().to_dict("records")])

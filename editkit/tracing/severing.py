@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from ..core.errors import EditkitError
-from ..core.results import Result, frame
+from ..core.results import JsonObject, Result, frame
 from ..figures.tracing import severing_figure
 from .engine import score_restorations, severing_restores
 from .setup import TraceSetup
@@ -37,7 +37,7 @@ class Severing(Result):
         return (f"at {self.token_str!r}, layer {l}: restored {self.none[l]:.3f}, MLPs severed {self.mlp[l]:.3f}, "
                 f"attention severed {self.attn[l]:.3f} (corrupted {self.low_score:.3f})")
 
-    def to_json(self) -> dict:
+    def to_json(self) -> JsonObject:
         return asdict(self)
 
     @classmethod
