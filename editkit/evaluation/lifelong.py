@@ -1,9 +1,10 @@
-"""Lifelong-editing results as tables and curves: several methods' runs (evaluation/sequential.py's LifelongRun) on the
-same records, as `evaluate --sequential` writes them (`Lifelong`).
+"""Lifelong-editing results as tables and curves: several methods' runs (evaluation/sequential.py's LifelongRun)
+on the same records, as `evaluate --sequential` writes them (`Lifelong`).
 
-`SHIPPED` is the run the manual reports (the embedded model, 500 CounterFact edits: ROME one by one, the others
-in batches of 25), so the page can draw the four methods' curves without an hour of computing; `SHIPPED_STABILISERS`
-is ROME's 120 edits with and without the stabilisers (a run's key is then "method+variant", with its own label).
+`SHIPPED` is the run reported in the manual (docs/results/lifelong.md: the embedded model, 500 CounterFact edits,
+ROME one by one, the others in batches of 25), so the page can draw the four methods' curves without an hour of
+computing; `SHIPPED_STABILISERS` is ROME's 120 edits with and without the stabilisers (a run's key is then
+"method+variant", with its own label).
 """
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ from .metrics import harmonic_mean
 from .sequential import LifelongRun
 
 SHIPPED = ASSETS / "results" / "lifelong-gemma-3-270m.json"
-# ROME one by one, 120 edits: the defaults and with each stabiliser ("rome+encore", "rome+nas"; README "Stabilisers")
+# ROME one by one, 120 edits: the defaults and with each stabiliser ("rome+encore", "rome+nas";
+# docs/results/lifelong.md)
 SHIPPED_STABILISERS = ASSETS / "results" / "lifelong-rome-stabilisers-gemma-3-270m.json"
 
 
