@@ -23,6 +23,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from dataclasses import replace
 
+from .core.errors import EditkitError
 from .core.results import frame
 from .editing.methods import Method, all_methods
 from .editing.methods import get as get_method
@@ -77,7 +78,11 @@ def _deltas(edit) -> list[WeightDelta]:
         return []
     if isinstance(edit, (list, tuple)):
         return [d for e in edit for d in _deltas(e)]
-    return [edit.delta if hasattr(edit, "delta") else edit]
+    delta = edit.delta if hasattr(edit, "delta") else edit
+    if not isinstance(delta, dict) or not delta:
+        raise EditkitError("this edit carries no weight change (a result read back from JSON keeps only its "
+                           "numbers: save the delta with editkit.model.weights.save_patch)")
+    return [delta]
 
 
 @contextmanager

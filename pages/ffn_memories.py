@@ -3,7 +3,6 @@ switching them off/on, and the paper's layer-level analyses."""
 import pandas as pd
 import streamlit as st
 
-from editkit.figures import memories as figures
 from editkit.memories import geva, triggers, vocab
 from editkit.memories.inspect import memories_at
 from editkit.memories.intervene import intervene, parse_memory
@@ -158,17 +157,18 @@ if int_clicked:
             mems = [parse_memory(s) for s in chosen] + [parse_memory(s) for s in extra.split(",") if s.strip()]
             with ui.session(lm):
                 result = intervene(lm, view.prompt, mems, mode, view.position, 10, int(n_new))
-            st.session_state["mem_intervention"] = result.to_dict()
+            st.session_state["mem_intervention"] = result
 res = st.session_state.get("mem_intervention")
 if res:
-    st.dataframe(pd.DataFrame(res["memories"]), hide_index=True, width="stretch")
+    st.dataframe(res.to_frame(), hide_index=True, width="stretch")
     left, right = st.columns(2)
-    for col, key, title in ((left, "before", "original"), (right, "after", f"memories switched {res['mode']}")):
+    for col, tops, text, title in ((left, res.before, res.continuation_before, "original"),
+                                   (right, res.after, res.continuation_after, f"memories switched {res.mode}")):
         with col:
             st.markdown(f"**{title}**")
-            st.dataframe(pd.DataFrame([{"token": repr(t["token"]), "p": round(t["prob"], 4)} for t in res[key]]),
+            st.dataframe(pd.DataFrame([{"token": repr(t["token"]), "p": round(t["prob"], 4)} for t in tops]),
                          hide_index=True, width="stretch")
-            st.markdown(f"…{res['prompt'][-40:]}**{res['continuation_' + key]}**")
+            st.markdown(f"…{res.prompt[-40:]}**{text}**")
 
 # --- Geva's analyses --------------------------------------------------------------------------------------
 st.subheader("Layer-level analyses (Geva et al. 2021)")
@@ -190,15 +190,15 @@ if st.button("Compute analyses", key="mem_geva_run"):
                 return geva.analyses(lm, int(g_pos), int(g_mem), index_tokens=int(n_tokens), progress=progress)
 
         g = ui.run_job("layer-level analyses", geva_job, positions=int(g_pos), index_tokens=int(n_tokens))
-        st.session_state["mem_geva"] = g.to_dict()
+        st.session_state["mem_geva"] = g
 g = st.session_state.get("mem_geva")
 if g:
     c1, c2, c3 = st.columns(3)
-    c1.plotly_chart(figures.agreement_figure(g), width="stretch", key="mem_fig5")
-    c2.plotly_chart(figures.composition_figure(g), width="stretch", key="mem_fig8")
-    c3.plotly_chart(figures.fixed_figure(g), width="stretch", key="mem_fig9")
-    st.caption(f"{g['n_positions']} positions, {g['memories_per_layer']} memories per layer, "
-               f"trigger index over {g['index']['n_tokens']:,} tokens; {g['corpus']}")
+    c1.plotly_chart(g.figure("agreement"), width="stretch", key="mem_fig5")
+    c2.plotly_chart(g.figure("composition"), width="stretch", key="mem_fig8")
+    c3.plotly_chart(g.figure("fixed"), width="stretch", key="mem_fig9")
+    st.caption(f"{g.n_positions} positions, {g.memories_per_layer} memories per layer, "
+               f"trigger index over {g.index['n_tokens']:,} tokens; {g.corpus}")
     st.caption(f"Chance level for Fig. 5: agreement 1/{a.vocab_size:,}, median rank {a.vocab_size // 2:,}. The "
                "pipeline finds an implanted memory (a key firing on token A whose value promotes B) with rank 1 "
                "(tests/test_memories.py). On Gemma 3 270M Fig. 5 stays near chance at every layer, also when "

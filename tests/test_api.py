@@ -81,6 +81,8 @@ def test_edit_measures_before_and_after_and_the_edit_applies_only_where_asked(lm
     assert after != before and editkit.predict(lm, PROMPT) == before  # the base weights stay
     with report.applied(lm):
         assert editkit.predict(lm, PROMPT) == after
+    with pytest.raises(EditkitError, match="no weight change"):
+        editkit.predict(lm, PROMPT, edit=editkit.EditReport.from_json(report.to_json()))
     with pytest.raises(EditkitError):
         editkit.edit(lm, "rome", {"prompt": "no subject slot", "subject": "x", "target_new": "y"})
 

@@ -53,7 +53,7 @@ def test_intervene_cli_equals_library(capsys, tiny_by_name):
     lm = tiny_by_name("tiny-llama")
     out = _json(capsys, ["intervene", "--model", "tiny-llama", "--prompt", "The Space Needle is in", "--memory",
                          "L1.M3", "--memory", "L2.M7", "--mode", "off", "--json"])
-    ref = intervene(lm, "The Space Needle is in", [(1, 3), (2, 7)], "off").to_dict()
+    ref = intervene(lm, "The Space Needle is in", [(1, 3), (2, 7)], "off").to_json()
     assert out["after"] == ref["after"] and out["before"] == ref["before"]
     assert [m["coefficient_after"] for m in out["memories"]] == [0.0, 0.0]
     for bad in (["--memory", "L9.M3"], ["--memory", "nonsense"], ["--memory", "L1.M99999"]):

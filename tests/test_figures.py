@@ -18,7 +18,7 @@ def test_logit_lens_figure(tiny_by_name):
 
 def test_memory_figures(tiny_by_name):
     lm = tiny_by_name("tiny-gpt2")
-    view = memories_at(lm, "The Eiffel Tower is located in the city of", 1, top=5).to_dict()
+    view = memories_at(lm, "The Eiffel Tower is located in the city of", 1, top=5).to_json()
     bars = memories.contributions_figure(view["memories"]).data[0]
     assert list(bars.y) == [m["label"] for m in view["memories"]][::-1]  # the largest on top
     g = {"agreement": [0.1, 0.2], "median_rank": [30, 4], "compositional": [0.5, 0.6], "fixed_at": [0.2, 0.8],

@@ -27,19 +27,14 @@ def test_committed_notebooks_carry_no_outputs(path):
 
 @pytest.mark.notebook
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_notebook_runs_top_to_bottom(path, tmp_path):
-    """Run in a kernel whose working folder is a scratch one (nothing written beside the notebook); the kernel sees
-    this checkout through PYTHONPATH, and the shared cache (the embedded model, statistics) as the tests do."""
+def test_notebook_runs_top_to_bottom(path, tmp_path, monkeypatch):
+    """Run in a fresh kernel whose working folder is a scratch one (nothing written beside the notebook); the
+    kernel sees this checkout through PYTHONPATH, and the shared cache (the embedded model, statistics) as the
+    tests do."""
     from nbclient import NotebookClient
 
     nb = nbformat.read(path, as_version=4)
-    env_path = os.environ.get("PYTHONPATH", "")
-    os.environ["PYTHONPATH"] = f"{ROOT}{os.pathsep}{env_path}" if env_path else str(ROOT)
-    try:
-        NotebookClient(nb, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
-    finally:
-        os.environ["PYTHONPATH"] = env_path
-        if not env_path:
-            del os.environ["PYTHONPATH"]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    NotebookClient(nb, timeout=1800, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
     assert not errors

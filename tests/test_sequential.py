@@ -226,11 +226,12 @@ def test_shipped_stabiliser_run_and_its_figure():
     assert set(runs) == {"rome", "rome+encore", "rome+nas"}
     for res in runs.values():
         assert res.complete and res.n == 120 and res.batch == 1 and res.rows[-1]["measured"] == 120
-    assert runs["rome+encore"]["hparams"]["v_stop_top1"] == 2 and runs["rome+nas"]["hparams"]["nas_anchor"] > 0
+    assert runs["rome+encore"].hparams["v_stop_top1"] == 2 and runs["rome+nas"].hparams["nas_anchor"] > 0
     table = {r["method"]: r for r in final_table(runs)}
     assert table["rome"]["collapsed_at"] is not None
     assert table["rome+encore"]["collapsed_at"] is None and table["rome+nas"]["collapsed_at"] is None
-    for fig in (lifelong_figure(runs), layer_figure(runs)):
+    data = {m: r.to_json() for m, r in runs.items()}
+    for fig in (lifelong_figure(data), layer_figure(data)):
         shown = {t.name: t.line.color for t in fig.data if t.showlegend}
         assert len(shown) == 3 and len(set(shown.values())) == 3, shown
 

@@ -105,7 +105,7 @@ def test_target_changes_answer(tiny_by_name):
     lm = tiny_by_name("tiny-gpt2")
     r = trace(lm, TraceSpec(PROMPT, SUBJECT, target=" the", kinds="hidden", samples=2))["hidden"]
     assert r.answer == " the"
-    d = r.to_dict()
+    d = r.to_json()
     assert np.allclose(np.array(d["indirect_effect"]), np.array(d["scores"]) - d["low_score"])
 
 
@@ -128,13 +128,13 @@ def test_invalid_inputs_are_clear_errors(tiny_by_name, kwargs):
 def test_severing_matches_reference_repatch(setup):
     lm, s = setup
     out = sever(lm, s)
-    t = out["token"]
+    t = out.token
     L = lm.adapter.n_layers
     for l in (0, L // 2):
         frozen = [(t, "mlp", j) for j in range(l + 1, L)]
         ref = trace_with_patch(lm, s, [(t, "hidden", l)], frozen=frozen)
-        assert abs(out["mlp"][l] - ref) < 1e-5
-        assert abs(out["none"][l] - trace_with_patch(lm, s, [(t, "hidden", l)])) < 1e-5
+        assert abs(out.mlp[l] - ref) < 1e-5
+        assert abs(out.none[l] - trace_with_patch(lm, s, [(t, "hidden", l)])) < 1e-5
 
 
 def test_token_classes():

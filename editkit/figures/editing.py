@@ -145,7 +145,7 @@ def before_after_figure(report: dict, j: int = 0) -> go.Figure:
 
 
 def trace_figure(trace: dict, title: str) -> go.Figure:
-    """A causal-trace heatmap (TraceResult.to_dict()), tokens down, layers across; * marks subject tokens."""
+    """A causal-trace heatmap (TraceResult.to_json()), tokens down, layers across; * marks subject tokens."""
     b, e = trace["subject_range"]
     labels = [f"{i}: {t!r}{'*' if b <= i < e else ''}" for i, t in enumerate(trace["tokens"])]
     fig = go.Figure(go.Heatmap(z=trace["scores"], y=labels, colorscale="Purples", zmin=trace["low_score"],
