@@ -1,5 +1,4 @@
 """Causal tracing: the fast engine equals the reference algorithm; identities of restoration; clear errors."""
-import json
 
 import numpy as np
 import pytest

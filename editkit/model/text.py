@@ -9,7 +9,7 @@ import torch
 
 from ..core.errors import EditkitError
 from .runner import Decoding
-from .tokens import check_prompt, encode, token_strings
+from .tokens import check_prompt, encode
 from .sites import layers
 
 
