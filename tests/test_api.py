@@ -87,6 +87,7 @@ def test_edit_measures_before_and_after_and_the_edit_applies_only_where_asked(lm
         editkit.edit(lm, "rome", {"prompt": "no subject slot", "subject": "x", "target_new": "y"})
 
 
+@pytest.mark.full  # two edits and their measurements: the edit test keeps the quick tier's check of the API
 def test_compare_two_methods_and_read_the_table_back(lm):
     cmp = editkit.compare(lm, REQUEST, ["rome", "memit"])
     assert list(cmp.methods) == ["rome", "memit"] and set(cmp.deltas) == {"rome", "memit"}
@@ -97,6 +98,7 @@ def test_compare_two_methods_and_read_the_table_back(lm):
     assert cmp.figure("paraphrase").data and cmp.norms_figure().data and cmp.figure("neighborhood") is None
 
 
+@pytest.mark.full  # a second ROME edit through the CLI; test_editing checks the command in the quick tier
 def test_the_cli_prints_the_reports_json(lm, tmp_path, capsys):
     """`edit --json` is EditReport.to_json(): it reads back as the report."""
     from editkit.cli import main
