@@ -440,7 +440,7 @@ def test_similarity_inputs(similarity_page):
     at.slider(key="sim_n").set_value(10)
     click(at, "Compute similarity curves")  # the corrupt entry is recomputed
     assert_ok(at, None)
-    assert at.session_state["sim_result"]["n"] == 10
+    assert at.session_state["sim_result"].n == 10
 
 
 def test_lesson_page_loads():

@@ -117,7 +117,7 @@ def test_toy_method_in_the_layer_sweep(toy, tiny_by_name):
     assert all(r.relative_norm > 0 for r in out.rows) and out.default_layers == [1]
     fig = out.figure()
     assert list(fig.data[0].x) == [0, 1]
-    json.dumps(out)
+    json.dumps(out.to_json())
 
 
 def test_toy_method_in_bench_edit(toy, tiny_by_name):

@@ -157,8 +157,8 @@ def test_anchor_norm_is_the_mean_of_kept_norms(tiny_by_name):
     lm = tiny_by_name("tiny-llama")
     hp = load_hparams("rome", lm, {"v_num_grad_steps": 2})
     got = anchor_norm(lm, _requests(4), 1, "mlp_out", hp, quantile=0.5)
-    norms = sorted(got["norms"])
-    assert got["kept"] == 2 and got["anchor"] == pytest.approx((norms[0] + norms[1]) / 2, rel=1e-6)
+    norms = sorted(got.norms)
+    assert got.kept == 2 and got.anchor == pytest.approx((norms[0] + norms[1]) / 2, rel=1e-6)
 
 
 @pytest.mark.parametrize("method,site", [("rome", "mlp_out"), ("memit", "resid_post")])
