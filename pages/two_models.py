@@ -6,10 +6,10 @@ import dataclasses
 
 import streamlit as st
 
-from editkit.figures.tracing import answer_mismatches, depth_comparison, depth_summary, heatmap
+from editkit.figures.tracing import answer_mismatches, depth_comparison, depth_summary
 from editkit.model.loading import ALL_TINY
 from editkit.model.text import top_k
-from editkit.tracing import Tracer, TraceSpec
+from editkit.tracing import Tracer, TraceResult, TraceSpec
 from pages import ui
 
 KINDS = {"mlp": "MLP outputs (window)", "hidden": "hidden states", "attn": "attention outputs (window)"}
@@ -34,7 +34,7 @@ def second_model_picker(first, key: str = "two_model", where=st) -> object | Non
     return ui.get_lm(name, dtype=dtype)
 
 
-def trace_both(lms: list, spec: TraceSpec, kind: str, progress) -> tuple[dict[str, dict], dict]:
+def trace_both(lms: list, spec: TraceSpec, kind: str, progress) -> tuple[dict[str, TraceResult], dict]:
     """One kind of trace of the same fact on each model, with this session's kept edits on each (name -> result),
     and each model's own top prediction (name -> (token, p)). The first model answers with its top prediction
     unless the spec names a target; the others trace that same answer, so both curves are about one fact."""
@@ -46,10 +46,10 @@ def trace_both(lms: list, spec: TraceSpec, kind: str, progress) -> tuple[dict[st
         with ui.session(lm):
             top = top_k(lm, spec.prompt, 1)[0]
             tops[lm.name] = (top.token, top.prob)
-            r = Tracer(lm, spec).result(kind, progress=step).to_dict()
+            r = Tracer(lm, spec).result(kind, progress=step)
         out[lm.name] = r
         if spec.target is None:
-            spec = dataclasses.replace(spec, target=r["answer"])
+            spec = dataclasses.replace(spec, target=r.answer)
     return out, tops
 
 
@@ -78,11 +78,12 @@ def two_models_section(lm, spec: TraceSpec | None) -> None:
     out = st.session_state.get("two_out")
     if not out:
         return
-    for warning in answer_mismatches(out, st.session_state.get("two_tops") or {}):
+    runs = {name: r.to_json() for name, r in out.items()}
+    for warning in answer_mismatches(runs, st.session_state.get("two_tops") or {}):
         st.warning(warning)
-    st.markdown(depth_summary(out))
-    st.plotly_chart(depth_comparison(out), width="stretch", key="two_fig")
+    st.markdown(depth_summary(runs))
+    st.plotly_chart(depth_comparison(runs), width="stretch", key="two_fig")
     for col, (name, r) in zip(st.columns(len(out)), out.items()):
-        col.markdown(f"**{name}**: {len(r['scores'][0])} layers, answer {r['answer']!r} (clean p = "
-                     f"{r['high_score']:.3f}, corrupted p = {r['low_score']:.3f})")
-        col.plotly_chart(heatmap(r, relative=True), width="stretch", key=f"two_heat_{name}")
+        col.markdown(f"**{name}**: {len(r.scores[0])} layers, answer {r.answer!r} (clean p = "
+                     f"{r.high_score:.3f}, corrupted p = {r.low_score:.3f})")
+        col.plotly_chart(r.figure(relative=True), width="stretch", key=f"two_heat_{name}")

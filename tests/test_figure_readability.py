@@ -8,7 +8,9 @@ from __future__ import annotations
 import copy
 import importlib
 import inspect
+import json
 import pkgutil
+from pathlib import Path
 
 import plotly.graph_objects as go
 import pytest
@@ -20,6 +22,7 @@ from editkit.figures.readability import problems
 from editkit.figures.theme import WIDTHS as W
 from editkit.lesson.pack import SHIPPED, Pack
 
+DATA = Path(__file__).resolve().parent / "data"
 PACK = Pack.open(SHIPPED)
 FID = PACK.fact_ids[0]
 
@@ -40,22 +43,21 @@ def compared():
     from editkit.evaluation.compare import compare_methods
     from editkit.model.loading import load_model
 
-    out, _ = compare_methods(load_model("tiny-gpt2", device="cpu"), [m.name for m in all_methods()],
-                             load_eval_set("counterfact", 1), n_gen=1, gen_tokens=5)
-    return out
+    return compare_methods(load_model("tiny-gpt2", device="cpu"), [m.name for m in all_methods()],
+                           load_eval_set("counterfact", 1), n_gen=1, gen_tokens=5).to_json()
 
 
 def _lifelong():
     from editkit.evaluation.lifelong import SHIPPED as RUN
     from editkit.evaluation.lifelong import load_results, styled
 
-    return styled(load_results(RUN))
+    return {m: r.to_json() for m, r in styled(load_results(RUN)).items()}
 
 
 def _aie():
     from editkit.tracing.aie import shipped_runs
 
-    return shipped_runs()
+    return {m: r.to_json() for m, r in shipped_runs().items()}
 
 
 def _geva(n=18):
@@ -100,6 +102,30 @@ def _two_models():
     return {"gemma-3-270m": a, "smollm2-135m": b}
 
 
+def _edit(c):
+    """One method's EditResult JSON from the comparison (what `EditResult.figure()` draws in a notebook)."""
+    m = c["methods"]["memit"]
+    return {"method": "memit", "requests": c["requests"], "seconds": m["seconds"], "info": m["info"]}
+
+
+def _report(c):
+    """An EditReport JSON (`edit --json`) of the comparison's ROME edit."""
+    r = c["requests"][0]
+    return {"method": "rome", "requests": [{**r, "rewrite": r["prompt"].replace("{}", r["subject"]),
+                                            "pre": c["pre"][0]["probabilities"],
+                                            "post": c["methods"]["rome"]["post"][0]["probabilities"]}]}
+
+
+def _evaluation():
+    def cell(m):
+        return {"mean": m, "ci95": 5.0}
+
+    rates = ("efficacy", "generalization", "specificity")
+    return {"model": "gemma-3-270m", "set": "counterfact", "n": 100, "batch": 1, "metric_family": "counterfact",
+            "methods": {m: {**{f"pre_{k}": cell(20.0) for k in rates}, **{f"post_{k}": cell(80.0) for k in rates}}
+                        for m in ("ROME", "MEMIT", "AlphaEdit")}}
+
+
 def _estimate(trace):
     return {**trace, "meta": {**trace.get("meta", {}), "estimate": True}}
 
@@ -111,6 +137,8 @@ def _no_share(bleed):
 # name -> (the figure, the narrowest width a page draws it at)
 CASES = {
     "lens.logit_lens_figure": (lambda c: lens.logit_lens_figure(part("lens"), 10), W["three_quarters"]),
+    "lens.predictions_figure": (lambda c: lens.predictions_figure(
+        {"prompt": part("lens")["prompt"], "predictions": part("lens")["top"]}), W["half"]),
     "lens.logit_lens_figure k=20": (lambda c: lens.logit_lens_figure(part("lens"), 20), W["three_quarters"]),
     "lesson.lens_figure": (lambda c: lesson.lens_figure(part("lens")), W["three_quarters"]),
     "lesson.pick_grid": (lambda c: lesson.pick_grid(part("trace")["traces"]["hidden"], (3, 5), "Pick"), W["full"]),
@@ -126,6 +154,10 @@ CASES = {
     "editing.probability_figure": (lambda c: editing.probability_figure(c, 0, "neighborhood"), W["third"]),
     "editing.norms_figure": (lambda c: editing.norms_figure(c), W["full"]),
     "editing.loss_figure": (lambda c: editing.loss_figure(c), W["full"]),
+    # the notebook API's figures (editing/result.py, evaluation/report.py, evaluation/evaluate.py): a notebook's width
+    "editing.edit_figure": (lambda c: editing.edit_figure(_edit(c)), W["full"]),
+    "editing.before_after_figure": (lambda c: editing.before_after_figure(_report(c)), W["full"]),
+    "editing.evaluation_figure": (lambda c: editing.evaluation_figure(_evaluation()), W["full"]),
     "editing.trace_figure": (lambda c: editing.trace_figure(part("retrace-0-alphaedit"), "AlphaEdit"), W["third"]),
     "lifelong.lifelong_figure": (lambda c: lifelong.lifelong_figure(_lifelong()), W["full"]),
     "lifelong.layer_figure": (lambda c: lifelong.layer_figure(_lifelong()), W["full"]),
@@ -149,6 +181,7 @@ CASES = {
     "tracing.heatmap estimate": (lambda c: tracing.heatmap(_estimate(part("trace")["traces"]["attn"])), W["third"]),
     "tracing.heatmap relative": (lambda c: tracing.heatmap(part("trace")["traces"]["hidden"], relative=True),
                                  W["half"]),
+    "tracing.trace_panels": (lambda c: tracing.trace_panels(part("trace")["traces"]), 1260),  # its own width
     "tracing.severing_figure": (lambda c: tracing.severing_figure(part("trace")["severing"]), W["full"]),
     "tracing.aie_figure": (lambda c: tracing.aie_figure(_aie()["gemma-3-270m"], "mlp"), W["third"]),
     "tracing.aie_panels": (lambda c: tracing.aie_panels(_aie()["gemma-3-270m"]), W["full"]),
@@ -188,6 +221,17 @@ def test_the_check_finds_a_legend_under_the_title():
     fig = go.Figure([go.Scatter(x=[0, 1], y=[0, 1], name=n) for n in ("ROME", "MEMIT", "PMET", "AlphaEdit")])
     fig.update_layout(height=660, margin={"t": 50}, legend={"orientation": "h", "y": 1.08}, title="Lifelong editing")
     assert any("legend is drawn over title" in p for p in problems(fig, W["full"]))
+
+
+def test_the_check_fails_the_step_10_figure_as_it_was_and_passes_it_now():
+    """Lesson step 10 asks which line is which method: the figure main drew before the theme (commit c2cb720's
+    figures/lifelong.py on the shipped 500-edit run, stored as plotly JSON in tests/data) hung its legend over the
+    title and used 10 px axis titles; the same shipped run drawn by today's lifelong_figure has neither."""
+    before = go.Figure(json.loads((DATA / "step10-lifelong-before.json").read_text()))
+    found = problems(before, W["full"])
+    assert any("legend is drawn over title" in p for p in found), found
+    assert any("10 px" in p for p in found), found
+    assert problems(lifelong.lifelong_figure(_lifelong()), W["full"]) == []
 
 
 def test_the_check_finds_colliding_labels_small_text_and_numbers_as_categories():

@@ -5,6 +5,8 @@ from pathlib import Path
 from streamlit.testing.v1 import AppTest
 
 from editkit.editing.methods import all_methods
+from editkit.editing.requests import EditRequest
+from editkit.evaluation.compare import Comparison
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 
@@ -21,7 +23,7 @@ def test_edit_compare_page_runs_three_methods():
     assert not at.exception and not at.error, [e.value for e in at.error]
     out = at.session_state["ec_out"]
     chosen = [m for m in all_methods() if m.name in ("rome", "memit", "pmet")]
-    assert set(out["methods"]) == {m.name for m in chosen}
+    assert set(out.methods) == {m.name for m in chosen}
     table = at.dataframe[0].value  # one column per method (every measure on screen), the first names the measure
     assert list(table.columns) == ["measure", "before edit"] + [m.label for m in chosen]
     assert any(m.value.startswith("**Who did best.** By the summed margin") for m in at.markdown)
@@ -34,7 +36,7 @@ def test_edit_compare_page_runs_three_methods():
     at.run()
     assert not at.exception
     assert any("{}" in e.value for e in at.error)
-    assert at.session_state["ec_out"]["methods"] and at.dataframe
+    assert at.session_state["ec_out"].methods and at.dataframe
 
 
 def test_spectrum_and_lifelong_sections():
@@ -45,15 +47,15 @@ def test_spectrum_and_lifelong_sections():
     at.button(key="ec_spec_go").click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]
     spec = at.session_state["ec_spec"]
-    assert [r["layer"] for r in spec["layers"]] == [1, 2] and all(r["null_dimension"] > 0 for r in spec["layers"])
+    assert [r.layer for r in spec.layers] == [1, 2] and all(r.null_dimension > 0 for r in spec.layers)
     at.multiselect(key="ec_life_methods").set_value(["rome", "alphaedit"])
     at.number_input(key="ec_life_n").set_value(4)
     at.number_input(key="ec_life_batch").set_value(2)
     at.button(key="ec_life_go").click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]
     life = at.session_state["ec_life"]
-    assert set(life) == {"rome", "alphaedit"} and life["rome"]["batch"] == 1 and life["alphaedit"]["batch"] == 2
-    assert [r["edit"] for r in life["alphaedit"]["rows"]] == [2, 4]
+    assert set(life) == {"rome", "alphaedit"} and life["rome"].batch == 1 and life["alphaedit"].batch == 2
+    assert [r["edit"] for r in life["alphaedit"].rows] == [2, 4]
 
 
 def test_the_request_survives_a_visit_to_another_page():
@@ -73,8 +75,7 @@ def test_the_request_survives_a_visit_to_another_page():
     assert at.text_input(key="ec_prompt").value == "{} was born in the city of"
     assert at.text_input(key="ec_subject").value == "Jean Gabin"
     assert at.text_area(key="ec_para").value == "Jean Gabin's birthplace is"
-    at.session_state["ec_out"] = {"requests": [{"prompt": "{} is", "subject": "X", "target_new": " Y"}],
-                                  "pre": [], "methods": {}}
+    at.session_state["ec_out"] = Comparison([EditRequest("{} is", "X", " Y")], [], {})
     at.run()
     assert any("not for the request above" in c.value for c in at.caption)
 

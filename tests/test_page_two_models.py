@@ -45,13 +45,13 @@ def test_tracing_page_traces_one_fact_on_two_models(tmp_path, monkeypatch):
     at.button(key="two_go").click().run()
     assert not at.exception and not at.error
     out = at.session_state["two_out"]
-    assert list(out) == ["tiny-gpt2", "tiny-llama"] and all(r["kind"] == "hidden" for r in out.values())
-    assert out["tiny-gpt2"]["answer"] == out["tiny-llama"]["answer"]  # both follow the first model's answer
+    assert list(out) == ["tiny-gpt2", "tiny-llama"] and all(r.kind == "hidden" for r in out.values())
+    assert out["tiny-gpt2"].answer == out["tiny-llama"].answer  # both follow the first model's answer
     tops = at.session_state["two_tops"]
-    differs = tops["tiny-llama"][0].strip() != out["tiny-gpt2"]["answer"].strip()
+    differs = tops["tiny-llama"][0].strip() != out["tiny-gpt2"].answer.strip()
     assert differs == any("itself predicts" in w.value for w in at.warning)  # said when the answers differ
     assert any("peaks at relative depth" in m.value for m in at.markdown)
-    assert all(r["meta"]["prompt"] == "The Space Needle is in downtown" for r in out.values())
+    assert all(r.prompt == "The Space Needle is in downtown" for r in out.values())
     specs = {c.proto.spec for c in at.get("plotly_chart")}
     assert len(specs) == 3  # the comparison and one heatmap per model
     comparison = next(json.loads(s) for s in specs if "by relative depth" in s)

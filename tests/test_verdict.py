@@ -6,9 +6,8 @@ import math
 import pytest
 
 from editkit.evaluation import verdict
-from editkit.evaluation.layer_sweep import ranking
 from editkit.figures.tracing import answer_mismatches, depth_summary
-from editkit.lesson import grading
+from editkit.lesson import compute, grading
 from editkit.lesson.pack import SHIPPED, Pack
 
 
@@ -63,7 +62,7 @@ def test_step_9_grades_a_near_tie_as_within_noise():
             _row(9, [0.1, 0.2], [0.3, 0.2, 0.1])]
     rows[0]["margins"]["rewrite"], rows[1]["margins"]["rewrite"] = [0.98892], [0.994401]
     sweep = _sweep(rows, peak=4)
-    assert sweep["best_layer"] == 2 and ranking(sweep).ties == [4]
+    assert sweep["best_layer"] == 2 and compute.sweep_ranking(sweep).ties == [4]
     assert grading.sweep_truth(sweep) == 2
     right, yes, no = (grading.grade_sweep(sweep, c) for c in (2, 0, 1))
     assert right.verdict == "right" and yes.verdict == no.verdict == "close"

@@ -1,5 +1,6 @@
-"""The logit lens as a heatmap: each layer's residual stream read through the final norm and unembedding, its top
-tokens per rank (data: text.logit_lens). Layer 0 at the bottom, the last layer on top, on every page."""
+"""Predictions as bars, and the logit lens as a heatmap: each layer's residual stream read through the final norm and
+unembedding, its top tokens per rank (data: editkit/lens.py's JSON). Layer 0 at the bottom, the last layer on top,
+on every page."""
 from __future__ import annotations
 
 import plotly.graph_objects as go
@@ -42,4 +43,15 @@ def logit_lens_figure(lens: dict, k: int, width: float = WIDTHS["three_quarters"
     fig.update_layout(title={"text": f"Logit lens at the last token ({lens['tokens'][-1]!r})",
                              "font": {"size": TITLE_FONT}},
                       xaxis_title="rank", yaxis_title="layer", height=100 + 26 * len(layers), margin=MARGIN)
+    return fig
+
+
+def predictions_figure(preds: dict) -> go.Figure:
+    """The top next tokens' probabilities as horizontal bars, the most likely on top (Predictions.to_json())."""
+    rows = preds["predictions"]
+    fig = go.Figure(go.Bar(x=[p["prob"] for p in rows], y=[repr(p["token"]) for p in rows], orientation="h",
+                           marker_color="#1f77b4", hovertemplate="%{y}: p = %{x:.4f}<extra></extra>"))
+    fig.update_yaxes(autorange="reversed")
+    fig.update_layout(title={"text": f"Next token after {preds['prompt'][-60:]!r}", "font": {"size": TITLE_FONT}},
+                      xaxis_title="probability", height=120 + 26 * len(rows), margin={"t": 40, "b": 30})
     return fig
