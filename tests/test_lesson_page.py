@@ -217,7 +217,7 @@ def test_teacher_adds_a_fact_from_the_page(env, tmp_path, monkeypatch):
     at.text_input(key="lesson_add_true").set_value("turn")  # what it predicts
     click(at, "Add the fact")
     ok(at)
-    assert any(s.value.startswith("Added: space-needle") for s in at.success)
+    assert any(s.value.startswith("Added “The Space Needle is in downtown → turn”") for s in at.success)
     pack = Pack.open(own)
     assert len(pack.fact_ids) == 2 and pack.missing(pack.fact_ids[1]) == []
     assert len(at.selectbox(key="lesson_fact").options) == 2
@@ -241,7 +241,7 @@ def test_answer_again_clears_the_pick_everywhere(env):
     click(at, "Answer again")
     ok(at)
     keys = (f"lesson_q2_token_{fid}", f"lesson_q2_layer_{fid}", f"lesson_q2_grid_{fid}")
-    assert not any(k in at.session_state for k in keys)
+    assert at.session_state[keys[2]]["selection"]["points"] == []  # the grid drawn anew, nothing picked
     assert at.selectbox(key=keys[0]).value is None and at.number_input(key=keys[1]).value is None
     click(at, "Check my answer")
     assert not at.exception and any("pick a cell first" in e.value for e in at.error)

@@ -84,6 +84,8 @@ def test_the_shipped_packs_comparisons_conclude():
     assert "within noise" in methods  # ROME 2.318, MEMIT 2.197, PMET 1.965 on five prompts
     sweep = grading.sweep_conclusion(pack.part(fid, "sweep"))
     assert "layer" in sweep and "peaks at layer 4" in sweep
+    assert "layer 2 (2.344) is best" in sweep and "layer 4 (2.318)" in sweep and "within noise" in sweep
+    assert grading.sweep_truth(pack.part(fid, "sweep")) == 2  # the near tie is graded "too close to tell"
     note = grading.early_site_note(pack.part(fid, "trace")["traces"]["hidden"])
     assert "differs from ROME's pattern" in note and "' Eiffel'" in note  # the pack's peak is the first token
 
