@@ -99,6 +99,7 @@ def apply_pmet(lm, requests, hp: PmetHparams, progress=None, reference: bool = F
 METHOD = register(Method(
     name="pmet", label="PMET", apply=apply_pmet, hparams=PmetHparams, order=30, color="#7570b3",
     first_use=first_use, predict_share=update_share,
+    targets=lambda hp: (("attn_out", "mlp_out"), hp.layers[-1], True),
     spreading="MLP-output target spread over the critical layers, R / sqrt(L - i)",
     about="Precise Model Editing in a Transformer (Li et al. 2023): attention and FFN targets optimized together, "
           "only the FFN written."))

@@ -148,5 +148,6 @@ def predict_share(lm, result: EditResult) -> SharePrediction:
 METHOD = register(Method(
     name="rome", label="ROME", apply=apply_rome, hparams=RomeHparams, order=10, batch=False, color="#1b9e77",
     first_use=first_use, predict_share=predict_share, placement="peak",
+    targets=lambda hp: (("mlp_out",), hp.layers[0], False),
     spreading="one layer, a rank-one update per request (Eq. 2)",
     about="Rank-One Model Editing (Meng et al. 2022): W k* = v* at one MLP layer, requests one after another."))
