@@ -49,10 +49,10 @@ def pytest_addoption(parser):
                      help="the full suite: also the embedded model at length, browser, load, Ray and notebooks")
 
 
-# What only the full suite runs: these markers, and every test on the embedded model or a Ray cluster that is not
+# What only the full suite runs: these markers, and every test on a real model or a Ray cluster that is not
 # marked `quick` (a few embedded-model checks stay in the quick tier, which must finish in minutes on 2 cores).
 FULL_MARKERS = ("full", "browser", "load", "notebook")
-FULL_FIXTURES = ("gemma", "ray_local", "ray_lm", "ray_cache")
+FULL_FIXTURES = ("gemma", "smollm2", "ray_local", "ray_lm", "ray_cache")
 
 
 def in_full_suite_only(item) -> bool:
