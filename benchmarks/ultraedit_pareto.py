@@ -8,12 +8,13 @@ twice on the first --n records of --set (default counterfact-val, which is where
 - single: batches of 10 requests, each edited on the unedited model (each batch's measurement a cache entry under
   $EDITKIT_CACHE/ultraedit-pareto, so a rerun or a wider grid computes only what is new);
 - sequence: all --n requests in batches of 10, one after another on the weights the earlier batches left, the
-  running statistics carried (evaluation/sequential.py: checkpointed after every batch), measured once at the end.
+  running statistics carried (as evaluation/sequential.py runs them), measured once at the end (one cache entry
+  per setting).
 Both are measured with sequential.rates (one batched pass over the prompts, as lifelong runs measure). Per setting
 and mode: efficacy, generalization, specificity after the edit, the paired change of specificity
 (post - pre per record, with its 95% interval), `kept` (neighbourhood comparisons P(true) > P(new) that come out as
 the unedited model's) and `kept_correct` (of the neighbourhood prompts the unedited model got right, the share still
-right), and in sequence mode the perplexity ratio. A setting "keeps specificity" in a mode when the interval of
+right), and in sequence mode the perplexity ratio (WikiText-2, --ppl-tokens) and the largest ||dW|| / ||W||. A setting "keeps specificity" in a mode when the interval of
 its paired change reaches 0. The rule (fixed before any held-out measurement): among settings that keep
 specificity in both modes, the highest mean of the two modes' efficacy; if none does, the best available: the highest
 mean over the two modes of efficacy + specificity (the point of the front past which one more point of efficacy
@@ -29,15 +30,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from editkit.evaluation.datasets import load_eval_set  # noqa: E402
 from editkit.core.cache import Store  # noqa: E402
 from editkit.editing.api import run_edit  # noqa: E402
 from editkit.editing.defaults import load_hparams  # noqa: E402
+from editkit.evaluation.datasets import load_eval_set  # noqa: E402
 from editkit.evaluation.metrics import mean_ci  # noqa: E402
-from editkit.evaluation.sequential import SequentialSpec, _read, rates, sequential  # noqa: E402
+from editkit.evaluation.sequential import perplexity, rates  # noqa: E402
 from editkit.evaluation.sweep import grid, label, parse_params  # noqa: E402
 from editkit.model.loading import load_model  # noqa: E402
-from editkit.model.weights import applied, fingerprint  # noqa: E402
+from editkit.model.weights import applied, combined, fingerprint  # noqa: E402
 
 BATCH = 10
 STORE = Store("ultraedit-pareto", version=1)
@@ -59,7 +60,7 @@ def _pct(values) -> dict:
 
 def base_rates(lm, records) -> list[dict]:
     """The unedited model's rates per record (sequential.rates), cached."""
-    path = STORE.path(lm.name, "-base", cases=[r.source for r in records], weights=fingerprint(lm))
+    path = STORE.path(f"{lm.name}-base", cases=[r.source for r in records], weights=fingerprint(lm))
     return STORE.get_or_build(path, lambda: rates(lm, records))
 
 
@@ -70,7 +71,7 @@ def single(lm, setting: dict, records, before: list[dict]) -> dict:
     after = []
     for b in range(0, len(records), BATCH):
         chunk, pre = records[b:b + BATCH], before[b:b + BATCH]
-        path = STORE.path(lm.name, "-single", hparams=hp.to_dict(), cases=[r.source for r in chunk],
+        path = STORE.path(f"{lm.name}-single", hparams=hp.to_dict(), cases=[r.source for r in chunk],
                           weights=fingerprint(lm))
 
         def build(chunk=chunk, pre=pre):
@@ -96,20 +97,30 @@ def summary(before: list[dict], after: list[dict]) -> dict:
 
 
 def sequence(lm, setting: dict, records, before: list[dict], ppl_tokens: int) -> dict:
-    """One setting as a sequence of batches of 10 (sequential.py, checkpointed after every batch), measured at the
-    end with the accumulated delta its checkpoint keeps."""
-    spec = SequentialSpec(batch=BATCH, eval_every=len(records), sample=None, ppl_tokens=ppl_tokens,
-                          fluency_tokens=10)
-    run = sequential(lm, "ultraedit", records, setting, spec)
-    last = run["rows"][-1]
-    path = STORE.path(lm.name, "-sequence", checkpoint=run["checkpoint"])
+    """One setting as a sequence of batches of 10, each edited on the weights the earlier ones left with the
+    running statistics carried (as evaluation/sequential.py runs it), measured once at the end; the measurement and
+    the accumulated delta's perplexity are one cache entry per setting."""
+    hp = load_hparams("ultraedit", lm, setting)
+    path = STORE.path(f"{lm.name}-sequence", hparams=hp.to_dict(), cases=[r.source for r in records],
+                      weights=fingerprint(lm), ppl_tokens=ppl_tokens)
 
     def build():
-        with applied(lm, _read(Path(run["checkpoint"]))["total"]):
-            return rates(lm, records, original=[b["answers"] for b in before])
-    out = summary(before, STORE.get_or_build(path, build))
-    out.update(perplexity_ratio=last["perplexity_ratio"], max_relative_norm=last["max_relative_norm"])
-    return out
+        total, state = {}, None
+        for b in range(0, len(records), BATCH):
+            with applied(lm, total):
+                res = run_edit(lm, "ultraedit", [r.request for r in records[b:b + BATCH]], hp, state=state)
+            total, state = (combined([total, res.delta]) if total else dict(res.delta)), res.state
+        params = dict(lm.model.named_parameters())
+        with applied(lm, total):
+            after = rates(lm, records, original=[b["answers"] for b in before])
+            ppl = perplexity(lm, ppl_tokens)
+        norm = max(float(d.norm() / params[n].detach().norm()) for n, d in total.items())
+        return {"after": after, "perplexity": ppl, "max_relative_norm": norm}
+    got = STORE.get_or_build(path, build)
+    base_ppl = STORE.get_or_build(STORE.path(f"{lm.name}-perplexity", weights=fingerprint(lm), tokens=ppl_tokens),
+                                  lambda: perplexity(lm, ppl_tokens))
+    return {**summary(before, got["after"]), "perplexity_ratio": got["perplexity"] / base_ppl,
+            "max_relative_norm": got["max_relative_norm"]}
 
 
 def keeps(m: dict) -> bool:

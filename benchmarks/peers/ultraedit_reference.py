@@ -30,10 +30,12 @@ record P(new) / P(true) on the rewrite, paraphrase and neighbourhood prompts bef
 
 `evaluate`: per implementation (editkit, upstream) and mode (single: each batch of `--batch` from the base model;
 sequence: all batches one after another, upstream's `sequential_valid` loop), the records measured before and after
-with editkit's own measurement (evaluation/measure.py: the CounterFact rates, paired intervals of the change) plus,
-against the unedited model, `kept` (neighbourhood comparisons P(true) > P(new) that come out as before) and
-`kept_correct` (of the neighbourhood prompts the unedited model got right, the share still right). Each finished
-(implementation, mode, setting) is written to --out-dir and reused by a rerun.
+with editkit's lifelong measurement (evaluation/sequential.py `rates`: the CounterFact rates from mean per-token NLLs)
+and summarised as the validation sweep summarises them (benchmarks/ultraedit_pareto.py: paired change of
+specificity with its 95% interval; against the unedited model `kept`, the neighbourhood comparisons P(true) > P(new)
+that come out as before, and `kept_correct`, of the neighbourhood prompts the unedited model got right the share
+still right). `--token mask` runs upstream with keys and gradients at every token (the default of EasyEdit's port).
+Each finished (implementation, mode, setting) is written to --out-dir and reused by a rerun.
 """
 from __future__ import annotations
 
@@ -52,14 +54,18 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from ultraedit_pareto import cell, summary  # noqa: E402 - the same rates and intervals as the validation sweep
 
 from editkit.editing.api import run_edit  # noqa: E402
 from editkit.editing.defaults import load_hparams  # noqa: E402
 from editkit.editing.ultra import RunningStats, ultraedit_update  # noqa: E402
 from editkit.evaluation.datasets import load_eval_set  # noqa: E402
-from editkit.evaluation.evaluate import summarize  # noqa: E402
-from editkit.evaluation.measure import measure, record_metrics, wikitext_idf  # noqa: E402
+from editkit.evaluation.measure import measure  # noqa: E402
+from editkit.evaluation.sequential import rates  # noqa: E402
 from editkit.model.loading import load_model, shipped_folder  # noqa: E402
+from editkit.model.sites import Site  # noqa: E402
 from editkit.model.weights import applied, combined  # noqa: E402
 
 DEFAULT_UPSTREAM = "/work/scratch/ultra/XiaojieGu+UltraEdit"
@@ -85,7 +91,7 @@ def import_upstream(path: str):
                                  empty_cache=empty_cache)
 
 
-def upstream_config(folder: Path, layers, lr: float, round_size: int, rounds: int, work: Path):
+def upstream_config(folder: Path, layers, lr: float, round_size: int, rounds: int, work: Path, token: str = "ans"):
     """The Hydra config upstream's editor reads (config/config.yaml, editor/ultraedit.yaml, dataset/zsre.yaml),
     with this model's modules, float32 and the CPU."""
     from omegaconf import OmegaConf
@@ -93,7 +99,7 @@ def upstream_config(folder: Path, layers, lr: float, round_size: int, rounds: in
     return OmegaConf.create({
         "model": {"name_or_path": str(folder), "name": folder.name, "class_name": "AutoModelForCausalLM",
                   "edit_modules": [f"model.layers.{l}.mlp.down_proj" for l in layers], "half": False},
-        "editor": {"name": "ultraedit", "lr": lr, "batch_size": 128, "token": "ans", "cache_dir": str(work),
+        "editor": {"name": "ultraedit", "lr": lr, "batch_size": 128, "token": token, "cache_dir": str(work),
                    "save_checkpoint": False, "load_checkpoint": False},
         "dataset": {"name": "counterfact", "n_edits": round_size, "batch_size": 10, "num_seq": rounds},
         "num_seq": rounds, "model_device": "cpu", "editor_device": "cpu", "model_cache": False})
@@ -201,26 +207,6 @@ def kept(pre: dict, post: dict) -> tuple[float, float]:
     return same, (sum(right) / len(right) if right else math.nan)
 
 
-def rows_of(lm, records, pres, delta, seconds, greedy_tokens: int) -> list[dict]:
-    idf = wikitext_idf()
-    out = []
-    with applied(lm, delta):
-        posts = [measure(lm, r, 0, 0, greedy_tokens) for r in records]
-    for rec, p, q in zip(records, pres, posts):
-        m = record_metrics(p, q, rec, idf)
-        m["kept"], m["kept_correct"] = kept(p, q)
-        out.append({"case_id": rec.request.case_id, "seconds": seconds, "metrics": m})
-    return out
-
-
-def summary(rows: list[dict]) -> dict:
-    s = summarize(rows)
-    for k in ("kept", "kept_correct"):
-        vals = [r["metrics"][k] for r in rows if not math.isnan(r["metrics"][k])]
-        s[k] = 100.0 * sum(vals) / len(vals) if vals else None
-    return s
-
-
 def rel(a, b) -> float:
     a, b = a.double().cpu(), b.double().cpu()
     return float((a - b).norm() / b.norm().clamp_min(1e-300))
@@ -317,9 +303,57 @@ def compare(args, lm, up) -> dict:
                 for g in ("rewrite", "paraphrase", "neighborhood") for w, m in (("pre", p), ("ek", e), ("up", u))
                 for t in ("new", "true")}})
         out["rounds"].append({"round": k + 1, "upstream_normalizer_n": got["stats"]["n"],
+                              "effect": effect(pres, post_ek, post_up), "reach": reach(lm, chunk, res.solves),
                               "editkit_normalizer_n": res.solves[0].stats.n, "layers": layers,
                               "probabilities": probs,
                               "prob_rel_diff": prob_diff(post_ek, post_up)})
+    return out
+
+
+def effect(pre: list, ek: list, up: list) -> dict:
+    """Mean P(new) on rewrite and paraphrase prompts and mean P(true) / P(new) on neighbourhood prompts, before and
+    after each side's edit, and the neighbourhood comparisons P(true) > P(new) that each side left as before."""
+    def mean(ms, g, t):
+        v = [x for m in ms for x in m[g][f"p_{t}"]]
+        return round(sum(v) / len(v), 4) if v else None
+    out = {f"{g}_p_{t}": {w: mean(ms, g, t) for w, ms in (("pre", pre), ("editkit", ek), ("upstream", up))}
+           for g, t in (("rewrite", "new"), ("paraphrase", "new"), ("neighborhood", "true"), ("neighborhood", "new"))}
+    for w, ms in (("editkit", ek), ("upstream", up)):
+        pairs = [(kept(p, q)) for p, q in zip(pre, ms)]
+        out[f"kept_{w}"] = round(sum(a for a, _ in pairs if not math.isnan(a)) / len(pairs), 3)
+    return out
+
+
+def last_keys(lm, prompts: list[str], layers) -> dict:
+    """Each layer's down-projection input at each prompt's last token (what an edit there multiplies), (n, d_ff)."""
+    out = {l: [] for l in layers}
+    for p in prompts:
+        ids = torch.tensor([lm.tok(p, add_special_tokens=True)["input_ids"]], device=lm.device)
+        with torch.no_grad():
+            got = lm.runner.read({f"k{l}": Site("mlp_key", l) for l in layers}, input_ids=ids)
+        for l in layers:
+            out[l].append(got[f"k{l}"][0, -1].double().cpu())
+    return {l: torch.stack(v) for l, v in out.items()}
+
+
+def reach(lm, records, solves) -> dict:
+    """How much of an edit reaches other prompts, per layer: ||Delta k|| at the last token of the paraphrase and the
+    neighbourhood prompts over ||Delta k|| at the rewrite prompts' last tokens (1: the prompt gets the full write),
+    and the cosine of each such key with its own rewrite prompt's key."""
+    layers = [s.layer for s in solves]
+    groups = {"rewrite": [r.request.rewrite for r in records],
+              "paraphrase": [(r.request.paraphrase_prompts or [None])[0] for r in records],
+              "neighborhood": [(r.request.neighborhood_prompts or [None])[0] for r in records]}
+    keep = [i for i in range(len(records)) if groups["paraphrase"][i] and groups["neighborhood"][i]]
+    keys = {g: last_keys(lm, [ps[i] for i in keep], layers) for g, ps in groups.items()}
+    out = {}
+    for s in solves:
+        write = {g: (k[s.layer] @ s.delta.T).norm(dim=1) for g, k in keys.items()}
+        cos = {g: torch.nn.functional.cosine_similarity(keys[g][s.layer], keys["rewrite"][s.layer]).mean()
+               for g in ("paraphrase", "neighborhood")}
+        out[s.layer] = {**{f"write_{g}": round(float(write[g].mean() / write["rewrite"].mean()), 3)
+                           for g in ("paraphrase", "neighborhood")},
+                        **{f"cosine_{g}": round(float(c), 3) for g, c in cos.items()}}
     return out
 
 
@@ -338,33 +372,32 @@ def evaluate(args, lm, up) -> dict:
     hp = load_hparams("ultraedit", lm, overrides(args))
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    key = hashlib.sha1(json.dumps([lm.name, args.set, args.n, args.batch, args.greedy_tokens,
+    key = hashlib.sha1(json.dumps([lm.name, args.set, args.n, args.batch,
                                    [r.request.case_id for r in records]]).encode()).hexdigest()[:10]
     pre_file = out_dir / f"pre-{key}.json"
-    if pre_file.exists():
-        pres = json.loads(pre_file.read_text())
-    else:
-        pres = [measure(lm, r, 0, 0, args.greedy_tokens) for r in records]
-        pre_file.write_text(json.dumps(pres))
+    if not pre_file.exists():
+        pre_file.write_text(json.dumps(rates(lm, records)))
+    before = json.loads(pre_file.read_text())
+    original = [b["answers"] for b in before]
     result = {"hparams": hp.to_dict(), "n": len(records), "batch": args.batch, "runs": {}}
     batches = [records[i:i + args.batch] for i in range(0, len(records), args.batch)]
     ref = None
     for impl in args.impls.split(","):
         for mode in args.modes.split(","):
-            hkey = hashlib.sha1(json.dumps([key, impl, mode, hp.to_dict()], sort_keys=True).encode()).hexdigest()[:10]
-            path = out_dir / f"{impl}-{mode}-{hkey}.json"
+            tag = impl if impl == "editkit" or args.token == "ans" else f"{impl}-token-{args.token}"
+            hkey = hashlib.sha1(json.dumps([key, tag, mode, hp.to_dict()], sort_keys=True).encode()).hexdigest()[:10]
+            path = out_dir / f"{tag}-{mode}-{hkey}.json"
             if path.exists():
-                result["runs"][f"{impl}/{mode}"] = json.loads(path.read_text())["summary"]
+                result["runs"][f"{tag}/{mode}"] = json.loads(path.read_text())["summary"]
                 continue
             if impl == "upstream" and ref is None:
                 cfg = upstream_config(shipped_folder(args.model), hp.layers, hp.lr, args.batch, len(batches),
-                                      Path(args.work))
+                                      Path(args.work), args.token)
                 ref = Upstream(up, cfg, hp.ridge)
                 rounds = upstream_rounds(up, cfg, records, ref.editor.tok)
-            rows, t0 = [], time.perf_counter()
+            after, seconds, t0 = [], [], time.perf_counter()
             total, state = {}, None
             for b, chunk in enumerate(batches):
-                pre_b = pres[b * args.batch:(b + 1) * args.batch]
                 t = time.perf_counter()
                 if impl == "editkit":
                     with applied(lm, total if mode == "sequence" else {}):
@@ -372,26 +405,23 @@ def evaluate(args, lm, up) -> dict:
                                        state=state if mode == "sequence" else None)
                     delta = res.delta
                     if mode == "sequence":
-                        total = combined([total, delta]) if total else dict(delta)
-                        state = res.state
+                        total, state = (combined([total, delta]) if total else dict(delta)), res.state
                 else:
-                    if mode == "single":
-                        ref.fresh()
-                    elif b == 0:
+                    if mode == "single" or b == 0:
                         ref.fresh()
                     ref.round(rounds[b])
-                    delta = ref.delta(lm)
-                    if mode == "sequence":
-                        total = delta
-                seconds = (time.perf_counter() - t) / len(chunk)
+                    delta = total = ref.delta(lm)
+                seconds.append((time.perf_counter() - t) / len(chunk))
                 if mode == "single":
-                    rows += rows_of(lm, chunk, pre_b, delta, seconds, args.greedy_tokens)
-                print(f"{impl} {mode} batch {b + 1}/{len(batches)} ({time.perf_counter() - t0:.0f} s)", flush=True)
+                    with applied(lm, delta):
+                        after += rates(lm, chunk, original=original[b * args.batch:(b + 1) * args.batch])
+                print(f"{tag} {mode} batch {b + 1}/{len(batches)} ({time.perf_counter() - t0:.0f} s)", flush=True)
             if mode == "sequence":
-                rows = rows_of(lm, records, pres, total, 0.0, args.greedy_tokens)
-            summ = summary(rows)
-            path.write_text(json.dumps({"summary": summ, "rows": rows, "hparams": hp.to_dict()}))
-            result["runs"][f"{impl}/{mode}"] = summ
+                with applied(lm, total):
+                    after = rates(lm, records, original=original)
+            summ = {**summary(before, after), "seconds_per_request": sum(seconds) / len(seconds)}
+            path.write_text(json.dumps({"summary": summ, "after": after, "hparams": hp.to_dict()}))
+            result["runs"][f"{tag}/{mode}"] = summ
     return result
 
 
@@ -407,20 +437,13 @@ def overrides(args) -> dict:
 
 
 def table(result: dict) -> str:
-    keys = [("post_efficacy", "efficacy"), ("post_generalization", "generalization"),
-            ("pre_specificity", "specificity before"), ("post_specificity", "specificity after"),
-            ("change_specificity", "change"), ("kept", "kept"), ("kept_correct", "kept correct"),
-            ("locality", "locality"), ("post_gen_efficacy", "gen efficacy")]
+    keys = [("efficacy", "efficacy"), ("generalization", "generalization"),
+            ("unedited_specificity", "specificity before"), ("specificity", "specificity after"),
+            ("change_specificity", "paired change"), ("kept", "kept"), ("kept_correct", "kept correct"),
+            ("locality", "locality")]
     lines = ["| run | " + " | ".join(n for _, n in keys) + " |", "|---" * (len(keys) + 1) + "|"]
     for name, s in result["runs"].items():
-        cells = []
-        for k, _ in keys:
-            v = s.get(k)
-            if isinstance(v, dict):
-                cells.append("-" if v.get("mean") is None else f"{v['mean']:.1f} +-{v['ci95'] or 0:.1f}")
-            else:
-                cells.append("-" if v is None else f"{v:.1f}")
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        lines.append(f"| {name} | " + " | ".join(cell(s.get(k)) for k, _ in keys) + " |")
     return "\n".join(lines)
 
 
@@ -437,6 +460,9 @@ def main() -> None:
     p.add_argument("--modes", default="single,sequence")
     p.add_argument("--impls", default="editkit,upstream")
     p.add_argument("--greedy-tokens", type=int, default=0)
+    p.add_argument("--token", choices=["ans", "mask"], default="ans",
+                   help="evaluate: upstream's `token` (ans: its default, the answer tokens; mask: every token, the "
+                        "default of EasyEdit's port)")
     p.add_argument("--layers", default=None)
     p.add_argument("--lr", type=float, default=None)
     p.add_argument("--ridge", type=float, default=None)
@@ -444,6 +470,8 @@ def main() -> None:
     p.add_argument("--out", default=None)
     p.add_argument("--out-dir", default="/work/scratch/ultra/eval")
     args = p.parse_args()
+    if args.what == "compare" and args.token != "ans":
+        raise SystemExit("compare matches upstream's rows to editkit's, which reads the answer tokens: --token ans")
     lm = load_model(args.model)
     up = import_upstream(args.upstream)
     result = compare(args, lm, up) if args.what == "compare" else evaluate(args, lm, up)
