@@ -90,6 +90,7 @@ def summary(before: list[dict], after: list[dict]) -> dict:
     return {"efficacy": _pct([a["rewrite"] for a in after]), "generalization": _pct([a["paraphrase"] for a in after]),
             "specificity": _pct([a["neighborhood"] for a in after]),
             "unedited_efficacy": _pct([b["rewrite"] for b in before]),
+            "unedited_generalization": _pct([b["paraphrase"] for b in before]),
             "unedited_specificity": _pct([b["neighborhood"] for b in before]),
             "change_specificity": _pct([a["neighborhood"] - b["neighborhood"] for a, b in zip(after, before)]),
             "kept": _pct([a["kept"] for a in after]), "kept_correct": _pct(right),

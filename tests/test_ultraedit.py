@@ -350,9 +350,9 @@ def _paper_round(model, tok, requests, names: list[str]) -> dict:
             at = list(range(len(p_ids) - 1, len(p_ids) - 1 + len(t_ids)))  # the positions predicting the target
             seen, hooks = {}, []
             for n in names:
-                def grab(mod, inp, out, n=n):
+                def grab(mod, inp, out, n=n, at=at, seen=seen):
                     seen[n] = [inp[0][0, at].detach().double()]
-                    out.register_hook(lambda g, n=n: seen[n].append(g[0, at].double()))
+                    out.register_hook(lambda g, n=n, at=at, seen=seen: seen[n].append(g[0, at].double()))
                 hooks.append(mods[n].register_forward_hook(grab))
             logits = model(input_ids=torch.tensor([p_ids + t_ids[:-1]])).logits[0, at]
             loss = torch.nn.functional.cross_entropy(logits.double(), torch.tensor(t_ids), reduction="sum") / total
