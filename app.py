@@ -5,8 +5,7 @@ pages/ that calls the editkit library.
 """
 import streamlit as st
 
-from editkit.figures.lens import logit_lens_figure
-from editkit.model.text import logit_lens, top_k
+from editkit.lens import logit_lens, predict
 from pages import ui
 
 ui.leave_legacy_multipage_mode()
@@ -39,28 +38,27 @@ def home():
         st.caption(f"Computed with your {n_edits} kept edit(s) (sidebar); other users see the base model.")
     with ui.guard("prediction"):
         with ui.session(lm):  # this session's kept edits; other sessions' edits are never visible here
-            preds = top_k(lm, prompt, k)
+            preds = predict(lm, prompt, k)
             lens = logit_lens(lm, prompt, k=k)
-        st.session_state["home_result"] = {"model": lm.name, "prompt": prompt, "k": k, "edits": n_edits,
-                                           "preds": [p.to_dict() for p in preds], "lens": lens}
+        st.session_state["home_result"] = (preds, lens)
     shown = st.session_state.get("home_result")
-    if shown and shown["model"] == lm.name:
-        if shown["prompt"] != prompt or shown["k"] != k:
-            st.caption(f"Still showing the last result, for the prompt {shown['prompt'][:80]!r}.")
-        show_prediction(shown)
+    if shown and shown[0].model == lm.name:
+        if shown[0].prompt != prompt or len(shown[0]) != k:
+            st.caption(f"Still showing the last result, for the prompt {shown[0].prompt[:80]!r}.")
+        show_prediction(*shown)
 
 
-def show_prediction(r: dict) -> None:
+def show_prediction(preds, lens) -> None:
     """The most likely token, the top-k table and the logit-lens heatmap of one prediction."""
-    top = r["preds"][0]
-    st.markdown(f"Prediction for “{ui.md_escape(r['prompt'][:200])}”: most likely next token "
-                f"**{ui.md_escape(repr(top['token']))}** (p = {top['prob']:.4f}).")
+    top = preds.top
+    st.markdown(f"Prediction for “{ui.md_escape(preds.prompt[:200])}”: most likely next token "
+                f"**{ui.md_escape(repr(top.token))}** (p = {top.prob:.4f}).")
     left, right = st.columns([1, 2])
     with left:
-        st.dataframe([{"token": repr(p["token"]), "probability": round(p["prob"], 4)} for p in r["preds"]],
+        st.dataframe([{"token": repr(p.token), "probability": round(p.prob, 4)} for p in preds],
                      hide_index=True, width="stretch")
     with right:
-        st.plotly_chart(logit_lens_figure(r["lens"], r["k"]), width="stretch")
+        st.plotly_chart(lens.figure(), width="stretch")
 
 
 PAGES = [

@@ -47,6 +47,8 @@ def gemma():
 def pytest_addoption(parser):
     parser.addoption("--full", action="store_true",
                      help="the full suite: also the embedded model at length, browser, load, Ray and notebooks")
+    parser.addoption("--full-only", action="store_true",
+                     help="only what the quick tier leaves out (CI runs the quick tier, then this)")
 
 
 # What only the full suite runs: these markers, and every test on a real model or a Ray cluster that is not
@@ -62,12 +64,13 @@ def in_full_suite_only(item) -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
-    """The quick tier by default; --full runs everything."""
+    """The quick tier by default; --full runs everything; --full-only the rest of the full suite."""
     if config.getoption("--full"):
         return
+    rest = config.getoption("--full-only")
     keep, drop = [], []
     for item in items:
-        (drop if in_full_suite_only(item) else keep).append(item)
+        (drop if in_full_suite_only(item) != rest else keep).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep

@@ -34,6 +34,10 @@ def register(sub):
     p.add_argument("--reuse-targets", action="store_true",
                    help="reuse target vectors of earlier runs that differ only in the solve (statistics, lambda)")
     p.add_argument("--out", default=None, help="results folder (default: the editkit cache); reruns resume")
+    p.add_argument("--ripple", action="store_true",
+                   help="instead: ripple effects, the share of implied facts that move / stay with each method "
+                        "and the in-context reference (--methods may name in-context; --set counterfact or "
+                        "counterfact-val)")
     p.add_argument("--sequential", action="store_true",
                    help="instead: lifelong editing, batch after batch on the weights the earlier ones left")
     lifelong.add_arguments(p)
@@ -59,6 +63,10 @@ def run(args):
                        if given]
     if sequential_only and not args.sequential:  # never accepted and then silently ignored
         raise EditkitError(f"{', '.join(sequential_only)}: only for --sequential runs")
+    if args.ripple and args.set_name not in ("counterfact", "counterfact-val"):
+        raise EditkitError("--ripple evaluates --set counterfact or counterfact-val")
+    if args.ripple and args.sequential:
+        raise EditkitError("--ripple and --sequential are two different evaluations: pick one")
     load_eval_set(args.set_name, 1)  # an unknown set fails before the model loads
     backend = ray_backend(args)  # a malformed --ray fails before the model loads
     hparams = None
@@ -76,14 +84,59 @@ def run(args):
 
     if args.sequential:
         return lifelong.run(args, lm, methods, hparams, progress, backend)
+    if args.ripple:
+        return ripple_run(args, lm, methods, hparams, progress, backend)
     spec = EvalSpec(set_name=args.set_name, n=args.n, batch=args.batch, n_gen=args.gen_prompts,
                     gen_tokens=args.gen_tokens, greedy_tokens=args.greedy_tokens)
     out = evaluate(lm, methods, spec, hparams, out_dir=args.out, reuse_targets=args.reuse_targets,
                    progress=progress, backend=backend)
     if args.save:
         with open(args.save, "w", encoding="utf-8") as f:
+            json.dump(out.to_json(), f, indent=1)
+    return out
+
+
+def ripple_run(args, lm, methods, hparams, progress, backend):
+    from ..evaluation.ripple import IN_CONTEXT
+    from ..evaluation.ripple_eval import RippleSpec, evaluate_ripple
+
+    if IN_CONTEXT not in methods:  # the bar every weight edit is read against
+        methods = methods + [IN_CONTEXT]
+    out = evaluate_ripple(lm, methods, RippleSpec(set_name=args.set_name, n=args.n), hparams, out_dir=args.out,
+                          backend=backend, progress=progress)
+    out["ripple"] = True
+    if args.save:
+        with open(args.save, "w", encoding="utf-8") as f:
             json.dump(out, f, indent=1)
     return out
+
+
+def show_ripple(out):
+    from ..data.implications import CRITERIA
+    from ..figures.ripple import COLUMNS
+
+    print(f"Ripple effects on {out['model']}, {out['n']} edits of {out['set']} (each edited alone); implied facts: "
+          + ", ".join(f"{v} {k}" for k, v in out["facts"].items()))
+    print("% of implied facts that moved / stayed as they should, mean over edits ± 95% half-width; [d vs "
+          f"{out['against'].upper()}: paired difference]")
+    cols = [c for c, _ in COLUMNS]
+    print(f"{'':22s}" + "".join(f"{label:>26s}" for _, label in COLUMNS))
+    for m, cells in out["table"].items():
+        line = ""
+        for c in cols:
+            cell = cells.get(c)
+            if not cell:
+                line += f"{'-':>26s}"
+                continue
+            text = f"{cell['mean']:5.1f}±{cell['ci95'] or 0:4.1f}"
+            if "diff" in cell:
+                d = cell["diff"]
+                text += f" [d {d['mean']:+5.1f}±{d['ci95'] or 0:4.1f}]"
+            line += f"{text:>26s}"
+        print(f"{m:22s}{line}")
+    print("criteria: " + "; ".join(f"{k} = {v}" for k, v in CRITERIA.items()) + "; efficacy = P(new) > P(true) on "
+          "the rewrite; specificity = neighbourhood prompts keeping P(true) > P(new), after the edit, and its "
+          "change from before")
 
 
 def _fmt(cell):
@@ -93,49 +146,44 @@ def _fmt(cell):
     return f"{cell['mean']:6.1f}" + (f" ±{ci:4.1f}" if ci is not None else "")
 
 
-def _cell(t: dict, when: str, column: str):
-    """One table cell: the Score of the mean rates (PMET Table 1), locality after the edit only (it compares the
-    edited model's tokens with the unedited one's), else the metric's mean at `when`."""
-    if column == "score":
-        return {"mean": t.get(when + "_table_score")}
-    if column == "locality":
-        return t.get("locality") if when == "post" else None
-    return t.get(when + "_" + column)
-
-
 def show(out):
-    if "sets" in out:
+    if isinstance(out, dict) and "sets" in out:
         for name, desc in out["sets"].items():
             print(f"{name:20s} {desc}")
         return
-    if "sequential" in out:
+    from ..evaluation.lifelong import Lifelong
+
+    if isinstance(out, Lifelong):  # --sequential
         lifelong.show(out)
         return
-    print(f"{out['model']} on {out['set']} ({out['n']} records, batch {out['batch']}); mean ± 95% half-width")
-    cols = ["score", "efficacy", "generalization", "specificity", "fluency", "consistency", "gen_efficacy",
-            "gen_generalization"]
-    cols += ["reliability", "generalization_acc", "locality"]
+    if isinstance(out, dict) and out.get("ripple"):
+        show_ripple(out)
+        return
+    print(f"{out.model} on {out.set} ({out.n} records, batch {out.batch}); mean ± 95% half-width")
+    from ..evaluation.evaluate import COLUMNS
+
+    cols = list(COLUMNS)
     names = {"gen_efficacy": "Gen. eff.", "gen_generalization": "Gen. gen.", "generalization_acc": "Gen. acc",
              "reliability": "Reliab.", "generalization": "Generaliz.", "specificity": "Specific.",
              "consistency": "Consist."}
-    kind = out.get("metric_family", "counterfact")
+    kind = out.metric_family
     print(f"{'':14s}" + "".join(f"{header(c, names.get(c, c.capitalize()[:10]), kind):>15s}" for c in cols)
           + "   s/request")
 
-    def line(t, when):
+    def line(method, when):
         # Score = harmonic mean of the mean efficacy, generalization and specificity (PMET Table 1)
-        return "".join(f"{_fmt(_cell(t, when, c)):>15s}" for c in cols)
+        return "".join(f"{_fmt(out.cell(method, when, c)):>15s}" for c in cols)
 
-    for i, (method, t) in enumerate(out["methods"].items()):
+    for i, (method, t) in enumerate(out.methods.items()):
         if i == 0:  # the same records before any edit: one row serves every method
-            print(f"{'(pre-edit)':14s}{line(t, 'pre')}")
+            print(f"{'(pre-edit)':14s}{line(method, 'pre')}")
         seconds = t["seconds_per_request"]
-        print(f"{method.upper():14s}{line(t, 'post')}   {'-' if seconds is None else format(seconds, '.1f')}")
-    g = out["generation"]
+        print(f"{method.upper():14s}{line(method, 'post')}   {'-' if seconds is None else format(seconds, '.1f')}")
+    g = out.generation
     print(f"generation: {g['n_gen']} prompt(s) x {g['gen_tokens']} tokens per record ({g['sampling']}, seed "
           f"{g['seed']}); Gen. eff./gen. = greedy {g.get('greedy_tokens', 0)}-token continuation of the rewrite/"
-          f"paraphrase prompts says the new target and not the true one (QAEdit); {out['computed_records']} "
+          f"paraphrase prompts says the new target and not the true one (QAEdit); {out.computed_records} "
           "record(s) computed now, the rest read from the results files")
     print(f"{legend(cols, kind)}; locality = the neighborhood (or locality) answer's argmax tokens unchanged by the "
           "edit (EasyEdit)")
-    print(out["notes"])
+    print(out.notes)
