@@ -1,4 +1,4 @@
-"""`python -m editkit bench trace|edit|scale [...] [--json]`: benchmarks that time editkit against the reference
+"""`python -m editkit bench trace|edit|fast|scale [...] [--json]`: benchmarks that time editkit against the reference
 algorithm in the same run, and an evaluation in process against 1, 2, ... Ray workers. The measurements live in the
 library (tracing/bench.py, editing/bench.py, evaluation/scale.py); this file parses the arguments and prints."""
 import sys
@@ -34,6 +34,15 @@ def register(sub):
         add_model_arg(q)
     t.set_defaults(func=run_trace, show=show)
     e.set_defaults(func=run_edit, show=show)
+    f = inner.add_parser("fast", help="the tracing engine's fast mode (bf16) against the exact panels over known "
+                                      "facts: its largest score difference, shown beside every fast figure")
+    f.add_argument("--facts", type=int, default=20, help="known facts the model predicts (the first N)")
+    f.add_argument("--samples", type=int, default=10)
+    f.add_argument("--save", default=None, help="write the result here (the app reads "
+                                                "assets/results/trace-fast-<model>.json)")
+    f.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
+    add_model_arg(f)
+    f.set_defaults(func=run_fast, show=show_fast)
     s = inner.add_parser("scale", help="one evaluation in process and on 1, 2, ... Ray workers (local clusters): "
                                        "per-record cost, fixed costs, speed-up")
     s.add_argument("--records", type=int, default=20, help="records evaluated (the first N of --set)")
@@ -72,6 +81,32 @@ def run_trace(args):
         torch.set_num_threads(max(1, args.threads))
     return bench_trace(load(args), args.prompt, args.subject, args.kinds.split(","), args.samples,
                        reference=not args.no_reference, facts=max(0, args.facts), say=_say)
+
+
+def run_fast(args):
+    import json
+
+    import torch
+
+    from ..core.errors import EditkitError
+    from ..tracing.bench import fast_mode_error
+
+    if args.facts < 1 or args.samples < 1:
+        raise EditkitError("--facts and --samples must be at least 1")
+    if args.threads is not None:
+        torch.set_num_threads(max(1, args.threads))
+    out = fast_mode_error(load(args), args.facts, args.samples, say=_say)
+    if args.save:
+        with open(args.save, "w", encoding="utf-8") as fh:
+            json.dump(out, fh, indent=1)
+    return out
+
+
+def show_fast(out: dict) -> None:
+    print(f"fast mode (bf16) on {out['model']}, {out['facts']} known facts, {out['samples']} samples: largest |score "
+          f"difference| from the exact panels {out['max_abs_diff']:.4f} (per panel: "
+          + ", ".join(f"{k} {v:.4f}" for k, v in out["max_abs_diff_per_kind"].items())
+          + f"; mean of the per-fact maxima {out['mean_max_abs_diff']:.4f})")
 
 
 def run_edit(args):
