@@ -4,6 +4,7 @@ import json
 
 import streamlit as st
 
+from editkit.editing.requests import NEIGHBOURS_HELP
 from editkit.figures.tracing import aie_depth
 from editkit.model.tokens import guess_subject
 from editkit.runtime.cluster import Item, backend_from_env
@@ -281,7 +282,8 @@ def layer_sweep_section(lm) -> None:
         (traced.answer.strip() if traced else "")
     c3, c4 = st.columns(2)
     para = c3.text_input("A paraphrase of the prompt (optional)", key="ls_para")
-    neigh = c4.text_input("A prompt about another subject, same relation (optional)", key="ls_neigh")
+    neigh = c4.text_input("A neighbour prompt (another subject, same relation and the same true answer; optional)",
+                          key="ls_neigh", help=NEIGHBOURS_HELP)
     layers = st.multiselect("Layers to edit", list(range(lm.adapter.n_layers)), list(range(lm.adapter.n_layers)),
                             key="ls_layers")
     st.caption("One ROME edit per layer (about 10 s each for Gemma 3 270M on 2 idle cores).")
