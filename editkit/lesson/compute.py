@@ -335,7 +335,7 @@ def ripple(lm, record, method: str = "rome", progress=None) -> dict:
     from ..evaluation.ripple import ripple as ripple_of
 
     with session(lm):
-        out = ripple_of(lm, record.request, [method], record.relation, progress=progress).to_dict()
+        out = ripple_of(lm, record.request, [method], record.relation, progress=progress).to_json()
     return rounded(out)
 
 
