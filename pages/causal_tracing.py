@@ -66,7 +66,7 @@ with st.form("trace_form"):
     uniform = c6.checkbox("Uniform noise", ui.kept("trace_uniform", False), key="trace_uniform")
     replace = c7.checkbox("Replace instead of add", ui.kept("trace_replace", False), key="trace_replace")
     recompute = c8.checkbox("Recompute (ignore the cache)", key="trace_no_cache")
-    fast = st.checkbox("Fast mode: bf16 matmuls in the restored runs (about 2-4x faster, an approximation)",
+    fast = st.checkbox("Fast mode: bf16 matmuls in the restored runs (faster; an approximation)",
                        key="trace_fast", help=fast_note(lm.name))
     submitted = st.form_submit_button("Trace", type="primary")
 ui.keep("trace_prompt", "trace_subject", "trace_target", "trace_samples", "trace_noise", "trace_window", "trace_seed",
