@@ -173,14 +173,16 @@ def session_id() -> str:
     return st.session_state.setdefault("_editkit_session", uuid.uuid4().hex[:8])
 
 
-def run_job(name: str, fn, cancel_label: str = "Cancel", on_cancel=None, **caps):
+def run_job(name: str, fn, cancel_label: str = "Cancel", on_cancel=None, niceness: int = jobs.JOB_NICENESS,
+            **caps):
     """Run a long computation fn(progress) as this session's job and return its result. The values in `caps`
     are checked against the server's limits first (e.g. samples=20); the job then waits for a turn in the
     server's queue, showing how many jobs are ahead; a progress bar follows it; the Cancel button stops it at its
     next step (any other click does too) and earlier results stay. `on_cancel` replaces the generic "was
-    cancelled" note (cancelled_note) with the page's own."""
+    cancelled" note (cancelled_note) with the page's own. `niceness`: the CPU priority it computes at (jobs.py;
+    0 for a job a teacher waits on)."""
     limits().check(**caps)
-    job = jobs.Job(name, owner=session_id())
+    job = jobs.Job(name, owner=session_id(), niceness=niceness)
     box = st.empty()
     with box.container():
         left, right = st.columns([6, 1])
