@@ -389,3 +389,30 @@ def lifelong_run(lm, methods_: list[str], n: int, batch: int, progress=None) -> 
                                     progress=part(progress, i / len(methods_), (i + 1) / len(methods_)))
     return {"results": {m: r.to_json() for m, r in styled(results).items()}, "table": final_table(results),
             "source": "your run"}
+
+
+# --- the comparisons' conclusions (evaluation/verdict.py) ----------------------------------------------------------
+def sweep_ranking(sweep: dict):
+    """A layer sweep's layers (the pack's JSON) ranked by the summed margins, with their noise (None: stored
+    without margins)."""
+    from ..evaluation.layer_sweep import ranking
+
+    return ranking({r["layer"]: r.get("margins") for r in sweep.get("rows") or []})
+
+
+def methods_ranking(edits: dict):
+    """Methods (name -> edit result, one request) ranked by the summed margins on the request's prompts, paired
+    prompt by prompt."""
+    from ..evaluation.verdict import MARGIN_MEASURE, margins, paired
+
+    return paired({m: margins(e["probabilities"]["post"]) for m, e in edits.items()}, f"the summed margin "
+                  f"({MARGIN_MEASURE})", labels={m: e["label"] for m, e in edits.items()})
+
+
+def lifelong_conclusion(results: dict) -> str:
+    """Lifelong runs (the pack's JSON, method -> run) in one sentence: the first to collapse, the one keeping the
+    most edits (with its noise)."""
+    from ..evaluation.lifelong import conclusion
+    from ..evaluation.sequential import LifelongRun
+
+    return conclusion({m: LifelongRun.from_json(r) for m, r in results.items()})
