@@ -51,7 +51,8 @@ def request_inputs() -> list[EvalRecord]:
         from editkit.evaluation.datasets import save_upload
 
         up = st.file_uploader("A .json / .jsonl file of CounterFact, EasyEdit or zsRE records",
-                              type=["json", "jsonl"], key="ec_upload")
+                              type=["json", "jsonl"], key="ec_upload", max_upload_size=ui.upload_mb("records"))
+        ui.check_upload(up, "records")
         mine = load_eval_set(str(save_upload(up.name, up.getvalue()))) if up is not None else []
         picked = st.multiselect("Records", range(len(mine)), default=[0] if mine else [], key="ec_upload_records",
                                 format_func=lambda i: f"{mine[i].request.case_id}: {mine[i].request.rewrite} → "
@@ -399,10 +400,11 @@ def sweep_inputs():
     set_name = set_choice
     if set_choice == "my own file":
         up = st.file_uploader("A .json / .jsonl file of CounterFact, EasyEdit or zsRE records",
-                              type=["json", "jsonl"], key="ec_sweep_upload")
+                              type=["json", "jsonl"], key="ec_sweep_upload", max_upload_size=ui.upload_mb("records"))
         set_name = None
         if up is not None:
             with ui.guard("your records"):
+                ui.check_upload(up, "records")
                 set_name = str(save_upload(up.name, up.getvalue()))
     params = st.text_area("Values to try, one hyperparameter per line: name=v1,v2,... (every combination runs)",
                           "mom2_shrinkage=0,0.3,0.6", key="ec_sweep_params")

@@ -6,13 +6,13 @@ their own prompt (through the job queue). A teacher adds facts and sees the clas
 The pack: $EDITKIT_LESSON, else the class's copy in the cache (a teacher added facts), else assets/lesson/.
 """
 import hmac
-import os
 
 import pandas as pd
 import streamlit as st
 
 from editkit.core.cache import digest
 from editkit.core.errors import EditkitError
+from editkit.core.settings import settings as server_settings
 from editkit.core.progress import part
 from editkit.figures import lesson as figs
 from editkit.figures.tracing import depth_comparison
@@ -28,7 +28,6 @@ STEPS = {1: "Next-token prediction and the logit lens", 2: "Causal tracing: whic
          5: "Edit the fact with ROME", 6: "Where does the new fact live now?",
          7: "Side effects: which neighbours move?", 8: f"{ui.method_list()} side by side",
          9: "Does the traced layer edit best?", 10: "After hundreds of edits"}
-TEACHER_ENV = "EDITKIT_TEACHER_PASSPHRASE"
 FEEDBACK = {"right": st.success, "close": st.info, "wrong": st.warning}
 
 st.title("Lesson: locate, then edit")
@@ -174,7 +173,7 @@ def try_own(n: int, what: str, inputs, run, show, **caps) -> None:
         if st.button("Run it", key=f"lesson_own_go_{n}", disabled=value is None):
             with ui.guard(what):
                 pack = current_pack()
-                lm = ui.get_lm(pack.model)
+                lm = ui.get_lm(pack.model, served=True)
                 limit = {k: v(value) if callable(v) else v for k, v in caps.items()}
                 st.session_state[f"lesson_own_{n}"] = ui.run_job(
                     f"lesson step {n}", lambda progress: run(lm, progress, value), **limit)
@@ -784,13 +783,23 @@ RUN = {1: step_lens, 2: step_trace, 3: step_windows, 4: step_memories, 5: step_e
 
 # --- teacher mode -------------------------------------------------------------------------------------------
 def is_teacher() -> bool:
-    """With EDITKIT_TEACHER_PASSPHRASE set, the passphrase typed in the sidebar; without it, ?teacher=1 (a
-    laptop of one's own: set the passphrase on a shared server)."""
-    secret = os.environ.get(TEACHER_ENV, "")
+    """With a teacher passphrase set (settings teacher.passphrase or EDITKIT_TEACHER_PASSPHRASE), the passphrase
+    typed in the sidebar; without one, ?teacher=1 from a browser on the server's own machine only (a laptop of
+    one's own); from another machine it is refused with the setting to set."""
+    conf = server_settings()
+    secret = conf.teacher_passphrase
     if secret:
         typed = st.sidebar.text_input("Teacher passphrase", type="password", key="lesson_teacher_pass")
         return bool(typed) and hmac.compare_digest(typed.encode(), secret.encode())
-    return st.query_params.get("teacher") == "1"
+    if st.query_params.get("teacher") != "1":
+        return False
+    who = ui.visitor()
+    if who.local:
+        return True
+    st.sidebar.warning(f"Teacher mode from {who.describe()} needs a passphrase, and this server has none "
+                       f"({conf.cite('teacher.passphrase')}); the teacher sets one, or opens this page on the "
+                       "server's own machine.")
+    return False
 
 
 def teacher_view(pack) -> None:
@@ -851,7 +860,7 @@ def add_fact_form(pack) -> None:
             from editkit.lesson.facts import read_facts
 
             read_facts([record])  # a bad record is refused before anything loads
-            lm = ui.get_lm(pack.model)
+            lm = ui.get_lm(pack.model, served=True)
             folder = packs.writable_folder()
             out = ui.run_job("adding a fact to the lesson", lambda progress: build(
                 [record], folder, lm=lm, progress=progress, methods=pack.manifest.get("method_names"),

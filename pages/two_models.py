@@ -17,7 +17,7 @@ def second_model_picker(first, key: str = "two_model", where=st) -> object | Non
     """A second shipped or tiny model (loaded once per server process, like the sidebar's), in the first one's dtype;
     None until one is picked. `first`: the first model or its name."""
     first = getattr(first, "name", first)
-    others = [n for n in ui.BUILTIN if n != first.split("@")[0]]
+    others = [n for n in ui.pickable_models() if n != first.split("@")[0]]  # the operator's models.allowed
     name = where.selectbox("Second model", ["(none)", *others], key=key)
     if name == "(none)":
         return None

@@ -7,7 +7,7 @@ import time
 import pytest
 import torch
 
-from editkit.core import limits
+from editkit.core import limits, settings
 from editkit.core.errors import Cancelled, EditkitError
 from editkit.core.limits import Limits, parse_limits
 from editkit.model import weights
@@ -18,6 +18,17 @@ from editkit.runtime.jobs import Job, JobQueue
 from editkit.tracing import TraceSpec, trace
 
 
+def idle(queue: JobQueue) -> bool:
+    """Nothing running or waiting, no memory reserved."""
+    snap = queue.snapshot()
+    return snap["running"] == [] and snap["waiting"] == [] and snap["reserved"] == 0
+
+
+def queued(queue: JobQueue) -> int:
+    snap = queue.snapshot()
+    return len(snap["running"]) + len(snap["waiting"])
+
+
 def test_limits_defaults_and_overrides(monkeypatch, tmp_path):
     assert parse_limits("") == Limits()
     assert parse_limits('{"samples": 7, "jobs": 3}') == Limits(samples=7, jobs=3)
@@ -25,9 +36,9 @@ def test_limits_defaults_and_overrides(monkeypatch, tmp_path):
     path.write_text('{"batch": 2}')
     assert parse_limits(str(path)).batch == 2
     monkeypatch.setenv(limits.ENV, '{"prompt_tokens": 5}')
-    assert limits.limits().prompt_tokens == 5
+    assert settings.limits().prompt_tokens == 5
     monkeypatch.delenv(limits.ENV)
-    assert limits.limits() == Limits()
+    assert settings.limits() == Limits()
 
 
 @pytest.mark.parametrize("text,message", [
@@ -96,7 +107,7 @@ def test_cancelling_a_real_trace_stops_it_and_leaves_no_trace_of_it(tiny_by_name
             jobs.run(job, lambda p: trace(lm, TraceSpec("The Space Needle is in downtown", "Space Needle", samples=2),
                                          progress=p), queue)
     assert job.state == "cancelled" and 2 <= len(steps) <= 3
-    assert queue.snapshot() == {"running": [], "waiting": []}
+    assert idle(queue)
     assert weights.model_key(lm) == lm.name
     assert all(not m._forward_hooks and not m._forward_pre_hooks for m in lm.model.modules())
     with torch.no_grad():
@@ -134,7 +145,7 @@ def test_queue_runs_at_most_its_slots_first_come_first_served():
         t.start()
         threads.append(t)
         deadline = time.time() + 10  # a known arrival order: the next thread starts once this one is queued
-        while time.time() < deadline and sum(map(len, queue.snapshot().values())) < i + 1:
+        while time.time() < deadline and queued(queue) < i + 1:
             time.sleep(0.005)
     snap = queue.snapshot()
     assert [j["name"] for j in snap["running"]] == ["job0", "job1"]
@@ -145,7 +156,7 @@ def test_queue_runs_at_most_its_slots_first_come_first_served():
     assert peak[0] == 2 and sorted(order) == list(range(6))
     assert [j.name for j in sorted(admitted, key=lambda j: j.admitted)] == [f"job{i}" for i in range(6)]
     assert waits[5][0] == 3 and min(waits[5]) < 3  # it saw its position go down
-    assert queue.snapshot() == {"running": [], "waiting": []}
+    assert idle(queue)
 
 
 def test_a_waiting_job_can_be_cancelled_and_a_full_queue_refuses(monkeypatch):
@@ -182,7 +193,7 @@ def test_a_waiting_job_can_be_cancelled_and_a_full_queue_refuses(monkeypatch):
     hold.set()
     t.join(timeout=5)
     w1.join(timeout=5)
-    assert queue.snapshot() == {"running": [], "waiting": []}
+    assert idle(queue)
 
 
 def test_a_running_job_computes_at_background_priority():
