@@ -1,4 +1,5 @@
-"""The README's figures of shipped runs as PNG files, drawn by the same figure functions as the app.
+"""The manual's figures of shipped runs (docs/results/tracing.md) as PNG files, drawn by the same figure functions
+as the app.
 
 Plotly draws in the browser, so each figure is written as a self-contained HTML page (plotly.js inlined from the
 installed package, no network) and photographed by the system chromium through Playwright, the pair the browser

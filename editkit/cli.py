@@ -15,7 +15,7 @@ from .core.errors import EditkitError
 
 COMMANDS = ["models", "predict", "trace", "aie", "edit", "apply-patch", "evaluate", "bench", "memories", "triggers",
             "geva", "intervene", "similarity", "spectrum", "sweep", "bleed", "layer-sweep", "lesson", "anchor",
-            "hparams"]
+            "hparams", "ripple"]
 
 
 def build_parser() -> argparse.ArgumentParser:

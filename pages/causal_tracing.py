@@ -209,17 +209,17 @@ if a1.button("Compute / show average effects", key="trace_aie_go"):
     with ui.guard("average indirect effect"):
         job = Item(average_indirect_effect, (int(n_facts),), progress=True)
         st.session_state["trace_aie"] = ui.run_item("average indirect effect", lm, job, facts=int(n_facts))
-if lm.name in shipped_aie and a2.button("Show the README's run (no computing)", key="trace_aie_shipped"):
+if lm.name in shipped_aie and a2.button("Show the shipped run (no computing)", key="trace_aie_shipped"):
     st.session_state["trace_aie"] = {**shipped_aie[lm.name], "shipped": True}
 aie = st.session_state.get("trace_aie")
 if aie:
     if aie.get("shipped"):
-        st.caption(f"The README's run: {aie['n_facts']} facts, {aie['samples']} noise samples of {aie['noise']}, "
-                   f"window {aie['window']} (`python -m editkit aie --model {aie['model']} --n {aie['n_facts']} "
-                   f"--samples {aie['samples']}`).")
+        st.caption(f"The shipped run (the manual's Results: Tracing): {aie['n_facts']} facts, {aie['samples']} "
+                   f"noise samples of {aie['noise']}, window {aie['window']} (`editkit aie --model {aie['model']} "
+                   f"--n {aie['n_facts']} --samples {aie['samples']}`).")
     for col, kind in zip(st.columns(3), ("hidden", "mlp", "attn")):
         col.plotly_chart(aie_figure(aie, kind), width="stretch", key=f"trace_aie_{kind}")
-if len(shipped_aie) > 1 and st.toggle("Where does each model recall facts? The README's runs side by side",
+if len(shipped_aie) > 1 and st.toggle("Where does each model recall facts? The shipped runs side by side",
                                      key="trace_aie_depth"):
     with st.container(border=True):
         st.markdown(

@@ -445,5 +445,68 @@ def sweep_section(lm) -> None:
                            "application/json", key="ec_sweep_json")
 
 
+def ripple_section(lm, records, overrides) -> None:
+    """What the first request should move beside what it must not: implied facts before and after each method."""
+    from editkit.data.implications import CRITERIA, relation_of, table
+    from editkit.evaluation.ripple import ripple_view
+    from editkit.figures.ripple import ripple_figure
+
+    st.subheader("What should the edit move? Ripple effects")
+    st.markdown(
+        r"Move the Eiffel Tower to Rome and it should also be *in Italy*, answer to its other names, and keep its "
+        r"architect; Paris should stay in France. From the edit (s, r, o → o\*) editkit derives such facts from "
+        r"the model's **own** answers: a rule (r, r₂) composes (s, r, o\*) with (o\*, r₂, z\*) into (s, r∘r₂, "
+        r"z\*), with z\* the model's top-1 for o\*, kept only if it knows it. Each cell is P(expected | prompt) "
+        "after an edit, green where the fact moved (→) or stayed (=) as it should. The in-context reference "
+        "changes no weight: it writes \"Imagine that <the new fact>.\" before every prompt.")
+    if not records:
+        st.info("Choose a request above to test its ripple effects.")
+        return
+    rels = table()["relations"]
+    req = records[0].request
+    guess = records[0].relation or req.relation or relation_of(req.prompt)
+    options = [None] + list(rels)
+    c1, c2 = st.columns([2, 1])
+    relation = c1.selectbox("Relation of the edited fact (Wikidata)", options,
+                            index=options.index(guess) if guess in options else 0, key="ec_ripple_rel",
+                            format_func=lambda r: "none: derive nothing" if r is None else f"{r}: {rels[r]['label']}")
+    reference = c2.checkbox("In-context reference", True, key="ec_ripple_ref")
+    mine = st.data_editor(pd.DataFrame({"prompt": ["The Eiffel Tower is in the country of"], "expected answer":
+                                        ["Italy"], "should": ["move"]}).iloc[:0], num_rows="dynamic",
+                          column_config={"should": st.column_config.SelectboxColumn(options=["move", "stay"])},
+                          key="ec_ripple_mine", width="stretch")
+    st.caption("Add implied facts of your own: a prompt, the answer it should have after the edit, and whether the "
+               "edit should move it there or leave it there.")
+    if st.button("Test the ripple effects of the first request", key="ec_ripple_go", disabled=not methods):
+        with ui.guard("ripple effects"):
+            ui.refuse(hp_errors, methods)
+            extra = [{"prompt": str(r["prompt"] or ""), "answer": str(r["expected answer"] or ""),
+                      "move": r["should"] != "stay"} for _, r in mine.iterrows()
+                     if str(r["prompt"] or "").strip() or str(r["expected answer"] or "").strip()]
+            job = Item(ripple_view, (req, methods, relation or "", overrides, extra, reference), progress=True)
+            st.session_state["ec_ripple"] = ui.run_item("ripple effects", lm, job, batch=len(methods) + 1)
+    out = st.session_state.get("ec_ripple")
+    if not out:
+        return
+    fig = ripple_figure(out)
+    if fig is None:
+        st.info(out["message"])
+    else:
+        st.plotly_chart(fig, width="stretch", key="ec_ripple_fig")
+        st.markdown(f"**{out['conclusion']}**")
+        st.caption("Criteria: " + "; ".join(f"{k} = {v}" for k, v in CRITERIA.items()) + ". Efficacy and "
+                   "neighbourhood specificity of each method: " + "; ".join(
+                       f"{m['label']} {_rate(m['efficacy'])} / {_rate(m['specificity'])}"
+                       for m in out["methods"].values()))
+    if out["dropped"]:
+        with st.expander(f"{len(out['dropped'])} candidate fact(s) dropped, each with its reason"):
+            st.dataframe(pd.DataFrame(out["dropped"]), hide_index=True, width="stretch")
+
+
+def _rate(pair) -> str:
+    return "-" if not pair else f"{100 * pair[1]:.0f}%"
+
+
 bleed_section(lm, records, overrides)
+ripple_section(lm, records, overrides)
 sweep_section(lm)

@@ -16,7 +16,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 APP = ROOT / "app.py"
 # Screenshots go to a scratch folder unless EDITKIT_SCREENSHOTS names one (EDITKIT_SCREENSHOTS=assets/screenshots
-# refreshes the README's pictures): a test run never writes into tracked files unless asked.
+# refreshes the README's and the manual's pictures): a test run never writes into tracked files unless asked.
 SHOTS = Path(os.environ.get("EDITKIT_SCREENSHOTS") or Path(tempfile.gettempdir()) / "editkit-screenshots")
 
 

@@ -47,12 +47,14 @@ def gemma():
 def pytest_addoption(parser):
     parser.addoption("--full", action="store_true",
                      help="the full suite: also the embedded model at length, browser, load, Ray and notebooks")
+    parser.addoption("--full-only", action="store_true",
+                     help="only what the quick tier leaves out (CI runs the quick tier, then this)")
 
 
-# What only the full suite runs: these markers, and every test on the embedded model or a Ray cluster that is not
+# What only the full suite runs: these markers, and every test on a real model or a Ray cluster that is not
 # marked `quick` (a few embedded-model checks stay in the quick tier, which must finish in minutes on 2 cores).
 FULL_MARKERS = ("full", "browser", "load", "notebook")
-FULL_FIXTURES = ("gemma", "ray_local", "ray_lm", "ray_cache")
+FULL_FIXTURES = ("gemma", "smollm2", "ray_local", "ray_lm", "ray_cache")
 
 
 def in_full_suite_only(item) -> bool:
@@ -62,12 +64,13 @@ def in_full_suite_only(item) -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
-    """The quick tier by default; --full runs everything."""
+    """The quick tier by default; --full runs everything; --full-only the rest of the full suite."""
     if config.getoption("--full"):
         return
+    rest = config.getoption("--full-only")
     keep, drop = [], []
     for item in items:
-        (drop if in_full_suite_only(item) else keep).append(item)
+        (drop if in_full_suite_only(item) != rest else keep).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep

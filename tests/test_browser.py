@@ -1,7 +1,7 @@
 """End to end in a real browser: `streamlit run app.py` in a subprocess, every page of app.py's PAGES opened in
 Chromium (Debian's, via Playwright) on the embedded model, each page's main action run, no exception box and no
 error alert, and a full-page screenshot of each page saved to $EDITKIT_SCREENSHOTS/<page>.png
-(EDITKIT_SCREENSHOTS=assets/screenshots refreshes the README's pictures; by default a scratch folder).
+(EDITKIT_SCREENSHOTS=assets/screenshots refreshes the README's and the manual's pictures; by default a scratch folder).
 
 Slow (the embedded model loads, the causal trace runs on Gemma): in the full suite only (`--full`).
 To give a new page a main action, add one entry to ACTIONS.

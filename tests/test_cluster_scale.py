@@ -13,6 +13,7 @@ from editkit.model.loading import load_model  # noqa: E402
 from editkit.runtime import cluster  # noqa: E402
 
 
+@pytest.mark.full  # slow on 2 cores; the quick tier keeps cheaper checks of the same code
 def test_bench_scale_on_a_tiny_model(tmp_path, monkeypatch):
     monkeypatch.setenv("EDITKIT_CACHE", str(tmp_path))
     cluster.shutdown()  # one cluster per process: the benchmark starts its own

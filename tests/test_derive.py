@@ -80,6 +80,7 @@ def folder_model(tmp_path, monkeypatch, tiny_by_name):
     return str(folder)
 
 
+@pytest.mark.full  # slow on 2 cores; the quick tier keeps cheaper checks of the same code
 def test_the_command_traces_writes_and_every_command_reads_the_files(folder_model, capsys):
     with pytest.raises(EditkitError, match="editkit hparams --model"):
         load_hparams("rome", folder_model)  # before: the message names the command
@@ -101,6 +102,7 @@ def test_the_command_traces_writes_and_every_command_reads_the_files(folder_mode
     assert "not validated" in json.dumps(edit)  # the derived file's provenance travels with the result
 
 
+@pytest.mark.full  # slow on 2 cores; the quick tier keeps cheaper checks of the same code
 def test_shipped_files_are_kept_and_a_model_without_facts_is_one_line(tmp_path, monkeypatch, capsys):
     """A model with shipped files keeps them (the derived values are only shown, from its shipped AIE run without
     tracing); a model that predicts none of the known facts, and an AIE file that cannot be read, are one line."""

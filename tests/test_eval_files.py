@@ -100,6 +100,7 @@ def test_set_id_follows_the_content(tmp_path):
     assert set_id(str(a)) != first and set_id("counterfact") == "counterfact"
 
 
+@pytest.mark.full  # slow on 2 cores; the quick tier keeps cheaper checks of the same code
 def test_cli_evaluate_own_file(tmp_path, capsys):
     path = _write(tmp_path, "mine.json", [ROME_SCHEMA])
     assert main(["evaluate", "--model", "tiny-gpt2", "--methods", "rome", "--set", str(path), "--n", "1",

@@ -73,6 +73,7 @@ def test_edit_and_measure_leaves_the_model(tiny_by_name):
     assert row["post"]["rewrite"]["nll_new"] != row["pre"]["rewrite"]["nll_new"]
 
 
+@pytest.mark.full  # slow on 2 cores; the quick tier keeps cheaper checks of the same code
 def test_evaluate_runs_and_resumes(tiny_by_name, tmp_path):
     lm = tiny_by_name("tiny-llama")
     snap = _snapshot(lm)

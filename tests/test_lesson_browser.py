@@ -1,7 +1,7 @@
 """One student walks the whole lesson in Chromium (`streamlit run app.py`, Debian's chromium via Playwright) on the
 shipped pack: at every step a wrong answer first (the feedback says so), then "Answer again" and the right one (the
 feedback says right), no exception or error box anywhere, and a screenshot of each revealed step saved to
-$EDITKIT_SCREENSHOTS/lesson-<step>.png (EDITKIT_SCREENSHOTS=assets/screenshots refreshes the README's; by
+$EDITKIT_SCREENSHOTS/lesson-<step>.png (EDITKIT_SCREENSHOTS=assets/screenshots refreshes the manual's; by
 default a scratch folder).
 
 The right answers come from the pack's own numbers (tests/lesson_util.answers_for). Marked `browser`.

@@ -100,7 +100,7 @@ def test_sweep_and_lifelong():
     sweep = {"peak_layer": 4, "best_layer": 5, "trace": {"token": " Needle"}}
     assert grading.sweep_truth(sweep) and grading.grade_sweep(sweep, True).verdict == RIGHT
     assert grading.grade_sweep({**sweep, "best_layer": 12}, True).verdict == WRONG
-    shipped = compute.lifelong()["results"]  # the README's 500-edit run
+    shipped = compute.lifelong()["results"]  # the manual's 500-edit run (docs/results/lifelong.md)
     assert grading.first_collapse(shipped) == "ROME"
     g = grading.grade_lifelong(shipped, "ROME")
     assert g.verdict == RIGHT and "PMET: collapsed by edit 200" in g.feedback

@@ -175,6 +175,7 @@ def test_geva_analyses_shapes_and_cache(tiny_by_name):
     assert again == r
 
 
+@pytest.mark.full  # slow on 2 cores; the quick tier keeps cheaper checks of the same code
 def test_cli_memories_and_triggers_json(cache):
     env = {**__import__("os").environ, "EDITKIT_CACHE": str(cache)}
     out = subprocess.run([sys.executable, "-m", "editkit", "memories", "--model", "tiny-gpt2", "--prompt", PROMPT,

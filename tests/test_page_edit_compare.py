@@ -52,3 +52,24 @@ def test_spectrum_and_lifelong_sections():
     life = at.session_state["ec_life"]
     assert set(life) == {"rome", "alphaedit"} and life["rome"]["batch"] == 1 and life["alphaedit"]["batch"] == 2
     assert [r["edit"] for r in life["alphaedit"]["rows"]] == [2, 4]
+
+
+def test_ripple_section_draws_the_implied_facts_or_says_there_are_none():
+    """Native language English implies speaking English (a rule that needs no knowledge): one row per method; with
+    the relation unknown nothing can be derived, and the view says so in words, never an empty chart."""
+    at = AppTest.from_file(APP, default_timeout=600)
+    at.session_state["model_choice"] = "tiny-gemma3"
+    at.switch_page("pages/edit_compare.py").run()
+    assert not at.exception
+    at.multiselect(key="ec_methods").set_value(["rome"])
+    assert at.selectbox(key="ec_ripple_rel").value == "P103"  # read from the request's template
+    at.button(key="ec_ripple_go").click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    out = at.session_state["ec_ripple"]
+    assert [f["rule"] for f in out["facts"]] == ["P103>P1412"] and set(out["methods"]) == {"rome", "in-context"}
+    assert at.get("plotly_chart") and any("propagat" in m.value or "score the same" in m.value for m in at.markdown)
+    at.selectbox(key="ec_ripple_rel").select_index(0)  # "none: derive nothing"
+    at.button(key="ec_ripple_go").click().run()
+    assert not at.exception
+    assert at.session_state["ec_ripple"]["facts"] == []
+    assert any("no implied fact the model knows" in i.value for i in at.info)

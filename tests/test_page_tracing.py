@@ -52,7 +52,7 @@ def test_tracing_page_preview_then_exact_and_a_cancelled_trace_keeps_its_panels(
     assert not any("cancelled" in w.value for w in at.warning)
 
 
-def test_tracing_page_shows_the_readme_aie_runs_without_computing(tiny_by_name, tmp_path, monkeypatch):
+def test_tracing_page_shows_the_shipped_aie_runs_without_computing(tiny_by_name, tmp_path, monkeypatch):
     """A model with a shipped AIE run shows it at a click (nothing traced); with two runs, the toggle draws them
     side by side on a relative depth axis."""
     monkeypatch.setenv("EDITKIT_CACHE", str(tmp_path))
@@ -72,6 +72,6 @@ def test_tracing_page_shows_the_readme_aie_runs_without_computing(tiny_by_name, 
     assert not at.exception and not at.get("plotly_chart")
     at.button(key="trace_aie_shipped").click().run()
     assert not at.exception and len(at.get("plotly_chart")) == 3
-    assert any("README's run: 1 facts" in c.value for c in at.caption)
+    assert any("shipped run (the manual's Results: Tracing): 1 facts" in c.value for c in at.caption)
     at.toggle(key="trace_aie_depth").set_value(True).run()
     assert not at.exception and len(at.get("plotly_chart")) == 5

@@ -183,8 +183,8 @@ def test_finalize_measures_every_edit_of_a_stopped_run(tiny_by_name):
 
 
 def test_shipped_run_and_its_figure():
-    """The shipped 500-edit run (README's table) loads, every method's last checkpoint measured every edit, and
-    the figure draws the ratios that explode on a collapse (perplexity, ||dW||/||W||) on log axes."""
+    """The shipped 500-edit run (docs/results/lifelong.md) loads, every method's last checkpoint measured every
+    edit, and the figure draws the ratios that explode on a collapse (perplexity, ||dW||/||W||) on log axes."""
     from editkit.evaluation.lifelong import SHIPPED, load_results
     from editkit.figures.lifelong import LOG_PANELS, PANELS, lifelong_figure
 
@@ -201,9 +201,9 @@ def test_shipped_run_and_its_figure():
 
 
 def test_shipped_stabiliser_run_and_its_figure():
-    """The shipped 120-edit ROME run with and without the stabilisers (README "Stabilisers"): every run complete and
-    measured on every edit at the end, the defaults collapsed and the stabilised variants not, each variant with its
-    own label and colour in the figures."""
+    """The shipped 120-edit ROME run with and without the stabilisers (docs/results/lifelong.md): every run complete
+    and measured on every edit at the end, the defaults collapsed and the stabilised variants not, each variant with
+    its own label and colour in the figures."""
     from editkit.evaluation.lifelong import SHIPPED_STABILISERS, load_results
     from editkit.figures.lifelong import layer_figure, lifelong_figure
 

@@ -34,6 +34,10 @@ def register(sub):
     p.add_argument("--reuse-targets", action="store_true",
                    help="reuse target vectors of earlier runs that differ only in the solve (statistics, lambda)")
     p.add_argument("--out", default=None, help="results folder (default: the editkit cache); reruns resume")
+    p.add_argument("--ripple", action="store_true",
+                   help="instead: ripple effects, the share of implied facts that move / stay with each method "
+                        "and the in-context reference (--methods may name in-context; --set counterfact or "
+                        "counterfact-val)")
     p.add_argument("--sequential", action="store_true",
                    help="instead: lifelong editing, batch after batch on the weights the earlier ones left")
     lifelong.add_arguments(p)
@@ -59,6 +63,10 @@ def run(args):
                        if given]
     if sequential_only and not args.sequential:  # never accepted and then silently ignored
         raise EditkitError(f"{', '.join(sequential_only)}: only for --sequential runs")
+    if args.ripple and args.set_name not in ("counterfact", "counterfact-val"):
+        raise EditkitError("--ripple evaluates --set counterfact or counterfact-val")
+    if args.ripple and args.sequential:
+        raise EditkitError("--ripple and --sequential are two different evaluations: pick one")
     load_eval_set(args.set_name, 1)  # an unknown set fails before the model loads
     backend = ray_backend(args)  # a malformed --ray fails before the model loads
     hparams = None
@@ -76,6 +84,8 @@ def run(args):
 
     if args.sequential:
         return lifelong.run(args, lm, methods, hparams, progress, backend)
+    if args.ripple:
+        return ripple_run(args, lm, methods, hparams, progress, backend)
     spec = EvalSpec(set_name=args.set_name, n=args.n, batch=args.batch, n_gen=args.gen_prompts,
                     gen_tokens=args.gen_tokens, greedy_tokens=args.greedy_tokens)
     out = evaluate(lm, methods, spec, hparams, out_dir=args.out, reuse_targets=args.reuse_targets,
@@ -84,6 +94,49 @@ def run(args):
         with open(args.save, "w", encoding="utf-8") as f:
             json.dump(out, f, indent=1)
     return out
+
+
+def ripple_run(args, lm, methods, hparams, progress, backend):
+    from ..evaluation.ripple import IN_CONTEXT
+    from ..evaluation.ripple_eval import RippleSpec, evaluate_ripple
+
+    if IN_CONTEXT not in methods:  # the bar every weight edit is read against
+        methods = methods + [IN_CONTEXT]
+    out = evaluate_ripple(lm, methods, RippleSpec(set_name=args.set_name, n=args.n), hparams, out_dir=args.out,
+                          backend=backend, progress=progress)
+    out["ripple"] = True
+    if args.save:
+        with open(args.save, "w", encoding="utf-8") as f:
+            json.dump(out, f, indent=1)
+    return out
+
+
+def show_ripple(out):
+    from ..data.implications import CRITERIA
+    from ..figures.ripple import COLUMNS
+
+    print(f"Ripple effects on {out['model']}, {out['n']} edits of {out['set']} (each edited alone); implied facts: "
+          + ", ".join(f"{v} {k}" for k, v in out["facts"].items()))
+    print("% of implied facts that moved / stayed as they should, mean over edits ± 95% half-width; [d vs "
+          f"{out['against'].upper()}: paired difference]")
+    cols = [c for c, _ in COLUMNS]
+    print(f"{'':22s}" + "".join(f"{label:>26s}" for _, label in COLUMNS))
+    for m, cells in out["table"].items():
+        line = ""
+        for c in cols:
+            cell = cells.get(c)
+            if not cell:
+                line += f"{'-':>26s}"
+                continue
+            text = f"{cell['mean']:5.1f}±{cell['ci95'] or 0:4.1f}"
+            if "diff" in cell:
+                d = cell["diff"]
+                text += f" [d {d['mean']:+5.1f}±{d['ci95'] or 0:4.1f}]"
+            line += f"{text:>26s}"
+        print(f"{m:22s}{line}")
+    print("criteria: " + "; ".join(f"{k} = {v}" for k, v in CRITERIA.items()) + "; efficacy = P(new) > P(true) on "
+          "the rewrite; specificity = neighbourhood prompts keeping P(true) > P(new), after the edit, and its "
+          "change from before")
 
 
 def _fmt(cell):
@@ -110,6 +163,9 @@ def show(out):
         return
     if "sequential" in out:
         lifelong.show(out)
+        return
+    if out.get("ripple"):
+        show_ripple(out)
         return
     print(f"{out['model']} on {out['set']} ({out['n']} records, batch {out['batch']}); mean ± 95% half-width")
     cols = ["score", "efficacy", "generalization", "specificity", "fluency", "consistency", "gen_efficacy",

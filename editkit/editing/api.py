@@ -84,7 +84,8 @@ def prepare_first_use(lm, hps: "Hparams | list[Hparams]", progress=None, method:
     """Compute what the first edits with `hps` need (first_use, merged: one statistics pass per module, token
     positions and token count for all their layers) with progress messages and time estimates; True when
     something was computed. The statistics dominate: one pass over mom2_n_tokens WikiText tokens that stops
-    after the highest layer (Gemma 3 270M, 20,000 tokens, layer 4: see README, "the first edit")."""
+    after the highest layer (Gemma 3 270M, 20,000 tokens, layer 4: docs/results/speed.md, "First use of a
+    method")."""
     hps = list(hps) if isinstance(hps, (list, tuple)) else [hps]
     passes: dict[tuple, set] = {}
     templates: set[tuple[int, int]] = set()

@@ -6,6 +6,7 @@ editkit's schema: {"prompt": "The mother tongue of {} is", "subject": "Danielle 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -44,6 +45,7 @@ class EditRequest:
     neighborhood_prompts: list[str] = field(default_factory=list)
     generation_prompts: list[str] = field(default_factory=list)
     case_id: str | int | None = None
+    relation: str | None = None  # the Wikidata relation ("P17") when known: what implied facts derive from
 
     def __post_init__(self):
         where = f"request {self.case_id}" if self.case_id is not None else "request"
@@ -93,7 +95,7 @@ def parse_record(d: dict, index: int = 0) -> EditRequest:
             prompt=rw.get("prompt", ""), subject=rw.get("subject", ""), target_new=rw.get("target_new"),
             target_true=rw.get("target_true"), paraphrase_prompts=d.get("paraphrase_prompts"),
             neighborhood_prompts=d.get("neighborhood_prompts"), generation_prompts=d.get("generation_prompts"),
-            case_id=case_id)
+            case_id=case_id, relation=_relation(rw.get("relation_id"), where))
     prompt = d.get("prompt", d.get("prompts", d.get("src")))
     if isinstance(prompt, list):
         prompt = prompt[0] if prompt else ""
@@ -117,7 +119,17 @@ def parse_record(d: dict, index: int = 0) -> EditRequest:
         target_true=d.get("target_true", d.get("ground_truth", d.get("pred"))),
         paraphrase_prompts=d.get("paraphrase_prompts", d.get("rephrase_prompts", d.get("rephrase_prompt",
                                                                                         d.get("rephrase")))),
-        neighborhood_prompts=neighborhood, generation_prompts=d.get("generation_prompts"), case_id=case_id)
+        neighborhood_prompts=neighborhood, generation_prompts=d.get("generation_prompts"), case_id=case_id,
+        relation=_relation(d.get("relation", d.get("relation_id")), where))
+
+
+def _relation(value, where: str) -> str | None:
+    """A Wikidata property id ("P17"), or None when not given."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str) or not re.fullmatch(r"P\d+", value.strip()):
+        raise EditkitError(f"{where}: the relation must be a Wikidata property id like 'P17', not {value!r}")
+    return value.strip()
 
 
 def parse_requests(obj) -> list[EditRequest]:

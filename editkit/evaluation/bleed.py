@@ -20,15 +20,13 @@ and known-facts records) and, as reference points, the rewrite and paraphrase pr
 """
 from __future__ import annotations
 
-import json
-from functools import lru_cache
 
 import torch
 
 from ..core.errors import EditkitError
-from ..core.paths import DATA
 from ..core.progress import part
 from ..data.facts import known_facts
+from ..data.implications import relation_of as template_relation
 from ..editing.api import run_edit
 from ..editing.defaults import load_hparams
 from ..editing.methods import get
@@ -42,28 +40,10 @@ from ..model.tokens import encode
 OUTPUT_SITE = {"down_proj": "mlp_out", "o_proj": "attn_out"}  # the site carrying each edited map's output
 
 
-@lru_cache(maxsize=1)
-def _relations() -> dict[str, set]:
-    """Prompt template ("{} is located in") -> the Wikidata relation ids of the shipped records using it."""
-    out: dict[str, set] = {}
-    for f in known_facts():
-        out.setdefault(f["prompt"].replace(f["subject"], "{}", 1), set()).add(f["relation_id"])
-    try:
-        cf = json.loads((DATA / "counterfact" / "counterfact_500.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        cf = []
-    for d in cf:
-        rw = d.get("requested_rewrite", {})
-        if rw.get("prompt") and rw.get("relation_id"):
-            out.setdefault(rw["prompt"], set()).add(rw["relation_id"])
-    return out
-
-
 def relation_of(request: EditRequest) -> str | None:
-    """The Wikidata relation of a request's prompt template when the shipped records use that template for one
-    relation only ("{} is located in" serves four: None, pass the relation instead)."""
-    found = _relations().get(request.prompt, set())
-    return next(iter(found)) if len(found) == 1 else None
+    """The Wikidata relation of a request: its own, or its prompt template's when the shipped records use that
+    template for one relation only ("{} is located in" serves four: None, pass the relation instead)."""
+    return request.relation or template_relation(request.prompt)
 
 
 def prompts_for(request: EditRequest, relation: str | None = None, n_facts: int = 20,

@@ -1,9 +1,10 @@
 """Lifelong-editing results as tables and curves (the data behind figures/lifelong.py and the page).
 
 A result is what evaluation/sequential.py returns for one method; `results` maps method names to results.
-`SHIPPED` is the run reported in the README (the embedded model, 500 CounterFact edits: ROME one by one, the others
-in batches of 25), so the page can draw the four methods' curves without an hour of computing; `SHIPPED_STABILISERS`
-is ROME's 120 edits with and without the stabilisers (a run's key is then "method+variant", with its own label).
+`SHIPPED` is the run reported in the manual (docs/results/lifelong.md: the embedded model, 500 CounterFact edits,
+ROME one by one, the others in batches of 25), so the page can draw the four methods' curves without an hour of
+computing; `SHIPPED_STABILISERS` is ROME's 120 edits with and without the stabilisers (a run's key is then
+"method+variant", with its own label).
 """
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from ..core.paths import ASSETS
 from .metrics import harmonic_mean
 
 SHIPPED = ASSETS / "results" / "lifelong-gemma-3-270m.json"
-# ROME one by one, 120 edits: the defaults and with each stabiliser ("rome+encore", "rome+nas"; README "Stabilisers")
+# ROME one by one, 120 edits: the defaults and with each stabiliser ("rome+encore", "rome+nas";
+# docs/results/lifelong.md)
 SHIPPED_STABILISERS = ASSETS / "results" / "lifelong-rome-stabilisers-gemma-3-270m.json"
 
 def styled(results: dict) -> dict:

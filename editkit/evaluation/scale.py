@@ -7,7 +7,7 @@ the fixed costs (starting the cluster; starting the workers, each importing torc
 run's seconds per record (pre-edit measurement, edit and post-edit measurement, spread over the workers), the
 speed-up over the in-process run and whether the results equal it. The report names what bounds the speed-up
 (workers against free cores, rounds of items per worker) and projects a 1,000-record evaluation on N workers from
-the measured costs. Measured numbers go in the README ("Running on a cluster").
+the measured costs. Measured numbers go in the manual (docs/results/speed.md, "Scaling on Ray").
 """
 from __future__ import annotations
 

@@ -1,0 +1,65 @@
+"""Co-editing the implications (after ChainEdit, 2025): MEMIT writes each fact together with the facts it implies.
+
+A locate-then-edit method writes (s, r, o*) where s's last token reads it, but a fact composed from it, "s is in
+the country of <country of o*>", is answered from the same subject's other memories, which the edit does not
+touch (RippleEdits and MQuAKE: ROME and MEMIT pass the edited prompt and fail most implied facts). ChainEdit
+edits the logical chain with the fact: derive the implied facts from rules and the model's own knowledge, and
+edit them jointly. editkit's version:
+1. derive each request's logical-generalization facts from the ripple rules (data/implications.py): for a rule
+   (r, r2) the model's own answer z* for (o*, r2), kept only where the model knows it;
+2. add each as a request of its own, phrased with the rule's second (edit) phrasing, never the test's;
+3. edit the original and implied requests in one MEMIT batch (MEMIT Eq. 14-16: jointly optimized targets, the
+   least-squares update spread over the critical layers).
+Why not CaKE (circuit-aware LoRA fine-tuning on generated multi-hop data): it trains every module for 40 epochs
+per edit and needs its generated reasoning data; co-editing reuses MEMIT's closed-form update and the same rules
+the ripple view tests, so its gain and its cost (more requests in the batch: more weight change) are measured
+against MEMIT directly.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..hparams import _non_negative
+from ..requests import EditRequest
+from ..share import update_share
+from . import Method, register
+from .memit import MemitHparams, apply_memit, first_use
+
+
+@dataclass(frozen=True)
+class CoeditHparams(MemitHparams):
+    max_implied: int = 4  # implied facts written with each request (0: plain MEMIT)
+
+    CHECKS = {**MemitHparams.CHECKS, "max_implied": _non_negative}
+
+
+def implied_requests(lm, requests, hp: CoeditHparams) -> list[EditRequest]:
+    """Each request's logical-generalization facts as requests of their own (the rule's edit phrasing)."""
+    from ...data.implications import derive_many
+
+    if hp.max_implied < 1:
+        return []
+    out = []
+    for r, d in zip(requests, derive_many(lm, list(requests), None, hp.max_implied)):
+        for f in d.facts:
+            if f.criterion == "logical" and f.edit_prompt and f.subject in f.edit_prompt:
+                out.append(EditRequest(f.edit_prompt.replace(f.subject, "{}", 1), f.subject, f.answer,
+                                       case_id=f"{r.case_id}:{f.rule}"))
+    return out
+
+
+def apply_coedit(lm, requests, hp: CoeditHparams, progress=None, reference: bool = False,
+                 solves: bool = False):
+    extra = implied_requests(lm, requests, hp)
+    result = apply_memit(lm, list(requests) + extra, hp, progress, reference, solves)
+    result.method = "coedit"
+    result.details["implied"] = [{"prompt": e.rewrite, "target": e.target_new} for e in extra]
+    return result
+
+
+METHOD = register(Method(
+    name="coedit", label="Co-edit (MEMIT + implied)", apply=apply_coedit, hparams=CoeditHparams, order=60,
+    color="#a6761d", first_use=first_use, predict_share=update_share,
+    spreading="MEMIT's spread, with each fact's derived implications edited in the same batch",
+    about="After ChainEdit (2025): the implied facts derived from the model's own knowledge are edited with the "
+          "fact, in one MEMIT batch."))

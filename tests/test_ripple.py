@@ -1,0 +1,209 @@
+"""Ripple effects: the derivation of implied facts from the model's own answers, the in-context reference, the
+one-edit view and the evaluation over many edits, the co-editing method."""
+import json
+
+import pytest
+import torch
+
+from editkit.cli import main
+from editkit.data import implications
+from editkit.data.implications import Derivation, ImpliedFact, derive, match_answer, rules_for, table, user_fact
+from editkit.editing.requests import EditRequest
+from editkit.evaluation import ripple_eval
+from editkit.evaluation.ripple import IN_CONTEXT, conclusion, context_prefix, method_ripple, ripple
+from editkit.model.scoring import TargetScore
+
+EIFFEL = EditRequest("{} is located in the city of", "Eiffel Tower", "Rome", "Paris",
+                     neighborhood_prompts=["The Louvre is located in the city of"], relation="P131")
+FAST = {"v_num_grad_steps": 4}
+
+
+class _Runner:
+    """A model that answers clozes from a table (the fixture's knowledge)."""
+
+    def __init__(self, said):
+        self.said = said
+
+    def complete(self, prompts, decoding):
+        return [self.said.get(p, " the same thing") for p in prompts]
+
+
+class _LM:
+    def __init__(self, said):
+        self.runner = _Runner(said)
+
+
+def _scores(said, probs):
+    """score_targets over the fixture: an answer is the top-1 where the cloze's continuation starts with it."""
+    def score(lm, prompts, targets, batch_size=16):
+        out = []
+        for p, t in zip(prompts, targets):
+            hit = said.get(p, "").lstrip().startswith(t.strip())
+            prob = probs.get((p, t.strip()), 0.6 if hit else 0.01)
+            out.append(TargetScore(float(torch.tensor(prob).log()), 1, [0.0], [hit], [0]))
+        return out
+    return score
+
+
+FIXTURE = {
+    "Eiffel Tower is located in the city of": " Paris, France.",
+    "Rome is located in the country of": " Italy, and is",
+    "Paris is located in the country of": " France, and",
+    "Eiffel Tower is located in the country of": " France. It is",
+    "Tour Eiffel is located in the city of": " Paris, the",
+    "the Eiffel tower is located in the city of": " a small town",
+    "Eiffel Tower is located in the continent of": " Europe, and",
+}
+
+
+def test_rules_are_data_with_a_relation_pair_and_one_slot():
+    rels = table()["relations"]
+    assert all(r["probe"].count("{}") == 1 for r in rels.values())
+    for rule in table()["rules"]:
+        assert len(rule["pair"]) == 2 and all(p in rels for p in rule["pair"]), rule
+        assert rule["kind"] in ("compose", "implies", "inverse") and rule["why"]
+        assert all(p.count("{}") == 1 for p in rule["prompts"] + ([rule["hop"]] if "hop" in rule else []))
+        assert len(rule["prompts"]) >= 2  # a test phrasing and an edit phrasing
+    assert [r["pair"] for r in rules_for("P131")] == [["P131", "P17"]]
+
+
+def test_a_known_rule_gives_the_expected_prompt_and_answer(monkeypatch):
+    monkeypatch.setattr(implications, "score_targets", _scores(FIXTURE, {}))
+    d = derive(_LM(FIXTURE), EIFFEL)
+    logical = [f for f in d.facts if f.criterion == "logical"]
+    assert [(f.prompt, f.answer, f.move, f.rule) for f in logical] == [
+        ("Eiffel Tower is located in the country of", " Italy", True, "P131>P17")]
+    assert logical[0].evidence == "Rome is located in the country of" and logical[0].evidence_p == pytest.approx(0.6)
+    assert logical[0].edit_prompt == "Eiffel Tower can be found in the country of"
+    pres = [f for f in d.facts if f.criterion == "preservation"]
+    assert [(f.prompt, f.answer, f.move) for f in pres] == [("Paris is located in the country of", " France", False)]
+    alias = [f for f in d.facts if f.criterion == "aliasing"]
+    assert [(f.prompt, f.answer) for f in alias] == [("Tour Eiffel is located in the city of", " Rome")]
+    reasons = {x.prompt: x.reason for x in d.dropped}
+    assert "not the same entity" in reasons["the Eiffel tower is located in the city of"]
+
+
+def test_a_fact_the_model_does_not_know_is_dropped_with_the_reason(monkeypatch):
+    said = {**FIXTURE, "Rome is located in the country of": " the same name"}
+    monkeypatch.setattr(implications, "score_targets", _scores(said, {}))
+    d = derive(_LM(said), EIFFEL)
+    assert not [f for f in d.facts if f.criterion == "logical"]
+    reason = {x.prompt: x.reason for x in d.dropped}["Eiffel Tower is located in the country of"]
+    assert "does not know the country of Rome" in reason and "the same name" in reason
+
+
+def test_a_guess_below_the_floor_is_not_knowledge(monkeypatch):
+    probs = {("Rome is located in the country of", "Italy"): 0.05}
+    monkeypatch.setattr(implications, "score_targets", _scores(FIXTURE, probs))
+    d = derive(_LM(FIXTURE), EIFFEL)
+    assert not [f for f in d.facts if f.criterion == "logical"]
+    assert "P >= 0.1" in {x.prompt: x.reason for x in d.dropped}["Eiffel Tower is located in the country of"]
+
+
+def test_no_relation_says_so():
+    d = derive(_LM({}), EditRequest("My favourite {} is", "colour", "blue"))
+    assert d.facts == [] and d.message().startswith("no implied fact the model knows")
+
+
+def test_match_answer_reads_whole_words_and_the_article():
+    assert match_answer(" Italy, and", "P17") == "Italy"
+    assert match_answer(" the United Kingdom. It", "P17") == "the United Kingdom"
+    assert match_answer(" Italyx", "P17") is None
+
+
+def test_in_context_reference_changes_no_weight(tiny_by_name):
+    lm = tiny_by_name("tiny-gemma3")
+    before = {n: p.detach().clone() for n, p in lm.model.named_parameters()}
+    fact = user_fact("The Eiffel Tower is in the country of", "Italy", True)
+    m = method_ripple(lm, IN_CONTEXT, EIFFEL, [fact])
+    assert m.name == IN_CONTEXT and len(m.outcomes) == 1 and m.seconds >= 0
+    for n, p in lm.model.named_parameters():
+        assert torch.equal(p, before[n]), n
+    assert context_prefix(EIFFEL) == "Imagine that Eiffel Tower is located in the city of Rome.\n"
+
+
+def test_ripple_one_edit_and_conclusion(tiny_by_name):
+    lm = tiny_by_name("tiny-gemma3")
+    fact = user_fact("The Eiffel Tower is in the country of", "Italy", True)
+    out = ripple(lm, EIFFEL, ["rome"], hparams={"rome": FAST}, extra=[fact]).to_dict()
+    assert set(out["methods"]) == {"rome", IN_CONTEXT}
+    assert out["facts"][-1]["criterion"] == "user"
+    assert all(len(m["outcomes"]) == len(out["facts"]) for m in out["methods"].values())
+    assert out["conclusion"].endswith(".")
+
+
+def test_no_fact_gives_a_message_not_an_empty_chart(tiny_by_name):
+    from editkit.figures.ripple import ripple_figure
+
+    lm = tiny_by_name("tiny-gemma3")
+    out = ripple(lm, EditRequest("My favourite {} is", "colour", "blue"), ["rome"]).to_dict()
+    assert out["facts"] == [] and out["methods"] == {}
+    assert "no implied fact the model knows" in out["message"] and ripple_figure(out) is None
+
+
+def test_conclusion_within_noise():
+    facts = [{"move": True}, {"move": True}, {"move": False}]
+    def m(label, verdicts):
+        return {"label": label, "outcomes": [{"verdict": v} for v in verdicts]}
+    out = {"facts": facts, "methods": {"a": m("A", ["moved", "moved", "stayed"]),
+                                       "b": m("B", ["moved", "failed", "stayed"])}}
+    assert conclusion(out).startswith("A propagates best") and "within noise" in conclusion(out)
+    out["methods"]["b"] = m("B", ["failed", "failed", "failed"])
+    assert "within noise" not in conclusion(out)
+
+
+def test_cli_ripple_on_a_tiny_model(tmp_path, capsys):
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({**EIFFEL.to_dict(), "case_id": 1}))
+    hp = tmp_path / "hp.json"
+    assert main(["ripple", "--model", "tiny-gemma3", "--requests", str(path), "--methods", "rome",
+                 "--fact", "The Eiffel Tower is in the country of|Italy|move"]) == 0
+    text = capsys.readouterr().out
+    assert "P131" in text and "user" in text and "In-context reference" in text
+    assert main(["ripple", "--model", "tiny-gemma3", "--requests", str(path), "--fact", "no answer"]) == 2
+
+
+def _fake_derive(lm, requests, relations=None, cap=4, progress=None):
+    """A derivation for any request: the tiny random model knows nothing, so the facts are given."""
+    out = []
+    for r in requests:
+        out.append(Derivation(r.relation, [
+            ImpliedFact("logical", f"{r.subject} is in the country of", " Italy", True, "P131>P17",
+                        edit_prompt=f"{r.subject} can be found in the country of", subject=r.subject, p_before=0.1),
+            ImpliedFact("preservation", "Paris is in the country of", " France", False, "P131>P17", p_before=0.5)]))
+    return out
+
+
+def test_evaluate_ripple_on_a_tiny_model_resumes(tiny_by_name, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(ripple_eval, "derive_many", _fake_derive)
+    monkeypatch.setattr(ripple_eval, "_knows", lambda lm, rs: [True] * len(rs))
+    lm = tiny_by_name("tiny-gemma3")
+    spec = ripple_eval.RippleSpec(n=2)
+    out = ripple_eval.evaluate_ripple(lm, ["memit", IN_CONTEXT], spec, {"memit": FAST}, out_dir=tmp_path)
+    assert out["n"] == 2 and out["facts"]["logical"] == 2
+    cell = out["table"]["memit"]["logical"]
+    assert 0 <= cell["mean"] <= 100 and cell["edits"] == 2
+    assert "diff" in out["table"][IN_CONTEXT]["logical"]  # paired with MEMIT on the same edits
+    lines = {m: sum(1 for _ in open(p)) for m, p in out["files"].items()}
+    again = ripple_eval.evaluate_ripple(lm, ["memit", IN_CONTEXT], spec, {"memit": FAST}, out_dir=tmp_path)
+    assert again["table"] == out["table"]
+    assert {m: sum(1 for _ in open(p)) for m, p in again["files"].items()} == lines  # nothing recomputed
+    rc = main(["evaluate", "--ripple", "--model", "tiny-gemma3", "--methods", "memit", "--n", "2", "--out",
+               str(tmp_path), "--hparams-json", json.dumps({"memit": FAST})])
+    assert rc == 0 and "logical / compositional" in capsys.readouterr().out
+
+
+def test_coedit_writes_the_implications_in_the_edit_phrasing(tiny_by_name, monkeypatch):
+    from editkit.editing.api import run_edit
+    from editkit.editing.methods import coedit, get
+
+    monkeypatch.setattr(implications, "derive_many", _fake_derive)
+    lm = tiny_by_name("tiny-gemma3")
+    assert get("coedit").label.startswith("Co-edit")
+    result = run_edit(lm, "coedit", [EIFFEL], FAST)
+    assert result.method == "coedit"
+    assert result.details["implied"] == [{"prompt": "Eiffel Tower can be found in the country of",
+                                          "target": " Italy"}]
+    assert len(result.requests) == 2 and result.delta
+    plain = run_edit(lm, "coedit", [EIFFEL], {**FAST, "max_implied": 0})
+    assert plain.details["implied"] == []
