@@ -4,7 +4,7 @@ import pandas as pd
 import streamlit as st
 
 from editkit.figures.similarity import similarity_figure
-from editkit.similarity import DEFAULT_N, TOP_K, definition, similarity
+from editkit.similarity import DEFAULT_N, TOP_K, definition, similarity, similarity_memory
 from pages import ui
 
 ui.leave_legacy_multipage_mode()
@@ -58,7 +58,7 @@ if st.button("Compute similarity curves", type="primary", key="sim_compute"):
                 return similarity(lm, n=int(n), facts=facts, mode=mode,
                                   progress=lambda f, msg: progress(f, f"{f:.0%} of the facts (cached on disk)"))
 
-        result = ui.run_job("similarity curves", job, facts=int(n))
+        result = ui.run_job("similarity curves", job, memory=similarity_memory(lm), facts=int(n))
         st.session_state["sim_result"] = result.to_dict()
 
 r = st.session_state.get("sim_result")

@@ -7,6 +7,7 @@ import pandas as pd
 import streamlit as st
 
 from editkit.editing.defaults import load_hparams
+from editkit.editing.memory import edit_memory, scoring_memory
 from editkit.editing.methods import all_methods, get
 from editkit.editing.requests import EditRequest
 from editkit.evaluation import EvalRecord, SequentialSpec, load_eval_set
@@ -16,6 +17,7 @@ from editkit.evaluation.sequential import sequential_methods
 from editkit.figures import editing as figures
 from editkit.runtime.cluster import Item
 from editkit.tracing import TraceSpec, trace
+from editkit.tracing.memory import trace_memory
 from pages import ui
 
 ui.leave_legacy_multipage_mode()
@@ -120,6 +122,7 @@ if st.button("Edit and compare", type="primary", key="ec_run", disabled=not (rec
         # every method starts from the same weights: base + this session's kept edits
         job = Item(compare_methods, (methods, records, overrides, int(n_gen), int(gen_tokens)), progress=True)
         out, deltas = ui.run_item("edit and compare", lm, job, batch=len(records),
+                                  memory=edit_memory(lm, methods, len(records), overrides),
                                   new_tokens=int(gen_tokens) if int(n_gen) else None)
         st.session_state.update(ec_out=out, ec_deltas=deltas)
         st.session_state.pop("ec_traces", None)
@@ -205,7 +208,9 @@ def show_traces(out: dict) -> None:
                     traces[m] = r["hidden"].to_dict()
                 return traces
 
-            st.session_state["ec_traces"] = ui.run_job("trace of the edited models", trace_job, samples=int(samples))
+            memory = trace_memory(lm, req["prompt"].replace("{}", req["subject"]), int(samples), ["hidden"])
+            st.session_state["ec_traces"] = ui.run_job("trace of the edited models", trace_job, memory=memory,
+                                                       samples=int(samples))
     traces = st.session_state.get("ec_traces") or {}
     for col, (m, r) in zip(st.columns(max(len(traces), 1)), traces.items()):
         col.plotly_chart(figures.trace_figure(r, LABELS.get(m, m)), width="stretch", key=f"ec_trace_{m}")
@@ -314,7 +319,8 @@ def lifelong_section(lm) -> None:
                 plans[m] = (overrides.get(m), SequentialSpec(batch=b, eval_every=b * max(1, batch // b), sample=20,
                                                              ppl_tokens=512, fluency_tokens=20))
             job = Item(sequential_methods, (plans, records), progress=True)
-            st.session_state["ec_life"] = ui.run_item("lifelong editing", lm, job, sequential=n)
+            memory = edit_memory(lm, chosen, batch, overrides) + scoring_memory(lm)
+            st.session_state["ec_life"] = ui.run_item("lifelong editing", lm, job, memory=memory, sequential=n)
     mine = st.session_state.get("ec_life")
     if mine:
         draw_runs(mine, ("ec_life_fig", "ec_life_layers"),
@@ -368,7 +374,8 @@ def bleed_section(lm, records, overrides) -> None:
 
             job = Item(bleed_map, (method, records[0].request, overrides.get(method)),
                        {"relation": records[0].relation, "n_facts": int(n_facts)}, progress=True)
-            st.session_state["ec_bleed"] = ui.run_item("bleed map", lm, job, facts=int(n_facts))
+            st.session_state["ec_bleed"] = ui.run_item("bleed map", lm, job, facts=int(n_facts),
+                                                       memory=edit_memory(lm, [method], 1, overrides))
     out = st.session_state.get("ec_bleed")
     if not out:
         return
@@ -435,7 +442,8 @@ def sweep_section(lm) -> None:
 
             job = Item(sweep, (method, params, replace(SWEEP, set_name=set_name, n=n)),
                        {"hparams": overrides.get(method)}, progress=True)
-            st.session_state["ec_sweep"] = ui.run_item("sweep", lm, job, facts=n)
+            st.session_state["ec_sweep"] = ui.run_item("sweep", lm, job, facts=n,
+                                                       memory=edit_memory(lm, [method], 1, overrides))
     out = st.session_state.get("ec_sweep")
     if out:
         st.plotly_chart(pareto_figure(out, ("efficacy", "generalization", "gen_efficacy")), width="stretch",
@@ -484,7 +492,8 @@ def ripple_section(lm, records, overrides) -> None:
                       "move": r["should"] != "stay"} for _, r in mine.iterrows()
                      if str(r["prompt"] or "").strip() or str(r["expected answer"] or "").strip()]
             job = Item(ripple_view, (req, methods, relation or "", overrides, extra, reference), progress=True)
-            st.session_state["ec_ripple"] = ui.run_item("ripple effects", lm, job, batch=len(methods) + 1)
+            st.session_state["ec_ripple"] = ui.run_item("ripple effects", lm, job, batch=len(methods) + 1,
+                                                        memory=edit_memory(lm, methods, 1, overrides))
     out = st.session_state.get("ec_ripple")
     if not out:
         return

@@ -176,7 +176,8 @@ def try_own(n: int, what: str, inputs, run, show, **caps) -> None:
                 lm = ui.get_lm(pack.model, served=True)
                 limit = {k: v(value) if callable(v) else v for k, v in caps.items()}
                 st.session_state[f"lesson_own_{n}"] = ui.run_job(
-                    f"lesson step {n}", lambda progress: run(lm, progress, value), **limit)
+                    f"lesson step {n}", lambda progress: run(lm, progress, value),
+                    memory=compute.own_memory(lm, n, settings(pack)), **limit)
         ui.cancelled_note()
         result = st.session_state.get(f"lesson_own_{n}")
         if result is not None:
@@ -864,7 +865,8 @@ def add_fact_form(pack) -> None:
             folder = packs.writable_folder()
             out = ui.run_job("adding a fact to the lesson", lambda progress: build(
                 [record], folder, lm=lm, progress=progress, methods=pack.manifest.get("method_names"),
-                settings=settings(pack)), samples=settings(pack).samples)
+                settings=settings(pack)), samples=settings(pack).samples,
+                memory=compute.build_memory(lm, settings(pack), pack.manifest.get("method_names")))
             st.session_state["lesson_added"] = (f"Added: {out['facts'][-1]} ({out['computed']} part(s) "
                                                 "computed). Every student now sees it in the fact list.")
             st.rerun()  # the sidebar's fact list shows it

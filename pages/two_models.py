@@ -8,6 +8,7 @@ import streamlit as st
 
 from editkit.figures.tracing import depth_comparison, heatmap
 from editkit.tracing import Tracer, TraceSpec
+from editkit.tracing.memory import trace_memory
 from pages import ui
 
 KINDS = {"mlp": "MLP outputs (window)", "hidden": "hidden states", "attn": "attention outputs (window)"}
@@ -59,6 +60,7 @@ def two_models_section(lm, spec: TraceSpec | None) -> None:
             one = dataclasses.replace(spec, kinds=(kind,))
             st.session_state["two_out"] = ui.run_job(
                 "two-model trace", lambda progress: trace_both([lm, other], one, kind, progress),
+                memory=max(trace_memory(m, spec.prompt, spec.samples, [kind], preview=False) for m in (lm, other)),
                 samples=int(spec.samples))
     out = st.session_state.get("two_out")
     if not out:

@@ -338,6 +338,15 @@ def test_one_address_gets_its_quota_across_its_sessions(config, held, monkeypatc
     assert not local.error and local.session_state["trace_state"]["exact"]
 
 
+def test_a_job_larger_than_the_memory_budget_is_refused_with_the_numbers(config, monkeypatch):
+    monkeypatch.setenv("EDITKIT_MEMORY_BUDGET", "0.1 MB")
+    at = open_page("causal_tracing")
+    _trace(at)
+    refused(at, "of working memory, more than this server's budget for jobs, 0.1 MB",
+            'memory.budget = "0.1 MB", from EDITKIT_MEMORY_BUDGET')
+    assert not at.session_state["trace_state"]["exact"]
+
+
 # --- query parameters ---------------------------------------------------------------------------------------------
 JUNK = {"model": "../../etc/passwd", "page": "../../app", "embed": "maybe", "%00": "%ff", "step": "-1",
         "model_choice": "/etc", "lesson_step": "99", "x" * 300: "y" * 5000}

@@ -224,3 +224,56 @@ def test_a_running_job_computes_at_background_priority():
     assert main == seen["before"]
     if os.geteuid() == 0:  # lowering a nice value back needs privileges
         assert seen["after"] == seen["before"]
+
+
+def _hold(queue: JobQueue, job: Job, gate: threading.Event) -> threading.Thread:
+    """A thread that holds `job` in a slot of `queue` until `gate` is set; returns once it runs or waits."""
+    def run():
+        with queue.slot(job):
+            gate.wait(10)
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    deadline = time.time() + 5
+    while time.time() < deadline and job.state not in ("running", "waiting"):
+        time.sleep(0.005)
+    return t
+
+
+def test_the_queue_admits_jobs_within_the_memory_budget():
+    """Two slots, a budget of 100: a job of 60 runs, a second of 60 waits for memory (saying so) although a slot
+    is free, a job of 150 is refused before it waits, with the numbers; the reservation is returned at the end."""
+    queue = JobQueue(slots=2, poll=0.01, budget=lambda reserved: 100)
+    gate = threading.Event()
+    first, second = Job("a", memory=60), Job("b", memory=60)
+    t1 = _hold(queue, first, gate)
+    t2 = _hold(queue, second, gate)
+    assert first.state == "running" and second.state == "waiting"
+    assert second.message.startswith("waiting for memory") and queue.snapshot()["reserved"] == 60
+    with pytest.raises(EditkitError, match=r"needs about .* of working memory, more than this server's budget"):
+        with queue.slot(Job("huge", memory=150)):
+            pass
+    gate.set()
+    t1.join(5)
+    t2.join(5)
+    assert second.state == "done" and idle(queue)
+
+
+def test_a_session_and_a_visitor_get_their_quotas(monkeypatch):
+    monkeypatch.setenv(limits.ENV, '{"session_jobs": 1, "visitor_jobs": 2, "jobs": 5}')
+    queue = JobQueue(poll=0.01, budget=lambda reserved: 1 << 40)
+    gate = threading.Event()
+    threads = [_hold(queue, Job("mine", owner="s1"), gate),
+               _hold(queue, Job("tab 1", owner="s2", address="198.51.100.7"), gate),
+               _hold(queue, Job("tab 2", owner="s3", address="198.51.100.7"), gate)]
+    with pytest.raises(EditkitError, match=r"this session already has 1 .*limits.session_jobs = 1, from"):
+        with queue.slot(Job("again", owner="s1")):
+            pass
+    with pytest.raises(EditkitError, match=r"your address already has 2 .*limits.visitor_jobs = 2, from"):
+        with queue.slot(Job("tab 3", owner="s4", address="198.51.100.7")):
+            pass
+    with queue.slot(Job("another visitor", owner="s5", address="198.51.100.8")):
+        pass  # not held back by the others' quotas
+    gate.set()
+    for t in threads:
+        t.join(5)
+    assert idle(queue)

@@ -1,0 +1,48 @@
+"""The working memory a causal trace declares before it runs (a served app's queue admits it within its budget).
+
+    trace_memory(lm, "The Eiffel Tower is located in the city of", samples=10)   # bytes
+
+A trace with n noise samples over a prompt of T tokens on a model of L layers keeps, at its largest:
+- the preview (attribution patching): the corrupted run's autograd graph over n rows x T positions and L blocks,
+  and n rows of logits over the vocabulary for its backward;
+- the exact panels: one block step over the rows of every restoration at one token, n x L x (T - t) row-positions,
+  at most the engine's MAX_POSITION_ROWS (engine.py);
+- the setup: the clean and corrupted states of every kind at every layer (n + 1 rows).
+The phases run one after another, so the estimate is the larger phase plus the setup, times footprint.MARGIN.
+Tokens are counted with the model's tokenizer (a prompt too long for the limits is refused by the trace itself).
+"""
+from __future__ import annotations
+
+from ..model.footprint import graph_bytes, step_bytes, vocab_bytes, with_margin
+from ..model.runner import VOCAB_BLOCK
+from ..model.sites import TRACE_KINDS
+from .engine import MAX_POSITION_ROWS
+
+
+def prompt_tokens(lm, prompt: str) -> int:
+    """Tokens of `prompt` with the tokenizer's special tokens (at least 1)."""
+    try:
+        return max(1, len(lm.tok(prompt)["input_ids"]))
+    except Exception:  # noqa: BLE001 - an unusable prompt is refused by the computation itself
+        return 1
+
+
+def trace_memory(lm, prompt: str, samples: int, kinds=TRACE_KINDS, preview: bool = True,
+                 tokens: int | None = None) -> int:
+    """Bytes a trace of `prompt` with `samples` noise samples and these `kinds` needs beyond the weights."""
+    n, L = max(1, int(samples)), lm.adapter.n_layers
+    T = tokens or prompt_tokens(lm, prompt)
+    d = lm.adapter.d_model
+    setup = (n + 1) * T * L * d * 4 * (len(tuple(kinds)) + 1)
+    grad = graph_bytes(lm, n * T, L) + vocab_bytes(lm, n) if preview else 0
+    block = min(n * L, 4096) * VOCAB_BLOCK * 4 * 2  # p(answer) walks the vocabulary in blocks (runner.py)
+    exact = step_bytes(lm, min(MAX_POSITION_ROWS, n * L * T)) + block
+    return with_margin(setup + max(grad, exact))
+
+
+FACT_TOKENS = 24  # tokens of a known fact's prompt, an upper bound (the average indirect effect's facts)
+
+
+def aie_memory(lm, samples: int = 10) -> int:
+    """Bytes the average indirect effect needs: its facts are traced one after another (exact panels only)."""
+    return trace_memory(lm, "", samples, preview=False, tokens=FACT_TOKENS)
