@@ -7,6 +7,7 @@ import streamlit as st
 
 from editkit.figures.lens import logit_lens_figure
 from editkit.model.text import logit_lens, top_k
+from editkit.model.weights import model_key
 from pages import ui
 
 ui.leave_legacy_multipage_mode()
@@ -39,15 +40,22 @@ def home():
         st.caption(f"Computed with your {n_edits} kept edit(s) (sidebar); other users see the base model.")
     with ui.guard("prediction"):
         with ui.session(lm):  # this session's kept edits; other sessions' edits are never visible here
-            preds = top_k(lm, prompt, k)
-            lens = logit_lens(lm, prompt, k=k)
+            preds, lens = predict(model_key(lm), prompt, k, lm)
         st.session_state["home_result"] = {"model": lm.name, "prompt": prompt, "k": k, "edits": n_edits,
-                                           "preds": [p.to_dict() for p in preds], "lens": lens}
+                                           "preds": preds, "lens": lens}
     shown = st.session_state.get("home_result")
     if shown and shown["model"] == lm.name:
         if shown["prompt"] != prompt or shown["k"] != k:
             st.caption(f"Still showing the last result, for the prompt {shown['prompt'][:80]!r}.")
         show_prediction(shown)
+
+
+@st.cache_data(max_entries=512, show_spinner=False)
+def predict(key: str, prompt: str, k: int, _lm) -> tuple[list[dict], dict]:
+    """The top-k predictions and the logit lens of `prompt`, computed once per server for the weights `key` names
+    (weights.model_key: the model plus the deltas in force), so a class typing the same prompts (the default one,
+    the teacher's examples) shares one computation; a session with kept edits has its own key."""
+    return [p.to_dict() for p in top_k(_lm, prompt, k)], logit_lens(_lm, prompt, k=k)
 
 
 def show_prediction(r: dict) -> None:

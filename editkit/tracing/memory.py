@@ -6,7 +6,9 @@ A trace with n noise samples over a prompt of T tokens on a model of L layers ke
 - the preview (attribution patching): the corrupted run's autograd graph over n rows x T positions and L blocks,
   and n rows of logits over the vocabulary for its backward;
 - the exact panels: one block step over the rows of every restoration at one token, n x L x (T - t) row-positions,
-  at most the engine's MAX_POSITION_ROWS (engine.py);
+  at most the engine's MAX_POSITION_ROWS (engine.py); then the final residuals of all n x L x T restorations and
+  p(answer) over the vocabulary for up to 4,096 of them at a time, in blocks of VOCAB_BLOCK tokens (the logits,
+  their exponentials and the running sums: three copies);
 - the setup: the clean and corrupted states of every kind at every layer (n + 1 rows).
 The phases run one after another, so the estimate is the larger phase plus the setup, times footprint.MARGIN.
 Tokens are counted with the model's tokenizer (a prompt too long for the limits is refused by the trace itself).
@@ -17,6 +19,8 @@ from ..model.footprint import graph_bytes, step_bytes, vocab_bytes, with_margin
 from ..model.runner import VOCAB_BLOCK
 from ..model.sites import TRACE_KINDS
 from .engine import MAX_POSITION_ROWS
+
+ANSWER_ROWS = 4096  # rows projected at once by runner.answer_logprob (its `rows`)
 
 
 def prompt_tokens(lm, prompt: str) -> int:
@@ -35,8 +39,9 @@ def trace_memory(lm, prompt: str, samples: int, kinds=TRACE_KINDS, preview: bool
     d = lm.adapter.d_model
     setup = (n + 1) * T * L * d * 4 * (len(tuple(kinds)) + 1)
     grad = graph_bytes(lm, n * T, L) + vocab_bytes(lm, n) if preview else 0
-    block = min(n * L, 4096) * VOCAB_BLOCK * 4 * 2  # p(answer) walks the vocabulary in blocks (runner.py)
-    exact = step_bytes(lm, min(MAX_POSITION_ROWS, n * L * T)) + block
+    rows = n * L * T  # every restoration's final residual, each projected to the vocabulary
+    vocab = min(rows, ANSWER_ROWS) * min(lm.adapter.vocab_size, VOCAB_BLOCK) * 4 * 3
+    exact = step_bytes(lm, min(MAX_POSITION_ROWS, rows)) + vocab + rows * d * 4
     return with_margin(setup + max(grad, exact))
 
 
