@@ -27,7 +27,8 @@ STEPS = {1: "Next-token prediction and the logit lens", 2: "Causal tracing: whic
          3: "MLP or attention? Windows and severing", 4: "FFN memories at the traced peak",
          5: "Edit the fact with ROME", 6: "Where does the new fact live now?",
          7: "Side effects: which neighbours move?", 8: f"{ui.method_list()} side by side",
-         9: "Does the traced layer edit best?", 10: "After hundreds of edits"}
+         9: "Does the traced layer edit best?", 10: "After hundreds of edits",
+         11: "Will the Eiffel Tower's country follow? Ripple effects"}
 FEEDBACK = {"right": st.success, "close": st.info, "wrong": st.warning}
 
 st.title("Lesson: locate, then edit")
@@ -778,8 +779,37 @@ def lifelong_inputs():
     return (chosen, int(n), int(batch)) if chosen else None
 
 
+def step_ripple(pack, fid, fact):
+    from editkit.figures.ripple import ripple_figure
+
+    t = pick_target(fid, fact)
+    out = needs(pack, fid, packs.ripple_name(t), "ripple effects for this target")
+    rows = grading.ripple_rows(out) if out else []
+    if out and not rows:
+        st.info(out["message"])
+    elif out:
+        new = out["request"]["target_new"].strip()
+        label = {r["prompt"]: f"{r['prompt']} {'→' if r['move'] else '='} {r['answer'].strip()}" for r in rows}
+        done = ask(pack, fid, 11, f"ROME makes {fact['request']['subject']!r} recall {new!r}. After the edit, "
+                                  "which prompts give their expected answer (→: the edit should move it there; =: "
+                                  "it should stay)?",
+                   lambda: st.multiselect("They will", list(label), format_func=label.get,
+                                          key=f"lesson_q11_{fid}_{t}"),
+                   lambda picked: grading.grade_ripple(out, picked or []), target=t)
+        if done:
+            chart(st, lambda: ripple_figure(out), f"lesson_ripple_{t}", out)
+            st.markdown(f"**{out['conclusion']}**")
+    explain(
+        "An edit (s, r, o → o*) implies more than its own prompt: composed with what the model knows about o* "
+        "(o* lies in country z*) it says s lies in z*; another name of s should follow; s's other facts and o's "
+        "own facts should stay. editkit derives these from the model's own answers and keeps those it knows. "
+        "RippleEdits and MQuAKE found that weight edits pass the edited prompt and fail most implied facts, "
+        "while writing the new fact in the prompt (the in-context reference) propagates better.",
+        [r"(s, r, o^*) \wedge (o^*, r_2, z^*) \Rightarrow (s,\ r \circ r_2,\ z^*)"], ["references"])
+
+
 RUN = {1: step_lens, 2: step_trace, 3: step_windows, 4: step_memories, 5: step_edit, 6: step_retrace,
-       7: step_bleed, 8: step_methods, 9: step_sweep, 10: step_lifelong}
+       7: step_bleed, 8: step_methods, 9: step_sweep, 10: step_lifelong, 11: step_ripple}
 
 
 # --- teacher mode -------------------------------------------------------------------------------------------

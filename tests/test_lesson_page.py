@@ -225,3 +225,23 @@ def test_a_folder_that_is_no_pack_gets_a_message(tmp_path, monkeypatch):
     at = AppTest.from_file(APP, default_timeout=60)
     at.switch_page("pages/lesson.py").run()
     assert not at.exception and any("not a lesson pack" in e.value for e in at.error)
+
+
+def test_the_ripple_step_renders_from_the_pack(env, monkeypatch):
+    """Step 11 reads the pack's ripple part (computed by the builder): its question, or the model's lack of any
+    implied fact in words."""
+    from editkit.lesson import grading
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("a step computed on the model")
+
+    monkeypatch.setattr("editkit.lesson.compute.ripple", no_model)
+    [fid] = env.fact_ids
+    out = env.part(fid, "ripple-0")
+    assert out is not None and "facts" in out and "message" in out
+    at = open_lesson()
+    go(at, 11)
+    if grading.ripple_rows(out):
+        assert any("Your prediction first." in m.value for m in at.markdown)
+    else:
+        assert any("no implied fact the model knows" in i.value for i in at.info)

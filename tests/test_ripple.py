@@ -207,3 +207,49 @@ def test_coedit_writes_the_implications_in_the_edit_phrasing(tiny_by_name, monke
     assert len(result.requests) == 2 and result.delta
     plain = run_edit(lm, "coedit", [EIFFEL], {**FAST, "max_implied": 0})
     assert plain.details["implied"] == []
+
+
+def test_grade_ripple_counts_the_facts_classified_right():
+    from editkit.lesson.grading import grade_ripple
+
+    out = {"facts": [{"prompt": "a", "answer": " Italy", "move": True, "p_before": 0.01, "criterion": "logical"},
+                     {"prompt": "b", "answer": " France", "move": False, "p_before": 0.8,
+                      "criterion": "preservation"}],
+           "methods": {"rome": {"outcomes": [{"verdict": "failed", "p_after": 0.02},
+                                             {"verdict": "stayed", "p_after": 0.8}]}}}
+    assert grade_ripple(out, ["b"]).verdict == "right"
+    assert grade_ripple(out, ["a", "b"]).score == 0.5 and grade_ripple(out, ["a", "b"]).verdict == "wrong"
+    assert "no implied fact" in grade_ripple({"facts": [], "methods": {}, "message": "no implied fact the model "
+                                                                                     "knows"}, []).feedback
+
+
+@pytest.mark.full  # starts a local Ray cluster
+def test_evaluate_ripple_on_ray_equals_in_process(tiny_by_name, tmp_path, monkeypatch, ray_local):
+    monkeypatch.setattr(ripple_eval, "derive_many", _fake_derive)
+    monkeypatch.setattr(ripple_eval, "_knows", lambda lm, rs: [True] * len(rs))
+    lm = tiny_by_name("tiny-gemma3")
+    spec = ripple_eval.RippleSpec(n=2)
+    here = ripple_eval.evaluate_ripple(lm, ["memit", IN_CONTEXT], spec, {"memit": FAST}, out_dir=tmp_path / "a")
+    there = ripple_eval.evaluate_ripple(lm, ["memit", IN_CONTEXT], spec, {"memit": FAST}, out_dir=tmp_path / "b",
+                                        backend=ray_local, batch=1)
+    assert there["table"] == here["table"]
+
+
+@pytest.mark.quick  # one derivation: about twenty greedy clozes
+def test_the_embedded_model_gives_the_eiffel_towers_new_country(gemma):
+    """Gemma 3 270M knows Rome is in Italy and Paris in France: the rule P131>P17 turns the edit into 'the Eiffel
+    Tower is located in the country of' -> Italy (should move) and keeps 'Paris ...' -> France (should stay)."""
+    d = derive(gemma, EIFFEL)
+    logical = {f.prompt: f for f in d.facts if f.criterion == "logical"}
+    fact = logical["Eiffel Tower is located in the country of"]
+    assert fact.answer == " Italy" and fact.evidence_p > 0.5 and fact.p_before < 0.1
+    assert [(f.prompt, f.answer) for f in d.facts if f.criterion == "preservation"] == [
+        ("Paris is located in the country of", " France")]
+    assert any(f.criterion == "aliasing" and f.prompt.startswith("Tour Eiffel") for f in d.facts)
+
+
+@pytest.mark.full
+def test_evaluate_ripple_on_the_embedded_model(gemma, tmp_path):
+    out = ripple_eval.evaluate_ripple(gemma, ["memit", IN_CONTEXT], ripple_eval.RippleSpec(n=1), out_dir=tmp_path)
+    assert out["n"] == 1 and out["facts"]["logical"] >= 1
+    assert set(out["table"]) == {"memit", IN_CONTEXT} and "logical" in out["table"]["memit"]

@@ -297,13 +297,28 @@ def _candidates(request, out: Derivation, said: dict) -> list[ImpliedFact]:
     return cands
 
 
+def synonyms(relation: str | None) -> set[str]:
+    """The relation and those that ask the same thing in other words (the table's `synonyms`)."""
+    out = {relation}
+    for group in table().get("synonyms", []):
+        if relation in group:
+            out.update(group)
+    return out
+
+
+def kept(fact: dict, relation: str | None) -> bool:
+    """False for a relation-specificity fact that asks the edited relation in other words (derivations made
+    before the table had its synonym groups hold such facts: they are left out wherever facts are counted)."""
+    return not (fact["criterion"] == "specificity" and fact["rule"] in synonyms(relation))
+
+
 def _specificity_relations(relation: str, rules: list[dict]) -> list[str]:
     """Relations whose subjects are of s's kind (an athlete's relations include a person's, not the reverse), less
-    the edited one and those the edit implies."""
+    the edited one, its synonyms and those the edit implies."""
     rels = table()["relations"]
     kinds = _kinds(rels[relation]["subject"])
-    implied = {r.get("composes_to") for r in rules}
-    return [r for r, d in rels.items() if r != relation and r not in implied and d["subject"] in kinds]
+    implied = {r.get("composes_to") for r in rules} | synonyms(relation)
+    return [r for r, d in rels.items() if r not in implied and d["subject"] in kinds]
 
 
 def _from_rule(rule: dict, request, said: dict, out: Derivation) -> list[ImpliedFact]:

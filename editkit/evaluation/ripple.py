@@ -205,16 +205,18 @@ def conclusion(out: dict) -> str:
     ranked = sorted(out["methods"].values(), key=lambda m: score(m), reverse=True)
     best, (mv, st) = ranked[0], score(ranked[0])
     if len({score(m) for m in ranked}) == 1:
-        return (f"All {len(ranked)} score the same here ({mv} of {len(moves)} facts that should move moved, {st} of "
+        both = "Both" if len(ranked) == 2 else f"All {len(ranked)}"
+        return (f"{both} score the same here ({mv} of {len(moves)} facts that should move moved, {st} of "
                 f"{len(stays)} that should stay stayed): no method propagates better on this edit.")
-    text = (f"{best['label']} propagates best here: {mv} of {len(moves)} facts that should move moved and {st} of "
-            f"{len(stays)} that should stay stayed")
-    if len(ranked) > 1:
-        second = score(ranked[1])
-        gap = (mv + st) - sum(second)
-        if gap <= 1 or mv == second[0]:
-            text += (f"; {ranked[1]['label']} is within noise of it ({second[0]} moved, {second[1]} stayed: one "
-                     "edit's few facts cannot separate them)")
+    if moves:
+        text = (f"{best['label']} propagates best here: {mv} of {len(moves)} facts that should move moved and {st} "
+                f"of {len(stays)} that should stay stayed")
+    else:
+        text = f"No implied fact should move here; {best['label']} keeps the most: {st} of {len(stays)} stayed"
+    second = score(ranked[1])
+    if (mv + st) - sum(second) <= 1:
+        text += (f"; {ranked[1]['label']} is within noise of it ({second[0]} moved, {second[1]} stayed: one "
+                 "edit's few facts cannot separate them)")
     return text + "."
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from ..core.errors import EditkitError
 from ..core.paths import cache_dir, safe_name
 from ..core.progress import part
-from ..data.implications import ImpliedFact, derive_many, rules_for, table
+from ..data.implications import ImpliedFact, derive_many, kept, rules_for, table
 from ..editing.defaults import load_hparams
 from ..runtime.cluster import Backend, Item, run_items
 from .datasets import EvalRecord, load_eval_set
@@ -78,11 +78,17 @@ def results_dir(lm, out_dir=None) -> Path:
     return out
 
 
+def _deciding() -> dict:
+    """The parts of the rule table a selection depends on (synonym groups only filter specificity facts, which no
+    selection reads: they are applied when the facts are counted)."""
+    return {k: v for k, v in table().items() if not k.startswith("synonyms")}
+
+
 def select(lm, spec: RippleSpec, out_dir: Path, progress=None) -> list[tuple[EvalRecord, dict]]:
     """The first spec.n usable records of the pool with their derivations, screening (and recording) more as
     needed."""
     path = out_dir / f"ripple-select-{safe_name(lm.name)}-{spec.set_name}-" \
-                     f"{_hash({'format': FORMAT, 'cap': spec.max_per_criterion, 'rules': table()})}.jsonl"
+                     f"{_hash({'format': FORMAT, 'cap': spec.max_per_criterion, 'rules': _deciding()})}.jsonl"
     done = read_rows(path)
     records = pool(spec.set_name)
     chosen = []
@@ -177,7 +183,12 @@ def evaluate_ripple(lm, methods: list[str], spec: RippleSpec = RippleSpec(), hpa
             done[m][key] = row
 
     run_items(lm, items, backend or Backend(), part(progress, 0.2, 1.0) if progress else None, done=written)
-    rows = {m: [done[m][_key(rec)] for rec, _ in chosen] for m in methods}
+    masks = {_key(rec): [kept(f, row["derivation"]["relation"]) for f in row["derivation"]["facts"]]
+             for rec, row in chosen}
+    facts = {k: [f for f, ok in zip(fs, masks[k]) if ok] for k, fs in facts.items()}
+    rows = {m: [{**done[m][_key(rec)], "outcomes": [o for o, ok in zip(done[m][_key(rec)]["outcomes"],
+                                                                        masks[_key(rec)]) if ok]}
+                for rec, _ in chosen] for m in methods}
     n_facts = {c: sum(1 for fs in facts.values() for f in fs if f["criterion"] == c) for c in
                ("logical", "aliasing", "specificity", "preservation")}
     return {"model": lm.name, "set": spec.set_name, "n": len(chosen), "facts": n_facts,

@@ -19,10 +19,11 @@ from ..core.progress import part as part_of
 from ..core.progress import silent
 from . import compute
 from .facts import LessonFact, read_facts, refusal
-from .pack import FORMAT, KIND, MANIFEST, bleed_name, edit_name, editkit_version, read_json, retrace_name, write_json
+from .pack import (FORMAT, KIND, MANIFEST, bleed_name, edit_name, editkit_version, read_json, retrace_name,
+                   ripple_name, write_json)
 
 # relative cost of each unit of work (seconds on the embedded model, 2 CPU cores): the time estimate's weights
-COST = {"check": 1.0, "lens": 1.0, "trace": 30.0, "memories": 2.0, "edit": 25.0, "bleed": 15.0,
+COST = {"check": 1.0, "lens": 1.0, "trace": 30.0, "memories": 2.0, "edit": 25.0, "bleed": 15.0, "ripple": 20.0,
         "sweep_layer": 12.0}
 
 
@@ -72,6 +73,9 @@ def plan(fid: str, fact: LessonFact, folder: Path, methods: list[str], s: comput
                               (edit_name(t, m), retrace_name(t, m)), COST["edit"], edit_unit))
         units.append(Unit(fid, f"bleed map of the ROME edit to {target.strip()!r}", (bleed_name(t),), COST["bleed"],
                           lambda lm, p, rec=rec, t=t: {bleed_name(t): compute.bleed(lm, rec, s, progress=p)}))
+        units.append(Unit(fid, f"ripple effects of the ROME edit to {target.strip()!r}", (ripple_name(t),),
+                          COST["ripple"], lambda lm, p, rec=rec, t=t: {ripple_name(t): compute.ripple(lm, rec,
+                                                                                                     progress=p)}))
     first = compute.with_target(record, fact.targets[0])
     units.append(Unit(fid, "layer sweep (ROME at every layer)", ("sweep",), COST["sweep_layer"] * n_layers,
                       lambda lm, p: {"sweep": compute.layer_sweep(lm, first, trace_of(lm), s, progress=p)}, True))

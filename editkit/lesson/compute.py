@@ -12,6 +12,7 @@ same function live. When the library's names change (tracing, editing, evaluatio
     bleed(lm, record, s)                      step 7: the ROME edit's bleed map
     layer_sweep(lm, record, mlp, s)           step 9: ROME at every layer beside the trace (Hase et al. 2023)
     lifelong()                                step 10: the shipped lifelong-editing run
+    ripple(lm, record)                        step 11: the implied facts before and after ROME and in context
 """
 from __future__ import annotations
 
@@ -279,6 +280,16 @@ def bleed(lm, record, s: Settings, method: str = "rome", progress=None) -> dict:
         out = bleed_map(lm, method, record.request, relation=record.relation, n_facts=s.bleed_facts,
                         progress=progress)
     out.pop("hparams", None)
+    return rounded(out)
+
+
+def ripple(lm, record, method: str = "rome", progress=None) -> dict:
+    """The facts the edit implies (evaluation/ripple.py: derived from the model's own answers) before and after
+    `method`'s edit and after the in-context reference."""
+    from ..evaluation.ripple import ripple as ripple_of
+
+    with session(lm):
+        out = ripple_of(lm, record.request, [method], record.relation, progress=progress).to_dict()
     return rounded(out)
 
 

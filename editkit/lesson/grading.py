@@ -249,3 +249,30 @@ def grade_lifelong(results: dict, choice: str) -> Grade:
     text = ("A run counts as collapsed at a checkpoint where WikiText perplexity exceeds twice the unedited model's "
             f"or fewer than half of the earlier successful edits still hold. {'; '.join(parts)}.")
     return Grade(_verdict(score), score, text, choice, truth)
+
+
+# --- step 11: ripple effects ----------------------------------------------------------------------------------------
+def ripple_rows(out: dict, method: str = "rome") -> list[dict]:
+    """The implied facts with the method's outcome: {"prompt", "answer", "move", "criterion", "passed", ...}."""
+    m = out["methods"].get(method)
+    if not m:
+        return []
+    return [{**f, "passed": o["verdict"] != "failed", "p_after": o["p_after"]} for f, o in zip(out["facts"], m["outcomes"])]
+
+
+def grade_ripple(out: dict, picked, method: str = "rome") -> Grade:
+    """Q: after the edit, which implied facts will say their expected answer (moved there, or still there)? Score:
+    the share classified correctly; all right is right, two thirds close."""
+    rows = ripple_rows(out, method)
+    picked = set(picked)
+    if not rows:
+        return Grade(CLOSE, 0.5, out.get("message") or "no implied fact the model knows", "-", "-")
+    correct = [r["passed"] == (r["prompt"] in picked) for r in rows]
+    score = sum(correct) / len(correct)
+    truth = [r["prompt"] for r in rows if r["passed"]]
+    lines = "; ".join(f"{r['prompt']!r} → {r['answer'].strip()!r}: {r['p_before']:.3f} -> {r['p_after']:.3f}"
+                      f" ({'ok' if r['passed'] else 'failed'})" for r in rows)
+    text = f"{len(truth)} of {len(rows)} ended as they should: {lines}. You classified {sum(correct)} correctly."
+    score = 1.0 if all(correct) else score
+    return Grade(_verdict(score if score == 1.0 else min(score, 0.99) if score >= 2 / 3 else 0.0),
+                 round(score, 3), text, ", ".join(sorted(picked)) or "none", ", ".join(truth) or "none")

@@ -13,6 +13,7 @@ A pack is a folder of JSON files (no pickle):
     facts/<id>/retrace-<t>-<m>.json   step 6: the edited model's hidden-state trace
     facts/<id>/bleed-<t>.json     step 7: the ROME edit's bleed map
     facts/<id>/sweep.json         step 9: ROME at every layer (the first target)
+    facts/<id>/ripple-<t>.json    step 11: the implied facts before and after the ROME edit and in context
 
 Every file is written atomically (a temporary file renamed into place), so an interrupted build leaves whole files
 only and a rerun computes just the missing ones.
@@ -74,6 +75,10 @@ def retrace_name(target: int, method: str) -> str:
     return f"retrace-{target}-{method}"
 
 
+def ripple_name(target: int) -> str:
+    return f"ripple-{target}"
+
+
 def bleed_name(target: int) -> str:
     return f"bleed-{target}"
 
@@ -130,6 +135,7 @@ class Pack:
         names = ["lens", "trace", "memories"]
         for t in range(len(fact.get("targets", []))):
             names += [n for m in methods for n in (edit_name(t, m), retrace_name(t, m))] + [bleed_name(t)]
+            names.append(ripple_name(t))
         return names + ["sweep"]
 
     def missing(self, fid: str) -> list[str]:
