@@ -296,10 +296,10 @@ def server_panel() -> None:
                 if r["setting"] == "models.folders":
                     r["value"] = f"{len(conf.model_folders)} folder(s)"
                 r["from"] = r["from"] if r["from"] in ("default",) or r["from"].startswith("EDITKIT_") else "file"
-        st.dataframe([{k: r[k] for k in ("setting", "value", "from")} for r in rows], hide_index=True,
-                     width="stretch", key="server_settings")
-        st.caption("Set in editkit.toml (or the file EDITKIT_CONFIG names) and EDITKIT_* variables; see the "
-                   "manual's Serving a class page.")
+        st.caption("**Settings in force** (editkit.toml or the file EDITKIT_CONFIG names, and EDITKIT_* "
+                   "variables; the manual's *Serving a class* page):  \n" +
+                   "  \n".join(f"`{r['setting']} = {r['value'].replace('`', '')}`"
+                                + ("" if r["from"] == "default" else f" ({md_escape(r['from'])})") for r in rows))
 
 
 def check_upload(upload, kind: str) -> None:
