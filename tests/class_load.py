@@ -4,9 +4,10 @@ machines, so the driver costs this machine little). It extends the load driver (
 its memory) from six sessions to a class.
 
 Every student, after a reading pause (uniform in [0, 2 x think] seconds) before each action, for `rounds` rounds:
-predicts on the home page (one of two facts; the line must read exactly as the base model's unless it is the
-student's own edited fact), opens Causal tracing, inspects the FFN memories at the last token, opens Edit &
-compare and Attention vs FFN, and goes home. Each of these is timed from the request to the end of its page run:
+predicts on the home page the two facts the class shares (the line must read exactly as the base model's unless it
+is the student's own edited fact) and a known fact of its own (ROME's known facts, a different one per student and
+round: a prompt nobody else asked, computed rather than served from the page's cache), opens Causal tracing,
+inspects the FFN memories at the last token, opens Edit & compare and Attention vs FFN, and goes home. Each of these is timed from the request to the end of its page run:
 they are the actions that never queue (goal: p95 under 1 s). The first `own` students also "try their own" in
 their first round: a causal trace of their fact (2 noise samples, three panels and severing) and a ROME edit that
 they keep, both jobs in the server's queue; a job that waits must show its place ("ahead of yours") and every job
@@ -46,6 +47,15 @@ FACTS = [  # (prompt, request template, subject, new target, true target): ROME 
 LINE = re.compile(r"Prediction for “(.+?)”: most likely next token \*\*(.+?)\*\* \(p = ([0-9.]+)\)")
 ANSWER = re.compile(r"Answer \*\*(.+?)\*\*: clean p = ([0-9.]+)")
 PAGES = ("causal_tracing", "ffn_memories", "edit_compare", "attention_vs_ffn")
+
+
+def _own_prompts() -> list[str]:
+    from editkit.data.facts import known_facts
+
+    return [f["prompt"] for f in known_facts()[:1000:3]]
+
+
+OWN_PROMPTS = _own_prompts()
 
 
 class Student:
@@ -130,9 +140,10 @@ class Student:
             await self.act("keep the edit", press="keep_rome")
             self.edited = True
 
-    async def lesson_round(self) -> None:
+    async def lesson_round(self, k: int) -> None:
         for prompt, *_ in FACTS if self.rng.random() < 0.5 else FACTS[::-1]:
             await self.predict(prompt)
+        await self.act("predict", home_prompt=OWN_PROMPTS[(self.i + k * 97) % len(OWN_PROMPTS)])
         await self.act("open causal_tracing", "causal_tracing")
         await self.act("open ffn_memories", "ffn_memories")
         await self.act("inspect memories", press="FormSubmitter:mem_form-Inspect")
@@ -146,7 +157,7 @@ class Student:
             for k in range(self.rounds):
                 if k == 0 and self.own:
                     await self.try_own()
-                await self.lesson_round()
+                await self.lesson_round(k)
             await self.predict(self.fact[0])
 
 
