@@ -5,8 +5,7 @@ pages/ that calls the editkit library.
 """
 import streamlit as st
 
-from editkit.figures.lens import logit_lens_figure
-from editkit.model.text import logit_lens, top_k
+from editkit.lens import logit_lens, predict
 from editkit.model.weights import model_key
 from pages import ui
 
@@ -40,35 +39,33 @@ def home():
         st.caption(f"Computed with your {n_edits} kept edit(s) (sidebar); other users see the base model.")
     with ui.guard("prediction"):
         with ui.session(lm):  # this session's kept edits; other sessions' edits are never visible here
-            preds, lens = predict(model_key(lm), prompt, k, lm)
-        st.session_state["home_result"] = {"model": lm.name, "prompt": prompt, "k": k, "edits": n_edits,
-                                           "preds": preds, "lens": lens}
+            st.session_state["home_result"] = predict_shared(model_key(lm), prompt, k, lm)
     shown = st.session_state.get("home_result")
-    if shown and shown["model"] == lm.name:
-        if shown["prompt"] != prompt or shown["k"] != k:
-            st.caption(f"Still showing the last result, for the prompt {shown['prompt'][:80]!r}.")
-        show_prediction(shown)
+    if shown and shown[0].model == lm.name:
+        if shown[0].prompt != prompt or len(shown[0]) != k:
+            st.caption(f"Still showing the last result, for the prompt {shown[0].prompt[:80]!r}.")
+        show_prediction(*shown)
 
 
 @st.cache_data(max_entries=512, show_spinner=False)
-def predict(key: str, prompt: str, k: int, _lm) -> tuple[list[dict], dict]:
+def predict_shared(key: str, prompt: str, k: int, _lm):
     """The top-k predictions and the logit lens of `prompt`, computed once per server for the weights `key` names
     (weights.model_key: the model plus the deltas in force), so a class typing the same prompts (the default one,
     the teacher's examples) shares one computation; a session with kept edits has its own key."""
-    return [p.to_dict() for p in top_k(_lm, prompt, k)], logit_lens(_lm, prompt, k=k)
+    return predict(_lm, prompt, k), logit_lens(_lm, prompt, k=k)
 
 
-def show_prediction(r: dict) -> None:
+def show_prediction(preds, lens) -> None:
     """The most likely token, the top-k table and the logit-lens heatmap of one prediction."""
-    top = r["preds"][0]
-    st.markdown(f"Prediction for “{ui.md_escape(r['prompt'][:200])}”: most likely next token "
-                f"**{ui.md_escape(repr(top['token']))}** (p = {top['prob']:.4f}).")
+    top = preds.top
+    st.markdown(f"Prediction for “{ui.md_escape(preds.prompt[:200])}”: most likely next token "
+                f"**{ui.md_escape(repr(top.token))}** (p = {top.prob:.4f}).")
     left, right = st.columns([1, 2])
     with left:
-        st.dataframe([{"token": repr(p["token"]), "probability": round(p["prob"], 4)} for p in r["preds"]],
+        st.dataframe([{"token": repr(p.token), "probability": round(p.prob, 4)} for p in preds],
                      hide_index=True, width="stretch")
     with right:
-        st.plotly_chart(logit_lens_figure(r["lens"], r["k"]), width="stretch")
+        st.plotly_chart(lens.figure(), width="stretch")
 
 
 PAGES = [

@@ -30,7 +30,7 @@ OUT = ASSETS / "figures"
 
 def figures() -> dict:
     """file name -> (figure, width in px)."""
-    runs = shipped_runs()
+    runs = {name: run.to_json() for name, run in shipped_runs().items()}
     out = {f"aie-{name}.png": (aie_panels(run), 1500) for name, run in runs.items()}
     if len(runs) > 1:
         both = make_subplots(rows=1, cols=2, subplot_titles=[

@@ -1,7 +1,8 @@
 """`editkit <command>` (or `python -m editkit <command>`): every capability from the shell, with --json for scripts.
 
 Each command lives in editkit/commands/<name>.py and defines `register(subparsers)`, which adds its parser
-and sets `func(args) -> dict | list` (the JSON result) and optionally `show(result)` (the human-readable form).
+and sets `func(args)` (a typed result, editkit/core/results.py, or plain JSON data) and optionally `show(result)`
+(the human-readable form); `--json` prints the result's `to_json()`, the JSON edge.
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import sys
 from pathlib import Path
 
 from .core.errors import EditkitError
+from .core.results import Result
 
 COMMANDS = ["models", "predict", "trace", "aie", "edit", "apply-patch", "evaluate", "bench", "memories", "triggers",
             "geva", "intervene", "similarity", "spectrum", "sweep", "bleed", "layer-sweep", "lesson", "anchor",
@@ -39,7 +41,8 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted", file=sys.stderr)
         return 130
     if getattr(args, "json", False) or not hasattr(args, "show"):
-        print(json.dumps(result, indent=1, ensure_ascii=False))
+        data = result.to_json() if isinstance(result, Result) else result
+        print(json.dumps(data, indent=1, ensure_ascii=False))
     else:
         args.show(result)
     return 0

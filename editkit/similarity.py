@@ -44,6 +44,8 @@ import torch
 
 from .core.cache import Store, read_json
 from .core.errors import EditkitError
+from .core.results import JsonObject, Result, frame
+from .figures.similarity import similarity_figure
 from .model.footprint import step_bytes, with_margin
 from .model.sites import layers
 from .model.tokens import encode
@@ -84,7 +86,11 @@ def definition(adapter, mode: str = "residual") -> str:
 
 
 @dataclass
-class SimilarityResult:
+class SimilarityResult(Result):
+    """PMET's Fig. 2 for one model (module docstring): per layer, the mean cosine and top-k Jaccard similarity of
+    the states entering and leaving the attention (mhsa_) and the FFN (ffn_) over `n` prompts, each
+    {"mean", "low", "high"} with its 95% band."""
+
     model: str
     family: str
     parallel: bool
@@ -104,12 +110,28 @@ class SimilarityResult:
     cached: bool = False
     prompts: list[str] = field(default_factory=list)
 
-    def to_dict(self) -> dict:
+    def headline(self) -> str:
+        mean = lambda band: sum(band["mean"]) / len(band["mean"])  # noqa: E731
+        return (f"{self.model}, {self.n} prompts ({self.facts}), mode {self.mode}: mean cosine MHSA "
+                f"{mean(self.mhsa_cos):.3f}, FFN {mean(self.ffn_cos):.3f}")
+
+    def to_json(self) -> JsonObject:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "SimilarityResult":
+    def _from_json(cls, d: dict) -> "SimilarityResult":
         return cls(**d)
+
+    def to_frame(self):
+        """One row per layer: each metric's mean and 95% band."""
+        return frame([{"layer": l, **{f"{m}_{what}": getattr(self, m)[what][i] for m in METRICS
+                                      for what in ("mean", "low", "high")}} for i, l in enumerate(self.layers)])
+
+    def figure(self, metric: str = "cos"):
+        """The MHSA and FFN curves of `metric` ("cos" or "jaccard") with their bands, layers counted from 1."""
+        title = "Cosine similarity (input vs output)" if metric == "cos" else \
+            f"Top-{self.k} Jaccard similarity (logit lens)"
+        return similarity_figure(self.to_json(), metric, title, None if metric == "cos" else [0, 1])
 
 
 # --- capture ---------------------------------------------------------------------------------------------------
@@ -256,7 +278,7 @@ def similarity(lm, n: int = DEFAULT_N, facts: str = "known", prompts: list[str] 
         prompts = fact_prompts(lm, facts, n)
     n = len(prompts)
     path, digest = cache_path(model_key(lm), facts, n, mode, prompts, k)
-    result = STORE.get(path, lambda p: SimilarityResult.from_dict(read_json(p))) if cache else None
+    result = STORE.get(path, lambda p: SimilarityResult.from_json(read_json(p))) if cache else None
     if result is not None:
         result.cached = True
         if progress:
@@ -279,7 +301,7 @@ def similarity(lm, n: int = DEFAULT_N, facts: str = "known", prompts: list[str] 
         seconds=round(time.perf_counter() - t0, 2), prompts_sha1=digest, prompts=prompts,
     )
     if cache:
-        STORE.put(path, result.to_dict())
+        STORE.put(path, result.to_json())
     return result
 
 

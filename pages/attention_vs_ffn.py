@@ -3,7 +3,6 @@ feed-forward (FFN) sub-layer changes the last token's hidden state, layer by lay
 import pandas as pd
 import streamlit as st
 
-from editkit.figures.similarity import similarity_figure
 from editkit.similarity import DEFAULT_N, TOP_K, definition, similarity, similarity_memory
 from pages import ui
 
@@ -59,29 +58,28 @@ if st.button("Compute similarity curves", type="primary", key="sim_compute"):
                                   progress=lambda f, msg: progress(f, f"{f:.0%} of the facts (cached on disk)"))
 
         result = ui.run_job("similarity curves", job, memory=similarity_memory(lm), facts=int(n))
-        st.session_state["sim_result"] = result.to_dict()
+        st.session_state["sim_result"] = result
 
 r = st.session_state.get("sim_result")
 
 
 if r:
-    timing = "cached result" if r["cached"] else f"computed in {r['seconds']:.1f} s"
-    st.subheader(f"{r['model']}: {r['n']} facts ({r['facts']}), {timing}")
-    st.caption(f"{r['definition']} Shaded: {r['interval']}.")
+    timing = "cached result" if r.cached else f"computed in {r.seconds:.1f} s"
+    st.subheader(f"{r.model}: {r.n} facts ({r.facts}), {timing}")
+    st.caption(f"{r.definition} Shaded: {r.interval}.")
     left, right = st.columns(2)
     with left:
-        st.plotly_chart(similarity_figure(r, "cos", "Cosine similarity (input vs output)"), width="stretch",
-                        key="sim_cos_chart")
+        st.plotly_chart(r.figure("cos"), width="stretch", key="sim_cos_chart")
     with right:
-        title = f"Top-{r['k']} Jaccard similarity (logit lens)"
-        st.plotly_chart(similarity_figure(r, "jaccard", title, [0, 1]), width="stretch", key="sim_jac_chart")
+        st.plotly_chart(r.figure("jaccard"), width="stretch", key="sim_jac_chart")
     with st.expander("Numbers per layer"):
         st.dataframe(pd.DataFrame({
-            "layer": [l + 1 for l in r["layers"]],
-            **{f"{name} {what}": r[key][what] for key, name in (("mhsa_cos", "MHSA cos"), ("ffn_cos", "FFN cos"),
-                                                                 ("mhsa_jaccard", "MHSA J"), ("ffn_jaccard", "FFN J"))
+            "layer": [l + 1 for l in r.layers],
+            **{f"{name} {what}": getattr(r, key)[what]
+               for key, name in (("mhsa_cos", "MHSA cos"), ("ffn_cos", "FFN cos"), ("mhsa_jaccard", "MHSA J"),
+                                 ("ffn_jaccard", "FFN J"))
                for what in ("mean", "low", "high")},
         }), hide_index=True, width="stretch")
     st.caption(f"Top-k = {TOP_K} as in PMET. The CLI gives the same numbers: "
-               f"`python -m editkit similarity --model {r['model']} --facts {r['facts']} --n {r['n']} "
-               f"--mode {r['mode']} --json`.")
+               f"`python -m editkit similarity --model {r.model} --facts {r.facts} --n {r.n} "
+               f"--mode {r.mode} --json`.")

@@ -2,13 +2,12 @@
 average indirect effect."""
 import json
 
-import pandas as pd
 import streamlit as st
 
-from editkit.figures.tracing import aie_depth, aie_figure, heatmap, severing_figure
+from editkit.figures.tracing import aie_depth
 from editkit.model.tokens import guess_subject
 from editkit.runtime.cluster import Item, backend_from_env
-from editkit.tracing import Tracer, TraceSpec, parse_noise
+from editkit.tracing import Tracer, TraceResult, Traces, TraceSpec, parse_noise
 from editkit.tracing.aie import average_indirect_effect, shipped_runs
 from editkit.tracing.memory import aie_memory, trace_memory
 from editkit.tracing.tracer import exact_panels
@@ -76,21 +75,20 @@ class Panels:
         self.slots = {k: (col.empty(), col.empty(), col.empty()) for k, col in zip(self.kinds, cols)}
         self.drawn = set()
 
-    def draw(self, kind: str, r: dict) -> None:
-        stage = "preview" if r.get("meta", {}).get("estimate") else "exact"
+    def draw(self, kind: str, r: TraceResult) -> None:
+        stage = "preview" if r.estimate else "exact"
         if (kind, stage) in self.drawn or kind not in self.slots:
             return
         self.drawn.add((kind, stage))
         chart, caption, _ = self.slots[kind]
-        chart.plotly_chart(heatmap(r), width="stretch", key=f"trace_fig_{kind}_{stage}")
+        chart.plotly_chart(r.figure(), width="stretch", key=f"trace_fig_{kind}_{stage}")
         if stage == "preview":
             caption.caption("Estimate (attribution patching); the exact panel replaces it when computed.")
         else:
-            t, l = max(((t, l) for t in range(len(r["scores"])) for l in range(len(r["scores"][0]))),
-                       key=lambda x: r["scores"][x[0]][x[1]])
-            source = "from the cache" if r.get("meta", {}).get("cached") else f"{r['seconds']:.1f} s"
-            caption.caption(f"Peak: {r['tokens'][t]!r} at layer {l}, p = {r['scores'][t][l]:.3f} "
-                            f"(IE {r['indirect_effect'][t][l]:+.3f}); exact, {source}.")
+            t, l, p = r.peak()
+            source = "from the cache" if r.cached else f"{r.seconds:.1f} s"
+            caption.caption(f"Peak: {r.tokens[t]!r} at layer {l}, p = {p:.3f} "
+                            f"(IE {p - r.low_score:+.3f}); exact, {source}.")
 
     def bar(self, kind: str):
         return self.slots[kind][2].progress(0.0, text=f"exact {kind} panel: waiting")
@@ -119,7 +117,7 @@ def trace_job(progress, tracer, kinds, panels) -> None:
     if any(tracer.cached(k) is None for k in kinds):
         panels.header.info("Preview: attribution-patching estimates; computing the exact panels...")
         progress(0.0, "preview (attribution patching)")
-        new["preview"] = {k: r.to_dict() for k, r in tracer.preview(kinds).items()}
+        new["preview"] = dict(tracer.preview(kinds).items())
     st.session_state["trace_state"] = new  # bad inputs fail above and keep the earlier results
     for kind, r in new["preview"].items():
         panels.draw(kind, r)
@@ -132,7 +130,7 @@ def trace_job(progress, tracer, kinds, panels) -> None:
             if bar:
                 bar.progress(min(f, 1.0), text=f"exact {kind} panel")
 
-        new["exact"][kind] = tracer.result(kind, progress=step).to_dict()
+        new["exact"][kind] = tracer.result(kind, progress=step)
         panels.draw(kind, new["exact"][kind])
         if bar:
             bar.empty()
@@ -155,9 +153,9 @@ if submitted:
 
         if backend_from_env().ray:  # on a Ray worker with this session's kept edits; drawn when it is done
             job = Item(exact_panels, (spec, kinds), {"cache": not recompute}, progress=True)
-            out = ui.run_item("causal trace", lm, job, cancel_label="Cancel trace", on_cancel=_cancel,
-                              memory=memory, samples=int(samples))
-            st.session_state["trace_state"] = {"exact": out["exact"], "preview": {}, "sever": out["sever"]}
+            exact, sever = ui.run_item("causal trace", lm, job, cancel_label="Cancel trace", on_cancel=_cancel,
+                                       memory=memory, samples=int(samples))
+            st.session_state["trace_state"] = {"exact": dict(exact.items()), "preview": {}, "sever": sever}
         else:
             def job(progress):
                 with ui.session(lm):
@@ -173,30 +171,27 @@ for kind in panels.kinds:
     if r:
         panels.draw(kind, r)
 
-results = state["exact"]
-if results:
-    first = next(iter(results.values()))
-    st.write(f"Answer **{first['answer']!r}**: clean p = {first['high_score']:.3f}, corrupted p = "
-             f"{first['low_score']:.3f} (noise scale {first['noise_scale']:.3f}; `*` marks subject tokens).")
-    rows = [{"kind": k, "token_index": t, "token": r["tokens"][t], "layer": l, "p": r["scores"][t][l],
-             "indirect_effect": r["indirect_effect"][t][l]}
-            for k, r in results.items() for t in range(len(r["tokens"])) for l in range(len(r["scores"][0]))]
+results = Traces(state["exact"])
+if len(results):
+    first = results.first
+    st.write(f"Answer **{first.answer!r}**: clean p = {first.high_score:.3f}, corrupted p = "
+             f"{first.low_score:.3f} (noise scale {first.noise_scale:.3f}; `*` marks subject tokens).")
     d1, d2 = st.columns(2)
-    d1.download_button("Download CSV", pd.DataFrame(rows).to_csv(index=False), "trace.csv", "text/csv",
+    d1.download_button("Download CSV", results.to_frame().to_csv(index=False), "trace.csv", "text/csv",
                        key="trace_csv")
-    d2.download_button("Download JSON", json.dumps(results, indent=1), "trace.json", "application/json",
-                       key="trace_json")
+    d2.download_button("Download JSON", json.dumps(results.to_json(), indent=1), "trace.json",
+                       "application/json", key="trace_json")
     st.caption("PNG: use the camera icon in each chart's toolbar.")
 
 sev = state["sever"]
 if sev:
     st.subheader("Severing: which later modules does a restored state need?")
     st.markdown(
-        f"Restore the hidden state at {sev['token_str']!r} (the last subject token) at layer l, while the MLP "
+        f"Restore the hidden state at {sev.token_str!r} (the last subject token) at layer l, while the MLP "
         "(or attention) outputs at that token stay at their corrupted values in all later layers. A drop of "
         "the green curve means the later MLPs at that token do the decisive work (ROME, Fig. 4)."
     )
-    st.plotly_chart(severing_figure(sev), width="stretch", key="trace_sever_fig")
+    st.plotly_chart(sev.figure(), width="stretch", key="trace_sever_fig")
 
 st.subheader("Average indirect effect over known facts")
 st.markdown(
@@ -214,15 +209,15 @@ if a1.button("Compute / show average effects", key="trace_aie_go"):
         st.session_state["trace_aie"] = ui.run_item("average indirect effect", lm, job, memory=aie_memory(lm),
                                                     facts=int(n_facts))
 if lm.name in shipped_aie and a2.button("Show the shipped run (no computing)", key="trace_aie_shipped"):
-    st.session_state["trace_aie"] = {**shipped_aie[lm.name], "shipped": True}
+    st.session_state["trace_aie"] = shipped_aie[lm.name]
 aie = st.session_state.get("trace_aie")
 if aie:
-    if aie.get("shipped"):
-        st.caption(f"The shipped run (the manual's Results: Tracing): {aie['n_facts']} facts, {aie['samples']} "
-                   f"noise samples of {aie['noise']}, window {aie['window']} (`editkit aie --model {aie['model']} "
-                   f"--n {aie['n_facts']} --samples {aie['samples']}`).")
+    if aie.shipped:
+        st.caption(f"The shipped run (the manual's Results: Tracing): {aie.n_facts} facts, {aie.samples} "
+                   f"noise samples of {aie.noise}, window {aie.window} (`editkit aie --model {aie.model} "
+                   f"--n {aie.n_facts} --samples {aie.samples}`).")
     for col, kind in zip(st.columns(3), ("hidden", "mlp", "attn")):
-        col.plotly_chart(aie_figure(aie, kind), width="stretch", key=f"trace_aie_{kind}")
+        col.plotly_chart(aie.figure(kind), width="stretch", key=f"trace_aie_{kind}")
 if len(shipped_aie) > 1 and st.toggle("Where does each model recall facts? The shipped runs side by side",
                                      key="trace_aie_depth"):
     with st.container(border=True):
@@ -233,7 +228,8 @@ if len(shipped_aie) > 1 and st.toggle("Where does each model recall facts? The s
             "moves the recalled fact to the prediction)."
         )
         for col, (kind, token) in zip(st.columns(2), (("mlp", "last subject"), ("attn", "last token"))):
-            col.plotly_chart(aie_depth(shipped_aie, kind, token), width="stretch", key=f"trace_aie_depth_{kind}")
+            col.plotly_chart(aie_depth({m: r.to_json() for m, r in shipped_aie.items()}, kind, token),
+                             width="stretch", key=f"trace_aie_depth_{kind}")
 
 spec_now = None
 with ui.guard("two-model trace"):
@@ -246,7 +242,6 @@ def layer_sweep_section(lm) -> None:
     from editkit.editing.memory import edit_memory
     from editkit.editing.requests import EditRequest
     from editkit.evaluation.layer_sweep import layer_sweep
-    from editkit.figures.side_effects import layer_sweep_figure
 
     st.subheader("Does the traced layer edit best? Edit every layer")
     st.markdown(
@@ -263,7 +258,7 @@ def layer_sweep_section(lm) -> None:
     c1, c2 = st.columns(2)
     new = c1.text_input("New target", "Paris", key="ls_new")
     true = c2.text_input("True target (empty: the answer of the trace above)", key="ls_true").strip() or \
-        (traced or {}).get("answer", "").strip()
+        (traced.answer.strip() if traced else "")
     c3, c4 = st.columns(2)
     para = c3.text_input("A paraphrase of the prompt (optional)", key="ls_para")
     neigh = c4.text_input("A prompt about another subject, same relation (optional)", key="ls_neigh")
@@ -276,8 +271,7 @@ def layer_sweep_section(lm) -> None:
                 raise EditkitError(f"the subject {subject!r} is not in the prompt")
             request = EditRequest(prompt.replace(subject, "{}", 1), subject, new, true or None,
                                   [para] if para.strip() else [], [neigh] if neigh.strip() else [])
-            same = traced and traced.get("meta", {}).get("prompt") == prompt and \
-                traced["answer"].strip() == (true or "").strip()
+            same = traced and traced.prompt == prompt and traced.answer.strip() == (true or "").strip()
             use = traced if same else None  # the trace above, when it is of this prompt and answer
             samples = int(st.session_state.get("trace_samples", 10))
 
@@ -287,10 +281,10 @@ def layer_sweep_section(lm) -> None:
             st.session_state["ls_out"] = ui.run_item("layer sweep", lm, job, memory=memory, samples=samples)
     out = st.session_state.get("ls_out")
     if out:
-        st.plotly_chart(layer_sweep_figure(out), width="stretch", key="ls_fig")
-        t = out["trace"]
-        st.caption(f"Best layer by the summed differences: {out['best_layer']}"
-                   + (f"; the {t['kind']} trace at {t['token']!r} peaks at layer {t['peak_layer']}." if t else "."))
+        st.plotly_chart(out.figure(), width="stretch", key="ls_fig")
+        t = out.trace
+        st.caption(f"Best layer by the summed differences: {out.best_layer}"
+                   + (f"; the {t.kind} trace at {t.token!r} peaks at layer {t.peak_layer}." if t else "."))
 
 
 layer_sweep_section(lm)

@@ -11,7 +11,7 @@ from editkit.editing.memory import edit_memory, scoring_memory
 from editkit.editing.methods import all_methods, get
 from editkit.editing.requests import EditRequest
 from editkit.evaluation import EvalRecord, SequentialSpec, load_eval_set
-from editkit.evaluation.compare import compare_methods
+from editkit.evaluation.compare import Comparison, compare_methods
 from editkit.figures.labels import legend
 from editkit.evaluation.sequential import sequential_methods
 from editkit.figures import editing as figures
@@ -121,15 +121,14 @@ if st.button("Edit and compare", type="primary", key="ec_run", disabled=not (rec
 
         # every method starts from the same weights: base + this session's kept edits
         job = Item(compare_methods, (methods, records, overrides, int(n_gen), int(gen_tokens)), progress=True)
-        out, deltas = ui.run_item("edit and compare", lm, job, batch=len(records),
-                                  memory=edit_memory(lm, methods, len(records), overrides),
-                                  new_tokens=int(gen_tokens) if int(n_gen) else None)
-        st.session_state.update(ec_out=out, ec_deltas=deltas)
+        st.session_state["ec_out"] = ui.run_item("edit and compare", lm, job, batch=len(records),
+                                                 memory=edit_memory(lm, methods, len(records), overrides),
+                                                 new_tokens=int(gen_tokens) if int(n_gen) else None)
         st.session_state.pop("ec_traces", None)
 
 
 # ---- results ------------------------------------------------------------------------------------------------------
-def show_metrics(out: dict):
+def show_metrics(out: Comparison):
     st.subheader("Metrics")
     st.markdown(
         "Efficacy: the new target beats the true one on the rewrite prompt, 1[P(o*) > P(o_c)]; generalization: the "
@@ -139,56 +138,55 @@ def show_metrics(out: dict):
         "for CounterFact records). Reliability/generalization (acc) are EasyEdit's teacher-forced token accuracies. "
         "Generation efficacy / generalization (QAEdit): the greedy continuation of the rewrite / paraphrase prompts "
         "says the new target and no longer the true one, what a user actually reads.")
-    df = pd.DataFrame(figures.metrics_table(out))
+    df = out.to_frame()
     st.dataframe(df, hide_index=True, width="stretch")
     st.caption("Each header names its metric's family: " + legend())
-    ui.keep_buttons(lm, st.session_state.get("ec_deltas", {}), LABELS,
-                    "; ".join(f"{r['prompt'].replace('{}', r['subject'])} → {r['target_new']}" for r in out["requests"]),
-                    {"model": lm.name, "requests": out["requests"]})
+    ui.keep_buttons(lm, out.deltas, LABELS, "; ".join(f"{r.rewrite} → {r.target_new}" for r in out.requests),
+                    {"model": lm.name, "requests": [r.to_dict() for r in out.requests]})
     return df
 
 
-def show_probabilities(out: dict) -> None:
+def show_probabilities(out: Comparison) -> None:
     st.subheader("P(new) vs P(true), prompt by prompt")
     st.markdown("Teacher-forced probability of each target after each prompt, before and after each edit: the "
                 "rewrite and paraphrases should flip to the new target, the neighborhood prompts should not move.")
-    for j, req in enumerate(out["requests"]):
-        if len(out["requests"]) > 1:
-            st.markdown(f"**{req['prompt'].replace('{}', req['subject'])}** → {req['target_new']!r}")
+    for j, req in enumerate(out.requests):
+        if len(out.requests) > 1:
+            st.markdown(f"**{req.rewrite}** → {req.target_new!r}")
         for col, group in zip(st.columns(len(figures.GROUPS)), figures.GROUPS):
-            fig = figures.probability_figure(out, j, group)
+            fig = out.figure(group, j)
             if fig is None:
                 col.caption(f"no {group} prompts")
                 continue
             col.plotly_chart(fig, width="stretch", key=f"ec_bars_{j}_{group}")
-            rows = out["pre"][j]["probabilities"][group]
+            rows = out.pre[j]["probabilities"][group]
             col.caption(" · ".join(f"#{i + 1} {r['prompt'][:50]!r}" for i, r in enumerate(rows)))
 
 
-def show_changes(out: dict) -> None:
+def show_changes(out: Comparison) -> None:
     st.subheader("How big is the change? ‖ΔW‖ / ‖W‖ per edited matrix")
     st.markdown("The Frobenius norm of each matrix's change relative to the matrix: a small number means a "
                 "surgical edit, a large one a risk for everything else the matrix stores.")
-    st.plotly_chart(figures.norms_figure(out), width="stretch", key="ec_norms")
-    st.dataframe(pd.DataFrame(figures.diagnostics_table(out)), hide_index=True, width="stretch")
+    st.plotly_chart(out.norms_figure(), width="stretch", key="ec_norms")
+    st.dataframe(out.diagnostics(), hide_index=True, width="stretch")
     with st.expander("Optimisation loss curves"):
-        st.plotly_chart(figures.loss_figure(out), width="stretch", key="ec_losses")
+        st.plotly_chart(out.loss_figure(), width="stretch", key="ec_losses")
 
 
-def show_generations(out: dict) -> None:
-    if not any(p["generations"] for p in out["pre"]):
+def show_generations(out: Comparison) -> None:
+    if not any(p["generations"] for p in out.pre):
         return
     st.subheader("Generations before and after")
     st.caption("Sampled (top-k 5) with the same seed before and after, so differences come from the edit.")
-    for j, pre in enumerate(out["pre"]):
+    for j, pre in enumerate(out.pre):
         for g_i, g in enumerate(pre["generations"]):
-            cols = st.columns(1 + len(out["methods"]))
+            cols = st.columns(1 + len(out.methods))
             cols[0].markdown(f"**before**\n\n{g['text']}")
-            for col, r in zip(cols[1:], out["methods"].values()):
-                col.markdown(f"**{r['label']}**\n\n{r['post'][j]['generations'][g_i]['text']}")
+            for col, m in zip(cols[1:], out.methods.values()):
+                col.markdown(f"**{m.label}**\n\n{m.post[j]['generations'][g_i]['text']}")
 
 
-def show_traces(out: dict) -> None:
+def show_traces(out: Comparison) -> None:
     st.subheader("Where does the new fact live? Causal trace of the edited model")
     st.markdown("The hidden-state trace of the rewrite prompt in each edited model, with the new target as the "
                 "answer: after a working edit, restoring the edited layers' states at the subject's last token "
@@ -196,27 +194,26 @@ def show_traces(out: dict) -> None:
     samples = st.number_input("Noise samples", 2, 20, 5, key="ec_trace_samples")
     if st.button("Trace the edited models", key="ec_trace_go"):
         with ui.guard("tracing the edited models"):
-            req, deltas = out["requests"][0], st.session_state.get("ec_deltas", {})
+            req, deltas = out.requests[0], out.deltas
 
             def trace_job(progress):
                 traces = {}
-                for i, m in enumerate(m for m in out["methods"] if m in deltas):
+                for i, m in enumerate(m for m in out.methods if deltas.get(m)):
                     with ui.session(lm, deltas[m]):
-                        spec = TraceSpec(req["prompt"].replace("{}", req["subject"]), req["subject"],
-                                         req["target_new"], int(samples), kinds="hidden")
+                        spec = TraceSpec(req.rewrite, req.subject, req.target_new, int(samples), kinds="hidden")
                         r = trace(lm, spec, progress=lambda f, msg, i=i: progress((i + f) / len(deltas), msg))
-                    traces[m] = r["hidden"].to_dict()
+                    traces[m] = r["hidden"]
                 return traces
 
-            memory = trace_memory(lm, req["prompt"].replace("{}", req["subject"]), int(samples), ["hidden"])
+            memory = trace_memory(lm, req.rewrite, int(samples), ["hidden"])
             st.session_state["ec_traces"] = ui.run_job("trace of the edited models", trace_job, memory=memory,
                                                        samples=int(samples))
     traces = st.session_state.get("ec_traces") or {}
     for col, (m, r) in zip(st.columns(max(len(traces), 1)), traces.items()):
-        col.plotly_chart(figures.trace_figure(r, LABELS.get(m, m)), width="stretch", key=f"ec_trace_{m}")
+        col.plotly_chart(figures.trace_figure(r.to_json(), LABELS.get(m, m)), width="stretch", key=f"ec_trace_{m}")
 
 
-def show_results(out: dict) -> None:
+def show_results(out: Comparison) -> None:
     """Every view of one comparison (kept in the session until the next run)."""
     df = show_metrics(out)
     show_probabilities(out)
@@ -224,8 +221,8 @@ def show_results(out: dict) -> None:
     show_generations(out)
     show_traces(out)
     d1, d2 = st.columns(2)
-    d1.download_button("Download results (JSON)", json.dumps(out, indent=1, default=str), "edit_compare.json",
-                       "application/json", key="ec_json")
+    d1.download_button("Download results (JSON)", json.dumps(out.to_json(), indent=1, default=str),
+                       "edit_compare.json", "application/json", key="ec_json")
     d2.download_button("Download metrics (CSV)", df.to_csv(index=False), "edit_compare.csv", "text/csv", key="ec_csv")
 
 
@@ -241,7 +238,6 @@ def spectrum_section(lm) -> None:
     """The eigenvalues of C = E[k kᵀ] at AlphaEdit's layers, and the null space its rule selects."""
     from editkit.editing.nullspace import NULL_RULES
     from editkit.editing.spectrum import spectrum
-    from editkit.figures.spectrum import spectrum_figure
 
     st.subheader("Why AlphaEdit protects old knowledge: the spectrum of the key statistics")
     st.markdown(
@@ -261,14 +257,14 @@ def spectrum_section(lm) -> None:
         with ui.guard("spectrum"), st.spinner("eigendecomposition of C (cached after the first time)"):
             st.session_state["ec_spec"] = spectrum(lm, rule=rule, threshold=float(threshold))
     spec = st.session_state.get("ec_spec")
-    if spec and spec["model"] == lm.name:
-        st.plotly_chart(spectrum_figure(spec), width="stretch", key="ec_spec_fig")
-        st.dataframe(pd.DataFrame([{"layer": r["layer"], "null-space dimension": f"{r['null_dimension']}/{r['width']}",
-                                    "share of E‖k‖² inside": f"{100 * r['null_energy']:.2f}%",
-                                    "eigenvalue cut": r["cut"], "largest eigenvalue": r["largest"],
-                                    "upstream 2e-2: dimension": r["upstream_null_dimension"],
-                                    "upstream 2e-2: share of E‖k‖²": f"{100 * r['upstream_null_energy']:.2f}%"}
-                                   for r in spec["layers"]]), hide_index=True, width="stretch")
+    if spec and spec.model == lm.name:
+        st.plotly_chart(spec.figure(), width="stretch", key="ec_spec_fig")
+        st.dataframe(pd.DataFrame([{"layer": r.layer, "null-space dimension": f"{r.null_dimension}/{r.width}",
+                                    "share of E‖k‖² inside": f"{100 * r.null_energy:.2f}%",
+                                    "eigenvalue cut": r.cut, "largest eigenvalue": r.largest,
+                                    "upstream 2e-2: dimension": r.upstream_null_dimension,
+                                    "upstream 2e-2: share of E‖k‖²": f"{100 * r.upstream_null_energy:.2f}%"}
+                                   for r in spec.layers]), hide_index=True, width="stretch")
 
 
 def lifelong_section(lm) -> None:
@@ -291,7 +287,7 @@ def lifelong_section(lm) -> None:
         with ui.guard("the shipped run"):
             shipped = load_results(SHIPPED)
             first = next(iter(shipped.values()))
-            st.caption(f"Shipped run on {first['model']}: {first['n']} CounterFact edits; {first['notes']}")
+            st.caption(f"Shipped run on {first.model}: {first.n} CounterFact edits; {first.notes}")
             draw_runs(shipped, ("ec_life_shipped", "ec_life_shipped_layers"))
     if SHIPPED_STABILISERS.exists():
         title = "Stabilisers against ROME's collapse (120 edits, shipped run)"
@@ -329,17 +325,16 @@ def lifelong_section(lm) -> None:
 
 
 def draw_runs(runs: dict, keys: tuple[str, str], layer_caption: str = "") -> None:
-    """Lifelong runs (method -> result): the metric curves, the per-layer norm and condition number, the table."""
-    from editkit.evaluation.lifelong import final_table, styled
-    from editkit.figures.labels import labelled
-    from editkit.figures.lifelong import layer_figure, lifelong_figure
+    """Lifelong runs (method -> LifelongRun): the metric curves, the per-layer norm and condition number, the
+    table."""
+    from editkit.evaluation.lifelong import Lifelong
 
-    runs = styled(runs)
-    st.plotly_chart(lifelong_figure(runs), width="stretch", key=keys[0])
+    life = Lifelong.of(runs, "counterfact")
+    st.plotly_chart(life.figure(), width="stretch", key=keys[0])
     if layer_caption:
         st.caption(layer_caption)
-    st.plotly_chart(layer_figure(runs), width="stretch", key=keys[1])
-    st.dataframe(pd.DataFrame(labelled(final_table(runs))), hide_index=True, width="stretch")
+    st.plotly_chart(life.layer_figure(), width="stretch", key=keys[1])
+    st.dataframe(life.to_frame(), hide_index=True, width="stretch")
 
 
 spectrum_section(lm)
@@ -350,7 +345,6 @@ lifelong_section(lm)
 def bleed_section(lm, records, overrides) -> None:
     """The bleed map of the first request: measured rise of P(new) on other subjects vs the update's share."""
     from editkit.evaluation.bleed import bleed_map
-    from editkit.figures.side_effects import bleed_figure
 
     st.subheader("Why did neighbours move? The bleed map")
     st.markdown(
@@ -379,18 +373,17 @@ def bleed_section(lm, records, overrides) -> None:
     out = st.session_state.get("ec_bleed")
     if not out:
         return
-    st.plotly_chart(bleed_figure(out), width="stretch", key="ec_bleed_fig")
-    c = out["check"]
+    st.plotly_chart(out.figure(), width="stretch", key="ec_bleed_fig")
+    c = out.check
     if c is None:
-        st.caption(f"{out['method']} declares no prediction of its effect on other keys: the chart shows the "
+        st.caption(f"{out.method} declares no prediction of its effect on other keys: the chart shows the "
                    "measured rise only.")
     else:
-        st.caption(f"Check: the predicted change ({out['formula']}) matches the measured change of the edited "
+        st.caption(f"Check: the predicted change ({out.formula}) matches the measured change of the edited "
                    f"layer's output at every token to {c['max_error']:.1e} of the largest change.")
-    rows = [{"source": r["source"], "prompt": r["prompt"],
-             "share s": None if r["share"] is None else round(r["share"], 3), "at token": r["token"],
-             "P(new) before": round(r["p_new_before"], 3), "P(new) after": round(r["p_new_after"], 3)}
-            for r in sorted(out["rows"], key=lambda r: -abs(r["share"] or 0.0))]
+    rows = [{"source": r.source, "prompt": r.prompt, "share s": None if r.share is None else round(r.share, 3),
+             "at token": r.token, "P(new) before": round(r.p_new_before, 3), "P(new) after": round(r.p_new_after, 3)}
+            for r in sorted(out.rows, key=lambda r: -abs(r.share or 0.0))]
     st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
 
 
@@ -421,7 +414,6 @@ def sweep_inputs():
 def sweep_section(lm) -> None:
     """A hyperparameter sweep on an evaluation set, drawn as the trade-off it is (Pareto chart)."""
     from editkit.evaluation.sweep import SWEEP, sweep
-    from editkit.figures.side_effects import pareto_figure, sweep_table
 
     st.subheader("Tune the trade-off: a hyperparameter sweep")
     st.markdown(
@@ -446,11 +438,11 @@ def sweep_section(lm) -> None:
                                                        memory=edit_memory(lm, [method], 1, overrides))
     out = st.session_state.get("ec_sweep")
     if out:
-        st.plotly_chart(pareto_figure(out, ("efficacy", "generalization", "gen_efficacy")), width="stretch",
+        st.plotly_chart(out.figure(("efficacy", "generalization", "gen_efficacy")), width="stretch",
                         key="ec_sweep_fig")
-        st.dataframe(pd.DataFrame(sweep_table(out)), hide_index=True, width="stretch")
-        st.download_button("Download the sweep (JSON)", json.dumps(out, indent=1, default=str), "sweep.json",
-                           "application/json", key="ec_sweep_json")
+        st.dataframe(out.to_frame(), hide_index=True, width="stretch")
+        st.download_button("Download the sweep (JSON)", json.dumps(out.to_json(), indent=1, default=str),
+                           "sweep.json", "application/json", key="ec_sweep_json")
 
 
 def ripple_section(lm, records, overrides) -> None:

@@ -3,7 +3,6 @@ switching them off/on, and the paper's layer-level analyses."""
 import pandas as pd
 import streamlit as st
 
-from editkit.figures import memories as figures
 from editkit.memories import geva, triggers, vocab
 from editkit.memories.inspect import memories_at
 from editkit.memories.intervene import intervene, parse_memory
@@ -59,34 +58,33 @@ if inspect_clicked:
         with ui.session(lm):
             view = memories_at(lm, prompt, int(layer), int(position), int(top), bool(norm),
                                token_filter=token_filter)
-        st.session_state["mem_view"] = view.to_dict()
+        st.session_state["mem_view"] = view
 
 view = st.session_state.get("mem_view")
 if view:
-    st.subheader(f"Top memories of layer {view['layer']} at token {view['position']} "
-                 f"({view['tokens'][view['position']]!r})")
+    st.subheader(f"Top memories of layer {view.layer} at token {view.position} "
+                 f"({view.tokens[view.position]!r})")
     st.write(
         f"The bars rank the memories by how much they move the residual stream, |m_i| ||v_i||. Each value v_i "
-        f"is read in the vocabulary as softmax(E v_i){' after the final norm' if view['norm'] else ''}: its top "
+        f"is read in the vocabulary as softmax(E v_i){' after the final norm' if view.norm else ''}: its top "
         f"tokens are what that memory promotes (a negative m_i flips the direction). "
-        f"{view['n_active']} of {a.d_ff} memories have m_i > 0 here (m ranges {view['coefficient_min']:.2f} to "
-        f"{view['coefficient_max']:.2f})."
+        f"{view.n_active} of {a.d_ff} memories have m_i > 0 here (m ranges {view.coefficient_min:.2f} to "
+        f"{view.coefficient_max:.2f})."
     )
-    mems = view["memories"]
     left, right = st.columns([2, 3])
     with left:
-        st.plotly_chart(figures.contributions_figure(mems), width="stretch", key="mem_bars")
+        st.plotly_chart(view.figure(), width="stretch", key="mem_bars")
     with right:
         st.dataframe(pd.DataFrame([{
-            "memory": m["label"], "m_i": round(m["coefficient"], 3), "||v_i||": round(m["value_norm"], 3),
-            "contribution": round(m["contribution"], 3),
-            "value tokens": " · ".join(vocab.readable(t["token"]) for t in m["value_tokens"]),
+            "memory": m.label, "m_i": round(m.coefficient, 3), "||v_i||": round(m.value_norm, 3),
+            "contribution": round(m.contribution, 3),
+            "value tokens": " · ".join(vocab.readable(t["token"]) for t in m.value_tokens),
             "kinds": ", ".join(f"{n} {c}" for c, n in vocab.class_counts(
-                lm, [t["token_id"] for t in m["value_tokens"]]).items()),
+                lm, [t["token_id"] for t in m.value_tokens]).items()),
             **({"Latin-script words (rank among all)": " · ".join(
-                f"{vocab.readable(t['token'])} (#{t['rank']:,})" for t in m["filtered_tokens"])}
-               if m.get("filtered_tokens") else {}),
-        } for m in mems]), hide_index=True, width="stretch")
+                f"{vocab.readable(t['token'])} (#{t['rank']:,})" for t in m.filtered_tokens)}
+               if m.filtered_tokens else {}),
+        } for m in view.memories]), hide_index=True, width="stretch")
         st.caption("Tokens as decoded: ␣ is a leading space, ⏎ a newline, � an incomplete UTF-8 piece (a "
                    "byte fragment of a longer character). \"kinds\" counts Latin-script words, other scripts, "
                    "numbers, punctuation and fragments among them.")
@@ -96,14 +94,14 @@ if view:
         "The logit lens reads the residual stream h through the final norm and unembedding, "
         "p = softmax(W_U norm(h)), just before the FFN and just after its update is added "
         "(h_after = h_before + FFN(h_before)); where the top token changes, that layer's memories changed the "
-        f"prediction. Definition here: {view['definition']}."
+        f"prediction. Definition here: {view.definition}."
     )
     st.dataframe(pd.DataFrame([{
-        "layer": row["layer"],
-        "before FFN": " ".join(f"{t['token']!r} {t['prob']:.2f}" for t in row["before"][:3]),
-        "after FFN": " ".join(f"{t['token']!r} {t['prob']:.2f}" for t in row["after"][:3]),
-        "top changed": row["before"][0]["token_id"] != row["after"][0]["token_id"],
-    } for row in view["lens"]]), hide_index=True, width="stretch")
+        "layer": row.layer,
+        "before FFN": " ".join(f"{t['token']!r} {t['prob']:.2f}" for t in row.before[:3]),
+        "after FFN": " ".join(f"{t['token']!r} {t['prob']:.2f}" for t in row.after[:3]),
+        "top changed": row.before[0]["token_id"] != row.after[0]["token_id"],
+    } for row in view.lens]), hide_index=True, width="stretch")
 
 # --- trigger examples -------------------------------------------------------------------------------------
 st.subheader("Trigger examples of a key")
@@ -112,7 +110,7 @@ st.write(
     "m_i = f(x_j · k_i) show what it responds to (Geva et al. found surface patterns in low layers and semantic "
     "ones in high layers). The index covers the shipped WikiText-2 validation text and is built once per model."
 )
-labels = [m["label"] for m in view["memories"]] if view else []
+labels = [m.label for m in view.memories] if view else []
 c1, c2, c3 = st.columns(3)
 pick = c1.selectbox("Memory from the list", labels or ["(inspect a prompt first)"], key="mem_trig_pick")
 manual = c2.text_input("...or type one (e.g. L3.M17)", key="mem_trig_manual")
@@ -159,18 +157,19 @@ if int_clicked:
         else:
             mems = [parse_memory(s) for s in chosen] + [parse_memory(s) for s in extra.split(",") if s.strip()]
             with ui.session(lm):
-                result = intervene(lm, view["prompt"], mems, mode, view["position"], 10, int(n_new))
-            st.session_state["mem_intervention"] = result.to_dict()
+                result = intervene(lm, view.prompt, mems, mode, view.position, 10, int(n_new))
+            st.session_state["mem_intervention"] = result
 res = st.session_state.get("mem_intervention")
 if res:
-    st.dataframe(pd.DataFrame(res["memories"]), hide_index=True, width="stretch")
+    st.dataframe(res.to_frame(), hide_index=True, width="stretch")
     left, right = st.columns(2)
-    for col, key, title in ((left, "before", "original"), (right, "after", f"memories switched {res['mode']}")):
+    for col, tops, text, title in ((left, res.before, res.continuation_before, "original"),
+                                   (right, res.after, res.continuation_after, f"memories switched {res.mode}")):
         with col:
             st.markdown(f"**{title}**")
-            st.dataframe(pd.DataFrame([{"token": repr(t["token"]), "p": round(t["prob"], 4)} for t in res[key]]),
+            st.dataframe(pd.DataFrame([{"token": repr(t["token"]), "p": round(t["prob"], 4)} for t in tops]),
                          hide_index=True, width="stretch")
-            st.markdown(f"…{res['prompt'][-40:]}**{res['continuation_' + key]}**")
+            st.markdown(f"…{res.prompt[-40:]}**{text}**")
 
 # --- Geva's analyses --------------------------------------------------------------------------------------
 st.subheader("Layer-level analyses (Geva et al. 2021)")
@@ -193,15 +192,15 @@ if st.button("Compute analyses", key="mem_geva_run"):
 
         g = ui.run_job("layer-level analyses", geva_job, memory=analyses_memory(lm, int(g_pos)),
                        positions=int(g_pos), index_tokens=int(n_tokens))
-        st.session_state["mem_geva"] = g.to_dict()
+        st.session_state["mem_geva"] = g
 g = st.session_state.get("mem_geva")
 if g:
     c1, c2, c3 = st.columns(3)
-    c1.plotly_chart(figures.agreement_figure(g), width="stretch", key="mem_fig5")
-    c2.plotly_chart(figures.composition_figure(g), width="stretch", key="mem_fig8")
-    c3.plotly_chart(figures.fixed_figure(g), width="stretch", key="mem_fig9")
-    st.caption(f"{g['n_positions']} positions, {g['memories_per_layer']} memories per layer, "
-               f"trigger index over {g['index']['n_tokens']:,} tokens; {g['corpus']}")
+    c1.plotly_chart(g.figure("agreement"), width="stretch", key="mem_fig5")
+    c2.plotly_chart(g.figure("composition"), width="stretch", key="mem_fig8")
+    c3.plotly_chart(g.figure("fixed"), width="stretch", key="mem_fig9")
+    st.caption(f"{g.n_positions} positions, {g.memories_per_layer} memories per layer, "
+               f"trigger index over {g.index['n_tokens']:,} tokens; {g.corpus}")
     st.caption(f"Chance level for Fig. 5: agreement 1/{a.vocab_size:,}, median rank {a.vocab_size // 2:,}. The "
                "pipeline finds an implanted memory (a key firing on token A whose value promotes B) with rank 1 "
                "(tests/test_memories.py). On Gemma 3 270M Fig. 5 stays near chance at every layer, also when "

@@ -6,8 +6,8 @@ import dataclasses
 
 import streamlit as st
 
-from editkit.figures.tracing import depth_comparison, heatmap
-from editkit.tracing import Tracer, TraceSpec
+from editkit.figures.tracing import depth_comparison
+from editkit.tracing import Tracer, TraceResult, TraceSpec
 from editkit.tracing.memory import trace_memory
 from pages import ui
 
@@ -26,7 +26,7 @@ def second_model_picker(first, key: str = "two_model", where=st) -> object | Non
     return ui.get_lm(name, dtype=dtype)
 
 
-def trace_both(lms: list, spec: TraceSpec, kind: str, progress) -> dict[str, dict]:
+def trace_both(lms: list, spec: TraceSpec, kind: str, progress) -> dict[str, TraceResult]:
     """One kind of trace of the same spec on each model, with this session's kept edits on each (name -> result);
     each model answers with its own top prediction unless the spec names a target."""
     out = {}
@@ -35,7 +35,7 @@ def trace_both(lms: list, spec: TraceSpec, kind: str, progress) -> dict[str, dic
             progress((i + f) / len(lms), f"{lm.name}: {kind}")
 
         with ui.session(lm):
-            out[lm.name] = Tracer(lm, spec).result(kind, progress=step).to_dict()
+            out[lm.name] = Tracer(lm, spec).result(kind, progress=step)
     return out
 
 
@@ -65,8 +65,9 @@ def two_models_section(lm, spec: TraceSpec | None) -> None:
     out = st.session_state.get("two_out")
     if not out:
         return
-    st.plotly_chart(depth_comparison(out), width="stretch", key="two_fig")
+    st.plotly_chart(depth_comparison({name: r.to_json() for name, r in out.items()}), width="stretch",
+                    key="two_fig")
     for col, (name, r) in zip(st.columns(len(out)), out.items()):
-        col.markdown(f"**{name}**: {len(r['scores'][0])} layers, answer {r['answer']!r} (clean p = "
-                     f"{r['high_score']:.3f}, corrupted p = {r['low_score']:.3f})")
-        col.plotly_chart(heatmap(r, relative=True), width="stretch", key=f"two_heat_{name}")
+        col.markdown(f"**{name}**: {len(r.scores[0])} layers, answer {r.answer!r} (clean p = "
+                     f"{r.high_score:.3f}, corrupted p = {r.low_score:.3f})")
+        col.plotly_chart(r.figure(relative=True), width="stretch", key=f"two_heat_{name}")

@@ -7,10 +7,10 @@ Every student, after a reading pause (uniform in [0, 2 x think] seconds) before 
 predicts on the home page the two facts the class shares (the line must read exactly as the base model's unless it
 is the student's own edited fact) and a known fact of its own (ROME's known facts, a different one per student and
 round: a prompt nobody else asked, computed rather than served from the page's cache), opens Causal tracing,
-inspects the FFN memories at the last token, opens Edit & compare and Attention vs FFN, and goes home. Each of these is timed from the request to the end of its page run:
-they are the actions that never queue (goal: p95 under 1 s). The first `own` students also "try their own" in
-their first round: a causal trace of their fact (2 noise samples, three panels and severing) and a ROME edit that
-they keep, both jobs in the server's queue; a job that waits must show its place ("ahead of yours") and every job
+inspects the FFN memories at the last token, opens Edit & compare and Attention vs FFN, and goes home. Each of
+these is timed from the request to the end of its page run: they are the actions that never queue (goal: p95
+under 1 s). The first `own` students also "try their own" in their first round: a causal trace of their fact (2
+noise samples, three panels and severing) and a ROME edit that they keep, both jobs in the server's queue; a job that waits must show its place ("ahead of yours") and every job
 must finish. After the edit, a student's own fact must predict its new target and the other fact the base model's
 top token (no other student's edit is visible: 0 leaks).
 

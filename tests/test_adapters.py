@@ -6,7 +6,8 @@ from torch import nn
 from editkit.core.errors import EditkitError
 from editkit.model.adapters import adapter_for
 from editkit.model.hooks import Hooks
-from editkit.model.text import block_outputs, logit_lens
+from editkit.lens import logit_lens
+from editkit.model.text import block_outputs
 from editkit.model.tokens import encode
 
 PROMPT = "The Space Needle is in downtown Seattle"
@@ -68,9 +69,9 @@ def test_logit_lens_last_layer_equals_model_logits(tiny):
     hidden, logits = block_outputs(tiny, PROMPT)
     torch.testing.assert_close(tiny.runner.logits(hidden[-1]), logits, rtol=1e-4, atol=1e-4)
     lens = logit_lens(tiny, PROMPT, k=3)
-    assert len(lens["layers"]) == tiny.adapter.n_layers
+    assert len(lens.layers) == tiny.adapter.n_layers and lens.k == 3
     top = tiny.tok.decode([int(logits[-1].argmax())])
-    assert lens["layers"][-1][0]["token"] == top
+    assert lens.layers[-1][0].token == top
 
 
 def test_hooks_removed_on_exception(tiny):

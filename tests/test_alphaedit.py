@@ -221,7 +221,8 @@ def test_spectrum_json_cli_and_figure(tiny_by_name, capsys):
         assert abs(sum(e[-k:]) / sum(e) - r["null_energy"]) < 1e-9 and e[-k] == r["cut"]
         assert r["upstream_null_dimension"] == sum(v < 0.02 for v in e)
     other = spectrum(lm, [2], "relative", 0.01)
-    assert other["layers"][0]["null_dimension"] == sum(v < 0.01 * max(out["layers"][1]["eigenvalues"])
+    assert type(other).from_json(other.to_json()) == other and len(other.to_frame()) == 1
+    assert other.layers[0].null_dimension == sum(v < 0.01 * max(out["layers"][1]["eigenvalues"])
                                                        for v in out["layers"][1]["eigenvalues"])
     fig = spectrum_figure(out)
     assert len(fig.data) == 4 and fig.layout.yaxis.type == "log"

@@ -41,7 +41,7 @@ def _prediction(at) -> list:
     at.switch_page("pages/ffn_memories.py").run()
     at.text_input(key="mem_prompt").set_value(PROMPT)
     _click(at, "Inspect")
-    return at.session_state["mem_view"]["lens"][-1]["after"]
+    return at.session_state["mem_view"].lens[-1].after
 
 
 def test_a_kept_edit_applies_to_its_own_session_only(sessions):

@@ -9,13 +9,14 @@ from streamlit.testing.v1 import AppTest
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 
 
-def _fake_out(method: str) -> dict:
+def _fake_out(method: str):
+    from editkit.evaluation.sweep import Sweep
+
     cell = {"mean": 50.0, "ci95": 1.0}
-    row = {"label": "mom2_shrinkage=0.5", "pareto": True, "score": 50.0, "cached": False,
-           **{k: cell for k in ("efficacy", "generalization", "specificity", "gen_efficacy")}}
-    return {"method": method, "set": "counterfact-val", "n": 1, "settings": [row],
-            "fronts": {k: [0] for k in ("efficacy", "generalization", "specificity", "gen_efficacy")},
-            "unedited": {k: cell for k in ("efficacy", "generalization", "specificity", "gen_efficacy")}}
+    keys = ("efficacy", "generalization", "specificity", "gen_efficacy")
+    row = {"label": "mom2_shrinkage=0.5", "pareto": True, "score": 50.0, "cached": False, **{k: cell for k in keys}}
+    return Sweep("tiny-gpt2", method, "counterfact-val", 1, 1, {}, [row], [0], {k: cell for k in keys},
+                 {k: [0] for k in keys}, 1, None, {}, {})
 
 
 def test_sweep_uses_the_hyperparameter_box(monkeypatch):
@@ -42,7 +43,7 @@ def test_sweep_uses_the_hyperparameter_box(monkeypatch):
     assert len(calls) == 1
     args, kwargs = calls[0]
     assert kwargs.get("hparams", {}).get("v_weight_decay") == 0.25
-    assert at.session_state["ec_sweep"]["settings"][0]["label"] == "mom2_shrinkage=0.5"
+    assert at.session_state["ec_sweep"].settings[0]["label"] == "mom2_shrinkage=0.5"
 
     # a broken box blocks the sweep with a message; the library is not called
     at.text_area(key="ec_hp_rome").set_value("{not json")

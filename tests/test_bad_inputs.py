@@ -85,7 +85,7 @@ def kept(at: AppTest, key: str, before) -> None:
 @pytest.fixture(scope="module")
 def home():
     at = open_page("home")
-    assert at.session_state["home_result"]["prompt"].startswith("The Eiffel Tower")
+    assert at.session_state["home_result"][0].prompt.startswith("The Eiffel Tower")
     return at
 
 
@@ -98,7 +98,7 @@ def test_home_prompts(home, name, prompt, expect):
         kept(home, "home_result", before)
         assert len(home.dataframe) == 1, "the earlier prediction stays on the page"
     else:
-        assert home.session_state["home_result"]["prompt"] == prompt
+        assert home.session_state["home_result"][0].prompt == prompt
     home.text_input(key="home_prompt").set_value("The Eiffel Tower is located in the city of").run()
     assert_ok(home, None)
 
@@ -152,15 +152,15 @@ def test_a_good_patch_is_kept_and_used_then_cleared(home):
     lm = load_model(MODEL, device="cpu")
     name = lm.adapter.param_name("down_proj", 1)
     shape = dict(lm.model.named_parameters())[name].shape
-    before = home.session_state["home_result"]["preds"]
+    before = home.session_state["home_result"][0]
     data = patch_bytes({name: torch.full(shape, 0.05)}, {"model": MODEL})
     home.file_uploader(key="edits_upload").set_value(("mine.safetensors", data, "application/octet-stream")).run()
     assert_ok(home, None)
     assert len(home.session_state["_editkit_edits"][MODEL]) == 1
-    assert home.session_state["home_result"]["preds"] != before  # the prediction uses the kept edit
+    assert home.session_state["home_result"][0] != before  # the prediction uses the kept edit
     click(home, "Clear")
     assert_ok(home, None)
-    assert home.session_state["home_result"]["preds"] == before
+    assert home.session_state["home_result"][0] == before
 
 
 # --- causal tracing --------------------------------------------------------------------------------------------------
@@ -268,7 +268,7 @@ def test_memories_inputs(memories, name, values, expect):
     if expect:
         kept(memories, "mem_view", before)
     else:
-        assert memories.session_state["mem_view"]["prompt"] == values["mem_prompt"]
+        assert memories.session_state["mem_view"].prompt == values["mem_prompt"]
     memories.text_input(key="mem_prompt").set_value("The Eiffel Tower is located in the city of")
     memories.number_input(key="mem_position").set_value(-1).run()
 
@@ -440,7 +440,7 @@ def test_similarity_inputs(similarity_page):
     at.slider(key="sim_n").set_value(10)
     click(at, "Compute similarity curves")  # the corrupt entry is recomputed
     assert_ok(at, None)
-    assert at.session_state["sim_result"]["n"] == 10
+    assert at.session_state["sim_result"].n == 10
 
 
 def test_lesson_page_loads():

@@ -26,25 +26,26 @@ def test_rome_prediction_equals_measured_change(tiny_by_name, name):
     lm = tiny_by_name(name)
     before = _snapshot(lm.model)
     out = bleed_map(lm, "rome", REQUEST, FAST, n_facts=5)
-    assert out["formula"].startswith("Lambda")
-    check = out["check"]
+    assert out.formula.startswith("Lambda")
+    assert type(out).from_json(out.to_json()) == out and len(out.to_frame()) == len(out.rows)
+    check = out.check
     assert check["largest_change"] > 1e-3  # the edit did change the layer's output
     assert check["max_error"] < 1e-4, check  # float32 rounding of W k vs (W + dW) k, nothing more
     assert all(torch.equal(p, before[n]) for n, p in lm.model.named_parameters())  # the model is untouched
-    rows = {r["prompt"]: r for r in out["rows"]}
+    rows = {r.prompt: r for r in out.rows}
     rewrite = rows[REQUEST.rewrite]
     # the edited subject's own key on the bare prompt is one of the templates averaged into k*: share near 1
-    assert rewrite["source"] == "rewrite" and 0.3 < rewrite["share"] < 3
-    assert all(len(r["shares"]) == len(r["tokens"]) for r in out["rows"])
-    assert {r["source"] for r in out["rows"]} >= {"rewrite", "paraphrase", "neighborhood"}
+    assert rewrite.source == "rewrite" and 0.3 < rewrite.share < 3
+    assert all(len(r.shares) == len(r.tokens) for r in out.rows)
+    assert {r.source for r in out.rows} >= {"rewrite", "paraphrase", "neighborhood"}
 
 
 def test_share_is_the_projection_for_other_methods(tiny_by_name):
     lm = tiny_by_name("tiny-llama")
     out = bleed_map(lm, "memit", REQUEST, FAST, n_facts=0)
-    assert out["formula"].startswith("Delta W k") and len(out["maps"]) == 2
-    assert out["check"]["max_error"] < 1e-4  # first edited layer: its keys are unchanged, the change is dW k
-    assert all(isinstance(r["share"], float) for r in out["rows"])
+    assert out.formula.startswith("Delta W k") and len(out.maps) == 2
+    assert out.check["max_error"] < 1e-4  # first edited layer: its keys are unchanged, the change is dW k
+    assert all(isinstance(r.share, float) for r in out.rows)
 
 
 def test_rome_share_hand_computed(tiny_by_name):
@@ -55,14 +56,14 @@ def test_rome_share_hand_computed(tiny_by_name):
 
     lm = tiny_by_name("tiny-gpt2")
     out = bleed_map(lm, "rome", REQUEST, FAST, n_facts=0)
-    row = next(r for r in out["rows"] if r["prompt"] == "The mother tongue of Jean Gabin is")
+    row = next(r for r in out.rows if r.prompt == "The mother tongue of Jean Gabin is")
     hp = load_hparams("rome", lm, FAST)
     layer = hp.layers[0]
     C = key_statistics(lm, [layer], hp)[layer].double()
     u = torch.linalg.solve(C, key_star(lm, layer, REQUEST, hp).double())
-    k = keys_at(lm, layer, [(row["prompt"], 0)], "Jean Gabin")[0].double()  # the key at the subject's last token
-    t = find_subject_range(lm.tok, row["prompt"], "Jean Gabin")[1] - 1
-    assert row["shares"][t] == pytest.approx(float(u @ k / (u @ key_star(lm, layer, REQUEST, hp).double())),
+    k = keys_at(lm, layer, [(row.prompt, 0)], "Jean Gabin")[0].double()  # the key at the subject's last token
+    t = find_subject_range(lm.tok, row.prompt, "Jean Gabin")[1] - 1
+    assert row.shares[t] == pytest.approx(float(u @ k / (u @ key_star(lm, layer, REQUEST, hp).double())),
                                              rel=1e-3, abs=1e-4)
 
 

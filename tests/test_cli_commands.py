@@ -53,7 +53,7 @@ def test_intervene_cli_equals_library(capsys, tiny_by_name):
     lm = tiny_by_name("tiny-llama")
     out = _json(capsys, ["intervene", "--model", "tiny-llama", "--prompt", "The Space Needle is in", "--memory",
                          "L1.M3", "--memory", "L2.M7", "--mode", "off", "--json"])
-    ref = intervene(lm, "The Space Needle is in", [(1, 3), (2, 7)], "off").to_dict()
+    ref = intervene(lm, "The Space Needle is in", [(1, 3), (2, 7)], "off").to_json()
     assert out["after"] == ref["after"] and out["before"] == ref["before"]
     assert [m["coefficient_after"] for m in out["memories"]] == [0.0, 0.0]
     for bad in (["--memory", "L9.M3"], ["--memory", "nonsense"], ["--memory", "L1.M99999"]):
@@ -80,7 +80,7 @@ def test_anchor_cli_gives_nas_its_reference_norm(capsys, tiny_by_name):
     lm = tiny_by_name("tiny-gpt2")
     requests = requests_of(load_eval_set("counterfact-first5", 3))
     want = anchor_from_edits(lm, "rome", requests, {"v_num_grad_steps": 2})
-    assert out["anchor"] == pytest.approx(want["anchor"], rel=1e-5) and out["n"] == 3
+    assert out["anchor"] == pytest.approx(want.anchor, rel=1e-5) and out["n"] == 3
     edit = run_edit(lm, "rome", requests[:1], {"v_num_grad_steps": 2, "nas_anchor": out["anchor"]})
     assert edit.per_request[0].details["nas"]["written_norm"] == pytest.approx(out["anchor"])
     for argv, message in [(["--method", "ultraedit"], "no norm-anchor option"), (["--n", "0"], "at least 1"),

@@ -54,14 +54,14 @@ def test_layer_sweep_on_ray_equals_serial(ray_lm, ray_cache, ray_local):
     here = layer_sweep(ray_lm, REQUEST, "0,1", hparams=FAST, trace_kind="mlp", samples=2)
     shutil.rmtree(ray_cache / "tracing", ignore_errors=True)
     there = layer_sweep(ray_lm, REQUEST, "0,1", hparams=FAST, trace_kind="mlp", samples=2, backend=ray_local)
-    assert [r["layer"] for r in there["rows"]] == [0, 1] and there["trace"] is not None
-    assert same(there, here)
+    assert [r.layer for r in there.rows] == [0, 1] and there.trace is not None
+    assert same(there.to_json(), here.to_json())
 
 
 def test_similarity_on_ray_equals_serial_and_resumes(ray_lm, ray_cache, ray_local, monkeypatch):
     here = similarity(ray_lm, prompts=PROMPTS, batch_size=2, cache=False)
     there = similarity(ray_lm, prompts=PROMPTS, batch_size=2, backend=ray_local)
-    assert not there.cached and same(there.to_dict(), here.to_dict())
+    assert not there.cached and same(there.to_json(), here.to_json())
     # an interrupted run: the result entry and one batch missing; a rerun computes that batch only
     assert len(list((ray_cache / "similarity" / "batches").glob("*.json"))) == 3  # written by the workers
     digest = hashlib.sha1("\n".join(PROMPTS[2:4]).encode("utf-8")).hexdigest()
@@ -72,7 +72,7 @@ def test_similarity_on_ray_equals_serial_and_resumes(ray_lm, ray_cache, ray_loca
     real = sim.per_prompt
     monkeypatch.setattr(sim, "per_prompt", lambda *a, **k: calls.append(a[1]) or real(*a, **k))
     again = similarity(ray_lm, prompts=PROMPTS, batch_size=2)
-    assert calls == [PROMPTS[2:4]] and same(again.to_dict(), here.to_dict())
+    assert calls == [PROMPTS[2:4]] and same(again.to_json(), here.to_json())
 
 
 def test_trace_job_with_kept_edits(ray_lm, ray_local):
@@ -83,9 +83,10 @@ def test_trace_job_with_kept_edits(ray_lm, ray_local):
     spec = TraceSpec("Danielle Darrieux's mother tongue is", "Danielle Darrieux", samples=2, window=2)
     job = cluster.Item(exact_panels, (spec, ["hidden", "mlp"]), {"cache": False}, progress=True)
     seen = []
-    there = cluster.run_one(ray_lm, job, ray_local, lambda f, m: seen.append(f), delta=[kept])
-    here = cluster.run_one(ray_lm, job, delta=[kept])
-    base = cluster.run_one(ray_lm, job)
+    as_json = lambda out: {"exact": out[0].to_json(), "sever": out[1].to_json()}  # noqa: E731
+    there = as_json(cluster.run_one(ray_lm, job, ray_local, lambda f, m: seen.append(f), delta=[kept]))
+    here = as_json(cluster.run_one(ray_lm, job, delta=[kept]))
+    base = as_json(cluster.run_one(ray_lm, job))
     assert list(there["exact"]) == ["hidden", "mlp"] and there["sever"]
     assert same(there, here) and not same(there, base)
     assert seen and seen[-1] == 1.0

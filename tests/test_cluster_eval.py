@@ -50,14 +50,14 @@ def test_cli_ray_argument_fails_clearly(capsys):
 
 def test_evaluate_on_ray_equals_serial_and_resumes(ray_lm, serial, ray_local, tmp_path):
     out = evaluate(ray_lm, ["rome", "memit"], SPEC, HPARAMS, out_dir=tmp_path, backend=ray_local)
-    assert out["computed_records"] == 6 and same(out, serial)
-    assert out["methods"]["rome"]["post_efficacy"] == serial["methods"]["rome"]["post_efficacy"]
+    assert out.computed_records == 6 and same(out.to_json(), serial.to_json())
+    assert out.methods["rome"]["post_efficacy"] == serial.methods["rome"]["post_efficacy"]
     # the calling process wrote every line: a rerun, here or on Ray, computes nothing
-    assert evaluate(ray_lm, ["rome", "memit"], SPEC, HPARAMS, out_dir=tmp_path)["computed_records"] == 0
-    lines = open(out["methods"]["memit"]["results_file"]).read().splitlines()
-    open(out["methods"]["memit"]["results_file"], "w").write("\n".join(lines[:1]) + "\n")
+    assert evaluate(ray_lm, ["rome", "memit"], SPEC, HPARAMS, out_dir=tmp_path).computed_records == 0
+    lines = open(out.methods["memit"]["results_file"]).read().splitlines()
+    open(out.methods["memit"]["results_file"], "w").write("\n".join(lines[:1]) + "\n")
     again = evaluate(ray_lm, ["rome", "memit"], SPEC, HPARAMS, out_dir=tmp_path, backend=ray_local)
-    assert again["computed_records"] == 2 and same(again["methods"], serial["methods"])
+    assert again.computed_records == 2 and same(again.methods, serial.methods)
 
 
 def test_killed_worker_during_evaluate(ray_lm, serial, ray_local, tmp_path):
@@ -75,7 +75,7 @@ def test_killed_worker_during_evaluate(ray_lm, serial, ray_local, tmp_path):
 
     out = evaluate(ray_lm, ["rome", "memit"], SPEC, HPARAMS, out_dir=tmp_path, backend=ray_local,
                    progress=progress)
-    assert killed and same(out, serial)
+    assert killed and same(out.to_json(), serial.to_json())
 
 
 def test_sweep_on_ray_equals_serial(ray_lm, ray_local, ray_cache, tmp_path):
@@ -84,10 +84,10 @@ def test_sweep_on_ray_equals_serial(ray_lm, ray_local, ray_cache, tmp_path):
     for folder in ("sweeps", "targets"):  # computed afresh on Ray, not read from the serial run's ray_cache
         shutil.rmtree(ray_cache / folder, ignore_errors=True)
     there = sweep(ray_lm, "rome", GRID, spec, out_dir=tmp_path / "there", backend=ray_local)
-    assert there["computed_records"] == 4 and not any(r["cached"] for r in there["settings"])
-    assert same(there["settings"], here["settings"]) and there["pareto"] == here["pareto"]
+    assert there.computed_records == 4 and not any(r["cached"] for r in there.settings)
+    assert same(there.settings, here.settings) and there.pareto == here.pareto
     again = sweep(ray_lm, "rome", GRID, spec, out_dir=tmp_path / "there", backend=ray_local)
-    assert all(r["cached"] for r in again["settings"]) and again["computed_records"] == 0
+    assert all(r["cached"] for r in again.settings) and again.computed_records == 0
 
 
 def test_lifelong_methods_in_parallel(ray_lm, ray_local):
@@ -98,9 +98,10 @@ def test_lifelong_methods_in_parallel(ray_lm, ray_local):
              "memit": (FAST, SequentialSpec(batch=2, **small))}
     here = sequential_methods(ray_lm, plans, records)
     there = sequential_methods(ray_lm, plans, records, cache=False, backend=ray_local)
-    assert list(there) == ["rome", "memit"] and same(there, here)
+    as_json = lambda runs: {m: r.to_json() for m, r in runs.items()}  # noqa: E731
+    assert list(there) == ["rome", "memit"] and same(as_json(there), as_json(here))
     resumed = sequential_methods(ray_lm, plans, records, backend=ray_local)
-    assert all(r["resumed_at_batch"] == r["batches"] for r in resumed.values()) and same(resumed, here)
+    assert all(r.resumed_at_batch == r.batches for r in resumed.values()) and same(as_json(resumed), as_json(here))
 
 
 def test_app_job_with_kept_edits(ray_lm, ray_local, tmp_path):
@@ -114,8 +115,8 @@ def test_app_job_with_kept_edits(ray_lm, ray_local, tmp_path):
     seen = []
     there = cluster.run_one(ray_lm, job, ray_local, lambda f, m: seen.append(f), delta=[kept])
     here = cluster.run_one(ray_lm, job, delta=[kept])
-    assert there["computed_records"] == 1 and here["computed_records"] == 0  # the worker's file, resumed here
-    assert same(there["methods"], here["methods"]) and not same(there["methods"], base["methods"])
+    assert there.computed_records == 1 and here.computed_records == 0  # the worker's file, resumed here
+    assert same(there.methods, here.methods) and not same(there.methods, base.methods)
     assert seen and seen[-1] == 1.0
 
 

@@ -193,8 +193,8 @@ def test_sequential_edits_stay_in_their_own_context(lm):
     assert not errors and len(seen) >= 2
     assert all(torch.equal(s, ref) for s in seen)
     _assert_base(lm, base)
-    assert [r["edit"] for r in out["rows"]] == [1, 2]
-    assert out["rows"][1]["total_relative_norm"] > 0
+    assert [r["edit"] for r in out.rows] == [1, 2]
+    assert out.rows[1]["total_relative_norm"] > 0
 
 
 # --- lazily built registries -----------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 without files. On the two real models' shipped AIE runs, each with the other model's files as template, it gives the
 layers chosen by hand and validated for it; the files it writes are what every command then reads."""
 import json
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -56,7 +57,7 @@ def test_a_run_of_another_model_or_without_the_mlp_effect_is_refused():
     with pytest.raises(EditkitError, match="18 layers, smollm2-135m has 30"):
         derive(_stub("smollm2-135m", "llama"), run)
     with pytest.raises(EditkitError, match="no MLP effect at the last subject token"):
-        peak({"kinds": {"hidden": {}}})
+        peak(replace(run, kinds={"hidden": {}}))
     with pytest.raises(EditkitError, match="template must be a shipped model"):
         derive(_stub("gemma-3-270m", "gemma"), run, template="gpt2-xl")
 

@@ -81,9 +81,11 @@ def test_evaluate_runs_and_resumes(tiny_by_name, tmp_path):
               hparams={"rome": FAST, "memit": FAST})
     out = evaluate(lm, ["rome", "memit"], **kw)
     assert _unchanged(lm, snap)
-    assert out["computed_records"] == 4 and out["generation"]["gen_tokens"] == 6
+    assert out.computed_records == 4 and out.generation["gen_tokens"] == 6
+    data = json.loads(json.dumps(out.to_json()))
+    assert type(out).from_json(data) == out and len(out.to_frame()) == 3 and len(out.figure().data) == 3
     for method in ("rome", "memit"):
-        t = out["methods"][method]
+        t = out.methods[method]
         assert t["records"] == 2 and t["seconds_per_request"] > 0
         for key in ("pre_efficacy", "post_efficacy", "post_generalization", "post_specificity", "post_fluency",
                     "post_consistency", "post_reliability", "locality"):
@@ -94,16 +96,16 @@ def test_evaluate_runs_and_resumes(tiny_by_name, tmp_path):
     pre_files = list(tmp_path.glob("pre-*.jsonl"))
     assert len(pre_files) == 1 and len(pre_files[0].read_text().splitlines()) == 2  # pre once per record
     again = evaluate(lm, ["rome", "memit"], **kw)
-    assert again["computed_records"] == 0
-    assert again["methods"] == out["methods"]
+    assert again.computed_records == 0
+    assert again.methods == out.methods
     for method in ("rome", "memit"):  # nothing recomputed: the files did not grow
-        assert len(open(again["methods"][method]["results_file"]).read().splitlines()) == 2
+        assert len(open(again.methods[method]["results_file"]).read().splitlines()) == 2
     # a line cut by an interruption is detected and only that record is recomputed
-    path = again["methods"]["rome"]["results_file"]
+    path = again.methods["rome"]["results_file"]
     lines = open(path).read().splitlines()
     open(path, "w").write(lines[0] + "\n" + lines[1][: len(lines[1]) // 2] + "\n")
     third = evaluate(lm, ["rome", "memit"], **kw)
-    assert third["computed_records"] == 1 and third["methods"]["rome"]["records"] == 2
+    assert third.computed_records == 1 and third.methods["rome"]["records"] == 2
     assert _unchanged(lm, snap)
     with pytest.raises(EditkitError):
         evaluate(lm, ["nope"], EvalSpec(n=1), out_dir=tmp_path)
@@ -115,14 +117,14 @@ def test_sequential_restores_base_weights(tiny_by_name):
     records = requests_of(load_eval_set("counterfact", 3))
     out = sequential(lm, "rome", records, FAST, SequentialSpec(ppl_tokens=64))
     assert _unchanged(lm, snap)
-    rows = out["rows"]
-    assert [r["edit"] for r in rows] == [1, 2, 3] and out["base_perplexity"] > 1
+    rows = out.rows
+    assert [r["edit"] for r in rows] == [1, 2, 3] and out.base_perplexity > 1
     assert rows[0]["retention"] is None  # no earlier edits yet
     norms = [r["total_relative_norm"] for r in rows]
     assert all(n > 0 for n in norms) and all(r["perplexity"] > 1 for r in rows)
     for r in rows:
         assert r["collapsed"] == bool(r["reason"])
-        assert r["collapsed"] == (r["perplexity"] > 2 * out["base_perplexity"] or
+        assert r["collapsed"] == (r["perplexity"] > 2 * out.base_perplexity or
                                   (r["retention"] is not None and r["retention"] < 0.5))
 
 

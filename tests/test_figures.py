@@ -1,24 +1,24 @@
 """The page figures in editkit/figures/ draw the library's JSON results: one trace per thing shown, in the order
 the pages lay them out."""
 from editkit.figures import memories
-from editkit.figures.lens import logit_lens_figure
 from editkit.figures.similarity import similarity_figure
 from editkit.memories.inspect import memories_at
-from editkit.model.text import logit_lens
+from editkit.lens import LogitLens, logit_lens
 
 
 def test_logit_lens_figure(tiny_by_name):
     lm = tiny_by_name("tiny-gpt2")
     lens = logit_lens(lm, "The Eiffel Tower is located in the city of", k=4)
-    fig = logit_lens_figure(lens, 4)
+    fig = lens.figure()
     heat = fig.data[0]
-    assert list(heat.x) == ["#1", "#2", "#3", "#4"] and len(heat.y) == len(lens["layers"])
-    assert heat.z[0][0] == lens["layers"][0][0]["prob"] and heat.text[0][0] == lens["layers"][0][0]["token"]
+    assert list(heat.x) == ["#1", "#2", "#3", "#4"] and len(heat.y) == len(lens.layers)
+    assert heat.z[0][0] == lens.layers[0][0].prob and heat.text[0][0] == lens.layers[0][0].token
+    assert LogitLens.from_json(lens.to_json()) == lens and len(lens.to_frame()) == 4 * len(lens.layers)
 
 
 def test_memory_figures(tiny_by_name):
     lm = tiny_by_name("tiny-gpt2")
-    view = memories_at(lm, "The Eiffel Tower is located in the city of", 1, top=5).to_dict()
+    view = memories_at(lm, "The Eiffel Tower is located in the city of", 1, top=5).to_json()
     bars = memories.contributions_figure(view["memories"]).data[0]
     assert list(bars.y) == [m["label"] for m in view["memories"]][::-1]  # the largest on top
     g = {"agreement": [0.1, 0.2], "median_rank": [30, 4], "compositional": [0.5, 0.6], "fixed_at": [0.2, 0.8],

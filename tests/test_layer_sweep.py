@@ -25,18 +25,18 @@ def test_layer_sweep_edits_each_layer_and_traces(tiny_by_name):
     lm = tiny_by_name("tiny-llama")
     before = {n: p.detach().clone() for n, p in lm.model.named_parameters()}
     out = layer_sweep(lm, REQUEST, "0,2", hparams=FAST, trace_kind="mlp", samples=2)
-    assert [r["layer"] for r in out["rows"]] == [0, 2]
-    for r in out["rows"]:
-        assert r["relative_norm"] > 0 and -1 <= r["efficacy_magnitude"] <= 1 and r["efficacy"] in (0.0, 1.0)
+    assert [r.layer for r in out.rows] == [0, 2]
+    for r in out.rows:
+        assert r.relative_norm > 0 and -1 <= r.efficacy_magnitude <= 1 and r.efficacy in (0.0, 1.0)
     # the rows differ: each one is an edit of its own layer
-    assert out["rows"][0]["relative_norm"] != out["rows"][1]["relative_norm"]
-    t = out["trace"]
-    assert len(t["scores"]) == lm.adapter.n_layers and t["peak_layer"] == max(
-        range(len(t["scores"])), key=t["scores"].__getitem__)
-    assert t["answer"] == " French" or t["answer"].strip() == "French"
-    assert out["best_layer"] in (0, 2)
+    assert out.rows[0].relative_norm != out.rows[1].relative_norm
+    t = out.trace
+    assert len(t.scores) == lm.adapter.n_layers and t.peak_layer == max(range(len(t.scores)), key=t.scores.__getitem__)
+    assert t.answer == " French" or t.answer.strip() == "French"
+    assert out.best_layer in (0, 2)
     assert all(p.equal(before[n]) for n, p in lm.model.named_parameters())
-    json.dumps(out)
+    data = json.loads(json.dumps(out.to_json()))
+    assert type(out).from_json(data).to_json() == data and len(out.to_frame()) == 2
 
 
 def test_layer_sweep_needs_the_true_target(tiny_by_name):

@@ -41,8 +41,8 @@ def test_values_sum_to_down_projection_output(tiny):
 def test_memories_view(tiny):
     a = tiny.adapter
     view = memories_at(tiny, PROMPT, a.n_layers - 1, top=5)
-    d = view.to_dict()
-    json.dumps(d)
+    d = json.loads(json.dumps(view.to_json()))
+    assert type(view).from_json(d) == view and len(view.to_frame()) == 5 and view.figure().data
     assert len(view.memories) == 5 and len(view.lens) == a.n_layers
     contrib = [m.contribution for m in view.memories]
     assert contrib == sorted(contrib, reverse=True)
@@ -108,7 +108,7 @@ def test_switch_on_sets_the_layer_max_and_generation_uses_it(tiny_by_name):
     assert all(row["coefficient_after"] == pytest.approx(view.coefficient_max) for row in r.memories)
     assert view.coefficient_max == pytest.approx(top_m)
     assert r.before != r.after
-    json.dumps(r.to_dict())
+    assert type(r).from_json(json.loads(json.dumps(r.to_json()))) == r and len(r.to_frame()) == len(mems)
     with pytest.raises(EditkitError):
         intervene(lm, PROMPT, [(0, 10_000)])
     with pytest.raises(EditkitError):
@@ -205,24 +205,24 @@ def test_page_runs_on_tiny_model():
     assert not at.exception
     at.button(key="FormSubmitter:mem_form-Inspect").click().run()
     assert not at.exception and not at.error
-    assert at.session_state["mem_view"]["memories"]
+    assert at.session_state["mem_view"].memories
     at.number_input(key="mem_trig_tokens").set_value(300).run()
     at.button(key="mem_build_index").click().run()
     assert not at.exception and not at.error
     assert any("→" in m.value for m in at.markdown)
     at.button(key="FormSubmitter:mem_int_form-Intervene").click().run()
     assert not at.exception and not at.error
-    assert at.session_state["mem_intervention"]["mode"] == "off"
+    assert at.session_state["mem_intervention"].mode == "off"
     at.number_input(key="mem_geva_positions").set_value(8)
     at.number_input(key="mem_geva_memories").set_value(16)
     at.button(key="mem_geva_run").click().run()
     assert not at.exception and not at.error
-    assert at.session_state["mem_geva"]["n_positions"] == 8
+    assert at.session_state["mem_geva"].n_positions == 8
     at.text_input(key="mem_prompt").set_value(" ")
     at.button(key="FormSubmitter:mem_form-Inspect").click().run()
     assert not at.exception
     assert any("empty" in e.value for e in at.error)
-    assert at.session_state["mem_view"]["memories"]  # earlier result kept
+    assert at.session_state["mem_view"].memories  # earlier result kept
 
 
 def test_embedded_model_memories(gemma):
@@ -231,7 +231,7 @@ def test_embedded_model_memories(gemma):
     view = memories_at(gemma, PROMPT, gemma.adapter.n_layers - 1, top=10)
     assert len(view.memories) == 10 and len(view.lens) == gemma.adapter.n_layers
     assert view.lens[-1].after[0]["token"].strip() == "Paris"
-    json.dumps(view.to_dict())
+    json.dumps(view.to_json())
 
 
 # --- Fig. 5 on a constructed case --------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ def test_edit_compare_page_runs_three_methods():
     assert not at.exception and not at.error, [e.value for e in at.error]
     out = at.session_state["ec_out"]
     chosen = [m for m in all_methods() if m.name in ("rome", "memit", "pmet")]
-    assert set(out["methods"]) == {m.name for m in chosen}
+    assert set(out.methods) == {m.name for m in chosen}
     table = at.dataframe[0].value
     assert list(table["method"]) == ["before edit"] + [m.label for m in chosen]
     assert len(at.get("plotly_chart")) >= 4  # three probability panels and the norms
@@ -32,7 +32,7 @@ def test_edit_compare_page_runs_three_methods():
     at.run()
     assert not at.exception
     assert any("{}" in e.value for e in at.error)
-    assert at.session_state["ec_out"]["methods"] and at.dataframe
+    assert at.session_state["ec_out"].methods and at.dataframe
 
 
 def test_spectrum_and_lifelong_sections():
@@ -43,15 +43,15 @@ def test_spectrum_and_lifelong_sections():
     at.button(key="ec_spec_go").click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]
     spec = at.session_state["ec_spec"]
-    assert [r["layer"] for r in spec["layers"]] == [1, 2] and all(r["null_dimension"] > 0 for r in spec["layers"])
+    assert [r.layer for r in spec.layers] == [1, 2] and all(r.null_dimension > 0 for r in spec.layers)
     at.multiselect(key="ec_life_methods").set_value(["rome", "alphaedit"])
     at.number_input(key="ec_life_n").set_value(4)
     at.number_input(key="ec_life_batch").set_value(2)
     at.button(key="ec_life_go").click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]
     life = at.session_state["ec_life"]
-    assert set(life) == {"rome", "alphaedit"} and life["rome"]["batch"] == 1 and life["alphaedit"]["batch"] == 2
-    assert [r["edit"] for r in life["alphaedit"]["rows"]] == [2, 4]
+    assert set(life) == {"rome", "alphaedit"} and life["rome"].batch == 1 and life["alphaedit"].batch == 2
+    assert [r["edit"] for r in life["alphaedit"].rows] == [2, 4]
 
 
 def test_ripple_section_draws_the_implied_facts_or_says_there_are_none():

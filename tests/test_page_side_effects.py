@@ -17,7 +17,7 @@ def test_bleed_map_and_sweep_sections(tmp_path, monkeypatch):
     at.button(key="ec_bleed_go").click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]
     out = at.session_state["ec_bleed"]
-    assert out["check"]["max_error"] < 1e-4 and any(r["source"] == "known fact" for r in out["rows"])
+    assert out.check["max_error"] < 1e-4 and any(r.source == "known fact" for r in out.rows)
     charts = len(at.get("plotly_chart"))
     assert charts >= 1
     at.selectbox(key="ec_sweep_method").set_value("rome")
@@ -26,7 +26,7 @@ def test_bleed_map_and_sweep_sections(tmp_path, monkeypatch):
     at.button(key="ec_sweep_go").click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]
     sweep = at.session_state["ec_sweep"]
-    assert [r["label"] for r in sweep["settings"]] == ["v_num_grad_steps=2, mom2_shrinkage=0",
+    assert [r["label"] for r in sweep.settings] == ["v_num_grad_steps=2, mom2_shrinkage=0",
                                                        "v_num_grad_steps=2, mom2_shrinkage=0.5"]
     assert len(at.get("plotly_chart")) == charts + 1
     # a bad grid: a clear error, the earlier sweep kept
@@ -50,6 +50,6 @@ def test_layer_sweep_beside_the_trace(tmp_path, monkeypatch):
     at.button(key="ls_go").click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]
     out = at.session_state["ls_out"]
-    assert [r["layer"] for r in out["rows"]] == [0, 1]
-    assert out["trace"]["kind"] == "mlp"  # reused from the trace above (same prompt and answer)
+    assert [r.layer for r in out.rows] == [0, 1]
+    assert out.trace.kind == "mlp"  # reused from the trace above (same prompt and answer)
     assert len(at.get("plotly_chart")) == traced + 1

@@ -1,5 +1,4 @@
 """The causal tracing page runs headless on a tiny model and keeps its results."""
-import json
 from pathlib import Path
 
 import pytest
@@ -35,8 +34,8 @@ def test_tracing_page_preview_then_exact_and_a_cancelled_trace_keeps_its_panels(
     at.button[0].click().run()
     state = at.session_state["trace_state"]
     assert set(state["preview"]) == set(state["exact"]) == {"hidden", "mlp", "attn"}  # the preview came first
-    assert all(r["meta"]["estimate"] for r in state["preview"].values())
-    assert not any(r["meta"].get("estimate") for r in state["exact"].values())
+    assert all(r.estimate for r in state["preview"].values())
+    assert not any(r.estimate for r in state["exact"].values())
     assert len(at.get("plotly_chart")) == 4  # each preview was replaced by its exact panel
     # A trace cancelled after its preview and the hidden panel (the Cancel button's callback sets the flag and
     # Streamlit stops the run): the next run shows what was computed, the estimates marked as such.
@@ -62,7 +61,7 @@ def test_tracing_page_shows_the_shipped_aie_runs_without_computing(tiny_by_name,
     shipped.mkdir()
     for name in ("tiny-gpt2", "tiny-llama"):
         run = average_indirect_effect(tiny_by_name(name), n_facts=1, samples=2, window=2)
-        (shipped / f"aie-{name}.json").write_text(json.dumps({**run, "model": name}))
+        run.save(shipped / f"aie-{name}.json")
     monkeypatch.setattr("editkit.tracing.aie.SHIPPED_DIR", shipped)
     monkeypatch.setattr("editkit.tracing.tracer.TraceSetup.build",
                         lambda *a, **k: pytest.fail("traced instead of showing the shipped run"))

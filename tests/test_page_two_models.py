@@ -45,8 +45,8 @@ def test_tracing_page_traces_one_fact_on_two_models(tmp_path, monkeypatch):
     at.button(key="two_go").click().run()
     assert not at.exception and not at.error
     out = at.session_state["two_out"]
-    assert list(out) == ["tiny-gpt2", "tiny-llama"] and all(r["kind"] == "hidden" for r in out.values())
-    assert all(r["meta"]["prompt"] == "The Space Needle is in downtown" for r in out.values())
+    assert list(out) == ["tiny-gpt2", "tiny-llama"] and all(r.kind == "hidden" for r in out.values())
+    assert all(r.prompt == "The Space Needle is in downtown" for r in out.values())
     specs = {c.proto.spec for c in at.get("plotly_chart")}
     assert len(specs) == 3  # the comparison and one heatmap per model
     comparison = next(json.loads(s) for s in specs if "by relative depth" in s)

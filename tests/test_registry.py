@@ -22,7 +22,6 @@ from editkit.editing.share import update_share
 from editkit.evaluation import EvalSpec, evaluate
 from editkit.evaluation.bleed import bleed_map
 from editkit.evaluation.layer_sweep import layer_sweep
-from editkit.figures.side_effects import bleed_figure, layer_sweep_figure
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 REQUEST = {"prompt": "The mother tongue of {} is", "subject": "Danielle Darrieux", "target_new": "English",
@@ -62,7 +61,7 @@ def test_toy_method_runs_through_the_api(toy, tiny_by_name):
     assert set(result.delta) == {lm.adapter.param_name("down_proj", 1)}
     norm = result.norms[lm.adapter.param_name("down_proj", 1)]
     assert norm.relative_norm == pytest.approx(norm.delta_norm / norm.weight_norm) and norm.delta_norm > 0
-    assert [r.steps for r in result.per_request] == [0] and result.to_dict()["info"]["norms"]
+    assert [r.steps for r in result.per_request] == [0] and result.to_json()["info"]["norms"]
     with pytest.raises(EditkitError, match="unknown hyperparameter 'wobble'"):
         load_hparams("toy", lm, {"wobble": 1})
 
@@ -80,7 +79,7 @@ def test_toy_method_in_the_cli(toy, tmp_path, capsys):
 def test_toy_method_in_evaluate(toy, tiny_by_name, tmp_path):
     out = evaluate(tiny_by_name("tiny-llama"), ["toy"], EvalSpec(set_name="counterfact", n=1, n_gen=0),
                    out_dir=tmp_path)
-    assert set(out["methods"]) == {"toy"} and out["methods"]["toy"]["records"] == 1
+    assert set(out.methods) == {"toy"} and out.methods["toy"]["records"] == 1
 
 
 def test_toy_method_on_the_page(toy):
@@ -93,7 +92,7 @@ def test_toy_method_on_the_page(toy):
     at.number_input(key="ec_ngen").set_value(0)
     at.button(key="ec_run").click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]
-    assert list(at.session_state["ec_out"]["methods"]) == ["toy"]
+    assert list(at.session_state["ec_out"].methods) == ["toy"]
 
 
 def test_toy_method_in_the_bleed_map(toy, tiny_by_name):
@@ -101,24 +100,24 @@ def test_toy_method_in_the_bleed_map(toy, tiny_by_name):
     (share.update_share, what MEMIT, PMET and AlphaEdit declare) it predicts and checks like theirs."""
     lm = tiny_by_name("tiny-llama")
     out = bleed_map(lm, "toy", REQUEST, n_facts=2)
-    assert out["formula"] is None and out["check"] is None and out["maps"] == [lm.adapter.param_name("down_proj", 1)]
-    assert out["rows"] and all(r["share"] is None and isinstance(r["delta_p_new"], float) for r in out["rows"])
-    bleed_figure(out)
+    assert out.formula is None and out.check is None and out.maps == [lm.adapter.param_name("down_proj", 1)]
+    assert out.rows and all(r.share is None and isinstance(r.delta_p_new, float) for r in out.rows)
+    out.figure()
     register(dataclasses.replace(get("toy"), predict_share=update_share))
     out = bleed_map(lm, "toy", REQUEST, n_facts=2)
-    assert out["formula"].startswith("Delta W k")
-    assert out["check"]["max_error"] < 1e-4 and all(isinstance(r["share"], float) for r in out["rows"])
-    assert "ΔW" in bleed_figure(out).layout.xaxis.title.text
+    assert out.formula.startswith("Delta W k")
+    assert out.check["max_error"] < 1e-4 and all(isinstance(r.share, float) for r in out.rows)
+    assert "ΔW" in out.figure().layout.xaxis.title.text
 
 
 def test_toy_method_in_the_layer_sweep(toy, tiny_by_name):
     lm = tiny_by_name("tiny-llama")
     out = layer_sweep(lm, REQUEST, "0,1", method="toy", trace_kind=None)
-    assert out["method"] == "toy" and [r["layer"] for r in out["rows"]] == [0, 1]
-    assert all(r["relative_norm"] > 0 for r in out["rows"]) and out["default_layers"] == [1]
-    fig = layer_sweep_figure(out)
+    assert out.method == "toy" and [r.layer for r in out.rows] == [0, 1]
+    assert all(r.relative_norm > 0 for r in out.rows) and out.default_layers == [1]
+    fig = out.figure()
     assert list(fig.data[0].x) == [0, 1]
-    json.dumps(out)
+    json.dumps(out.to_json())
 
 
 def test_toy_method_in_bench_edit(toy, tiny_by_name):

@@ -1,6 +1,7 @@
 """Lifelong editing (evaluation/sequential.py): each batch at the weights the earlier ones left (and AlphaEdit's
 state carried), resumable with the same result, sampled intermediate checkpoints, the fast scorers equal to the
 plain ones, and the `evaluate --sequential` command."""
+import json
 import math
 
 import pytest
@@ -38,14 +39,14 @@ def test_batches_build_on_each_other(tiny_by_name, method):
         second = run_edit(lm, method, [r.request for r in records[2:]], FAST, state=first.state)
     from editkit.evaluation.sequential import STORE, _read
 
-    saved = STORE.get(out["checkpoint"], _read)
+    saved = STORE.get(out.checkpoint, _read)
     for k in first.delta:
         torch.testing.assert_close(saved["total"][k], first.delta[k] + second.delta[k], rtol=1e-5, atol=1e-6)
     if method == "alphaedit":
         assert saved["state"].edits == 4 and saved["state"].keys(1).shape[1] == 4
     else:
         assert saved["state"] is None
-    assert [r["edit"] for r in out["rows"]] == [2, 4] and out["complete"]
+    assert [r["edit"] for r in out.rows] == [2, 4] and out.complete
 
 
 def test_resume_gives_the_same_run(tiny_by_name):
@@ -54,20 +55,22 @@ def test_resume_gives_the_same_run(tiny_by_name):
     whole = sequential(lm, "alphaedit", records, FAST, SequentialSpec(batch=2, sample=3, **SMALL), cache=False)
     part = sequential(lm, "alphaedit", records, FAST, SequentialSpec(batch=2, sample=3, stop_after=1, **SMALL),
                       cache=False)
-    assert part["batches_done"] == 1 and not part["complete"]
+    assert part.batches_done == 1 and not part.complete
     rest = sequential(lm, "alphaedit", records, FAST, SequentialSpec(batch=2, sample=3, **SMALL))
-    assert rest["resumed_at_batch"] == 1 and rest["complete"]
-    for a, b in zip(whole["rows"], rest["rows"]):
+    assert rest.resumed_at_batch == 1 and rest.complete
+    for a, b in zip(whole.rows, rest.rows):
         for k in ("edit", "measured", "efficacy", "generalization", "specificity", "retention", "took"):
             assert a[k] == b[k] or (a[k] is not None and abs(a[k] - b[k]) < 1e-9), k
         assert abs(a["total_relative_norm"] - b["total_relative_norm"]) < 1e-5
     # sampled intermediate checkpoints, every edit at the last; the output says so
-    assert [r["sampled"] for r in rest["rows"]] == [False, True, False]
-    assert [r["measured"] for r in rest["rows"]] == [2, 3, 6]
-    assert "sample" in rest["notes"]
+    assert [r["sampled"] for r in rest.rows] == [False, True, False]
+    assert [r["measured"] for r in rest.rows] == [2, 3, 6]
+    assert "sample" in rest.notes
     table = final_table({"alphaedit": rest})
     assert table[0]["edits"] == 6 and table[0]["measured"] == 6
-    assert curves({"alphaedit": rest})["alphaedit"]["efficacy"]["x"] == [2, 4, 6]
+    assert curves({"alphaedit": rest.to_json()})["alphaedit"]["efficacy"]["x"] == [2, 4, 6]
+    data = json.loads(json.dumps(rest.to_json()))
+    assert type(rest).from_json(data) == rest and len(rest.to_frame()) == 3 and rest.figure().data
 
 
 def test_rome_checkpoints_every_k_edits(tiny_by_name):
@@ -75,8 +78,8 @@ def test_rome_checkpoints_every_k_edits(tiny_by_name):
     records = load_eval_set("counterfact", 4)
     out = sequential(lm, "rome", records, FAST, SequentialSpec(batch=1, eval_every=2, sample=None, **SMALL),
                      cache=False)
-    assert [r["edit"] for r in out["rows"]] == [2, 4]
-    assert out["rows"][1]["retention"] is None or 0 <= out["rows"][1]["retention"] <= 1
+    assert [r["edit"] for r in out.rows] == [2, 4]
+    assert out.rows[1]["retention"] is None or 0 <= out.rows[1]["retention"] <= 1
     with pytest.raises(EditkitError):
         sequential(lm, "rome", records, FAST, SequentialSpec(batch=2))
     with pytest.raises(EditkitError):
@@ -122,19 +125,19 @@ def test_locality_is_measured_against_the_original_model(tiny_by_name):
     before = answers()
     out = sequential(lm, "memit", records, {"v_num_grad_steps": 4}, SequentialSpec(batch=2, sample=None, **SMALL),
                      cache=False)
-    with applied(lm, STORE.get(out["checkpoint"], _read)["total"]):
+    with applied(lm, STORE.get(out.checkpoint, _read)["total"]):
         after = answers()
     kept, loc = [], []
     for i in range(len(records)):
         at = [j for j, o in enumerate(owner) if o == i]
         kept.append(sum(before[0][j] == after[0][j] for j in at) / len(at))
         loc.append(token_agreement([before[1][j] for j in at], [after[1][j] for j in at]))
-    last = out["rows"][-1]
+    last = out.rows[-1]
     assert math.isclose(last["kept"], sum(kept) / len(kept), abs_tol=1e-9)
     assert math.isclose(last["locality"], sum(loc) / len(loc), abs_tol=1e-9)
     assert last["locality"] < 1 or last["kept"] < 1 or last["total_relative_norm"] == 0  # the edit was measured
     table = final_table({"memit": out})[0]
-    assert table["locality"] == 100 * last["locality"] and "original" in out["notes"].lower()
+    assert table["locality"] == 100 * last["locality"] and "original" in out.notes.lower()
 
 
 def test_perplexity_equals_full_logits(tiny_by_name):
@@ -165,7 +168,7 @@ def test_evaluate_sequential_command(tiny_by_name, tmp_path, capsys):
     from editkit.evaluation.lifelong import load_results
 
     results = load_results(save)
-    assert set(results) == {"rome", "alphaedit"} and results["rome"]["batch"] == 1
+    assert set(results) == {"rome", "alphaedit"} and results["rome"].batch == 1
     assert main(["evaluate", "--model", "tiny-llama", "--sequential", "--methods", "memit", "--batch-for",
                  "rome=x"]) == 2
 
@@ -175,11 +178,23 @@ def test_finalize_measures_every_edit_of_a_stopped_run(tiny_by_name):
     records = load_eval_set("counterfact", 6)
     part = sequential(lm, "memit", records, FAST,
                       SequentialSpec(batch=2, sample=1, stop_after=2, finalize=True, **SMALL), cache=False)
-    assert part["batches_done"] == 2 and part["rows"][-1]["measured"] == 1
-    assert part["partial_final"]["edit"] == 4 and part["partial_final"]["measured"] == 4
+    assert part.batches_done == 2 and part.rows[-1]["measured"] == 1
+    assert part.partial_final["edit"] == 4 and part.partial_final["measured"] == 4
     assert final_table({"memit": part})[0]["measured"] == 4
     rest = sequential(lm, "memit", records, FAST, SequentialSpec(batch=2, sample=1, **SMALL))
-    assert rest["resumed_at_batch"] == 2 and [r["edit"] for r in rest["rows"]] == [2, 4, 6]
+    assert rest.resumed_at_batch == 2 and [r["edit"] for r in rest.rows] == [2, 4, 6]
+
+
+def test_shipped_lifelong_files_read_back_unchanged():
+    """What `evaluate --sequential --save` wrote (assets/results/lifelong-*.json) reads into Lifelong and writes back
+    the same JSON."""
+    from editkit.evaluation.lifelong import SHIPPED, SHIPPED_STABILISERS, Lifelong
+
+    for path in (SHIPPED, SHIPPED_STABILISERS):
+        data = json.loads(path.read_text())
+        life = Lifelong.from_json(path)
+        assert life.to_json() == data, path.name
+        assert len(life.to_frame()) == len(data["table"]) and life.figure().data
 
 
 def test_shipped_run_and_its_figure():
@@ -191,11 +206,11 @@ def test_shipped_run_and_its_figure():
     shipped = load_results(SHIPPED)
     assert set(shipped) == {"rome", "memit", "pmet", "alphaedit"}
     for res in shipped.values():
-        assert res["complete"] and res["n"] == 500 and res["rows"][-1]["measured"] == 500
-    assert shipped["rome"]["batch"] == 1 and shipped["memit"]["batch"] == 25
+        assert res.complete and res.n == 500 and res.rows[-1]["measured"] == 500
+    assert shipped["rome"].batch == 1 and shipped["memit"].batch == 25
     table = {r["method"]: r for r in final_table(shipped)}
     assert table["rome"]["collapsed_at"] is not None and table["alphaedit"]["collapsed_at"] is None
-    fig = lifelong_figure(shipped)
+    fig = lifelong_figure({m: r.to_json() for m, r in shipped.items()})
     kinds = {PANELS[i]: fig.layout[f"yaxis{i + 1 if i else ''}"].type for i in range(len(PANELS))}
     assert {p for p, t in kinds.items() if t == "log"} == set(LOG_PANELS)
 
@@ -210,12 +225,13 @@ def test_shipped_stabiliser_run_and_its_figure():
     runs = load_results(SHIPPED_STABILISERS)
     assert set(runs) == {"rome", "rome+encore", "rome+nas"}
     for res in runs.values():
-        assert res["complete"] and res["n"] == 120 and res["batch"] == 1 and res["rows"][-1]["measured"] == 120
-    assert runs["rome+encore"]["hparams"]["v_stop_top1"] == 2 and runs["rome+nas"]["hparams"]["nas_anchor"] > 0
+        assert res.complete and res.n == 120 and res.batch == 1 and res.rows[-1]["measured"] == 120
+    assert runs["rome+encore"].hparams["v_stop_top1"] == 2 and runs["rome+nas"].hparams["nas_anchor"] > 0
     table = {r["method"]: r for r in final_table(runs)}
     assert table["rome"]["collapsed_at"] is not None
     assert table["rome+encore"]["collapsed_at"] is None and table["rome+nas"]["collapsed_at"] is None
-    for fig in (lifelong_figure(runs), layer_figure(runs)):
+    data = {m: r.to_json() for m, r in runs.items()}
+    for fig in (lifelong_figure(data), layer_figure(data)):
         shown = {t.name: t.line.color for t in fig.data if t.showlegend}
         assert len(shown) == 3 and len(set(shown.values())) == 3, shown
 

@@ -120,7 +120,7 @@ def test_page_runs_on_tiny_gpt2():
     at.button(key="sim_compute").click().run()
     assert not at.exception and not at.error
     assert len(at.get("plotly_chart")) == 2
-    assert at.session_state["sim_result"]["n"] == 10
+    assert at.session_state["sim_result"].n == 10
     at.radio(key="sim_mode").set_value("raw").run()  # earlier result kept across reruns
     assert not at.exception and len(at.get("plotly_chart")) == 2
 

@@ -157,8 +157,8 @@ def test_anchor_norm_is_the_mean_of_kept_norms(tiny_by_name):
     lm = tiny_by_name("tiny-llama")
     hp = load_hparams("rome", lm, {"v_num_grad_steps": 2})
     got = anchor_norm(lm, _requests(4), 1, "mlp_out", hp, quantile=0.5)
-    norms = sorted(got["norms"])
-    assert got["kept"] == 2 and got["anchor"] == pytest.approx((norms[0] + norms[1]) / 2, rel=1e-6)
+    norms = sorted(got.norms)
+    assert got.kept == 2 and got.anchor == pytest.approx((norms[0] + norms[1]) / 2, rel=1e-6)
 
 
 @pytest.mark.parametrize("method,site", [("rome", "mlp_out"), ("memit", "resid_post")])
@@ -173,10 +173,10 @@ def test_anchor_from_edits_equals_the_direct_estimate(tiny_by_name, method, site
     hp = load_hparams(method, lm, {"v_num_grad_steps": 2})
     got = anchor_from_edits(lm, method, _requests(4), {"v_num_grad_steps": 2}, quantile=0.5)
     want = anchor_norm(lm, _requests(4), hp.layers[-1], site, hp, quantile=0.5)
-    assert got["norms"] == pytest.approx(want["norms"], rel=1e-4)
-    assert got["kept"] == want["kept"] == 2 and got["anchor"] == pytest.approx(want["anchor"], rel=1e-4)
+    assert got.norms == pytest.approx(want.norms, rel=1e-4)
+    assert got.kept == want.kept == 2 and got.anchor == pytest.approx(want.anchor, rel=1e-4)
     opts = optimize_targets_batch(lm, _requests(4), hp.layers[-1], (site,), hp)
-    assert got["shift_norms"] == pytest.approx([float(o[site]["delta"].norm()) for o in opts], rel=1e-4)
+    assert got.shift_norms == pytest.approx([float(o[site]["delta"].norm()) for o in opts], rel=1e-4)
     with pytest.raises(EditkitError, match="no norm-anchor option"):
         anchor_from_edits(lm, "ultraedit", _requests(1))
 

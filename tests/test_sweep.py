@@ -56,18 +56,19 @@ def test_sweep_resumes_and_reuses_cached_settings(tiny_by_name, tmp_path, monkey
         sweep(lm, "rome", params, SMALL, progress=interrupt)
     out = sweep(lm, "rome", params, SMALL)
     # setting 1 came from the cache, setting 2 resumed at its second record, setting 3 ran in full
-    assert [r["cached"] for r in out["settings"]] == [True, False, False]
-    assert out["computed_records"] == 1 + 2
+    assert [r["cached"] for r in out.settings] == [True, False, False]
+    assert out.computed_records == 1 + 2
     again = sweep(lm, "rome", params, SMALL)
-    assert all(r["cached"] for r in again["settings"]) and again["computed_records"] == 0
-    assert [r["efficacy"] for r in again["settings"]] == [r["efficacy"] for r in out["settings"]]
+    assert all(r["cached"] for r in again.settings) and again.computed_records == 0
+    assert [r["efficacy"] for r in again.settings] == [r["efficacy"] for r in out.settings]
     wider = sweep(lm, "rome", FAST + ["mom2_shrinkage=0.5,0.7"], SMALL)
-    assert [r["cached"] for r in wider["settings"]] == [True, False]
+    assert [r["cached"] for r in wider.settings] == [True, False]
     # the settings differ only in the solve: the target vectors were optimized once per record
-    assert wider["reused_targets"] == {"hits": 2, "misses": 0}  # all from the memo on disk
-    json.dumps(out)
-    assert set(out["unedited"]) >= {"efficacy", "specificity", "score"}
-    assert out["pareto"] and all(isinstance(r["pareto"], bool) for r in out["settings"])
+    assert wider.reused_targets == {"hits": 2, "misses": 0}  # all from the memo on disk
+    data = json.loads(json.dumps(out.to_json()))
+    assert type(out).from_json(data).to_json() == data and len(out.to_frame()) == 1 + 3 and out.figure().data
+    assert set(out.unedited) >= {"efficacy", "specificity", "score"}
+    assert out.pareto and all(isinstance(r["pareto"], bool) for r in out.settings)
 
 
 def test_reused_targets_give_the_same_edit(tiny_by_name, tmp_path, monkeypatch):
@@ -113,9 +114,9 @@ def test_sweep_starts_from_the_given_overrides(tiny_by_name, tmp_path, monkeypat
     lm = tiny_by_name("tiny-gpt2")
     out = sweep(lm, "rome", ["mom2_shrinkage=0,0.5"], replace(SMALL, n=1),
                 hparams={"v_num_grad_steps": 2, "v_weight_decay": 0.25, "mom2_shrinkage": 0.9})
-    assert [r["hparams"]["mom2_shrinkage"] for r in out["settings"]] == [0, 0.5]
-    assert all(r["hparams"]["v_weight_decay"] == 0.25 for r in out["settings"])
-    assert out["overrides"]["v_weight_decay"] == 0.25 and out["defaults"]["v_weight_decay"] != 0.25
+    assert [r["hparams"]["mom2_shrinkage"] for r in out.settings] == [0, 0.5]
+    assert all(r["hparams"]["v_weight_decay"] == 0.25 for r in out.settings)
+    assert out.overrides["v_weight_decay"] == 0.25 and out.defaults["v_weight_decay"] != 0.25
 
 
 def test_sweep_rejects_bad_settings_before_running(tiny_by_name):

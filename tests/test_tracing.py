@@ -1,12 +1,11 @@
 """Causal tracing: the fast engine equals the reference algorithm; identities of restoration; clear errors."""
-import json
 
 import numpy as np
 import pytest
 import torch
 
 from editkit.core.errors import EditkitError
-from editkit.figures.tracing import aie_depth, aie_panels
+from editkit.figures.tracing import aie_depth
 from editkit.model.shipped import SHIPPED
 from editkit.tracing import TraceSetup, TraceSpec, fast_trace, parse_noise, reference_trace, trace
 from editkit.tracing.aie import CLASSES, average_indirect_effect, load_run, shipped_runs, token_classes
@@ -105,7 +104,7 @@ def test_target_changes_answer(tiny_by_name):
     lm = tiny_by_name("tiny-gpt2")
     r = trace(lm, TraceSpec(PROMPT, SUBJECT, target=" the", kinds="hidden", samples=2))["hidden"]
     assert r.answer == " the"
-    d = r.to_dict()
+    d = r.to_json()
     assert np.allclose(np.array(d["indirect_effect"]), np.array(d["scores"]) - d["low_score"])
 
 
@@ -128,13 +127,13 @@ def test_invalid_inputs_are_clear_errors(tiny_by_name, kwargs):
 def test_severing_matches_reference_repatch(setup):
     lm, s = setup
     out = sever(lm, s)
-    t = out["token"]
+    t = out.token
     L = lm.adapter.n_layers
     for l in (0, L // 2):
         frozen = [(t, "mlp", j) for j in range(l + 1, L)]
         ref = trace_with_patch(lm, s, [(t, "hidden", l)], frozen=frozen)
-        assert abs(out["mlp"][l] - ref) < 1e-5
-        assert abs(out["none"][l] - trace_with_patch(lm, s, [(t, "hidden", l)])) < 1e-5
+        assert abs(out.mlp[l] - ref) < 1e-5
+        assert abs(out.none[l] - trace_with_patch(lm, s, [(t, "hidden", l)])) < 1e-5
 
 
 def test_token_classes():
@@ -151,10 +150,10 @@ def test_aie_runs_and_resumes(tiny_by_name, tmp_path, monkeypatch):
             for i in range(3)]
     monkeypatch.setattr("editkit.tracing.aie.predicted_facts", lambda lm: fake)
     out = average_indirect_effect(lm, n_facts=3, samples=2, window=2)
-    assert out["n_facts"] == 3
-    ls = out["kinds"]["hidden"]["last token"]
-    assert len(ls["mean"]) == lm.adapter.n_layers and all(lo <= m <= hi for lo, m, hi in
-                                                          zip(ls["low"], ls["mean"], ls["high"]))
+    assert out.n_facts == 3
+    ls = out.kinds["hidden"]["last token"]
+    assert len(ls.mean) == lm.adapter.n_layers and all(lo <= m <= hi for lo, m, hi in
+                                                       zip(ls.low, ls.mean, ls.high))
     monkeypatch.setattr("editkit.tracing.tracer.TraceSetup.build",
                         lambda *a, **k: pytest.fail("recomputed a cached fact"))
     again = average_indirect_effect(lm, n_facts=3, samples=2, window=2)
@@ -173,12 +172,13 @@ def test_aie_run_file_and_its_figures(tiny_by_name, tmp_path, monkeypatch):
     for name in ("tiny-gpt2", "tiny-llama"):
         run = average_indirect_effect(tiny_by_name(name), n_facts=2, samples=2, window=2)
         path = tmp_path / f"aie-{name}.json"
-        path.write_text(json.dumps({**run, "model": name}))
+        run.save(path)
         runs[name] = load_run(path)
-    panels = aie_panels(runs["tiny-gpt2"])
+        assert runs[name] == run and runs[name].model == name
+    panels = runs["tiny-gpt2"].figure()
     named = [t for t in panels.data if t.showlegend is not False]
-    assert len({t.xaxis for t in panels.data}) == 3 and len(named) == len(runs["tiny-gpt2"]["kinds"]["hidden"])
-    depth = aie_depth(runs, "mlp", "last subject")
+    assert len({t.xaxis for t in panels.data}) == 3 and len(named) == len(runs["tiny-gpt2"].kinds["hidden"])
+    depth = aie_depth({k: r.to_json() for k, r in runs.items()}, "mlp", "last subject")
     curves = [t for t in depth.data if t.fill is None]
     assert len(curves) == 2 and all(c.x[0] == 0 and c.x[-1] == 1 for c in curves)
     (tmp_path / "bad.json").write_text('{"sequential": {}}')
@@ -191,11 +191,11 @@ def test_shipped_aie_runs_are_whole():
     runs = shipped_runs()
     assert set(runs) == set(SHIPPED)
     for name, run in runs.items():
-        assert run["n_facts"] >= 100, name
-        for kind, classes in run["kinds"].items():
+        assert run.n_facts >= 100 and run.shipped, name
+        for kind, classes in run.kinds.items():
             for c, s in classes.items():
-                assert len(s["mean"]) == run["layers"] and 1 <= s["n"] <= run["n_facts"], (name, kind, c)
-                assert all(lo <= m <= hi for lo, m, hi in zip(s["low"], s["mean"], s["high"])), (name, kind, c)
+                assert len(s.mean) == run.layers and 1 <= s.n <= run.n_facts, (name, kind, c)
+                assert all(lo <= m <= hi for lo, m, hi in zip(s.low, s.mean, s.high)), (name, kind, c)
 
 
 def test_space_needle_pattern_on_embedded_model(gemma):

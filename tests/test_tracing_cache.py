@@ -104,7 +104,7 @@ def test_trace_function_severing_and_aie_share_entries(lm, monkeypatch):
     tracer = Tracer(lm, TraceSpec(PROMPT, SUBJECT, samples=2, window=2))
     assert all(tracer.cached(k) is not None for k in ("hidden", "mlp", "attn"))
     severed = tracer.severing()  # reuses the cached hidden row for "none"
-    assert severed["none"] == tracer.cached("hidden").scores[severed["token"]]
+    assert severed.none == tracer.cached("hidden").scores[severed.token]
     _no_recompute(monkeypatch)
     again = trace(lm, TraceSpec(PROMPT, SUBJECT, samples=2, window=2))
     assert again["attn"].scores == tracer.cached("attn").scores

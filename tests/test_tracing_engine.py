@@ -111,13 +111,13 @@ def test_severing_equals_reference_at_every_layer(setup):
     out = sever(lm, s)
     hidden = fast_trace(lm, s, "hidden")
     reused = sever(lm, s, hidden=hidden.tolist())
-    assert reused["none"] == hidden[t].tolist()
+    assert reused.none == hidden[t].tolist()
     for l in range(L):
         for frozen in ("mlp", "attn"):
             ref = trace_with_patch(lm, s, [(t, "hidden", l)], frozen=[(t, frozen, j) for j in range(l + 1, L)])
-            assert abs(out[frozen][l] - ref) < ATOL and abs(reused[frozen][l] - ref) < ATOL
-        assert abs(out["none"][l] - trace_with_patch(lm, s, [(t, "hidden", l)])) < ATOL
-        assert abs(reused["none"][l] - out["none"][l]) < ATOL
+            assert abs(getattr(out, frozen)[l] - ref) < ATOL and abs(getattr(reused, frozen)[l] - ref) < ATOL
+        assert abs(out.none[l] - trace_with_patch(lm, s, [(t, "hidden", l)])) < ATOL
+        assert abs(reused.none[l] - out.none[l]) < ATOL
 
 
 def test_last_layer_and_prefix_shortcuts_are_exact(setup):

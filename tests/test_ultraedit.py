@@ -176,7 +176,7 @@ def test_ultraedit_on_every_family(tiny):
     assert result.state.edits == 3 and int(st[f"stats.{group}.n"]) == len(rows)
     assert _rel(st[f"stats.{group}.mean"], rows.mean(0)) < 1e-10
     assert _rel((st[f"stats.{group}.m2"] / (len(rows) - 1)).sqrt(), rows.std(0)) < 1e-8
-    json.dumps(result.to_dict())  # the CLI's JSON
+    json.dumps(result.to_json())  # the CLI's JSON
 
 
 def test_applying_the_delta_writes_the_predicted_outputs(tiny):
@@ -303,7 +303,7 @@ def test_registered_everywhere(tiny_by_name, tmp_path, capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["method"] == "ultraedit" and out["hparams"]["normalizer"] == "shape"
     got = evaluate(lm, ["ultraedit"], EvalSpec(set_name="counterfact", n=2, batch=2, n_gen=0), out_dir=tmp_path)
-    assert got["methods"]["ultraedit"]["records"] == 2
+    assert got.methods["ultraedit"]["records"] == 2
     save = tmp_path / "run.json"
     assert main(["evaluate", "--model", "tiny-neox", "--sequential", "--methods", "ultraedit", "--n", "4",
                  "--batch", "2", "--ppl-tokens", "64", "--fluency-tokens", "5", "--no-cache",
@@ -327,4 +327,4 @@ def test_on_the_page():
     at.number_input(key="ec_ngen").set_value(0)
     at.button(key="ec_run").click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]
-    assert list(at.session_state["ec_out"]["methods"]) == ["ultraedit"]
+    assert list(at.session_state["ec_out"].methods) == ["ultraedit"]

@@ -27,15 +27,14 @@ def run(args):
     say = lambda f, msg: print(f"[aie] {msg}", file=sys.stderr, flush=True)  # noqa: E731
     out = average_indirect_effect(lm, args.n, args.samples, args.noise, args.window, progress=say,
                                   cache=not args.no_cache, stats=stats, backend=backend)
-    out["model"] = lm.name
-    out.update(stats)
+    out.seconds, out.cached_facts, out.facts = stats["seconds"], stats["cached_facts"], stats["facts"]
     return out
 
 
 def show(out):
-    print(f"{out['model']}: {out['n_facts']} facts in {out['seconds']:.1f} s ({out['cached_facts']} from the cache)")
-    for kind, classes in out["kinds"].items():
+    print(f"{out.model}: {out.n_facts} facts in {out.seconds:.1f} s ({out.cached_facts} from the cache)")
+    for kind, classes in out.kinds.items():
         print(f"[{kind}] peak mean IE per token class (layer)")
-        for c, s in classes.items():
-            layer = max(range(len(s["mean"])), key=lambda l: s["mean"][l])
-            print(f"  {c:>16}: {s['mean'][layer]:+.3f} at layer {layer} (N = {s['n']})")
+        for c, band in classes.items():
+            layer, mean = out.peak(kind, c)
+            print(f"  {c:>16}: {mean:+.3f} at layer {layer} (N = {band.n})")

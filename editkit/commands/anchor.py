@@ -44,7 +44,7 @@ def run(args):
     with reuse_targets():  # a later run with the anchor set reuses these targets (only the scaling differs)
         own = (overrides or {}).get(args.method.lower())
         out = anchor_from_edits(lm, args.method, requests, own, quantile=args.quantile)
-    return {"model": lm.name, "set": args.set_name, **out}
+    return {"model": lm.name, "set": args.set_name, **out.to_json()}  # the JSON edge: the estimate and where
 
 
 def show(out):

@@ -74,20 +74,18 @@ def run(args):
 
 
 def show(out):
-    req = out["request"]
-    what = f"predicted by {out['formula']}" if out["formula"] else "no predicted share for this method"
-    print(f"{out['method']} on {out['model']}: {req['prompt'].replace('{}', req['subject'])} -> "
-          f"{req['target_new']!r}; {what}")
-    if out["check"]:
-        print(f"check: max |predicted - measured| / max |change| = {out['check']['max_error']:.2e}")
+    what = f"predicted by {out.formula}" if out.formula else "no predicted share for this method"
+    print(f"{out.method} on {out.model}: {out.request.rewrite} -> {out.request.target_new!r}; {what}")
+    if out.check:
+        print(f"check: max |predicted - measured| / max |change| = {out.check['max_error']:.2e}")
     print(f"{'source':13s} {'share':>7s} {'dP(new)':>8s}  token        prompt")
-    for r in sorted(out["rows"], key=lambda r: -abs(r["share"] or 0)):
-        share = "      -" if r["share"] is None else f"{r['share']:7.3f}"
-        token = "-" if r["token"] is None else repr(r["token"])
-        print(f"{r['source']:13s} {share} {r['delta_p_new']:+8.3f}  {token:12s} {r['prompt']}")
-    s = out["summary"]
-    if s.get("neighbours"):
-        rho = s["spearman_share_vs_rise"]
-        print(f"{s['neighbours']} neighbours: mean rise of P(new) {s['mean_delta_p_new']:+.3f}, largest "
-              f"{s['max_delta_p_new']:+.3f}; rank correlation of share and rise "
+    for r in sorted(out.rows, key=lambda r: -abs(r.share or 0)):
+        share = "      -" if r.share is None else f"{r.share:7.3f}"
+        token = "-" if r.token is None else repr(r.token)
+        print(f"{r.source:13s} {share} {r.delta_p_new:+8.3f}  {token:12s} {r.prompt}")
+    s = out.summary
+    if s.neighbours:
+        rho = s.spearman_share_vs_rise
+        print(f"{s.neighbours} neighbours: mean rise of P(new) {s.mean_delta_p_new:+.3f}, largest "
+              f"{s.max_delta_p_new:+.3f}; rank correlation of share and rise "
               f"{'-' if rho is None else f'{rho:.2f}'}")

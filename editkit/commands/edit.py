@@ -1,7 +1,5 @@
 """`python -m editkit edit --method M --requests FILE [--hparams FILE] [--save-patch P] --json`: any registered
 method (editing/methods/)."""
-import time
-
 from ..core.errors import EditkitError
 from .common import add_model_arg, load
 
@@ -23,11 +21,10 @@ def register(sub):
 
 
 def run(args):
-    from ..editing.api import run_edit
     from ..editing.defaults import load_hparams_file
     from ..editing.requests import parse_requests
-    from ..evaluation.measure import measure, probabilities
-    from ..model.weights import applied, save_patch
+    from ..evaluation.report import edit_report
+    from ..model.weights import save_patch
 
     requests = parse_requests(args.requests)
     if args.n is not None:
@@ -36,35 +33,27 @@ def run(args):
         requests = requests[: args.n]
     overrides = load_hparams_file(args.hparams) if args.hparams else None
     lm = load(args)
-    pre = [probabilities(measure(lm, r, n_gen=0)) for r in requests]
-    result = run_edit(lm, args.method, requests, overrides)
-    t0 = time.perf_counter()
-    with applied(lm, result.delta):
-        post = [probabilities(measure(lm, r, n_gen=0)) for r in requests]
+    report = edit_report(lm, args.method, requests, overrides)
     if args.save_model:
         state = dict(lm.model.state_dict())
-        state.update({name: state[name] + d for name, d in result.delta.items()})
+        state.update({name: state[name] + d for name, d in report.delta.items()})
         lm.model.save_pretrained(args.save_model, state_dict=state)  # the loaded weights stay as they are
         lm.tok.save_pretrained(args.save_model)
-    out = {"model": lm.name, "method": args.method, "seconds": round(result.seconds, 2),
-           "eval_seconds": round(time.perf_counter() - t0, 2), "info": result.to_dict()["info"], "requests": []}
-    out["hparams"] = out["info"].pop("hparams", None)
-    for r, a, b in zip(requests, pre, post):
-        out["requests"].append({"case_id": r.case_id, "rewrite": r.rewrite, "target_new": r.target_new,
-                                "target_true": r.target_true, "pre": a, "post": b})
     if args.save_patch:
-        path = save_patch(args.save_patch, result.delta, {"model": lm.name, "method": args.method,
+        hparams = report.result.info.get("hparams")
+        path = save_patch(args.save_patch, report.delta, {"model": lm.name, "method": args.method,
                                                           "requests": [r.to_dict() for r in requests],
-                                                          "hparams": out["hparams"]})
-        out["patch"] = str(path)
-    return out
+                                                          "hparams": hparams})
+        report.patch = str(path)
+    return report
 
 
-def show(out):
-    print(f"{out['method']} on {out['model']}: {out['seconds']} s")
-    for r in out["requests"]:
-        print(f"- {r['rewrite']!r}: {r['target_true']!r} -> {r['target_new']!r}")
-        for group in ("rewrite", "paraphrase", "neighborhood"):
-            for a, b in zip(r["pre"][group], r["post"][group]):
-                true = f"  p_true {a.get('p_true', float('nan')):.3f} -> {b.get('p_true', float('nan')):.3f}"
-                print(f"  [{group}] p_new {a['p_new']:.3f} -> {b['p_new']:.3f}{true}  {a['prompt'][:60]!r}")
+def show(report):
+    print(f"{report.method} on {report.model}: {round(report.result.seconds, 2)} s")
+    for r in report.requests:
+        print(f"- {r.rewrite!r}: {r.target_true!r} -> {r.target_new!r}")
+        for p in r.prompts():
+            nan = float("nan")
+            true = (f"  p_true {nan if p.p_true_pre is None else p.p_true_pre:.3f} -> "
+                    f"{nan if p.p_true_post is None else p.p_true_post:.3f}")
+            print(f"  [{p.group}] p_new {p.p_new_pre:.3f} -> {p.p_new_post:.3f}{true}  {p.prompt[:60]!r}")

@@ -92,7 +92,7 @@ def run(args):
                    progress=progress, backend=backend)
     if args.save:
         with open(args.save, "w", encoding="utf-8") as f:
-            json.dump(out, f, indent=1)
+            json.dump(out.to_json(), f, indent=1)
     return out
 
 
@@ -146,52 +146,44 @@ def _fmt(cell):
     return f"{cell['mean']:6.1f}" + (f" ±{ci:4.1f}" if ci is not None else "")
 
 
-def _cell(t: dict, when: str, column: str):
-    """One table cell: the Score of the mean rates (PMET Table 1), locality after the edit only (it compares the
-    edited model's tokens with the unedited one's), else the metric's mean at `when`."""
-    if column == "score":
-        return {"mean": t.get(when + "_table_score")}
-    if column == "locality":
-        return t.get("locality") if when == "post" else None
-    return t.get(when + "_" + column)
-
-
 def show(out):
-    if "sets" in out:
+    if isinstance(out, dict) and "sets" in out:
         for name, desc in out["sets"].items():
             print(f"{name:20s} {desc}")
         return
-    if "sequential" in out:
+    from ..evaluation.lifelong import Lifelong
+
+    if isinstance(out, Lifelong):  # --sequential
         lifelong.show(out)
         return
-    if out.get("ripple"):
+    if isinstance(out, dict) and out.get("ripple"):
         show_ripple(out)
         return
-    print(f"{out['model']} on {out['set']} ({out['n']} records, batch {out['batch']}); mean ± 95% half-width")
-    cols = ["score", "efficacy", "generalization", "specificity", "fluency", "consistency", "gen_efficacy",
-            "gen_generalization"]
-    cols += ["reliability", "generalization_acc", "locality"]
+    print(f"{out.model} on {out.set} ({out.n} records, batch {out.batch}); mean ± 95% half-width")
+    from ..evaluation.evaluate import COLUMNS
+
+    cols = list(COLUMNS)
     names = {"gen_efficacy": "Gen. eff.", "gen_generalization": "Gen. gen.", "generalization_acc": "Gen. acc",
              "reliability": "Reliab.", "generalization": "Generaliz.", "specificity": "Specific.",
              "consistency": "Consist."}
-    kind = out.get("metric_family", "counterfact")
+    kind = out.metric_family
     print(f"{'':14s}" + "".join(f"{header(c, names.get(c, c.capitalize()[:10]), kind):>15s}" for c in cols)
           + "   s/request")
 
-    def line(t, when):
+    def line(method, when):
         # Score = harmonic mean of the mean efficacy, generalization and specificity (PMET Table 1)
-        return "".join(f"{_fmt(_cell(t, when, c)):>15s}" for c in cols)
+        return "".join(f"{_fmt(out.cell(method, when, c)):>15s}" for c in cols)
 
-    for i, (method, t) in enumerate(out["methods"].items()):
+    for i, (method, t) in enumerate(out.methods.items()):
         if i == 0:  # the same records before any edit: one row serves every method
-            print(f"{'(pre-edit)':14s}{line(t, 'pre')}")
+            print(f"{'(pre-edit)':14s}{line(method, 'pre')}")
         seconds = t["seconds_per_request"]
-        print(f"{method.upper():14s}{line(t, 'post')}   {'-' if seconds is None else format(seconds, '.1f')}")
-    g = out["generation"]
+        print(f"{method.upper():14s}{line(method, 'post')}   {'-' if seconds is None else format(seconds, '.1f')}")
+    g = out.generation
     print(f"generation: {g['n_gen']} prompt(s) x {g['gen_tokens']} tokens per record ({g['sampling']}, seed "
           f"{g['seed']}); Gen. eff./gen. = greedy {g.get('greedy_tokens', 0)}-token continuation of the rewrite/"
-          f"paraphrase prompts says the new target and not the true one (QAEdit); {out['computed_records']} "
+          f"paraphrase prompts says the new target and not the true one (QAEdit); {out.computed_records} "
           "record(s) computed now, the rest read from the results files")
     print(f"{legend(cols, kind)}; locality = the neighborhood (or locality) answer's argmax tokens unchanged by the "
           "edit (EasyEdit)")
-    print(out["notes"])
+    print(out.notes)

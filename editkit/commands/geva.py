@@ -29,10 +29,11 @@ def run(args):
     result = geva.analyses(lm, args.positions, args.memories, args.top_memories, args.norm, seed=args.seed,
                            cache=not args.no_cache,
                            progress=lambda f, msg: print(f"[editkit] geva {f:.0%} {msg}", file=sys.stderr))
-    return result.to_dict()
+    return result
 
 
-def show(r):
+def show(result):
+    r = result.to_json()  # the same numbers as --json, read by name
     print(f"{r['model']}: {r['n_positions']} positions, {r['memories_per_layer']} memories per layer, "
           f"norm={r['norm']}")
     print(f"{'layer':>5} {'agreement':>10} {'median rank':>12} {'compositional':>14} {'fixed at':>9} {'fixed by':>9}")

@@ -42,7 +42,7 @@ def run(args):
         run_, origin = shipped_runs()[lm.name], f"the shipped AIE run of {lm.name}"
     else:
         run_ = average_indirect_effect(lm, args.n, args.samples, progress=_say(), backend=backend)
-        origin = f"traced now: {run_['n_facts']} facts, {args.samples} samples"
+        origin = f"traced now: {run_.n_facts} facts, {args.samples} samples"
     out = derive(lm, run_, methods, args.template)
     out["aie"] = origin
     for name, entry in out["methods"].items():

@@ -21,7 +21,7 @@ def run(args):
     memories = [parse_memory(m) for m in args.memory]
     lm = load(args)
     return {"model": lm.name, **intervene(lm, args.prompt, memories, args.mode, args.position, args.top,
-                                          args.tokens).to_dict()}
+                                          args.tokens).to_json()}  # the JSON edge, with the model's name
 
 
 def show(r):

@@ -47,17 +47,16 @@ def _f(x):
 
 
 def show(out):
-    req = out["request"]
-    print(f"{out['method']} at each layer on {out['model']}: {req['prompt'].replace('{}', req['subject'])} -> "
-          f"{req['target_new']!r} (default layer {out['default_layers']})")
-    t = out["trace"]
+    print(f"{out.method} at each layer on {out.model}: {out.request.rewrite} -> {out.request.target_new!r} "
+          f"(default layer {out.default_layers})")
+    t = out.trace
     head = f"{'layer':>5s} {'eff.magn':>9s} {'gen.magn':>9s} {'spec.magn':>9s} {'rewrite':>8s}"
     print(head + (f" {'trace p':>8s}" if t else ""))
-    for r in out["rows"]:
-        line = (f"{r['layer']:5d} {_f(r['efficacy_magnitude']):>9s} {_f(r['generalization_magnitude']):>9s} "
-                f"{_f(r['specificity_magnitude']):>9s} {r['rewrite_score']:8.3f}")
+    for r in out.rows:
+        line = (f"{r.layer:5d} {_f(r.efficacy_magnitude):>9s} {_f(r.generalization_magnitude):>9s} "
+                f"{_f(r.specificity_magnitude):>9s} {r.rewrite_score:8.3f}")
         if t:
-            line += f" {t['scores'][r['layer']]:8.3f}" + ("  <- trace peak" if r["layer"] == t["peak_layer"] else "")
+            line += f" {t.scores[r.layer]:8.3f}" + ("  <- trace peak" if r.layer == t.peak_layer else "")
         print(line)
-    print(f"best layer by the summed magnitudes: {out['best_layer']}"
-          + (f"; the {t['kind']} trace at {t['token']!r} peaks at layer {t['peak_layer']}" if t else ""))
+    print(f"best layer by the summed magnitudes: {out.best_layer}"
+          + (f"; the {t.kind} trace at {t.token!r} peaks at layer {t.peak_layer}" if t else ""))

@@ -42,11 +42,11 @@ def batches(args, methods) -> dict:
     return out
 
 
-def run(args, lm, methods, hparams=None, progress=None, backend=None) -> dict:
+def run(args, lm, methods, hparams=None, progress=None, backend=None):
     """Every method's lifelong run on the first --n records of --set (in parallel on Ray with --ray: one worker
     per method, each sequence serial), and the final table."""
     from ..evaluation import load_eval_set
-    from ..evaluation.lifelong import final_table
+    from ..evaluation.lifelong import Lifelong
     from ..evaluation.sequential import SequentialSpec, sequential_methods
 
     records = load_eval_set(args.set_name, args.n)
@@ -56,11 +56,10 @@ def run(args, lm, methods, hparams=None, progress=None, backend=None) -> dict:
                                      stop_after=args.stop_after, finalize=args.finalize))
              for method, batch in batches(args, methods).items()}
     results = sequential_methods(lm, plans, records, cache=not args.no_cache, progress=progress, backend=backend)
-    out = {"model": lm.name, "set": args.set_name, "n": len(records), "sequential": results,
-           "table": final_table(results)}
+    out = Lifelong(lm.name, args.set_name, len(records), results, Lifelong.of(results, args.set_name).table)
     if args.save:
         with open(args.save, "w", encoding="utf-8") as f:
-            json.dump(out, f, indent=1)
+            json.dump(out.to_json(), f, indent=1)
     return out
 
 
@@ -69,11 +68,11 @@ def _f(x, fmt=".2f"):
 
 
 def show(out) -> None:
-    for method, res in out["sequential"].items():
-        print(f"\n{res['label']} on {res['model']}, {res['n']} edits in batches of {res['batch']} "
-              f"({res['batches_done']}/{res['batches']} batches done): base perplexity {res['base_perplexity']:.2f}, "
-              f"fluency {100 * res['base']['fluency']:.1f}")
-        for r in res["rows"] + ([res["partial_final"]] if res.get("partial_final") else []):
+    for method, res in out.runs.items():
+        print(f"\n{res.label} on {res.model}, {res.n} edits in batches of {res.batch} "
+              f"({res.batches_done}/{res.batches} batches done): base perplexity {res.base_perplexity:.2f}, "
+              f"fluency {100 * res.base['fluency']:.1f}")
+        for r in res.rows + ([res.partial_final] if res.partial_final else []):
             flag = f"  COLLAPSED: {r['reason']}" if r["collapsed"] else ""
             on = f"{r['measured']} sampled" if r["sampled"] else "all"
             print(f"edits {r['edit']:4d} ({on:>11s}): eff {_f(r['efficacy'])} gen {_f(r['generalization'])} "
@@ -87,9 +86,9 @@ def show(out) -> None:
     names = {"generalization": "Generaliz.", "specificity": "Specific.", "total_relative_norm": "dW/W"}
     print(f"{'method':12s}{'edits':>7s}" + "".join(f"{header(c, names.get(c, c.capitalize()[:10])):>15s}"
                                                     for c in cols))
-    for row in out["table"]:
+    for row in out.table:
         print(f"{row['label']:12s}{row['edits']:>7d}" + "".join(f"{_f(row.get(c), '.2f'):>15s}" for c in cols))
     print(f"{legend(cols)}; kept and locality compare with the original model's answers, cached before the first "
           "edit")
-    if out["sequential"]:
-        print(next(iter(out["sequential"].values()))["notes"])
+    if out.runs:
+        print(next(iter(out.runs.values())).notes)

@@ -20,15 +20,15 @@ def register(sub):
 def run(args):
     lm = load(args)
     view = memories_at(lm, args.prompt, args.layer, args.position, args.top, args.norm, args.tokens, args.tokens)
-    return view.to_dict()
+    return view
 
 
 def show(r):
-    print(f"{r['model']}  layer {r['layer']}  position {r['position']} ({r['tokens'][r['position']]!r})  "
-          f"{r['n_active']} memories with m_i > 0")
-    for m in r["memories"]:
-        toks = " ".join(repr(t["token"]) for t in m["value_tokens"])
-        print(f"  {m['label']:>10}  m={m['coefficient']:+.3f}  |m|·||v||={m['contribution']:.3f}  {toks}")
-    print(f"residual top token before -> after FFN ({r['definition']}):")
-    for row in r["lens"]:
-        print(f"  L{row['layer']:<3} {row['before'][0]['token']!r:>14} -> {row['after'][0]['token']!r}")
+    print(f"{r.model}  layer {r.layer}  position {r.position} ({r.tokens[r.position]!r})  "
+          f"{r.n_active} memories with m_i > 0")
+    for m in r.memories:
+        toks = " ".join(repr(t["token"]) for t in m.value_tokens)
+        print(f"  {m.label:>10}  m={m.coefficient:+.3f}  |m|·||v||={m.contribution:.3f}  {toks}")
+    print(f"residual top token before -> after FFN ({r.definition}):")
+    for row in r.lens:
+        print(f"  L{row.layer:<3} {row.before[0]['token']!r:>14} -> {row.after[0]['token']!r}")

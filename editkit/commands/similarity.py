@@ -34,10 +34,11 @@ def run(args):
                         batch_size=args.batch_size, cache=not args.no_cache,
                         progress=lambda f, msg: print(f"[editkit] similarity {f:.0%} {msg}", file=sys.stderr),
                         backend=backend)
-    return result.to_dict()
+    return result
 
 
-def show(r):
+def show(result):
+    r = result.to_json()  # the same numbers as --json, read by name
     timing = "cached" if r["cached"] else f"{r['seconds']} s"
     blocks = "parallel" if r["parallel"] else "sequential"
     print(f"{r['model']} ({r['family']}, {blocks} blocks), {r['n']} prompts ({r['facts']}), mode {r['mode']}, "

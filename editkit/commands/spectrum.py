@@ -26,20 +26,20 @@ def run(args):
         except ValueError:
             raise EditkitError(f"--layers takes comma-separated integers, not {args.layers!r}") from None
     out = spectrum(load(args), layers, args.rule, args.threshold)
-    out["print_eigenvalues"] = args.eigenvalues
+    out.extra["print_eigenvalues"] = args.eigenvalues
     return out
 
 
 def show(out):
-    print(f"{out['model']}: null space = {out['rule_meaning']} (threshold {out['threshold']:g}); C from "
-          f"{out['statistics_tokens']:,} WikiText tokens")
+    print(f"{out.model}: null space = {out.rule_meaning} (threshold {out.threshold:g}); C from "
+          f"{out.statistics_tokens:,} WikiText tokens")
     print(f"{'layer':>5s} {'width':>6s} {'largest':>10s} {'mean':>10s} {'null dim':>9s} {'cut':>10s} "
           f"{'null E||k||²':>13s} {'upstream dim':>13s} {'upstream E':>11s}")
-    for r in out["layers"]:
-        cut = f"{r['cut']:.3g}" if r["cut"] is not None else "-"
-        print(f"{r['layer']:5d} {r['width']:6d} {r['largest']:10.3g} {r['mean']:10.3g} {r['null_dimension']:9d} "
-              f"{cut:>10s} {100 * r['null_energy']:12.2f}% {r['upstream_null_dimension']:13d} "
-              f"{100 * r['upstream_null_energy']:10.2f}%")
-        if out.get("print_eigenvalues"):
-            print("  " + " ".join(f"{v:.3g}" for v in r["eigenvalues"]))
-    print(f"upstream: {out['upstream']['meaning']}")
+    for r in out.layers:
+        cut = f"{r.cut:.3g}" if r.cut is not None else "-"
+        print(f"{r.layer:5d} {r.width:6d} {r.largest:10.3g} {r.mean:10.3g} {r.null_dimension:9d} "
+              f"{cut:>10s} {100 * r.null_energy:12.2f}% {r.upstream_null_dimension:13d} "
+              f"{100 * r.upstream_null_energy:10.2f}%")
+        if out.extra.get("print_eigenvalues"):
+            print("  " + " ".join(f"{v:.3g}" for v in r.eigenvalues))
+    print(f"upstream: {out.upstream['meaning']}")

@@ -61,19 +61,19 @@ def _c(cell):
 
 
 def show(out):
-    print(f"{out['method']} on {out['model']}, {out['set']} (first {out['n']} records, batch {out['batch']}); "
+    print(f"{out.method} on {out.model}, {out.set} (first {out.n} records, batch {out.batch}); "
           "rates x100, * = Pareto-optimal (efficacy, generalization, specificity)")
     head = ["eff", "gen", "spec", "score", "g-eff", "g-gen"]
     print("   " + "".join(f"{h:>7s}" for h in head) + "   setting")
-    u = out["unedited"] or {}
+    u = out.unedited or {}
     print("   " + "".join(f"{_c(u.get(k)):>7s}" for k in ("efficacy", "generalization", "specificity", "score",
                                                           "gen_efficacy", "gen_generalization")) + "   (unedited)")
-    for r in out["settings"]:
+    for r in out.settings:
         cells = [r["efficacy"], r["generalization"], r["specificity"], r["score"], r["gen_efficacy"],
                  r["gen_generalization"]]
         flag = "*" if r["pareto"] else " "
         print(f" {flag} " + "".join(f"{_c(c):>7s}" for c in cells) + f"   {r['label']}"
               + ("  (cached)" if r.get("cached") else ""))
-    if out.get("reused_targets"):
-        t = out["reused_targets"]
+    if out.reused_targets:
+        t = out.reused_targets
         print(f"target optimisations: {t['misses']} computed, {t['hits']} reused")

@@ -46,7 +46,7 @@ def run(args):
     if len(results) == 1:  # the flat form the issue names: kind, window, scores at the top level
         out.update({k: v for k, v in out["kinds"][first.kind].items()})
     if args.sever:
-        out["severing"] = tracer.severing()
+        out["severing"] = tracer.severing().to_json()
     if args.preview:
         preview = tracer.preview(list(results))
         out["preview"] = {k: {"scores": p.scores, "seconds": round(p.seconds, 3),

@@ -16,10 +16,49 @@ z = (h - v0) + v*. Off unless hp.nas_anchor > 0; a method calls `anchor_targets`
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
+from ..core.results import JsonObject, Result, frame
 from .keys import site_output
 from .targets import optimize_targets_batch
+
+
+@dataclass
+class AnchorEstimate(Result):
+    """NAS's n_bar (`anchor`): the mean ||v*|| of `n` edits' value vectors, norms above `quantile` dropped (`kept`
+    remain); `norms` each edit's ||v*||, and from `anchor_from_edits` the `method` and each target shift ||v* - v||
+    (`shift_norms`, what ENCORE's v_max_norm bounds)."""
+
+    anchor: float
+    n: int
+    kept: int
+    norms: list[float]
+    quantile: float = 0.95
+    method: str | None = None
+    shift_norms: list[float] | None = None
+
+    _show = "table"
+
+    def headline(self) -> str:
+        return f"n_bar = {self.anchor:.4g}, the mean ||v*|| of {self.kept} of {self.n} edits"
+
+    def to_json(self) -> JsonObject:
+        if self.method is None:  # anchor_norm's form
+            return {"anchor": self.anchor, "n": self.n, "kept": self.kept, "norms": self.norms}
+        return {"method": self.method, "anchor": self.anchor, "n": self.n, "kept": self.kept,
+                "quantile": self.quantile, "norms": self.norms, "shift_norms": self.shift_norms}
+
+    @classmethod
+    def _from_json(cls, d: dict) -> "AnchorEstimate":
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+
+    def to_frame(self):
+        """One row per edit: ||v*|| and, where known, ||v* - v||."""
+        shifts = self.shift_norms or [None] * len(self.norms)
+        return frame([{"edit": i, "v_star_norm": v, "shift_norm": s}
+                      for i, (v, s) in enumerate(zip(self.norms, shifts))])
 
 
 def _values(lm, requests, opts: list[dict], site: str, layer: int) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -56,13 +95,14 @@ def anchor_targets(lm, requests, opts: list[dict], site: str, layer: int, hp) ->
     return out
 
 
-def anchor_norm(lm, requests, layer: int, site: str, hp, adaptive: bool = False, quantile: float = 0.95) -> dict:
+def anchor_norm(lm, requests, layer: int, site: str, hp, adaptive: bool = False,
+                quantile: float = 0.95) -> AnchorEstimate:
     """n_bar as upstream estimates it: the mean ||v*|| of the given requests' targets optimized on the weights this
-    context sees (the original model), norms above `quantile` dropped. Returns {"anchor", "n", "kept", "norms"}."""
+    context sees (the original model), norms above `quantile` dropped."""
     opts = optimize_targets_batch(lm, list(requests), layer, (site,) if not adaptive else ("attn_out", site), hp,
                                   adaptive=adaptive)
     v_star, _ = _values(lm, requests, opts, site, layer)
     norms = v_star.norm(dim=1)
     cut = torch.quantile(norms.double(), quantile)
     kept = norms[norms.double() <= cut]
-    return {"anchor": float(kept.mean()), "n": len(norms), "kept": len(kept), "norms": [float(x) for x in norms]}
+    return AnchorEstimate(float(kept.mean()), len(norms), len(kept), [float(x) for x in norms], quantile)

@@ -15,6 +15,7 @@ import torch
 
 from ..core.errors import EditkitError
 from ..core.progress import part
+from .anchor import AnchorEstimate
 from .context import context_templates, templates_cached
 from .defaults import load_hparams
 from .hparams import Hparams
@@ -113,7 +114,7 @@ def prepare_first_use(lm, hps: "Hparams | list[Hparams]", progress=None, method:
 
 
 def anchor_from_edits(lm, method: str, requests, hparams: dict | None = None, progress=None,
-                      quantile: float = 0.95) -> dict:
+                      quantile: float = 0.95) -> AnchorEstimate:
     """NAS's n_bar for `method` (anchor.py): the mean ||v*|| of its edits on the weights this context sees (upstream:
     the unedited model), norms above `quantile` dropped. Each request is edited alone, so every v* is taken on the
     same weights (ROME would otherwise stack them). The edits run with a placeholder anchor, only to read ||v*||
@@ -135,8 +136,7 @@ def anchor_from_edits(lm, method: str, requests, hparams: dict | None = None, pr
         shifts += [f["shift_norm"] for f in found]
     t = torch.tensor(norms, dtype=torch.float64)
     kept = t[t <= torch.quantile(t, quantile)]
-    return {"method": spec.name, "anchor": float(kept.mean()), "n": len(norms), "kept": len(kept),
-            "quantile": quantile, "norms": norms, "shift_norms": shifts}
+    return AnchorEstimate(float(kept.mean()), len(norms), len(kept), norms, quantile, spec.name, shifts)
 
 
 __all__ = ["run_edit", "load_hparams", "first_use", "prepare_first_use", "anchor_from_edits"]

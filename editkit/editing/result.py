@@ -10,15 +10,21 @@ its diagnostics without knowing which method made it:
     result.layers                        per layer and edited map of a multi-layer edit: ||r||, ||dW||, ||W||
     result.solves                        with run_edit(..., solves=True): each update's equation inputs, float64
 
-`to_dict()` is the JSON the CLI prints and caches (its "info" keeps the keys it always had).
+`to_json()` is the JSON the CLI prints and caches (its "info" keeps the keys it always had); `from_json` reads the
+diagnostics back (not the delta: save that with `weights.save_patch`). In a notebook an EditResult shows its
+per-request table; `figure()` draws the target optimisation's loss and the relative weight change.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 
 import torch
 
-from .requests import EditRequest
+from ..core.results import JsonObject, Result, frame
+from ..figures.editing import edit_figure
+from ..model import weights
+from .requests import EditRequest, parse_record
 
 
 @dataclass(frozen=True)
@@ -106,11 +112,18 @@ class Solve:
     C: torch.Tensor | None = None
 
 
+# info keys EditResult.info builds from typed fields; any other key of a read-back "info" is the method's details
+_BUILT = ("requests", "target_reached", "seconds_targets", "seconds_spread", "norms", "hparams")
+
+
 @dataclass
-class EditResult:
+class EditResult(Result):
+    """One edit (any method): the weight change `delta` (parameter name -> tensor, never applied to the model) and
+    its typed diagnostics (module docstring). `with result.applied(lm): ...` computes with the edited weights."""
+
     method: str
     requests: list[EditRequest]
-    delta: dict[str, torch.Tensor]  # parameter name -> delta, in the parameter's layout
+    delta: dict[str, torch.Tensor] = field(repr=False)  # parameter name -> delta, in the parameter's layout
     hparams: object = None  # the method's Hparams
     per_request: list[RequestReport] = field(default_factory=list)  # one per request, in order
     layers: list[LayerReport] = field(default_factory=list)  # multi-layer edits, by layer and map
@@ -119,8 +132,26 @@ class EditResult:
     seconds_targets: float | None = None  # of `seconds`, the target optimisation
     seconds_spread: float | None = None  # of `seconds`, a multi-layer edit's spreading
     details: dict = field(default_factory=dict)  # the method's own JSON numbers (ROME: layer, rrome; ...)
-    solves: list[Solve] = field(default_factory=list)  # with solves=True
-    state: object = None  # a stateful method's next SequenceState (editing/sequence.py); None for the others
+    solves: list[Solve] = field(default_factory=list, repr=False)  # with solves=True
+    state: object = field(default=None, repr=False)  # a stateful method's next SequenceState (editing/sequence.py)
+    shapes: dict[str, list[int]] | None = None  # parameter -> shape, for a result read from JSON (no delta)
+
+    _show = "table"
+
+    @contextmanager
+    def applied(self, lm):
+        """A block whose computations (in this thread) see the edited weights W + delta; the model is unchanged."""
+        with weights.applied(lm, self.delta):
+            yield lm
+
+    @property
+    def relative_norm(self) -> float:
+        """The largest ||dW||_F / ||W||_F over the edited parameters."""
+        return max((n.relative_norm for n in self.norms.values()), default=0.0)
+
+    def headline(self) -> str:
+        return (f"{self.method}, {len(self.requests)} request(s) in {self.seconds:.1f} s; "
+                f"{len(self.norms)} parameter(s) changed, max ||dW||/||W|| = {self.relative_norm:.4f}")
 
     @property
     def info(self) -> dict:
@@ -136,13 +167,39 @@ class EditResult:
         if self.seconds_spread is not None:
             info["seconds_spread"] = round(self.seconds_spread, 2)
         info["norms"] = {k: v.to_dict() for k, v in self.norms.items()}
-        if self.hparams is not None:
-            info["hparams"] = self.hparams.to_dict()
+        if self.hparams is not None:  # a result read from JSON keeps its hyperparameters as their JSON
+            info["hparams"] = self.hparams.to_dict() if hasattr(self.hparams, "to_dict") else dict(self.hparams)
         return info
 
-    def to_dict(self) -> dict:
+    def to_json(self) -> JsonObject:
+        shapes = self.shapes if self.shapes is not None else {k: list(v.shape) for k, v in self.delta.items()}
         return {"method": self.method, "requests": [r.to_dict() for r in self.requests], "info": self.info,
-                "seconds": round(self.seconds, 3), "parameters": {k: list(v.shape) for k, v in self.delta.items()}}
+                "seconds": round(self.seconds, 3), "parameters": shapes}
+
+    @classmethod
+    def _from_json(cls, d: dict) -> "EditResult":
+        """The diagnostics of to_json() (the delta is not in the JSON; the hyperparameters stay a dict)."""
+        info = d["info"]
+        reached = info.get("target_reached") or [None] * len(info["requests"])
+        per_request = [RequestReport(q.get("case_id"), q["losses"], r,
+                                     {k: v for k, v in q.items() if k not in ("case_id", "losses")})
+                       for q, r in zip(info["requests"], reached)]
+        return cls(d["method"], [parse_record(r) for r in d["requests"]], {}, info.get("hparams"), per_request,
+                   norms={k: ParameterNorm(**v) for k, v in info.get("norms", {}).items()}, seconds=d["seconds"],
+                   seconds_targets=info.get("seconds_targets"), seconds_spread=info.get("seconds_spread"),
+                   details={k: v for k, v in info.items() if k not in _BUILT}, shapes=d.get("parameters", {}))
+
+    def to_frame(self):
+        """One row per request: case_id, rewrite, target_new, target_true, optimisation steps, P(target_new) at
+        the last step, the final loss and how far a multi-layer edit reached its target."""
+        return frame([{"case_id": q.case_id, "rewrite": q.rewrite, "target_new": q.target_new,
+                       "target_true": q.target_true, "steps": r.steps, "p_target": r.p_target,
+                       "loss": r.losses[-1].get("loss") if r.losses else None, "reached": r.reached}
+                      for q, r in zip(self.requests, self.per_request)])
+
+    def figure(self):
+        """The target optimisation's loss per step (per request) and ||dW||_F / ||W||_F per edited parameter."""
+        return edit_figure(self.to_json())
 
 
 def _per_layer(layers: list[LayerReport]) -> list[dict]:

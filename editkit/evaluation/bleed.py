@@ -20,24 +20,129 @@ and known-facts records) and, as reference points, the rewrite and paraphrase pr
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 
 import torch
 
 from ..core.errors import EditkitError
 from ..core.progress import part
+from ..core.results import JsonObject, Result, frame
 from ..data.facts import known_facts
 from ..data.implications import relation_of as template_relation
 from ..editing.api import run_edit
 from ..editing.defaults import load_hparams
 from ..editing.methods import get
-from ..editing.requests import EditRequest, parse_requests
+from ..editing.requests import EditRequest, parse_record, parse_requests
 from ..editing.share import key_sites
+from ..figures.side_effects import bleed_figure
 from ..model import isolation
 from ..model.scoring import score_targets
 from ..model.sites import Site
 from ..model.tokens import encode
 
 OUTPUT_SITE = {"down_proj": "mlp_out", "o_proj": "attn_out"}  # the site carrying each edited map's output
+
+
+@dataclass
+class BleedRow:
+    """One measured prompt: where it comes from ("rewrite", "paraphrase", "neighborhood", "known fact", "extra"),
+    P(target_new) after it before and after the edit, and the update's largest predicted share |s| over its tokens
+    (`share` at `position`, the `token`; every token's in `shares`; None for a method without a prediction)."""
+
+    prompt: str
+    source: str
+    p_new_before: float
+    p_new_after: float
+    delta_p_new: float
+    tokens: list[str]
+    share: float | None = None
+    position: int | None = None
+    token: str | None = None
+    shares: list[float] | None = None
+    subject: str | None = None  # known facts: their subject and true answer
+    true: str | None = None
+
+    def to_json(self) -> JsonObject:
+        d = {"prompt": self.prompt, "source": self.source}
+        if self.subject is not None:
+            d.update(subject=self.subject, true=self.true)
+        d.update(p_new_before=self.p_new_before, p_new_after=self.p_new_after, delta_p_new=self.delta_p_new,
+                 share=self.share, position=self.position, token=self.token, shares=self.shares,
+                 tokens=self.tokens)
+        return d
+
+
+@dataclass
+class BleedSummary:
+    """Over the neighbours (every prompt but the rewrite and paraphrases): how many, the mean and largest rise of
+    P(new), the mean share and the rank correlation of share and rise (None without a prediction)."""
+
+    neighbours: int
+    mean_delta_p_new: float | None = None
+    max_delta_p_new: float | None = None
+    mean_share: float | None = None
+    spearman_share_vs_rise: float | None = None
+
+    def to_json(self) -> JsonObject:
+        if not self.neighbours:
+            return {"neighbours": 0}
+        return {"neighbours": self.neighbours, "mean_delta_p_new": self.mean_delta_p_new,
+                "max_delta_p_new": self.max_delta_p_new, "mean_share": self.mean_share,
+                "spearman_share_vs_rise": self.spearman_share_vs_rise}
+
+
+@dataclass
+class BleedMap(Result):
+    """Which other facts one edit moved (module docstring): one BleedRow per prompt, the method's prediction
+    (`formula`, `share_axis`), the check of the prediction against the measured change (`check`: max_error
+    relative to the largest change; None without a prediction), and the neighbours' summary."""
+
+    model: str
+    method: str
+    request: EditRequest
+    relation: str | None
+    maps: list[str]
+    rows: list[BleedRow]
+    formula: str | None
+    share_axis: str | None
+    check: dict | None
+    summary: BleedSummary
+    hparams: dict | None = field(default=None, compare=False)  # the complete hyperparameters (the lesson drops them)
+
+    @property
+    def neighbours(self) -> list[BleedRow]:
+        """The rows about other subjects (not the rewrite or its paraphrases)."""
+        return [r for r in self.rows if r.source not in ("rewrite", "paraphrase")]
+
+    def headline(self) -> str:
+        s = self.summary
+        if not s.neighbours:
+            return f"{self.method}: no neighbours measured"
+        return (f"{self.method}: {s.neighbours} neighbours, P({self.request.target_new.strip()}) rose by "
+                f"{s.mean_delta_p_new:+.3f} on average, at most {s.max_delta_p_new:+.3f}")
+
+    def to_json(self) -> JsonObject:
+        d = {"model": self.model, "method": self.method, "request": self.request.to_dict(),
+             "relation": self.relation, "maps": self.maps, "rows": [r.to_json() for r in self.rows],
+             "formula": self.formula, "share_axis": self.share_axis, "check": self.check,
+             "summary": self.summary.to_json()}
+        if self.hparams is not None:
+            d["hparams"] = self.hparams
+        return d
+
+    @classmethod
+    def _from_json(cls, d: dict) -> "BleedMap":
+        return cls(d["model"], d["method"], parse_record(d["request"]), d["relation"], d["maps"],
+                   [BleedRow(**r) for r in d["rows"]], d["formula"], d["share_axis"], d["check"],
+                   BleedSummary(**d["summary"]), d.get("hparams"))
+
+    def to_frame(self):
+        """One row per prompt: source, prompt, P(new) before and after, its rise, the largest share and token."""
+        return frame([{k: v for k, v in r.to_json().items() if k not in ("shares", "tokens")} for r in self.rows])
+
+    def figure(self):
+        """The predicted share (x) against the measured rise of P(new) (y), one point per prompt."""
+        return bleed_figure(self.to_json())
 
 
 def relation_of(request: EditRequest) -> str | None:
@@ -84,7 +189,7 @@ def _probs(lm, prompts: list[str], target: str) -> list[float]:
 
 
 def bleed_map(lm, method: str, request, hparams: dict | None = None, relation: str | None = None,
-              n_facts: int = 20, extra: list[str] | None = None, progress=None) -> dict:
+              n_facts: int = 20, extra: list[str] | None = None, progress=None) -> BleedMap:
     """Edit `request` with `method` and map its bleed (module docstring). The model is unchanged afterwards."""
     spec = get(method)
     if not isinstance(request, EditRequest):
@@ -128,35 +233,32 @@ def bleed_map(lm, method: str, request, hparams: dict | None = None, relation: s
     out_rows = []
     for b, r in enumerate(rows):
         ids = encode(lm, r["prompt"])["input_ids"][0]
-        row = {**r, "p_new_before": p_before[b], "p_new_after": p_after[b], "delta_p_new": p_after[b] - p_before[b],
-               "share": None, "position": None, "token": None, "shares": None}
+        row = BleedRow(r["prompt"], r["source"], p_before[b], p_after[b], p_after[b] - p_before[b],
+                       [lm.tok.decode([int(i)]) for i in ids], subject=r.get("subject"), true=r.get("true"))
         if share is not None:
             s = share[b, :int(mask[b].sum())]
             t = int(s.abs().argmax())
-            row.update({"share": float(s[t]), "position": t, "token": lm.tok.decode([int(ids[t])]),
-                        "shares": [round(float(x), 5) for x in s]})
-        row["tokens"] = [lm.tok.decode([int(i)]) for i in ids]
+            row.share, row.position, row.token = float(s[t]), t, lm.tok.decode([int(ids[t])])
+            row.shares = [round(float(x), 5) for x in s]
         out_rows.append(row)
-    neighbours = [r for r in out_rows if r["source"] not in ("rewrite", "paraphrase")]
+    neighbours = [r for r in out_rows if r.source not in ("rewrite", "paraphrase")]
     if progress:
         progress(1.0, "bleed map done")
-    return {"model": lm.name, "method": spec.name, "request": request.to_dict(), "relation": relation
-            or relation_of(request), "maps": [name for _, _, name in maps] if maps else sorted(result.delta),
-            "rows": out_rows, "formula": prediction.formula if prediction else None,
-            "share_axis": prediction.axis if prediction else None, "check": check,
-            "summary": _summary(neighbours), "hparams": hp.to_dict()}
+    return BleedMap(lm.name, spec.name, request, relation or relation_of(request),
+                    [name for _, _, name in maps] if maps else sorted(result.delta), out_rows,
+                    prediction.formula if prediction else None, prediction.axis if prediction else None, check,
+                    _summary(neighbours), hp.to_dict())
 
 
-def _summary(rows: list[dict]) -> dict:
+def _summary(rows: list[BleedRow]) -> BleedSummary:
     """How many neighbours flipped toward the new target, and how well the share orders the rises."""
     if not rows:
-        return {"neighbours": 0}
-    rises = [r["delta_p_new"] for r in rows]
-    s = [r["share"] for r in rows]
+        return BleedSummary(0)
+    rises = [r.delta_p_new for r in rows]
+    s = [r.share for r in rows]
     predicted = all(x is not None for x in s)
-    return {"neighbours": len(rows), "mean_delta_p_new": sum(rises) / len(rises),
-            "max_delta_p_new": max(rises), "mean_share": sum(s) / len(s) if predicted else None,
-            "spearman_share_vs_rise": _spearman(s, rises) if predicted else None}
+    return BleedSummary(len(rows), sum(rises) / len(rises), max(rises), sum(s) / len(s) if predicted else None,
+                        _spearman(s, rises) if predicted else None)
 
 
 def _spearman(x: list[float], y: list[float]) -> float | None:

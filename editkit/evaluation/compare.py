@@ -1,25 +1,111 @@
 """Several methods on the same request(s) and the same base weights: what the Edit & compare page shows.
 
-    out, deltas = compare_methods(lm, ["rome", "memit"], records, hparams={"rome": {...}})
+    cmp = compare_methods(lm, ["rome", "memit"], records, hparams={"rome": {...}})
+    cmp.to_frame()                      # the metrics table: before any edit, then one row per method
+    cmp.figure("neighborhood")          # P(new) and P(true) per prompt, before and after each method
+    cmp.methods["rome"].result.delta    # each method's weight change (to trace or keep the edited model)
 
-`out` is JSON: the requests, the pre-edit measurement of each record (probabilities per prompt, generations), and
-per method its label, time, diagnostics (weight-change norms, loss curves, how far the targets were reached),
-metrics per record and post-edit measurements. `deltas` maps each method to its weight change (to trace or save
-the edited model later). Every method is measured by `edit_and_measure`, exactly as the batch evaluation does.
+Every method is measured by `edit_and_measure`, exactly as the batch evaluation does. `to_json()` is the page's
+JSON download: the requests, the pre-edit measurement of each record (probabilities per prompt, generations), and
+per method its label, colour, time, diagnostics ("info": EditResult's), metrics per record and post-edit
+measurements.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..core.errors import EditkitError
 from ..core.progress import silent
+from ..core.results import JsonObject, Result, frame
 from ..editing.methods import get
+from ..editing.requests import EditRequest, parse_record
+from ..editing.result import EditResult
+from ..figures import editing as figures
 from .datasets import as_record
 from .measure import EvalSpec, edit_and_measure, measure, probabilities
 
 
+@dataclass
+class MethodOutcome:
+    """One method's edit of every compared request: its EditResult (delta and diagnostics), per record its metrics
+    (record_metrics: pre_/post_ rates and magnitudes) and its post-edit probabilities and generations."""
+
+    label: str
+    color: str
+    result: EditResult
+    metrics: list[dict]
+    post: list[dict]  # per record: {"probabilities": group -> [{"prompt", "p_new", "p_true"?}], "generations"}
+
+    @property
+    def seconds(self) -> float:
+        return self.result.seconds
+
+    def to_json(self) -> JsonObject:
+        return {"label": self.label, "color": self.color, "seconds": self.result.seconds, "info": self.result.info,
+                "metrics": self.metrics, "post": self.post}
+
+
+@dataclass
+class Comparison(Result):
+    """Methods that edited the same requests from the same weights (module docstring), in the order asked."""
+
+    requests: list[EditRequest]
+    pre: list[dict]  # per record: {"probabilities", "generations"} before any edit
+    methods: dict[str, MethodOutcome]
+
+    _show = "table"
+
+    @property
+    def deltas(self) -> dict:
+        """method -> its weight change (empty for a comparison read from JSON)."""
+        return {name: m.result.delta for name, m in self.methods.items()}
+
+    def headline(self) -> str:
+        rows = self.to_frame()
+        return (f"{', '.join(m.label for m in self.methods.values())} on {len(self.requests)} request(s); "
+                f"{len(rows.columns) - 2} metrics, x100")
+
+    def to_json(self) -> JsonObject:
+        return {"requests": [r.to_dict() for r in self.requests], "pre": self.pre,
+                "methods": {name: m.to_json() for name, m in self.methods.items()}}
+
+    @classmethod
+    def _from_json(cls, d: dict) -> "Comparison":
+        requests = [parse_record(r) for r in d["requests"]]
+        methods = {}
+        for name, m in d["methods"].items():
+            result = EditResult._from_json({"method": name, "requests": d["requests"], "seconds": m["seconds"],
+                                            "info": m["info"], "parameters": {}})
+            methods[name] = MethodOutcome(m["label"], m["color"], result, m["metrics"], m["post"])
+        return cls(requests, d["pre"], methods)
+
+    def to_frame(self):
+        """The metrics table (figures/editing.metrics_table): before any edit, then per method the mean of each
+        metric over the records (x100), each header naming its metric's family, and the edit's time."""
+        return frame(figures.metrics_table(self.to_json()))
+
+    def diagnostics(self):
+        """Per method: time, optimisation steps, how far each target was reached (figures.diagnostics_table)."""
+        return frame(figures.diagnostics_table(self.to_json()))
+
+    def figure(self, group: str = "rewrite", request: int = 0):
+        """P(new) bars and P(true) crosses for each prompt of `group` ("rewrite", "paraphrase", "neighborhood")
+        of one request, before and after each method (None when the request has no such prompts)."""
+        return figures.probability_figure(self.to_json(), request, group)
+
+    def norms_figure(self):
+        """||dW||_F / ||W||_F of every edited matrix, per method."""
+        return figures.norms_figure(self.to_json())
+
+    def loss_figure(self):
+        """The target optimisation's loss per step, per method and request."""
+        return figures.loss_figure(self.to_json())
+
+
 def compare_methods(lm, methods: list[str], records, hparams: dict | None = None, n_gen: int = 1,
-                    gen_tokens: int = 30, progress=None) -> tuple[dict, dict]:
+                    gen_tokens: int = 30, progress=None) -> Comparison:
     """Each method edits `records` from the same weights (`hparams` = {method: overrides}) and is measured with
-    `n_gen` generations of `gen_tokens` tokens per record; returns (out, deltas) as the module docstring says."""
+    `n_gen` generations of `gen_tokens` tokens per record (module docstring)."""
     records = [as_record(r) for r in records]
     if not records:
         raise EditkitError("no request to edit")
@@ -30,10 +116,8 @@ def compare_methods(lm, methods: list[str], records, hparams: dict | None = None
     say = progress or silent
     say(0.0, "measuring the base model")
     pre = [measure(lm, r, n_gen, gen_tokens) for r in records]
-    out = {"requests": [r.request.to_dict() for r in records],
-           "pre": [{"probabilities": probabilities(p), "generations": p["generations"]} for p in pre],
-           "methods": {}}
-    deltas = {}
+    out = Comparison([r.request for r in records],
+                     [{"probabilities": probabilities(p), "generations": p["generations"]} for p in pre], {})
     for i, spec in enumerate(specs):
         def step(f, msg, i=i, spec=spec):
             say(min((i + 0.8 * f) / len(specs), 1.0), f"{spec.label}: {msg}")
@@ -41,12 +125,8 @@ def compare_methods(lm, methods: list[str], records, hparams: dict | None = None
         keep: dict = {}
         rows = edit_and_measure(lm, spec.name, records, (hparams or {}).get(spec.name), generation, pre=pre,
                                 keep=keep, progress=step)
-        result = keep["result"]
-        out["methods"][spec.name] = {
-            "label": spec.label, "color": spec.color, "seconds": result.seconds, "info": result.to_dict()["info"],
-            "metrics": [r["metrics"] for r in rows],
-            "post": [{"probabilities": probabilities(r["post"]), "generations": r["post"]["generations"]}
-                     for r in rows]}
-        deltas[spec.name] = result.delta
+        out.methods[spec.name] = MethodOutcome(
+            spec.label, spec.color, keep["result"], [r["metrics"] for r in rows],
+            [{"probabilities": probabilities(r["post"]), "generations": r["post"]["generations"]} for r in rows])
     say(1.0, "done")
-    return out, deltas
+    return out

@@ -26,6 +26,7 @@ from ..editing.defaults import shipped_file
 from ..editing.hparams import from_dict
 from ..editing.methods import get, names
 from ..model.shipped import SHIPPED
+from ..tracing.aie import AIE
 
 # The template per adapter family: Gemma's residual stream carries massive activations (norm ~5,000 at layer 6),
 # for which its files were tuned (MEMIT's v_lr 5); every other family starts from SmolLM2's (upstream-like) values.
@@ -46,15 +47,14 @@ class Peak:
     curve: tuple[float, ...]
 
 
-def peak(run: dict) -> Peak:
-    """The peak of an AIE run (the output of `aie --json`, editkit.tracing.aie)."""
-    try:
-        s = run["kinds"]["mlp"]["last subject"]
-    except (KeyError, TypeError):
-        raise EditkitError("the AIE run has no MLP effect at the last subject token") from None
-    mean = [float(v) for v in s["mean"]]
+def peak(run: AIE) -> Peak:
+    """The peak of an AIE run (editkit.tracing.aie; `aie --json` writes it)."""
+    s = run.kinds.get("mlp", {}).get("last subject")
+    if s is None:
+        raise EditkitError("the AIE run has no MLP effect at the last subject token")
+    mean = [float(v) for v in s.mean]
     layer = max(range(len(mean)), key=mean.__getitem__)
-    return Peak(layer, mean[layer], float(s["low"][layer]), float(s["high"][layer]), int(s["n"]), tuple(mean))
+    return Peak(layer, mean[layer], float(s.low[layer]), float(s.high[layer]), int(s.n), tuple(mean))
 
 
 def place(placement: str, template_layers, template_depth: int, depth: int, peak_layer: int) -> list[int]:
@@ -80,12 +80,12 @@ def template_for(lm, template: str | None = None) -> str:
     return name
 
 
-def derive(lm, run: dict, methods=None, template: str | None = None) -> dict:
+def derive(lm, run: AIE, methods=None, template: str | None = None) -> dict:
     """{"model", "peak", "template", "methods": {name: {"hparams": dict, "placement"}}} for `lm` from its AIE `run`
     (module docstring); every method's values are validated against its typed Hparams."""
     depth, d_ff = lm.adapter.n_layers, lm.adapter.d_ff
-    if int(run.get("layers", -1)) != depth:
-        raise EditkitError(f"the AIE run is of a model with {run.get('layers')} layers, {lm.name} has {depth}")
+    if run.layers != depth:
+        raise EditkitError(f"the AIE run is of a model with {run.layers} layers, {lm.name} has {depth}")
     at = peak(run)
     name = template_for(lm, template)
     t = SHIPPED[name]

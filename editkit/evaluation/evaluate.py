@@ -10,11 +10,15 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..core.errors import EditkitError
 from ..core.paths import cache_dir, safe_name
+from ..core.results import JsonObject, Result, frame
 from ..editing.defaults import load_hparams
+from ..figures.editing import evaluation_figure
+from ..figures.labels import header
 from ..model.weights import active_digest
 from ..runtime.cluster import Backend
 from .datasets import load_eval_set, set_id
@@ -23,13 +27,77 @@ from .measure import FORMAT, GEN_SEED, EvalSpec
 from .metrics import harmonic_mean, mean_ci
 
 
+# the table's columns: Score = the harmonic mean of the mean rates (PMET Table 1), then each metric's mean
+COLUMNS = ("score", "efficacy", "generalization", "specificity", "fluency", "consistency", "gen_efficacy",
+           "gen_generalization", "reliability", "generalization_acc", "locality")
+
+
+@dataclass
+class Evaluation(Result):
+    """A batch evaluation (what `evaluate --json` prints): the set, its size and batch, the generation setting, and
+    per method its summary (`summarize`: per metric {"mean", "ci95"} x100 before (pre_) and after (post_) the edit,
+    the paired changes, the table Score, seconds per request, its results file)."""
+
+    model: str
+    set: str
+    n: int
+    batch: int
+    generation: dict
+    computed_records: int
+    metric_family: str
+    notes: str
+    methods: dict[str, dict]
+
+    _show = "table"
+
+    def headline(self) -> str:
+        scores = ", ".join(f"{m} {t.get('post_table_score') or float('nan'):.1f}" for m, t in self.methods.items())
+        return f"{self.model} on {self.set} ({self.n} records, batch {self.batch}); Score: {scores}"
+
+    def to_json(self) -> JsonObject:
+        return asdict(self)
+
+    @classmethod
+    def _from_json(cls, d: dict) -> "Evaluation":
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__})
+
+    def cell(self, method: str, when: str, column: str) -> dict | None:
+        """One table cell {"mean", "ci95"}: the Score of the mean rates, locality after the edit only (it compares
+        the edited model's tokens with the unedited one's), else the metric's mean at `when` ("pre", "post")."""
+        t = self.methods[method]
+        if column == "score":
+            return {"mean": t.get(when + "_table_score"), "ci95": None}
+        if column == "locality":
+            return t.get("locality") if when == "post" else None
+        return t.get(when + "_" + column)
+
+    def to_frame(self):
+        """The table the CLI prints: the records before any edit, then one row per method, each metric's mean x100
+        (headers name the metric's family) and seconds per request."""
+        rows = []
+        for i, method in enumerate(self.methods):
+            for when in (("pre", "post") if i == 0 else ("post",)):
+                row = {"method": "(pre-edit)" if when == "pre" else method}
+                for c in COLUMNS:
+                    cell = self.cell(method, when, c)
+                    row[header(c, kind=self.metric_family)] = None if not cell else cell.get("mean")
+                row["s/request"] = self.methods[method].get("seconds_per_request") if when == "post" else None
+                rows.append(row)
+        return frame(rows)
+
+    def figure(self):
+        """Each method's efficacy, generalization and specificity after the edit with 95% bars, the unedited
+        model's as a reference."""
+        return evaluation_figure(self.to_json())
+
+
 def _hash(obj) -> str:
     return hashlib.sha1(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:10]
 
 
 def evaluate(lm, methods: list[str], spec: EvalSpec = EvalSpec(), hparams: dict | None = None,
              out_dir: str | Path | None = None, reuse_targets: bool = False, progress=None,
-             backend: Backend | None = None) -> dict:
+             backend: Backend | None = None) -> Evaluation:
     """Edit and measure the records `spec` names with each method, `spec.batch` requests per edit.
 
     `hparams` = {method: overrides}. Results go to `out_dir` (default: the editkit cache), one JSONL file per
@@ -37,7 +105,7 @@ def evaluate(lm, methods: list[str], spec: EvalSpec = EvalSpec(), hparams: dict 
     there. Pre-edit measurements are kept per (model, set, generation setting, active edits). `reuse_targets`
     shares optimized target vectors with earlier runs whose settings differ only in the solve (editing/memo.py).
     `backend`: where the work items run (items.py: one per method and batch of records; cluster.py: in this process
-    by default, or on Ray workers), with the same results. Returns the summary table."""
+    by default, or on Ray workers), with the same results."""
     if isinstance(methods, str):
         methods = [m.strip() for m in methods.split(",") if m.strip()]
     methods = [m.lower() for m in methods]
@@ -59,8 +127,8 @@ def evaluate(lm, methods: list[str], spec: EvalSpec = EvalSpec(), hparams: dict 
         progress(1.0, "evaluation done")
     kind = records[0].kind
     shown = spec.set_name if set_key == spec.set_name else f"{spec.set_name} ({set_key})"
-    return {"model": lm.name, "set": shown, "n": len(records), "batch": spec.batch, "generation": generation(spec),
-            "computed_records": outcome.computed, "metric_family": kind, "notes": NOTES[kind], "methods": tables}
+    return Evaluation(lm.name, shown, len(records), spec.batch, generation(spec), outcome.computed, kind, NOTES[kind],
+                      tables)
 
 
 def check_spec(spec: EvalSpec) -> None:

@@ -20,18 +20,116 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import asdict, dataclass
 
 from ..core.errors import EditkitError
 from ..core.progress import part
+from ..core.results import JsonObject, Result, frame
 from ..editing.api import prepare_first_use, run_edit
 from ..editing.defaults import load_hparams
 from ..editing.methods import get
-from ..editing.requests import EditRequest
+from ..editing.requests import EditRequest, parse_record
+from ..figures.side_effects import layer_sweep_figure
 from ..model import isolation
 from ..runtime.cluster import Backend, Item, run_items
-from ..tracing import TraceSpec, trace
+from ..tracing import TraceResult, TraceSpec, trace
 from .datasets import as_record
 from .measure import measure, record_metrics
+
+
+@dataclass
+class LayerRow:
+    """The edit at one layer, measured on the request's own prompts (module docstring): rates, magnitudes (P(new)
+    - P(true), or the reverse for specificity), Hase et al.'s rewrite score, ||dW|| / ||W|| and seconds."""
+
+    layer: int
+    efficacy: float | None
+    generalization: float | None
+    specificity: float | None
+    efficacy_magnitude: float | None
+    generalization_magnitude: float | None
+    specificity_magnitude: float | None
+    rewrite_score: float
+    p_new: float
+    relative_norm: float
+    seconds: float
+
+    @property
+    def total(self) -> float:
+        """The summed magnitudes the best layer is chosen by."""
+        return ((self.efficacy_magnitude or 0) + (self.generalization_magnitude or 0)
+                + (self.specificity_magnitude or 0))
+
+
+@dataclass
+class TraceProfile:
+    """A trace's row at the subject's last token: p(answer) per restored layer, its indirect effect and peak; the
+    whole trace in `trace` (None where it is stored elsewhere, as in a lesson pack)."""
+
+    kind: str
+    answer: str
+    token: str
+    token_index: int
+    scores: list[float]
+    indirect_effect: list[float]
+    peak_layer: int
+    low_score: float
+    high_score: float
+    trace: TraceResult | None = None
+
+    def to_json(self) -> JsonObject:
+        d = {k: v for k, v in asdict(self).items() if k != "trace"}
+        if self.trace is not None:
+            d["trace"] = self.trace.to_json()
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> "TraceProfile":
+        trace_json = d.get("trace")
+        return cls(**{k: v for k, v in d.items() if k != "trace"},
+                   trace=TraceResult._from_json(trace_json) if trace_json else None)
+
+
+@dataclass
+class LayerSweep(Result):
+    """One request edited at each layer (module docstring): a LayerRow per layer, the unedited model's rates and
+    magnitudes, the request's trace profile (None without one), the best layer by the summed magnitudes and the
+    method's default layers."""
+
+    model: str
+    method: str
+    request: EditRequest
+    layers: list[int]
+    rows: list[LayerRow]
+    unedited: dict
+    trace: TraceProfile | None
+    best_layer: int
+    default_layers: list[int]
+    peak_layer: int | None
+
+    def headline(self) -> str:
+        where = f"; the {self.trace.kind} trace peaks at layer {self.peak_layer}" if self.trace else ""
+        return f"{self.method} at {len(self.rows)} layers: best layer {self.best_layer}{where}"
+
+    def to_json(self) -> JsonObject:
+        return {"model": self.model, "method": self.method, "request": self.request.to_dict(), "layers": self.layers,
+                "rows": [asdict(r) for r in self.rows], "unedited": self.unedited,
+                "trace": self.trace.to_json() if self.trace else None, "best_layer": self.best_layer,
+                "default_layers": self.default_layers, "peak_layer": self.peak_layer}
+
+    @classmethod
+    def _from_json(cls, d: dict) -> "LayerSweep":
+        return cls(d["model"], d["method"], parse_record(d["request"]), d["layers"], [LayerRow(**r) for r in d["rows"]],
+                   d["unedited"], TraceProfile.from_json(d["trace"]) if d.get("trace") else None, d["best_layer"],
+                   d["default_layers"], d["peak_layer"])
+
+    def to_frame(self):
+        """One row per edited layer (LayerRow's fields)."""
+        return frame([asdict(r) for r in self.rows])
+
+    def figure(self):
+        """The request's trace on top and, on the same layer axis, the edit's magnitudes at each layer."""
+        return layer_sweep_figure(self.to_json())
 
 
 def parse_layers(text, n_layers: int) -> list[int]:
@@ -54,26 +152,24 @@ def parse_layers(text, n_layers: int) -> list[int]:
     return sorted(set(layers))
 
 
-def trace_profile(lm, request: EditRequest, kind: str = "mlp", samples: int = 10, seed: int = 1) -> dict:
+def trace_profile(lm, request: EditRequest, kind: str = "mlp", samples: int = 10, seed: int = 1) -> TraceProfile:
     """The request's causal trace of `kind` and its row at the subject's last token (per layer), with the peak."""
     answer = request.target_true
     with isolation.session(lm):
         r = trace(lm, TraceSpec(request.rewrite, request.subject, answer, samples, seed=seed, kinds=kind))[kind]
-    return profile_of(r.to_dict())
+    return profile_of(r)
 
 
-def profile_of(trace_result: dict) -> dict:
-    """The row of a trace (TraceResult.to_dict()) at the subject's last token, per layer, and its peak layer."""
-    r = trace_result
-    t = r["subject_range"][1] - 1
-    row = r["scores"][t]
+def profile_of(r: TraceResult) -> TraceProfile:
+    """The row of a trace at the subject's last token, per layer, and its peak layer."""
+    t = r.subject_range[1] - 1
+    row = r.scores[t]
     peak = max(range(len(row)), key=row.__getitem__)
-    return {"kind": r["kind"], "answer": r["answer"], "token": r["tokens"][t], "token_index": t, "scores": row,
-            "indirect_effect": [s - r["low_score"] for s in row], "peak_layer": peak, "low_score": r["low_score"],
-            "high_score": r["high_score"], "trace": r}
+    return TraceProfile(r.kind, r.answer, r.tokens[t], t, row, [s - r.low_score for s in row], peak, r.low_score,
+                        r.high_score, r)
 
 
-def edit_at_layer(lm, method: str, record, hp, pre: dict) -> dict:
+def edit_at_layer(lm, method: str, record, hp, pre: dict) -> LayerRow:
     """One row of the sweep: `method` with hp (one layer) on the record's request, measured against `pre`."""
     layer = hp.layers[0]
     start = time.perf_counter()
@@ -83,18 +179,16 @@ def edit_at_layer(lm, method: str, record, hp, pre: dict) -> dict:
         post = measure(lm, record, n_gen=0, greedy_tokens=0)
     m = record_metrics(pre, post, record, None)
     p_pre, p_post = _p(pre["rewrite"]["nll_new"]), _p(post["rewrite"]["nll_new"])
-    return {"layer": layer, "efficacy": m["post_efficacy"], "generalization": m["post_generalization"],
-            "specificity": m["post_specificity"], "efficacy_magnitude": m["post_efficacy_magnitude"],
-            "generalization_magnitude": m["post_generalization_magnitude"],
-            "specificity_magnitude": m["post_specificity_magnitude"],
-            "rewrite_score": (p_post - p_pre) / max(1 - p_pre, 1e-12), "p_new": p_post,
-            "relative_norm": max((n.relative_norm for n in result.norms.values()), default=0),
-            "seconds": round(time.perf_counter() - start, 2)}
+    return LayerRow(layer, m["post_efficacy"], m["post_generalization"], m["post_specificity"],
+                    m["post_efficacy_magnitude"], m["post_generalization_magnitude"], m["post_specificity_magnitude"],
+                    (p_post - p_pre) / max(1 - p_pre, 1e-12), p_post,
+                    max((n.relative_norm for n in result.norms.values()), default=0),
+                    round(time.perf_counter() - start, 2))
 
 
 def layer_sweep(lm, request, layers=None, method: str = "rome", hparams: dict | None = None,
                 trace_kind: str | None = "mlp", samples: int = 10, progress=None,
-                trace_result: dict | None = None, backend: Backend | None = None) -> dict:
+                trace_result: TraceResult | None = None, backend: Backend | None = None) -> LayerSweep:
     """Edit `request` at each of `layers` (default: every layer) with a one-layer method and measure it; with a
     `trace_kind`, also trace it (or use `trace_result`, a trace of the same prompt already computed). The model is
     unchanged afterwards. `backend`: where the layers' items run (in process by default)."""
@@ -126,12 +220,9 @@ def layer_sweep(lm, request, layers=None, method: str = "rome", hparams: dict | 
     m0 = record_metrics(pre, pre, record, None)
     unedited = {k: m0[f"pre_{k}"] for k in ("efficacy", "generalization", "specificity", "efficacy_magnitude",
                                             "generalization_magnitude", "specificity_magnitude")}
-    best = max(rows, key=lambda r: (r["efficacy_magnitude"] or 0) + (r["generalization_magnitude"] or 0)
-               + (r["specificity_magnitude"] or 0))
-    return {"model": lm.name, "method": spec.name, "request": request.to_dict(), "layers": layers, "rows": rows,
-            "unedited": unedited, "trace": profile, "best_layer": best["layer"],
-            "default_layers": list(load_hparams(spec.name, lm).layers),
-            "peak_layer": profile["peak_layer"] if profile else None}
+    best = max(rows, key=lambda r: r.total)
+    return LayerSweep(lm.name, spec.name, request, layers, rows, unedited, profile, best.layer,
+                      list(load_hparams(spec.name, lm).layers), profile.peak_layer if profile else None)
 
 
 def _p(nlls: list[float]) -> float:

@@ -50,9 +50,9 @@ class ScaleSpec:
             raise EditkitError("--records, --threads and every count of --workers must be at least 1")
 
 
-def _tables(out: dict) -> dict:
+def _tables(out) -> dict:
     """The evaluation's numbers without timings and file names (what must equal across configurations)."""
-    return {m: {k: v for k, v in t.items() if k not in TIMING} for m, t in out["methods"].items()}
+    return {m: {k: v for k, v in t.items() if k not in TIMING} for m, t in out.methods.items()}
 
 
 def _load() -> list[float]:

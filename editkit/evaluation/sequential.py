@@ -37,19 +37,21 @@ import json
 import math
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import torch
 
 from ..core.cache import Store, digest
 from ..core.errors import EditkitError
+from ..core.results import JsonObject, Result, frame
 from ..data.corpus import token_chunks
 from ..editing.api import run_edit
 from ..editing.defaults import load_hparams
 from ..editing.methods import get
 from ..editing.result import condition_number
 from ..editing.sequence import SequenceState
+from ..figures.lifelong import lifelong_figure
 from ..model.weights import applied, combined, fingerprint
 from ..runtime.cluster import Backend, Item, run_items
 from .datasets import as_record
@@ -98,6 +100,73 @@ class SequentialSpec:
                 or (self.sample is not None and self.sample < 1)):
             raise EditkitError("collapse_factor must exceed 1, retention_floor lie in [0, 1], ppl_tokens be >= 2 "
                                "and sample >= 1")
+
+
+@dataclass
+class LifelongRun(Result):
+    """One method's lifelong run (module docstring): its settings, the unedited model's measurements (`base`), one
+    row per checkpoint (`rows`: edit count, rates, retention, fluency, perplexity, norms, whether it collapsed and
+    why), how far it got, its edit times, and where it first collapsed. What `evaluate --sequential` writes per
+    method and assets/results/lifelong-*.json ship; `label` and `color` name it in figures."""
+
+    model: str
+    method: str
+    label: str
+    n: int
+    batch: int
+    eval_every: int
+    sample: int | None
+    seed: int
+    ppl_tokens: int
+    fluency_prompts: list[str]
+    fluency_tokens: int
+    collapse_factor: float
+    retention_floor: float
+    hparams: dict
+    base: dict
+    base_perplexity: float
+    rows: list[dict]
+    batches_done: int
+    batches: int
+    complete: bool
+    resumed_at_batch: int
+    edit_seconds: list[float]
+    collapsed_at: int | None
+    checkpoint: str
+    partial_final: dict | None
+    notes: str
+    color: str | None = None
+
+    @property
+    def last(self) -> dict | None:
+        """The last measurement: a stopped run's full one when it has it, else the last checkpoint."""
+        return self.partial_final or (self.rows[-1] if self.rows else None)
+
+    def headline(self) -> str:
+        last = self.last or {}
+        collapse = f", collapsed at edit {self.collapsed_at}" if self.collapsed_at else ""
+        return (f"{self.label}: {last.get('edit', 0)} of {self.n} edits in batches of {self.batch}, efficacy "
+                f"{last.get('efficacy') or float('nan'):.2f}, perplexity x{last.get('perplexity_ratio') or 0:.2f}"
+                f"{collapse}")
+
+    def to_json(self) -> JsonObject:
+        d = asdict(self)
+        if self.color is None:
+            d.pop("color")
+        return d
+
+    @classmethod
+    def _from_json(cls, d: dict) -> "LifelongRun":
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+    def to_frame(self):
+        """One row per checkpoint (per-matrix norms and condition numbers left out: see `rows`)."""
+        return frame([{k: v for k, v in r.items() if k not in ("relative_norm", "condition")} for r in self.rows])
+
+    def figure(self):
+        """One panel per metric over the edits so far (hollow markers: checkpoints measured on a sample)."""
+        return lifelong_figure({self.method: self.to_json()})
 
 
 @torch.no_grad()
@@ -222,7 +291,7 @@ def _read(path: Path) -> dict:
 # --- the run -------------------------------------------------------------------------------------------------
 
 def sequential(lm, method: str, requests, hparams: dict | None = None, spec: SequentialSpec = SequentialSpec(),
-               cache: bool = True, progress=None) -> dict:
+               cache: bool = True, progress=None) -> LifelongRun:
     """Apply `requests` (EvalRecords, EditRequests or request dicts) with `method` in batches of `spec.batch`, each
     at the weights the earlier batches left; measure at every checkpoint (module docstring, SequentialSpec).
     A run continues from its saved checkpoint (cache=False starts over). With `spec.finalize`, a run that stops
@@ -294,19 +363,15 @@ def sequential(lm, method: str, requests, hparams: dict | None = None, spec: Seq
         with applied(lm, total):
             partial = _checkpoint(lm, run, prog["done"] - 1, prog["done"] * batch, 0.0, total, None)
     first_collapse = next((r["edit"] for r in rows if r["collapsed"]), None)
-    return {"model": lm.name, "method": m.name, "label": m.label, "n": len(records), "batch": batch,
-            "eval_every": eval_every, "sample": sample, "seed": seed, "ppl_tokens": spec.ppl_tokens,
-            "fluency_prompts": list(spec.fluency_prompts), "fluency_tokens": spec.fluency_tokens,
-            "collapse_factor": spec.collapse_factor, "retention_floor": spec.retention_floor,
-            "hparams": hp.to_dict(), "base": prog["base"], "base_perplexity": prog["base"]["perplexity"],
-            "rows": rows, "batches_done": prog["done"], "batches": len(batches),
-            "complete": prog["done"] == len(batches), "resumed_at_batch": resumed_at,
-            "edit_seconds": prog.get("edit_seconds", []), "collapsed_at": first_collapse, "checkpoint": str(path),
-            "partial_final": partial, "notes": notes(sample, batch, eval_every)}
+    return LifelongRun(lm.name, m.name, m.label, len(records), batch, eval_every, sample, seed, spec.ppl_tokens,
+                       list(spec.fluency_prompts), spec.fluency_tokens, spec.collapse_factor, spec.retention_floor,
+                       hp.to_dict(), prog["base"], prog["base"]["perplexity"], rows, prog["done"], len(batches),
+                       prog["done"] == len(batches), resumed_at, prog.get("edit_seconds", []), first_collapse,
+                       str(path), partial, notes(sample, batch, eval_every))
 
 
 def sequential_methods(lm, plans: dict, requests, cache: bool = True, progress=None,
-                       backend: Backend | None = None) -> dict:
+                       backend: Backend | None = None) -> dict[str, LifelongRun]:
     """Several methods' lifelong runs on the same requests: `plans` = {method: (hparams overrides or None,
     SequentialSpec)}; returns {method: sequential(...)} in the order of `plans`. Each run is one work item
     (editkit/runtime/cluster.py): one after another in this process, or in parallel on Ray workers, each sequence serial on

@@ -22,12 +22,14 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from dataclasses import replace
+from dataclasses import asdict, dataclass, replace
 
 from ..core.cache import Store
 from ..core.errors import EditkitError
+from ..core.results import JsonObject, Result, frame
 from ..editing.defaults import load_hparams
 from ..editing.methods import get
+from ..figures.side_effects import pareto_figure, sweep_table
 from ..model.weights import fingerprint
 from ..runtime.cluster import Backend
 from .datasets import load_eval_set, set_id
@@ -42,6 +44,48 @@ SWEEP = EvalSpec(set_name="counterfact-val", n=50, batch=None, n_gen=0, gen_toke
 RATES = ("efficacy", "generalization", "specificity")
 METRICS = RATES + ("gen_efficacy", "gen_generalization", "efficacy_magnitude", "generalization_magnitude",
                    "specificity_magnitude", "reliability", "generalization_acc")
+
+
+@dataclass
+class Sweep(Result):
+    """A method at every setting of a grid (module docstring). Each entry of `settings` is one setting's row (JSON:
+    its overrides, label, complete hyperparameters, per metric {"mean", "ci95"} x100 after the edit, the unedited
+    model's, whether it came from the cache and whether it is Pareto-optimal); `pareto` indexes the optimal ones,
+    `fronts` the 2-D front of specificity against each metric."""
+
+    model: str
+    method: str
+    set: str
+    n: int
+    batch: int
+    params: dict
+    settings: list[dict]
+    pareto: list[int]
+    unedited: dict | None
+    fronts: dict[str, list[int]]
+    computed_records: int
+    reused_targets: dict | None
+    defaults: dict
+    overrides: dict
+
+    def headline(self) -> str:
+        return (f"{self.method}, {len(self.settings)} settings on {self.n} {self.set} records: Pareto-optimal "
+                + "; ".join(self.settings[i]["label"] for i in self.pareto))
+
+    def to_json(self) -> JsonObject:
+        return asdict(self)
+
+    @classmethod
+    def _from_json(cls, d: dict) -> "Sweep":
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__})
+
+    def to_frame(self):
+        """The unedited model, then each setting: its rates x100 and its Pareto mark (figures.sweep_table)."""
+        return frame(sweep_table(self.to_json()))
+
+    def figure(self, ys=("efficacy", "generalization")):
+        """Each setting as a point (specificity across, `ys` up, 95% bars), each metric's 2-D front as a line."""
+        return pareto_figure(self.to_json(), ys)
 
 
 def split_values(text: str) -> list[str]:
@@ -141,14 +185,14 @@ def summary_row(setting: dict, hp, table: dict) -> dict:
 
 
 def sweep(lm, method: str, params, spec: EvalSpec = SWEEP, hparams: dict | None = None, out_dir=None,
-          reuse: bool = True, progress=None, backend: Backend | None = None) -> dict:
+          reuse: bool = True, progress=None, backend: Backend | None = None) -> Sweep:
     """Evaluate `method` at every setting of the grid `params` ({name: values} or ['name=v1,v2', ...]) on the
     records `spec` names (SWEEP: the defaults).
 
     Every setting starts from the model's defaults with `hparams` (the user's overrides) applied, and the grid's
     values on top of those. `reuse` shares target vectors between settings (editing/memo.py). `backend`: where the
     work items run (one per setting and batch of records, items.py; in this process by default, or on Ray
-    workers), with the same results. Returns {"settings": [...], "pareto": [indices], "unedited": {...}, ...}."""
+    workers), with the same results."""
     m = get(method)
     params = parse_params(params)
     n = spec.n
@@ -190,11 +234,9 @@ def sweep(lm, method: str, params, spec: EvalSpec = SWEEP, hparams: dict | None 
         r["pareto"] = i in front
     if progress:
         progress(1.0, "sweep done")
-    return {"model": lm.name, "method": m.name, "set": spec.set_name, "n": n, "batch": spec.batch, "params": params,
-            "settings": rows, "pareto": front, "unedited": rows[0]["unedited"] if rows else None,
-            "fronts": {y: front_2d(rows, "specificity", y) for y in METRICS},
-            "computed_records": outcome.computed, "reused_targets": outcome.reused,
-            "defaults": load_hparams(m.name, lm).to_dict(), "overrides": base}
+    return Sweep(lm.name, m.name, spec.set_name, n, spec.batch, params, rows, front,
+                 rows[0]["unedited"] if rows else None, {y: front_2d(rows, "specificity", y) for y in METRICS},
+                 outcome.computed, outcome.reused, load_hparams(m.name, lm).to_dict(), base)
 
 
 def front_2d(rows: list[dict], x: str = "specificity", y: str = "efficacy") -> list[int]:

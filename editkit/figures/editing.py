@@ -5,6 +5,7 @@ No Streamlit here: each function takes JSON results and returns a plotly Figure 
 from __future__ import annotations
 
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 
 from .labels import header
 
@@ -94,8 +95,57 @@ def loss_figure(out: dict) -> go.Figure:
     return fig
 
 
+def edit_figure(result: dict) -> go.Figure:
+    """One edit (EditResult.to_json()): its target optimisation's loss per step, one curve per request, and
+    ||dW||_F / ||W||_F of every edited matrix."""
+    info = result["info"]
+    fig = make_subplots(rows=1, cols=2, column_widths=[0.55, 0.45],
+                        subplot_titles=["target optimisation", "relative weight change"])
+    for q in info.get("requests", []):
+        if q["losses"]:
+            fig.add_trace(go.Scatter(y=[l["loss"] for l in q["losses"]], name=f"request {q.get('case_id')}",
+                                     mode="lines"), row=1, col=1)
+    norms = info.get("norms", {})
+    fig.add_trace(go.Bar(x=[k.replace(".weight", "") for k in norms], y=[v["relative_norm"] for v in norms.values()],
+                         name="‖ΔW‖_F / ‖W‖_F", marker_color="#7f7f7f", showlegend=False), row=1, col=2)
+    fig.update_xaxes(title_text="step", row=1, col=1)
+    fig.update_yaxes(title_text="loss", row=1, col=1)
+    fig.update_yaxes(title_text="‖ΔW‖_F / ‖W‖_F", row=1, col=2)
+    fig.update_layout(title={"text": f"{result['method']}: {len(result['requests'])} request(s), "
+                                     f"{result['seconds']:.1f} s", "font": {"size": 13}},
+                      height=360, margin={"t": 60})
+    return fig
+
+
+def before_after_figure(report: dict, j: int = 0) -> go.Figure:
+    """Request j of an edit report (EditReport.to_json(), `edit --json`): per prompt group, P(new) as bars and
+    P(true) as crosses, before (grey) and after (blue) the edit."""
+    r = report["requests"][j]
+    groups = [g for g in GROUPS if r["pre"].get(g)]
+    fig = make_subplots(rows=1, cols=len(groups), subplot_titles=groups, shared_yaxes=True)
+    for col, group in enumerate(groups, 1):
+        pre, post = r["pre"][group], r["post"][group]
+        x = [str(i + 1) for i in range(len(pre))]
+        for rows, when, color in ((pre, "before", "#bbbbbb"), (post, "after", "#1f77b4")):
+            fig.add_trace(go.Bar(x=x, y=[p["p_new"] for p in rows], name=f"{when}: P(new)", marker_color=color,
+                                 legendgroup=when, showlegend=col == 1,
+                                 customdata=[p["prompt"] for p in rows],
+                                 hovertemplate="%{customdata}<br>P(new) = %{y:.3f}<extra></extra>"), row=1, col=col)
+            if rows and "p_true" in rows[0]:
+                fig.add_trace(go.Scatter(x=x, y=[p["p_true"] for p in rows], name=f"{when}: P(true)",
+                                         mode="markers", marker={"color": "black" if when == "before" else color,
+                                                                 "symbol": "x", "size": 10},
+                                         legendgroup=when, showlegend=col == 1), row=1, col=col)
+        fig.update_xaxes(title_text="prompt #", row=1, col=col)
+    fig.update_yaxes(title_text="probability", row=1, col=1)
+    true = f" (was {r['target_true']!r})" if r.get("target_true") else ""
+    fig.update_layout(title={"text": f"{report['method']}: {r['rewrite']!r} -> {r['target_new']!r}{true}",
+                             "font": {"size": 13}}, barmode="group", height=360, margin={"t": 60})
+    return fig
+
+
 def trace_figure(trace: dict, title: str) -> go.Figure:
-    """A causal-trace heatmap (TraceResult.to_dict()), tokens down, layers across; * marks subject tokens."""
+    """A causal-trace heatmap (TraceResult.to_json()), tokens down, layers across; * marks subject tokens."""
     b, e = trace["subject_range"]
     labels = [f"{i}: {t!r}{'*' if b <= i < e else ''}" for i, t in enumerate(trace["tokens"])]
     fig = go.Figure(go.Heatmap(z=trace["scores"], y=labels, colorscale="Purples", zmin=trace["low_score"],
@@ -106,3 +156,21 @@ def trace_figure(trace: dict, title: str) -> go.Figure:
     return fig
 
 
+
+
+def evaluation_figure(ev: dict) -> go.Figure:
+    """A batch evaluation (Evaluation.to_json()): per method, efficacy, generalization and specificity after the edit
+    (x100, 95% bars), beside the unedited model's."""
+    rates = ("efficacy", "generalization", "specificity")
+    fig = go.Figure()
+    first = next(iter(ev["methods"].values()), {})
+    rows = [("before edit", {k: first.get(f"pre_{k}") or {} for k in rates})]
+    rows += [(m, {k: t.get(f"post_{k}") or {} for k in rates}) for m, t in ev["methods"].items()]
+    for name, cells in rows:
+        fig.add_trace(go.Bar(x=[header(k, kind=ev.get("metric_family", "counterfact")) for k in rates],
+                             y=[cells[k].get("mean") for k in rates], name=name,
+                             error_y={"type": "data", "array": [cells[k].get("ci95") or 0 for k in rates]}))
+    fig.update_layout(barmode="group", yaxis_title="rate (%)", height=360, margin={"t": 40},
+                      title={"text": f"{ev['model']} on {ev['set']}: {ev['n']} records, batch {ev['batch']}",
+                             "font": {"size": 13}})
+    return fig

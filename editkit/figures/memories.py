@@ -1,6 +1,6 @@
 """Figures of FFN key-value memories (Geva et al. 2021): the memories at one token ranked by contribution, and the
-layer-level analyses of Figs. 5, 8 and 9 (data: memories.inspect.memories_at(...).to_dict()["memories"],
-memories.geva.analyses(...).to_dict())."""
+layer-level analyses of Figs. 5, 8 and 9 (data: memories.inspect.memories_at(...).to_json()["memories"],
+memories.geva.analyses(...).to_json())."""
 from __future__ import annotations
 
 import plotly.graph_objects as go

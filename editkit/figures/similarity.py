@@ -1,5 +1,5 @@
 """PMET's Fig. 2 (Li et al. 2023): per layer, how similar the states entering and leaving the attention (MHSA) and
-FFN sub-layers are, with the 95% band (data: similarity.similarity(...).to_dict())."""
+FFN sub-layers are, with the 95% band (data: similarity.similarity(...).to_json())."""
 from __future__ import annotations
 
 import plotly.graph_objects as go

@@ -1,7 +1,8 @@
 """Plotly figures of traces (the page lays them out; they are plain functions of JSON results).
 
-    heatmap(result.to_dict())             # one panel, ROME's colours (Purples / Greens / Reds)
-    heatmap(preview.to_dict())            # an attribution-patching estimate: titled and coloured as an estimate
+    heatmap(result.to_json())             # one panel, ROME's colours (Purples / Greens / Reds)
+    heatmap(preview.to_json())            # an attribution-patching estimate: titled and coloured as an estimate
+    trace_panels(traces.to_json())        # the kinds of one prompt side by side
     severing_figure(tracer.severing())    # ROME Fig. 4
     aie_figure(aie, "mlp")                # ROME Fig. 2, one kind
     aie_panels(aie)                       # ROME Fig. 2, the three kinds side by side (the README's figure)
@@ -33,29 +34,65 @@ def restored_share(r: dict, token: int) -> list[float]:
     return [(p - r["low_score"]) / gap if gap else 0.0 for p in r["scores"][token]]
 
 
-def heatmap(r: dict, relative: bool = False) -> go.Figure:
-    """A (token x layer) heatmap of restored p(answer); an estimate (meta.estimate) says so in its title and uses a
-    grey scale, so it is never mistaken for the exact trace. relative=True puts layer l at l / (n_layers - 1)."""
-    estimate = bool(r.get("meta", {}).get("estimate"))
+def _labels(r: dict) -> list[str]:
+    """Token labels "i: 'tok'", a * on the subject's tokens."""
     b, e = r["subject_range"]
-    labels = [f"{i}: {t!r}{'*' if b <= i < e else ''}" for i, t in enumerate(r["tokens"])]
+    return [f"{i}: {t!r}{'*' if b <= i < e else ''}" for i, t in enumerate(r["tokens"])]
+
+
+def _panel(r: dict, relative: bool = False) -> tuple[go.Heatmap, str]:
+    """One trace's heatmap trace and its title (ROME's colours; an estimate in grey, titled as one)."""
+    estimate = bool(r.get("meta", {}).get("estimate"))
     ie = r.get("indirect_effect") or [[s - r["low_score"] for s in row] for row in r["scores"]]
     title = TITLES[r["kind"]] + (f", window {r['window']}" if r["kind"] != "hidden" else "")
     if estimate:
         title = f"ESTIMATE (attribution patching): {title}"
     n_layers = len(r["scores"][0])
-    fig = go.Figure(go.Heatmap(
-        z=r["scores"], x=relative_depth(n_layers) if relative else list(range(n_layers)), y=labels,
+    panel = go.Heatmap(
+        z=r["scores"], x=relative_depth(n_layers) if relative else list(range(n_layers)), y=_labels(r),
         colorscale="Greys" if estimate else COLORS[r["kind"]], zmin=r["low_score"],
         zmax=max(r["high_score"], max(max(row) for row in r["scores"])) if estimate else None,
         customdata=ie, colorbar={"title": f"p({r['answer']!r})" + (" est." if estimate else "")},
         hovertemplate="token %{y}<br>" + ("depth %{x:.2f}" if relative else "layer %{x}")
         + "<br>p = %{z:.3f}<br>IE = %{customdata:.3f}<extra></extra>",
-    ))
+    )
+    return panel, title
+
+
+def heatmap(r: dict, relative: bool = False) -> go.Figure:
+    """A (token x layer) heatmap of restored p(answer); an estimate (meta.estimate) says so in its title and uses a
+    grey scale, so it is never mistaken for the exact trace. relative=True puts layer l at l / (n_layers - 1)."""
+    panel, title = _panel(r, relative)
+    n_layers = len(r["scores"][0])
+    fig = go.Figure(panel)
     fig.update_yaxes(autorange="reversed")
     fig.update_layout(title={"text": title, "font": {"size": 13}},
                       xaxis_title=f"relative depth, layer / {n_layers - 1}" if relative else "layer",
-                      height=140 + 28 * len(labels), margin={"t": 40, "b": 40})
+                      height=140 + 28 * len(r["tokens"]), margin={"t": 40, "b": 40})
+    return fig
+
+
+def trace_panels(traces: dict[str, dict]) -> go.Figure:
+    """The kinds of one traced prompt side by side (kind -> TraceResult JSON), tokens shared down the left, each
+    panel with its own colour bar: the tracing page's row of heatmaps as one figure (notebooks, the manual)."""
+    kinds = list(traces)
+    n = len(kinds)
+    gap = 0.1
+    width = (1 - gap * (n - 1)) / n
+    fig = make_subplots(rows=1, cols=n, shared_yaxes=True, horizontal_spacing=gap,
+                        subplot_titles=[_panel(traces[k])[1] for k in kinds])
+    for col, kind in enumerate(kinds, 1):
+        panel, _ = _panel(traces[kind])
+        panel.colorbar.update(x=col * width + (col - 1) * gap + 0.01, len=0.9, thickness=12)
+        fig.add_trace(panel, row=1, col=col)
+        fig.update_xaxes(title_text="layer", row=1, col=col)
+    first = traces[kinds[0]]
+    fig.update_yaxes(autorange="reversed")
+    fig.update_annotations(font_size=12)
+    fig.update_layout(title={"text": f"p({first['answer']!r}) with one state restored (clean "
+                                     f"{first['high_score']:.3f}, corrupted {first['low_score']:.3f})",
+                             "font": {"size": 13}},
+                      height=160 + 28 * len(first["tokens"]), width=max(420 * n, 600), margin={"t": 70, "b": 40})
     return fig
 
 

@@ -153,11 +153,11 @@ def lens(lm, prompt: str, answer: str | None = None, k: int = 10) -> dict:
     """The top next tokens and the logit lens at the last token (each layer's residual through the final norm and
     unembedding). `answer` (default: the top prediction) is marked: `first_layer` is the first layer whose top
     token it is, `ranks` its rank per layer among the lens's top k (None: below)."""
-    from ..model.text import logit_lens
+    from ..lens import logit_lens
 
     top = predictions(lm, prompt, k)
     with session(lm):
-        view = logit_lens(lm, prompt, k=k)
+        view = logit_lens(lm, prompt, k=k).to_json()
     answer_token = lm.tok.decode([first_token(lm, answer)]) if answer else top[0]["token"]
     ranks = [next((i for i, t in enumerate(row) if t["token"] == answer_token), None) for row in view["layers"]]
     first = next((l for l, r in enumerate(ranks) if r == 0), None)
@@ -186,12 +186,12 @@ def traces(lm, prompt: str, subject: str, answer: str | None, s: Settings, kinds
         if sever:  # at the subject token where the hidden-state trace peaks (default: the last subject token)
             step = part(progress, (n - 1) / n, 1.0, "severing: ")
             token = subject_peak(out["hidden"])[0] if "hidden" in out else None
-            severing = tracer.severing(token, progress=step)
+            severing = tracer.severing(token, progress=step).to_json()
     return {"traces": out, "severing": rounded(severing) if severing else None}
 
 
 def _trace_dict(result) -> dict:
-    d = result.to_dict()
+    d = result.to_json()
     d.pop("indirect_effect", None)  # scores - low_score: derived
     d["meta"] = {k: v for k, v in d.get("meta", {}).items() if k in ("model", "prompt", "engine")}
     return rounded(d)
@@ -214,7 +214,7 @@ def memories(lm, prompt: str, token: int, layer: int, s: Settings, answer: str |
     from ..memories.vocab import readable
 
     with session(lm):
-        view = memories_at(lm, prompt, layer, token, s.memories_top, token_filter="latin").to_dict()
+        view = memories_at(lm, prompt, layer, token, s.memories_top, token_filter="latin").to_json()
         answer_id = first_token(lm, answer) if answer else predictions(lm, prompt, 1)[0]["token_id"]
     view["lens"] = [{"layer": r["layer"], "before": r["before"][:3], "after": r["after"][:3]} for r in view["lens"]]
     for m in view["memories"]:  # as a student reads them: a leading space as ␣, a byte fragment as �
@@ -278,7 +278,7 @@ def bleed(lm, record, s: Settings, method: str = "rome", progress=None) -> dict:
 
     with session(lm):
         out = bleed_map(lm, method, record.request, relation=record.relation, n_facts=s.bleed_facts,
-                        progress=progress)
+                        progress=progress).to_json()
     out.pop("hparams", None)
     return rounded(out)
 
@@ -299,13 +299,15 @@ def layer_sweep(lm, record, mlp_trace: dict | None, s: Settings, layers=None, pr
     row at the subject token where it peaks (evaluation/layer_sweep.py reads the row of the subject range's last
     token, so the range handed to it ends at that token)."""
     from ..evaluation.layer_sweep import layer_sweep as sweep
+    from ..tracing import TraceResult
 
+    trace = None
     if mlp_trace is not None:
         token = subject_peak(mlp_trace)[0]
-        mlp_trace = {**mlp_trace, "subject_range": [mlp_trace["subject_range"][0], token + 1]}
+        trace = TraceResult.from_json({**mlp_trace, "subject_range": [mlp_trace["subject_range"][0], token + 1]})
     with session(lm):
         out = sweep(lm, record, s.sweep_layers if layers is None else layers, "rome", None, "mlp", s.samples,
-                    progress=progress, trace_result=mlp_trace)
+                    progress=progress, trace_result=trace).to_json()
     if out.get("trace"):
         out["trace"] = {k: v for k, v in out["trace"].items() if k != "trace"}  # the MLP trace is stored once
     return rounded(out)
@@ -318,7 +320,8 @@ def lifelong() -> dict:
     from ..evaluation.lifelong import SHIPPED, final_table, load_results, styled
 
     results = styled(load_results(SHIPPED))
-    return {"results": results, "table": final_table(results), "source": SHIPPED.name}
+    return {"results": {m: r.to_json() for m, r in results.items()}, "table": final_table(results),
+            "source": SHIPPED.name}
 
 
 def lifelong_run(lm, methods_: list[str], n: int, batch: int, progress=None) -> dict:
@@ -338,7 +341,8 @@ def lifelong_run(lm, methods_: list[str], n: int, batch: int, progress=None) -> 
                                   fluency_tokens=15)
             results[m] = sequential(lm, m, records, None, spec,
                                     progress=part(progress, i / len(methods_), (i + 1) / len(methods_)))
-    return {"results": styled(results), "table": final_table(results), "source": "your run"}
+    return {"results": {m: r.to_json() for m, r in styled(results).items()}, "table": final_table(results),
+            "source": "your run"}
 
 
 def own_memory(lm, step: int, s: Settings, methods_: list[str] | None = None) -> int:

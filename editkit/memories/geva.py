@@ -24,7 +24,9 @@ import numpy as np
 import torch
 
 from ..core.cache import Store, read_json
+from ..core.results import JsonObject, Result, frame
 from ..data import corpus
+from ..figures.memories import agreement_figure, composition_figure, fixed_figure
 from ..model.sites import layers
 from ..model.weights import model_key
 from . import triggers
@@ -39,7 +41,11 @@ def defaults(lm) -> dict:
 
 
 @dataclass
-class GevaResult:
+class GevaResult(Result):
+    """Geva et al.'s layer-level analyses (module docstring), per layer: how often a value's top token is its
+    key's top trigger's next token (Fig. 5), how often the FFN output composes its memories (Fig. 8), where the
+    prediction is fixed (Fig. 9)."""
+
     model: str
     norm: bool
     n_positions: int
@@ -55,8 +61,28 @@ class GevaResult:
     fixed_by: list[float]  # cumulative: share fixed at or before l
     corpus: str = corpus.NOTICE
 
-    def to_dict(self) -> dict:
+    def headline(self) -> str:
+        return f"{self.model}: {self.n_positions} positions, {self.memories_per_layer} memories per layer"
+
+    def to_json(self) -> JsonObject:
         return asdict(self)
+
+    @classmethod
+    def _from_json(cls, d: dict) -> "GevaResult":
+        return cls(**d)
+
+    def to_frame(self):
+        """One row per layer: agreement, mean and median rank, compositional share, fixed at / by."""
+        return frame([{"layer": l, "agreement": a, "mean_rank": mr, "median_rank": md, "compositional": c,
+                       "fixed_at": fa, "fixed_by": fb}
+                      for l, (a, mr, md, c, fa, fb) in enumerate(zip(self.agreement, self.mean_rank,
+                                                                      self.median_rank, self.compositional,
+                                                                      self.fixed_at, self.fixed_by))])
+
+    def figure(self, which: str = "agreement"):
+        """Fig. 5 ("agreement"), Fig. 8 ("composition") or Fig. 9 ("fixed")."""
+        draw = {"agreement": agreement_figure, "composition": composition_figure, "fixed": fixed_figure}[which]
+        return draw(self.to_json())
 
 
 class _ValueTops:
@@ -205,9 +231,9 @@ def analyses(lm, n_positions: int | None = None, memories_per_layer: int | None 
     n_positions = int(n_positions or d["n_positions"])
     memories_per_layer = int(memories_per_layer or d["memories_per_layer"])
     path = cache_path(lm, n_positions, memories_per_layer, top_memories, norm, index_tokens, seed)
-    cached = STORE.get(path, lambda p: GevaResult(**read_json(p))) if cache else None
+    cached = STORE.get(path, lambda p: GevaResult.from_json(read_json(p))) if cache else None
     if cached is not None:
         return cached
     result = compute(lm, n_positions, memories_per_layer, top_memories, norm, index_tokens, seed, progress)
-    STORE.put(path, result.to_dict())
+    STORE.put(path, result.to_json())
     return result

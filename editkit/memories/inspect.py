@@ -21,6 +21,8 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from ..core.errors import EditkitError
+from ..core.results import JsonObject, Result, frame
+from ..figures.memories import contributions_figure
 from ..model.sites import layers
 from ..model.tokens import check_prompt, encode, token_strings
 from ..model.weights import effective_weight
@@ -70,9 +72,6 @@ class Memory:
     value_tokens: list[dict]  # top tokens of W_U v_i, each with its class (memories/vocab.py)
     filtered_tokens: list[dict] = field(default_factory=list)  # top tokens of a class, with their full ranks
 
-    def to_dict(self) -> dict:
-        return asdict(self)
-
 
 @dataclass
 class LayerLens:
@@ -80,12 +79,12 @@ class LayerLens:
     before: list[dict]  # top tokens of the residual before the FFN
     after: list[dict]  # ... after the FFN update is added
 
-    def to_dict(self) -> dict:
-        return asdict(self)
-
 
 @dataclass
-class MemoryView:
+class MemoryView(Result):
+    """The FFN memories of one layer at one token (module docstring): the top memories by contribution, and the
+    logit lens of the residual before and after every layer's FFN at that token."""
+
     model: str
     prompt: str
     tokens: list[str]
@@ -99,9 +98,28 @@ class MemoryView:
     coefficient_min: float
     definition: str = field(default="")
 
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        return d
+    def headline(self) -> str:
+        top = self.memories[0] if self.memories else None
+        return (f"layer {self.layer} at {self.tokens[self.position]!r}: {self.n_active} memories with m_i > 0"
+                + (f"; the largest, {top.label}, promotes {top.value_tokens[0]['token']!r}" if top else ""))
+
+    def to_json(self) -> JsonObject:
+        return asdict(self)
+
+    @classmethod
+    def _from_json(cls, d: dict) -> "MemoryView":
+        return cls(**{**d, "memories": [Memory(**m) for m in d["memories"]],
+                      "lens": [LayerLens(**r) for r in d["lens"]]})
+
+    def to_frame(self):
+        """One row per memory: label, m_i, ||v_i||, contribution and its top value tokens."""
+        return frame([{"memory": m.label, "coefficient": m.coefficient, "value_norm": m.value_norm,
+                       "contribution": m.contribution, "value_tokens": [t["token"] for t in m.value_tokens]}
+                      for m in self.memories])
+
+    def figure(self):
+        """The memories' contributions |m_i| ||v_i|| as bars, largest on top (green m_i > 0, red m_i < 0)."""
+        return contributions_figure(self.to_json()["memories"])
 
 
 RESIDUAL_DEFINITION = {

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from ..core.errors import EditkitError
+from ..core.results import JsonObject, Result, frame
 from ..model.hooks import Hooks
 from ..model.runner import Decoding
 from ..model.sites import Site
@@ -25,7 +26,10 @@ MODES = ("off", "on", "keep")
 
 
 @dataclass
-class InterventionResult:
+class InterventionResult(Result):
+    """Memories switched off or on at one position: their coefficients before and after, the next-token top-k and
+    the greedy continuation without and with the change."""
+
     prompt: str
     position: int
     token: str
@@ -36,8 +40,22 @@ class InterventionResult:
     continuation_before: str
     continuation_after: str
 
-    def to_dict(self) -> dict:
+    _show = "table"
+
+    def headline(self) -> str:
+        return (f"{', '.join(m['label'] for m in self.memories)} switched {self.mode}: "
+                f"{self.before[0]['token']!r} -> {self.after[0]['token']!r}")
+
+    def to_json(self) -> JsonObject:
         return asdict(self)
+
+    @classmethod
+    def _from_json(cls, d: dict) -> "InterventionResult":
+        return cls(**d)
+
+    def to_frame(self):
+        """The memories switched, with their coefficients before and after."""
+        return frame(self.memories)
 
 
 def parse_memory(text: str, lm=None) -> tuple[int, int]:

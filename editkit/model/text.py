@@ -1,5 +1,6 @@
 """Text the model produces: next-token predictions, continuations of one prompt (greedy or sampled, through
-runner.complete), and the logit lens. Tokenizing is tokens.py."""
+runner.complete), and every block's output (the logit lens reads them: editkit/lens.py). Tokenizing is
+tokens.py."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
@@ -8,7 +9,7 @@ import torch
 
 from ..core.errors import EditkitError
 from .runner import Decoding
-from .tokens import check_prompt, encode, token_strings
+from .tokens import check_prompt, encode
 from .sites import layers
 
 
@@ -60,23 +61,3 @@ def block_outputs(lm, prompt: str) -> tuple[torch.Tensor, torch.Tensor]:
     L = lm.adapter.n_layers
     got = lm.runner.read(layers("resid_post", L), full=True, **encode(lm, prompt))
     return torch.stack([got[f"resid_post.{l}"][0] for l in range(L)]), lm.runner.logits(got.hidden, norm=False)[0]
-
-
-@torch.no_grad()
-def logit_lens(lm, prompt: str, k: int = 5, position: int = -1) -> dict:
-    """Each layer's residual at `position` through the final norm and W_U (nostalgebraist 2020).
-
-    Returns tokens, and per layer the top-k tokens with probabilities; the last layer equals the model's output.
-    """
-    check_prompt(lm, prompt)
-    hidden, _ = block_outputs(lm, prompt)
-    probs = torch.softmax(lm.runner.logits(hidden[:, position]), -1)  # (layers, vocab)
-    p, i = probs.topk(k, dim=-1)
-    return {
-        "tokens": token_strings(lm, prompt),
-        "position": position,
-        "layers": [
-            [{"token": lm.tok.decode([int(t)]), "prob": float(q)} for q, t in zip(p[l], i[l])]
-            for l in range(probs.shape[0])
-        ],
-    }

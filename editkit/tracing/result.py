@@ -1,11 +1,18 @@
-"""Trace results as JSON-serializable data."""
+"""Trace results: one kind's heatmap (TraceResult) and the kinds of one prompt together (Traces), typed, with
+their JSON form (what the result cache and `trace --json` hold), tables and figures."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from ..core.results import JsonObject, Result, frame
+from ..figures.tracing import heatmap, trace_panels
+
 
 @dataclass
-class TraceResult:
+class TraceResult(Result):
+    """One causal trace (Meng et al. 2022): p(answer) with each (token, layer) state of `kind` restored in the
+    corrupted runs. `scores[t][l]`; `indirect_effect` subtracts the corrupted p; `reading()` says where it peaks."""
+
     tokens: list[str]
     subject_range: tuple[int, int]
     answer: str
@@ -33,6 +40,7 @@ class TraceResult:
         return best
 
     def reading(self) -> str:
+        """One sentence: where the restored probability peaks, against the clean and corrupted runs."""
         t, l, s = self.peak()
         b, e = self.subject_range
         where = ("the last subject token" if t == e - 1 else "a subject token" if b <= t < e
@@ -40,17 +48,115 @@ class TraceResult:
         return (f"Restoring the {self.kind} state at {self.tokens[t]!r} ({where}), layer {l}, recovers "
                 f"p({self.answer!r}) = {s:.3f} (clean {self.high_score:.3f}, corrupted {self.low_score:.3f}).")
 
-    def to_dict(self) -> dict:
+    @property
+    def estimate(self) -> bool:
+        """An attribution-patching estimate (the preview), not the exact trace."""
+        return bool(self.meta.get("estimate"))
+
+    @property
+    def cached(self) -> bool:
+        """Read from the shared result cache rather than computed now."""
+        return bool(self.meta.get("cached"))
+
+    @property
+    def prompt(self) -> str | None:
+        return self.meta.get("prompt")
+
+    def headline(self) -> str:
+        return self.reading()
+
+    def to_json(self) -> JsonObject:
+        """The cache's and `--json`'s form: every field, the subject range as a list, and the indirect effect."""
         d = asdict(self)
         d["subject_range"] = list(self.subject_range)
         d["indirect_effect"] = self.indirect_effect
         return d
 
     @classmethod
-    def from_dict(cls, d: dict) -> "TraceResult":
-        """The result a to_dict() came from (derived fields are dropped)."""
+    def _from_json(cls, d: dict) -> "TraceResult":
         names = set(cls.__dataclass_fields__)
-        kwargs = {k: v for k, v in d.items() if k in names}
+        kwargs = {k: v for k, v in d.items() if k in names}  # derived fields (indirect_effect) are dropped
         kwargs["subject_range"] = tuple(kwargs["subject_range"])
         kwargs["meta"] = dict(kwargs.get("meta") or {})
         return cls(**kwargs)
+
+    def figure(self, relative: bool = False):
+        """The heatmap the tracing page draws (tokens down, layers across; ROME's colours; an estimate in grey).
+        relative=True puts layer l at l / (n_layers - 1)."""
+        return heatmap(self.to_json(), relative)
+
+    def to_frame(self):
+        """The heatmap in long format, one row per (token, layer): kind, token_index, token, subject (a subject
+        token?), layer, p, indirect_effect. The tracing page's CSV download holds the kinds' rows together."""
+        b, e = self.subject_range
+        return frame([{"kind": self.kind, "token_index": t, "token": tok, "subject": b <= t < e, "layer": l, "p": p,
+                       "indirect_effect": p - self.low_score}
+                      for t, (tok, row) in enumerate(zip(self.tokens, self.scores)) for l, p in enumerate(row)])
+
+
+@dataclass
+class Traces(Result):
+    """The kinds of one traced prompt (what `editkit.trace` returns without `kind`): kind -> TraceResult, read as
+    `traces["mlp"]`. The clean and corrupted runs are shared, so `answer`, `tokens`, `high_score` and `low_score`
+    are those of every kind."""
+
+    results: dict[str, TraceResult]
+
+    def __getitem__(self, kind: str) -> TraceResult:
+        return self.results[kind]
+
+    def __contains__(self, kind) -> bool:
+        return kind in self.results
+
+    def __iter__(self):
+        return iter(self.results)
+
+    def __len__(self) -> int:
+        return len(self.results)
+
+    def items(self):
+        return self.results.items()
+
+    def values(self):
+        return self.results.values()
+
+    @property
+    def first(self) -> TraceResult:
+        return next(iter(self.results.values()))
+
+    @property
+    def answer(self) -> str:
+        return self.first.answer
+
+    @property
+    def tokens(self) -> list[str]:
+        return self.first.tokens
+
+    @property
+    def high_score(self) -> float:
+        return self.first.high_score
+
+    @property
+    def low_score(self) -> float:
+        return self.first.low_score
+
+    def headline(self) -> str:
+        r = self.first
+        return (f"p({r.answer!r}) clean {r.high_score:.3f}, corrupted {r.low_score:.3f}; "
+                + "; ".join(f"{k}: peak {v.peak()[2]:.3f} at layer {v.peak()[1]}" for k, v in self.items()))
+
+    def to_json(self) -> JsonObject:
+        """kind -> TraceResult.to_json(): the tracing page's JSON download."""
+        return {kind: r.to_json() for kind, r in self.results.items()}
+
+    @classmethod
+    def _from_json(cls, d: dict) -> "Traces":
+        return cls({kind: TraceResult._from_json(v) for kind, v in d.items()})
+
+    def figure(self):
+        """The kinds side by side, one heatmap each, as the tracing page lays them out."""
+        return trace_panels(self.to_json())
+
+    def to_frame(self):
+        """Every kind's rows (TraceResult.to_frame) in one long table."""
+        return frame([row for r in self.results.values() for row in r.to_frame().to_dict("records")])

@@ -28,9 +28,9 @@ from ..model.weights import fingerprint
 from .attribution import attribution
 from .engine import Work, fast_trace, fast_traces
 from .reference import reference_trace
-from .result import TraceResult
+from .result import TraceResult, Traces
 from .setup import TraceSetup
-from .severing import sever
+from .severing import Severing, sever
 from .spec import TraceSpec, check_kind, check_kinds
 
 ENGINE_VERSION = 2  # part of every cache key: bump when the engine's numbers may change
@@ -89,7 +89,7 @@ class Tracer:
         if kind not in self._results:
             value = self._get(kind)
             if value is not None:
-                result = TraceResult.from_dict(value)
+                result = TraceResult.from_json(value)
                 result.meta["cached"] = True
                 self._results[kind] = result
         return self._results.get(kind)
@@ -114,12 +114,12 @@ class Tracer:
         if work is not None:
             result.meta["work"] = work.to_dict()
         if engine == "fast":
-            self._put(kind, result.to_dict())
+            self._put(kind, result.to_json())
             self._results[kind] = result
         return result
 
     def results(self, kinds=None, progress=None, engine: str = "fast",
-                together: bool = False) -> dict[str, TraceResult]:
+                together: bool = False) -> Traces:
         """Several kinds (default: the spec's); `progress(fraction, message)` over all of them. together=True
         computes the missing kinds
         in one schedule (engine.fast_traces: larger batches, one pass over the unembedding): faster, but no panel
@@ -135,16 +135,16 @@ class Tracer:
             for kind in missing:
                 result = self._make(kind, scores[kind].tolist(), seconds / len(missing), engine)
                 result.meta.update(work=work.to_dict(), together=missing)
-                self._put(kind, result.to_dict())
+                self._put(kind, result.to_json())
                 self._results[kind] = result
         out = {}
         for i, kind in enumerate(kinds):
             step = ((lambda f, msg, i=i, kind=kind: progress((i + f) / len(kinds), f"tracing {kind}")) if progress
                     else None)
             out[kind] = self.result(kind, step, engine)
-        return out
+        return Traces(out)
 
-    def preview(self, kinds=None) -> dict[str, TraceResult]:
+    def preview(self, kinds=None) -> Traces:
         """Attribution-patching estimates of the heatmaps (attribution.py; default: the spec's kinds), labelled
         meta["estimate"] = True."""
         kinds = check_kinds(self.spec.kinds if kinds is None else kinds)
@@ -153,25 +153,26 @@ class Tracer:
             t0 = time.perf_counter()
             est = attribution(self.lm, self._build(gradients=True), TRACE_KINDS, self.spec.window)
             seconds = time.perf_counter() - t0
-            value = {k: self._make(k, est[k].tolist(), seconds, "attribution").to_dict() for k in TRACE_KINDS}
+            value = {k: self._make(k, est[k].tolist(), seconds, "attribution").to_json() for k in TRACE_KINDS}
             for v in value.values():
                 v["meta"]["estimate"] = True
             self._put("preview", value)
-        return {k: TraceResult.from_dict(value[k]) for k in kinds}
+        return Traces({k: TraceResult.from_json(value[k]) for k in kinds})
 
-    def severing(self, token: int | None = None, progress=None) -> dict:
+    def severing(self, token: int | None = None, progress=None) -> Severing:
         """Per layer, the hidden state at `token` (default: the last subject token) restored with nothing, the
         MLPs, or the attention frozen at their corrupted values in all later layers at that token (ROME Fig. 4).
         The "none" curve is the hidden panel's row, taken from its result when it is known.
         `progress(fraction, message)`."""
         what = "severing" if token is None else f"severing-{token}"
         value = self._get(what)
-        if value is None:
-            hidden = self.cached("hidden") or self._results.get("hidden")
-            value = sever(self.lm, self.setup, token, hidden.scores if hidden is not None else None,
-                          self._check(progress))
-            self._put(what, value)
-        return value
+        if value is not None:
+            return Severing.from_json(value)
+        hidden = self.cached("hidden") or self._results.get("hidden")
+        result = sever(self.lm, self.setup, token, hidden.scores if hidden is not None else None,
+                       self._check(progress))
+        self._put(what, result.to_json())
+        return result
 
     def _make(self, kind: str, scores: list, seconds: float, engine: str) -> TraceResult:
         s = self.setup
@@ -184,14 +185,12 @@ class Tracer:
         )
 
 
-def exact_panels(lm, spec: TraceSpec, kinds=None, cache: bool = True, progress=None) -> dict:
+def exact_panels(lm, spec: TraceSpec, kinds=None, cache: bool = True, progress=None) -> tuple[Traces, Severing]:
     """The tracing page's trace as one work item (editkit/runtime/cluster.py, e.g. on a Ray worker): each kind's exact
-    result, computed panel by panel as the page computes them in process, then the severing chart, as dicts:
-    {"exact": {kind: TraceResult.to_dict()}, "sever": {...}}."""
+    result, computed panel by panel as the page computes them in process, then the severing chart."""
     tracer = Tracer(lm, spec, cache=cache)
     kinds = check_kinds(spec.kinds if kinds is None else kinds)
     n = len(kinds) + 1
-    exact = {kind: tracer.result(kind, part(progress, i / n, (i + 1) / n, f"exact {kind} panel: ")).to_dict()
+    exact = {kind: tracer.result(kind, part(progress, i / n, (i + 1) / n, f"exact {kind} panel: "))
              for i, kind in enumerate(kinds)}
-    sever = tracer.severing(progress=part(progress, len(kinds) / n, 1.0, "severing: "))
-    return {"exact": exact, "sever": sever}
+    return Traces(exact), tracer.severing(progress=part(progress, len(kinds) / n, 1.0, "severing: "))
