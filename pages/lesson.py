@@ -821,7 +821,10 @@ def is_teacher() -> bool:
     secret = conf.teacher_passphrase
     if secret:
         typed = st.sidebar.text_input("Teacher passphrase", type="password", key="lesson_teacher_pass")
-        return bool(typed) and hmac.compare_digest(typed.encode(), secret.encode())
+        if typed and not hmac.compare_digest(typed.encode(), secret.encode()):
+            st.sidebar.warning(f"That is not the teacher passphrase ({conf.cite('teacher.passphrase')}).")
+            return False
+        return bool(typed)
     if st.query_params.get("teacher") != "1":
         return False
     who = ui.visitor()

@@ -79,6 +79,17 @@ def open_page(page: str = "home", remote: bool = True, query: dict | None = None
     return at
 
 
+def open_after_home(page: str, remote: bool = True, query: dict | None = None) -> tuple[AppTest, tuple]:
+    """A session that predicted on the home page first (its earlier result), then opened `page`."""
+    at = open_page(remote=remote)
+    before = shown(at)
+    for k, v in (query or {}).items():
+        at.query_params[k] = v
+    at.switch_page(f"pages/{page}.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at, before
+
+
 def texts(at: AppTest) -> str:
     """Every error, warning and caption on the page and in the sidebar, as one text."""
     parts = [e.value for e in at.error] + [w.value for w in at.warning] + [c.value for c in at.caption]
@@ -104,22 +115,27 @@ def bystander(config):
     data = patch_bytes({name: torch.full(shape, 0.05)}, {"model": MODEL})
     at.file_uploader(key="edits_upload").set_value(("mine.safetensors", data, "application/octet-stream")).run()
     assert len(at.session_state["_editkit_edits"][MODEL]) == 1
-    before = at.session_state["home_result"]["preds"]
+    before = shown(at)[0]
     yield at
     at.run()  # the bystander's page after the hostile case: the same edit, the same prediction
     assert not at.exception and not at.error, [e.value for e in at.error]
     assert len(at.session_state["_editkit_edits"][MODEL]) == 1
-    assert at.session_state["home_result"]["preds"] == before
+    assert shown(at)[0] == before
 
 
-def kept_result(at: AppTest, before: dict) -> None:
-    assert at.session_state["home_result"] == before, "the hostile session's earlier result is kept"
+def shown(at: AppTest) -> tuple:
+    """The home page's prediction and logit lens in this session, as JSON (the typed results the page keeps)."""
+    return tuple(r.to_json() for r in at.session_state["home_result"])
+
+
+def kept_result(at: AppTest, before: tuple) -> None:
+    assert shown(at) == before, "the hostile session's earlier result is kept"
 
 
 # --- models -------------------------------------------------------------------------------------------------------
 def test_a_remote_visitor_picks_only_the_allowed_models(config, bystander):
     at = open_page()
-    before = at.session_state["home_result"]
+    before = shown(at)
     options = at.selectbox(key="model_choice").options
     assert options == [MODEL], options  # no other box, no tiny models beyond the allowed one, no Gemma
     assert 'models.free = "local", the default' in texts(at)
@@ -173,7 +189,7 @@ def test_paths_outside_the_open_folders_are_refused(config, bystander, folders, 
     root, outside = folders
     config.write(f'free = "anyone"\nfolders = ["{root}"]\n')
     at = open_page()
-    before = at.session_state["home_result"]
+    before = shown(at)
     at.selectbox(key="model_choice").set_value(OTHER).run()
     at.text_input(key="model_other").set_value(path(root, outside)).run()
     refused(at, expect, "setting models.")
@@ -213,21 +229,24 @@ def teacher_shown(at: AppTest) -> bool:
     return any(h.value == "Teacher" for h in at.header)
 
 
-def test_teacher_mode_from_another_machine_needs_a_passphrase(lesson_env):
-    at = open_page("lesson", query={"teacher": "1"})
+def test_teacher_mode_from_another_machine_needs_a_passphrase(lesson_env, bystander):
+    at, before = open_after_home("lesson", query={"teacher": "1"})
     assert not teacher_shown(at)
     refused(at, "needs a passphrase", "teacher.passphrase = (not set), the default")
+    kept_result(at, before)
     local = open_page("lesson", remote=False, query={"teacher": "1"})
     assert teacher_shown(local)  # a browser on the server's own machine: the laptop case
 
 
-def test_a_passphrase_in_the_settings_file_guards_teacher_mode(lesson_env, config):
+def test_a_passphrase_in_the_settings_file_guards_teacher_mode(lesson_env, config, bystander):
     config.write('[teacher]\npassphrase = "owl"\n')
     for remote in (True, False):
-        at = open_page("lesson", remote=remote, query={"teacher": "1"})
+        at, before = open_after_home("lesson", remote=remote, query={"teacher": "1"})
         assert not teacher_shown(at)
         at.text_input(key="lesson_teacher_pass").set_value("cat").run()
         assert not teacher_shown(at)
+        refused(at, "That is not the teacher passphrase", "teacher.passphrase = (set), from")
+        kept_result(at, before)
         at.text_input(key="lesson_teacher_pass").set_value("owl").run()
         assert teacher_shown(at)
 
@@ -256,7 +275,7 @@ def test_crafted_patches_are_refused(config, bystander, case, data, expect):
     if case == "over the cap":
         config.write("[uploads]\npatch_mb = 0.01\n")
     at = open_page()
-    before = at.session_state["home_result"]
+    before = shown(at)
     at.file_uploader(key="edits_upload").set_value((f"{case}.safetensors", data(), "application/octet-stream"))
     at.run()
     refused(at, expect)
@@ -268,12 +287,13 @@ def test_crafted_patches_are_refused(config, bystander, case, data, expect):
 
 def test_records_over_the_cap_are_refused(config, bystander):
     config.write("[uploads]\nrecords_mb = 0.001\n")
-    at = open_page("edit_compare")
+    at, before = open_after_home("edit_compare")
     at.radio(key="ec_source").set_value("Upload my records").run()
     records = [{"prompt": "{} is in", "subject": "Paris", "target_new": {"str": "Rome"}}] * 40
     at.file_uploader(key="ec_upload").set_value(("many.json", json.dumps(records).encode(), "application/json"))
     at.run()
     refused(at, "over this server's cap for records uploads", "uploads.records_mb = 0.001")
+    kept_result(at, before)
 
 
 # --- jobs: quotas and memory --------------------------------------------------------------------------------------
@@ -315,12 +335,19 @@ def _trace(at: AppTest) -> AppTest:
     return [b for b in at.button if b.label == "Trace"][0].click().run()
 
 
+def still_held(n: int) -> None:
+    """The earlier jobs are still in the queue, running: a refusal cancels nothing."""
+    assert [j["name"] for j in jobs.QUEUE.snapshot()["running"]] == ["held"] * n, jobs.QUEUE.snapshot()
+
+
 def test_a_session_gets_its_own_quota_of_jobs(config, held, monkeypatch):
     monkeypatch.setenv("EDITKIT_LIMITS", '{"jobs": 4}')
-    at = open_page("causal_tracing")
+    at, before = open_after_home("causal_tracing")
     held.hold(at.session_state["_editkit_session"])  # this session's earlier job is still in the queue
     _trace(at)
     refused(at, "this session already has 1 long job(s)", "limits.session_jobs = 1, the default")
+    still_held(1)
+    kept_result(at, before)
     other = open_page("causal_tracing", remote=False)  # another session is not held back
     _trace(other)
     assert not other.exception and not other.error and other.session_state["trace_state"]["exact"]
@@ -330,21 +357,25 @@ def test_one_address_gets_its_quota_across_its_sessions(config, held, monkeypatc
     monkeypatch.setenv("EDITKIT_LIMITS", '{"jobs": 5, "visitor_jobs": 2}')
     for owner in ("tab1", "tab2"):  # two other tabs of the same visitor hold a job each
         held.hold(owner, REMOTE.address)
-    at = open_page("causal_tracing")
+    at, before = open_after_home("causal_tracing")
     _trace(at)
     refused(at, "your address already has 2 long jobs", "limits.visitor_jobs = 2, from EDITKIT_LIMITS")
+    still_held(2)
+    kept_result(at, before)
     local = open_page("causal_tracing", remote=False)
     _trace(local)
     assert not local.error and local.session_state["trace_state"]["exact"]
 
 
-def test_a_job_larger_than_the_memory_budget_is_refused_with_the_numbers(config, monkeypatch):
+def test_a_job_larger_than_the_memory_budget_is_refused_with_the_numbers(config, bystander, monkeypatch):
     monkeypatch.setenv("EDITKIT_MEMORY_BUDGET", "0.1 MB")
-    at = open_page("causal_tracing")
+    at, before = open_after_home("causal_tracing")
     _trace(at)
     refused(at, "of working memory, more than this server's budget for jobs, 0.1 MB",
             'memory.budget = "0.1 MB", from EDITKIT_MEMORY_BUDGET')
     assert not at.session_state["trace_state"]["exact"]
+    assert jobs.QUEUE.snapshot()["running"] == [], "refused before it started"
+    kept_result(at, before)
 
 
 # --- query parameters ---------------------------------------------------------------------------------------------
@@ -354,10 +385,13 @@ QUERIES = [{**JUNK, "teacher": "1\x00"}, {"teacher": ["1", "0"]}, {"teacher": "2
 
 
 @pytest.mark.parametrize("page", PAGES)
-def test_malformed_query_parameters_change_nothing(lesson_env, page):
-    """Junk, repeated, huge and NUL-holding parameters: the page draws as without them, no teacher view."""
+def test_malformed_query_parameters_change_nothing(lesson_env, bystander, page):
+    """Junk, repeated, huge and NUL-holding parameters: the page draws as without them, no teacher view, the
+    session's earlier prediction kept."""
     for query in QUERIES:
-        at = open_page(page, query=query)
+        at, before = open_after_home(page, query=query) if page != "home" else (open_page(query=query), None)
         assert not at.exception and not at.error, (query, [e.value for e in at.error])
         assert not teacher_shown(at)
         assert page == "lesson" or at.session_state["model_choice"] == MODEL
+        if before is not None:
+            kept_result(at, before)
