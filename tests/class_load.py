@@ -18,7 +18,7 @@ Memory: the server's resident set after the model loaded (the weights, torch and
 during the class, against that base plus the jobs' memory budget the Server box reports (set it with
 EDITKIT_MEMORY_BUDGET, --budget).
 
-    python tests/class_load.py --students 30 --own 8 --think 3     # the full form (prints a JSON report)
+    python tests/class_load.py --students 30 --own 8 --think 5 --budget "4 GB"   # the full form (a JSON report)
     python -m pytest -q tests/test_class_load.py --full            # the small form (CI)
 """
 from __future__ import annotations
@@ -226,7 +226,7 @@ def summary(report: dict) -> dict:
 
 
 def run(students: int = 30, own: int = 8, think: float = 3.0, rounds: int = 2, budget: str | None = None,
-        jobs: int | None = None, timeout: float = 900) -> dict:
+        jobs: int | None = None, timeout: float = 1800) -> dict:
     import os
 
     report = {"students": students, "own": own, "think_s": think, "rounds": rounds, "errors": [], "leaks": [],
@@ -265,7 +265,8 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=2, help="rounds of the expert pages per student")
     ap.add_argument("--budget", default=None, help="the jobs' memory budget (EDITKIT_MEMORY_BUDGET), e.g. '2 GB'")
     ap.add_argument("--jobs", type=int, default=None, help="long jobs computing at once (limits.jobs)")
-    ap.add_argument("--timeout", type=float, default=900, help="seconds any one page run may take")
+    ap.add_argument("--timeout", type=float, default=1800,
+                    help="seconds any one page run may take (a queued job's run waits for its turn)")
     args = ap.parse_args(argv)
     out = run(args.students, args.own, args.think, args.rounds, args.budget, args.jobs, args.timeout)
     print(json.dumps(out, indent=1))
