@@ -10,7 +10,10 @@ A trace with n noise samples over a prompt of T tokens on a model of L layers ke
   p(answer) over the vocabulary for up to 4,096 of them at a time, in blocks of VOCAB_BLOCK tokens (the logits,
   their exponentials and the running sums: three copies);
 - the setup: the clean and corrupted states of every kind at every layer (n + 1 rows).
-The phases run one after another, so the estimate is the larger phase plus the setup, times footprint.MARGIN.
+The phases run one after another, but the resident peak runs near their sum, not the larger one: the allocator keeps
+what the preview freed, and the panels' blocks of other sizes do not reuse it (benchmarks/job_memory.py, Gemma, 10
+samples: 408-413 MB in two of three runs against 195 MB for the larger phase). So the estimate is the setup plus both
+phases, times footprint.MARGIN.
 Tokens are counted with the model's tokenizer (a prompt too long for the limits is refused by the trace itself).
 """
 from __future__ import annotations
@@ -42,7 +45,7 @@ def trace_memory(lm, prompt: str, samples: int, kinds=TRACE_KINDS, preview: bool
     rows = n * L * T  # every restoration's final residual, each projected to the vocabulary
     vocab = min(rows, ANSWER_ROWS) * min(lm.adapter.vocab_size, VOCAB_BLOCK) * 4 * 3
     exact = step_bytes(lm, min(MAX_POSITION_ROWS, rows)) + vocab + rows * d * 4
-    return with_margin(setup + max(grad, exact))
+    return with_margin(setup + grad + exact)
 
 
 FACT_TOKENS = 24  # tokens of a known fact's prompt, an upper bound (the average indirect effect's facts)
