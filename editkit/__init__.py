@@ -17,7 +17,7 @@ import importlib
 # The API's functions (no name may be a submodule's: `import editkit.lens` sets editkit.lens to the module) and
 # the result and settings types, by the module that defines them
 _API = ("load", "models", "methods", "applied", "predict", "logit_lens", "trace", "severing", "aie", "shipped_aie",
-        "edit", "compare", "bleed", "evaluate", "sweep", "layer_sweep", "lifelong", "ffn_memories",
+        "edit", "compare", "bleed", "ripple", "ripple_evaluation", "evaluate", "sweep", "layer_sweep", "lifelong", "ffn_memories",
         "similarity_curves")
 _TYPES = {
     "TraceSpec": "editkit.tracing.spec", "TraceResult": "editkit.tracing.result",
@@ -26,7 +26,8 @@ _TYPES = {
     "Predictions": "editkit.lens", "LogitLens": "editkit.lens",
     "EditRequest": "editkit.editing.requests", "EditResult": "editkit.editing.result",
     "EditReport": "editkit.evaluation.report", "Comparison": "editkit.evaluation.compare",
-    "BleedMap": "editkit.evaluation.bleed", "Evaluation": "editkit.evaluation.evaluate",
+    "BleedMap": "editkit.evaluation.bleed", "RippleResult": "editkit.evaluation.ripple",
+    "RippleEvaluation": "editkit.evaluation.ripple_eval", "Evaluation": "editkit.evaluation.evaluate",
     "Sweep": "editkit.evaluation.sweep", "LayerSweep": "editkit.evaluation.layer_sweep",
     "Lifelong": "editkit.evaluation.lifelong", "LifelongRun": "editkit.evaluation.sequential",
     "EvalSpec": "editkit.evaluation.measure",

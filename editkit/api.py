@@ -36,6 +36,9 @@ from .evaluation.layer_sweep import LayerSweep
 from .evaluation.layer_sweep import layer_sweep as _layer_sweep
 from .evaluation.lifelong import Lifelong
 from .evaluation.measure import EvalSpec
+from .evaluation.ripple import RippleResult
+from .evaluation.ripple import ripple as _ripple
+from .evaluation.ripple_eval import RippleEvaluation, RippleSpec, evaluate_ripple
 from .evaluation.report import EditReport, edit_report
 from .evaluation.sequential import SequentialSpec, sequential_methods
 from .evaluation.sweep import SWEEP, Sweep
@@ -182,6 +185,31 @@ def bleed(lm, method: str, request, hparams: dict | None = None, n_facts: int = 
     `n_facts` known facts of the same relation, `extra` prompts), the measured rise of P(target_new) and the
     update's predicted share s at the token where it is largest (ROME: s(k) = (C^-1 k*)^T k / (C^-1 k*)^T k*)."""
     return bleed_map(lm, method, request, hparams, relation, n_facts, extra, progress)
+
+
+def ripple(lm, request, methods=("rome", "memit"), relation: str | None = None, hparams: dict | None = None,
+           reference: bool = True, progress=None) -> RippleResult:
+    """What one edit should move beside what it must not (RippleEdits' criteria): the implied facts derived from
+    the model's own answers (logical generalization, aliasing: should move; relation specificity, preservation:
+    should stay), P(expected) before and after each method, and after the in-context reference (`reference`: the
+    new fact written before every prompt, no weight change). `relation` is the Wikidata relation (P131, P17, ...)
+    when the request does not carry it and its template is not a known one."""
+    from .evaluation.datasets import as_record
+
+    record = as_record(request)
+    names = [methods] if isinstance(methods, str) else list(methods)
+    return _ripple(lm, record.request, names, relation or record.relation, hparams, reference=reference,
+                   progress=progress)
+
+
+def ripple_evaluation(lm, methods, n: int = 100, set_name: str = "counterfact", hparams: dict | None = None,
+                      out_dir=None, progress=None, backend: Backend | None = None) -> RippleEvaluation:
+    """Ripple effects over `n` CounterFact edits the model knows (each edited alone; subjects of counterfact-val
+    left out unless `set_name="counterfact-val"`, where settings are chosen): per method and criterion the share
+    of implied facts that moved / stayed as they should, with 95% intervals and the paired difference to MEMIT.
+    Results files resume an interrupted run; `backend` spreads the edits over Ray with the same numbers."""
+    names = [methods] if isinstance(methods, str) else list(methods)
+    return evaluate_ripple(lm, names, RippleSpec(set_name=set_name, n=n), hparams, out_dir, backend, progress)
 
 
 def evaluate(lm, methods, spec: EvalSpec = EvalSpec(), hparams: dict | None = None, out_dir=None,

@@ -9,6 +9,7 @@ from editkit.model.tokens import guess_subject
 from editkit.runtime.cluster import Item, backend_from_env
 from editkit.tracing import Tracer, TraceResult, Traces, TraceSpec, parse_noise
 from editkit.tracing.aie import average_indirect_effect, shipped_runs
+from editkit.tracing.bench import fast_note
 from editkit.tracing.memory import aie_memory, trace_memory
 from editkit.tracing.tracer import exact_panels
 from pages import ui
@@ -62,6 +63,8 @@ with st.form("trace_form"):
     uniform = c6.checkbox("Uniform noise", key="trace_uniform")
     replace = c7.checkbox("Replace instead of add", key="trace_replace")
     recompute = c8.checkbox("Recompute (ignore the cache)", key="trace_no_cache")
+    fast = st.checkbox("Fast mode: bf16 matmuls in the restored runs (faster; an approximation)",
+                       key="trace_fast", help=fast_note(lm.name))
     submitted = st.form_submit_button("Trace", type="primary")
 
 
@@ -87,8 +90,9 @@ class Panels:
         else:
             t, l, p = r.peak()
             source = "from the cache" if r.cached else f"{r.seconds:.1f} s"
+            how = f"{fast_note(r.meta.get('model', ''))} " if r.approximation else "exact, "
             caption.caption(f"Peak: {r.tokens[t]!r} at layer {l}, p = {p:.3f} "
-                            f"(IE {p - r.low_score:+.3f}); exact, {source}.")
+                            f"(IE {p - r.low_score:+.3f}); {how}{source}.")
 
     def bar(self, kind: str):
         return self.slots[kind][2].progress(0.0, text=f"exact {kind} panel: waiting")
@@ -143,7 +147,8 @@ def form_spec() -> TraceSpec:
     """The trace form's inputs as a TraceSpec (an EditkitError for a bad noise text)."""
     subj = subject.strip() or guess_subject(prompt)
     return TraceSpec(prompt, subj, target.strip() or None, int(samples),
-                     parse_noise(noise, uniform=uniform, replace=replace), int(window), int(seed))
+                     parse_noise(noise, uniform=uniform, replace=replace), int(window), int(seed),
+                     precision="bfloat16" if fast else "float32")
 
 
 if submitted:
@@ -192,6 +197,8 @@ if sev:
         "the green curve means the later MLPs at that token do the decisive work (ROME, Fig. 4)."
     )
     st.plotly_chart(sev.figure(), width="stretch", key="trace_sever_fig")
+    if sev.precision != "float32":
+        st.caption(fast_note(lm.name))
 
 st.subheader("Average indirect effect over known facts")
 st.markdown(

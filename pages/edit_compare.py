@@ -449,7 +449,6 @@ def ripple_section(lm, records, overrides) -> None:
     """What the first request should move beside what it must not: implied facts before and after each method."""
     from editkit.data.implications import CRITERIA, relation_of, table
     from editkit.evaluation.ripple import ripple_view
-    from editkit.figures.ripple import ripple_figure
 
     st.subheader("What should the edit move? Ripple effects")
     st.markdown(
@@ -489,19 +488,19 @@ def ripple_section(lm, records, overrides) -> None:
     out = st.session_state.get("ec_ripple")
     if not out:
         return
-    fig = ripple_figure(out)
+    fig = out.figure()
     if fig is None:
-        st.info(out["message"])
+        st.info(out.message)
     else:
         st.plotly_chart(fig, width="stretch", key="ec_ripple_fig")
-        st.markdown(f"**{out['conclusion']}**")
+        st.markdown(f"**{out.conclusion}**")
         st.caption("Criteria: " + "; ".join(f"{k} = {v}" for k, v in CRITERIA.items()) + ". Efficacy and "
                    "neighbourhood specificity of each method: " + "; ".join(
-                       f"{m['label']} {_rate(m['efficacy'])} / {_rate(m['specificity'])}"
-                       for m in out["methods"].values()))
-    if out["dropped"]:
-        with st.expander(f"{len(out['dropped'])} candidate fact(s) dropped, each with its reason"):
-            st.dataframe(pd.DataFrame(out["dropped"]), hide_index=True, width="stretch")
+                       f"{m.label} {_rate(m.efficacy)} / {_rate(m.specificity)}" for m in out.methods))
+    dropped = out.derivation.dropped
+    if dropped:
+        with st.expander(f"{len(dropped)} candidate fact(s) dropped, each with its reason"):
+            st.dataframe(pd.DataFrame([d.to_dict() for d in dropped]), hide_index=True, width="stretch")
 
 
 def _rate(pair) -> str:

@@ -556,6 +556,8 @@ def step_retrace(pack, fid, fact):
         pick = picked_cell(done)
         chart(st, lambda: figs.trace_with_marks(trace, pick, grading.sites(trace)["early"]),
               "lesson_fig_retrace", trace, pick)
+        if trace.get("meta", {}).get("approximation"):
+            st.caption(compute.fast_note(pack.model))
         others = [(m, pack.part(fid, packs.retrace_name(t, m)), pack.part(fid, packs.edit_name(t, m)))
                   for m in pack.manifest.get("method_names", []) if m != "rome"]
         others = [o for o in others if o[1] and o[2]]
@@ -896,10 +898,12 @@ def add_fact_form(pack) -> None:
             read_facts([record])  # a bad record is refused before anything loads
             lm = ui.get_lm(pack.model, served=True)
             folder = packs.writable_folder()
+            new = compute.Settings.for_new_facts(pack.manifest.get("settings"))
             out = ui.run_job("adding a fact to the lesson", lambda progress: build(
                 [record], folder, lm=lm, progress=progress, methods=pack.manifest.get("method_names"),
-                settings=settings(pack)), samples=settings(pack).samples,
-                memory=compute.build_memory(lm, settings(pack), pack.manifest.get("method_names")))
+                settings=new), samples=new.samples,
+                memory=compute.build_memory(lm, new, pack.manifest.get("method_names")),
+                niceness=0)  # the teacher waits on it while preparing: normal priority, not starved by other work
             st.session_state["lesson_added"] = (f"Added: {out['facts'][-1]} ({out['computed']} part(s) "
                                                 "computed). Every student now sees it in the fact list.")
             st.rerun()  # the sidebar's fact list shows it

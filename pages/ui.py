@@ -215,17 +215,19 @@ def session_id() -> str:
     return st.session_state.setdefault("_editkit_session", uuid.uuid4().hex[:8])
 
 
-def run_job(name: str, fn, cancel_label: str = "Cancel", on_cancel=None, memory: int = 0, **caps):
+def run_job(name: str, fn, cancel_label: str = "Cancel", on_cancel=None, memory: int = 0,
+            niceness: int = jobs.JOB_NICENESS, **caps):
     """Run a long computation fn(progress) as this session's job and return its result. The values in `caps`
     are checked against the server's limits first (e.g. samples=20); `memory` is the job's working memory in bytes
     (the library's estimate), which the queue admits only within the server's memory budget. The job then waits
     for a turn, showing how many jobs are ahead; a progress bar follows it; the Cancel button stops it at its next
     step (any other click does too, and so does closing the browser: the session's script run is stopped) and
     earlier results stay. `on_cancel` replaces the generic "was cancelled" note (cancelled_note) with the page's
-    own."""
+    own. `niceness`: the CPU priority it computes at (jobs.py; 0 for a job a teacher waits on)."""
     limits().check(**caps)
     who = visitor()
-    job = jobs.Job(name, owner=session_id(), memory=int(memory), address=None if who.local else who.address)
+    job = jobs.Job(name, owner=session_id(), memory=int(memory), address=None if who.local else who.address,
+                   niceness=niceness)
     box = st.empty()
     with box.container():
         left, right = st.columns([6, 1])

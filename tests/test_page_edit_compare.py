@@ -66,10 +66,10 @@ def test_ripple_section_draws_the_implied_facts_or_says_there_are_none():
     at.button(key="ec_ripple_go").click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]
     out = at.session_state["ec_ripple"]
-    assert [f["rule"] for f in out["facts"]] == ["P103>P1412"] and set(out["methods"]) == {"rome", "in-context"}
+    assert [f.rule for f in out.facts] == ["P103>P1412"] and [m.name for m in out.methods] == ["rome", "in-context"]
     assert at.get("plotly_chart") and any("propagat" in m.value or "score the same" in m.value for m in at.markdown)
     at.selectbox(key="ec_ripple_rel").select_index(0)  # "none: derive nothing"
     at.button(key="ec_ripple_go").click().run()
     assert not at.exception
-    assert at.session_state["ec_ripple"]["facts"] == []
+    assert at.session_state["ec_ripple"].facts == []
     assert any("no implied fact the model knows" in i.value for i in at.info)

@@ -125,20 +125,26 @@ def test_in_context_reference_changes_no_weight(tiny_by_name):
 def test_ripple_one_edit_and_conclusion(tiny_by_name):
     lm = tiny_by_name("tiny-gemma3")
     fact = user_fact("The Eiffel Tower is in the country of", "Italy", True)
-    out = ripple(lm, EIFFEL, ["rome"], hparams={"rome": FAST}, extra=[fact]).to_dict()
-    assert set(out["methods"]) == {"rome", IN_CONTEXT}
-    assert out["facts"][-1]["criterion"] == "user"
-    assert all(len(m["outcomes"]) == len(out["facts"]) for m in out["methods"].values())
-    assert out["conclusion"].endswith(".")
+    got = ripple(lm, EIFFEL, ["rome"], hparams={"rome": FAST}, extra=[fact])
+    assert [m.name for m in got.methods] == ["rome", IN_CONTEXT]
+    assert got.facts[-1].criterion == "user"
+    assert all(len(m.outcomes) == len(got.facts) for m in got.methods)
+    assert got.conclusion.endswith(".")
+    back = type(got).from_json(json.loads(json.dumps(got.to_json())))  # the JSON edge loses nothing
+    assert back.to_json() == got.to_json()
+    table = got.to_frame()
+    assert len(table) == 2 * len(got.facts) and set(table["verdict"]) <= {"moved", "stayed", "failed"}
+    assert list(got.figure().data[0].x) == ["before", "ROME", "In-context reference"]
 
 
 def test_no_fact_gives_a_message_not_an_empty_chart(tiny_by_name):
     from editkit.figures.ripple import ripple_figure
 
     lm = tiny_by_name("tiny-gemma3")
-    out = ripple(lm, EditRequest("My favourite {} is", "colour", "blue"), ["rome"]).to_dict()
-    assert out["facts"] == [] and out["methods"] == {}
-    assert "no implied fact the model knows" in out["message"] and ripple_figure(out) is None
+    got = ripple(lm, EditRequest("My favourite {} is", "colour", "blue"), ["rome"])
+    out = got.to_json()
+    assert out["facts"] == [] and out["methods"] == {} and got.figure() is None
+    assert "no implied fact the model knows" in got.message and ripple_figure(out) is None
 
 
 def test_conclusion_within_noise():
@@ -180,14 +186,16 @@ def test_evaluate_ripple_on_a_tiny_model_resumes(tiny_by_name, tmp_path, monkeyp
     lm = tiny_by_name("tiny-gemma3")
     spec = ripple_eval.RippleSpec(n=2)
     out = ripple_eval.evaluate_ripple(lm, ["memit", IN_CONTEXT], spec, {"memit": FAST}, out_dir=tmp_path)
-    assert out["n"] == 2 and out["facts"]["logical"] == 2
-    cell = out["table"]["memit"]["logical"]
+    assert out.n == 2 and out.facts["logical"] == 2
+    cell = out.table["memit"]["logical"]
     assert 0 <= cell["mean"] <= 100 and cell["edits"] == 2
-    assert "diff" in out["table"][IN_CONTEXT]["logical"]  # paired with MEMIT on the same edits
-    lines = {m: sum(1 for _ in open(p)) for m, p in out["files"].items()}
+    assert "diff" in out.table[IN_CONTEXT]["logical"]  # paired with MEMIT on the same edits
+    lines = {m: sum(1 for _ in open(p)) for m, p in out.files.items()}
     again = ripple_eval.evaluate_ripple(lm, ["memit", IN_CONTEXT], spec, {"memit": FAST}, out_dir=tmp_path)
-    assert again["table"] == out["table"]
-    assert {m: sum(1 for _ in open(p)) for m, p in again["files"].items()} == lines  # nothing recomputed
+    assert again.table == out.table
+    assert {m: sum(1 for _ in open(p)) for m, p in again.files.items()} == lines  # nothing recomputed
+    assert type(out).from_json(out.to_json()).to_json() == out.to_json()
+    assert len(out.figure().data) == 2 and set(out.to_frame()["method"]) == {"memit", IN_CONTEXT}
     rc = main(["evaluate", "--ripple", "--model", "tiny-gemma3", "--methods", "memit", "--n", "2", "--out",
                str(tmp_path), "--hparams-json", json.dumps({"memit": FAST})])
     assert rc == 0 and "logical / compositional" in capsys.readouterr().out
@@ -232,7 +240,7 @@ def test_evaluate_ripple_on_ray_equals_in_process(tiny_by_name, tmp_path, monkey
     here = ripple_eval.evaluate_ripple(lm, ["memit", IN_CONTEXT], spec, {"memit": FAST}, out_dir=tmp_path / "a")
     there = ripple_eval.evaluate_ripple(lm, ["memit", IN_CONTEXT], spec, {"memit": FAST}, out_dir=tmp_path / "b",
                                         backend=ray_local, batch=1)
-    assert there["table"] == here["table"]
+    assert there.table == here.table
 
 
 @pytest.mark.quick  # one derivation: about twenty greedy clozes
@@ -251,5 +259,5 @@ def test_the_embedded_model_gives_the_eiffel_towers_new_country(gemma):
 @pytest.mark.full
 def test_evaluate_ripple_on_the_embedded_model(gemma, tmp_path):
     out = ripple_eval.evaluate_ripple(gemma, ["memit", IN_CONTEXT], ripple_eval.RippleSpec(n=1), out_dir=tmp_path)
-    assert out["n"] == 1 and out["facts"]["logical"] >= 1
-    assert set(out["table"]) == {"memit", IN_CONTEXT} and "logical" in out["table"]["memit"]
+    assert out.n == 1 and out.facts["logical"] >= 1
+    assert set(out.table) == {"memit", IN_CONTEXT} and "logical" in out.table["memit"]

@@ -36,6 +36,41 @@ def test_fast_logits_equal_full_model(tiny, sites):
     assert (zero[0] - fast[0]).abs().max() > 1e-3
 
 
+@pytest.mark.parametrize("sites", [("resid_post",), ("mlp_out",)])
+def test_rows_at_several_layers_equal_full_model(tiny, sites):
+    """Requests at different layers in one batch (a layer sweep): each layer's rows join at their block, and the
+    logits and the captured site outputs equal the whole model's with each delta at its own layer."""
+    hp = load_hparams("memit", tiny)
+    L = tiny.adapter.n_layers
+    requests = _requests(2) * 2
+    layers = [L - 1, 0, 1, 0]
+    rows = _Rows(tiny, requests, layers, sites, hp)
+    g = torch.Generator().manual_seed(1)
+    deltas = {s: torch.randn(4, tiny.adapter.d_model, generator=g) for s in sites}
+    init_fast, init_ref = {}, {}
+    with torch.no_grad():
+        fast = rows.logits(deltas, init=init_fast)
+        ref = rows.logits(deltas, init=init_ref, reference=True)
+    for a, b in zip(fast, ref):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+    for s in sites:
+        torch.testing.assert_close(init_fast[s], init_ref[s], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-gemma3", "tiny-gpt2"])
+def test_a_layer_sweep_in_one_batch_equals_layer_by_layer(tiny_by_name, name):
+    lm = tiny_by_name(name)
+    hp = load_hparams("rome", lm, {"v_num_grad_steps": 5})
+    request = _requests(1)[0]
+    layers = list(range(lm.adapter.n_layers))
+    batch = optimize_targets_batch(lm, [request] * len(layers), layers, ("mlp_out",), hp)
+    for l, b in zip(layers, batch):
+        alone = optimize_targets(lm, request, l, ("mlp_out",), hp)
+        assert len(alone["losses"]) == len(b["losses"])
+        torch.testing.assert_close(alone["mlp_out"]["init"], b["mlp_out"]["init"], rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(alone["mlp_out"]["delta"], b["mlp_out"]["delta"], rtol=1e-3, atol=1e-4)
+
+
 def test_fast_gradients_equal_full_model(tiny_by_name):
     lm = tiny_by_name("tiny-gemma3")
     rows = _Rows(lm, _requests(2), 2, ("mlp_out",), load_hparams("rome", lm))

@@ -328,3 +328,96 @@ def test_on_the_page():
     at.button(key="ec_run").click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]
     assert list(at.session_state["ec_out"].methods) == ["ultraedit"]
+
+
+# --- acceptance: the port against an independent re-derivation from the paper's equations -----------------------
+FFN_OUT = {"tiny-llama": "model.layers.{}.mlp.down_proj", "tiny-gemma3": "model.layers.{}.mlp.down_proj",
+           "tiny-gpt2": "transformer.h.{}.mlp.c_proj"}  # the FFN output projection, by its Hugging Face name
+
+
+def _paper_round(model, tok, requests, names: list[str]) -> dict:
+    """Keys k and value gradients g = dL/dy of each named FFN output projection at every target token, with
+    L = the mean cross-entropy over all target tokens of the round; one request per forward pass, no padding, the
+    module's own hooks (not editkit's runner): name -> (K (n, d_in), G (n, d_out)), float64."""
+    mods = dict(model.named_modules())
+    rows = [(tok(r.rewrite)["input_ids"], tok(r.target_new, add_special_tokens=False)["input_ids"]) for r in requests]
+    total = sum(len(t) for _, t in rows)
+    K, G = {n: [] for n in names}, {n: [] for n in names}
+    for n in names:
+        mods[n].weight.requires_grad_(True)  # a graph through the edited maps, as the reference code makes one
+    try:
+        for p_ids, t_ids in rows:
+            at = list(range(len(p_ids) - 1, len(p_ids) - 1 + len(t_ids)))  # the positions predicting the target
+            seen, hooks = {}, []
+            for n in names:
+                def grab(mod, inp, out, n=n, at=at, seen=seen):
+                    seen[n] = [inp[0][0, at].detach().double()]
+                    out.register_hook(lambda g, n=n, at=at, seen=seen: seen[n].append(g[0, at].double()))
+                hooks.append(mods[n].register_forward_hook(grab))
+            logits = model(input_ids=torch.tensor([p_ids + t_ids[:-1]])).logits[0, at]
+            loss = torch.nn.functional.cross_entropy(logits.double(), torch.tensor(t_ids), reduction="sum") / total
+            loss.backward()
+            for h in hooks:
+                h.remove()
+            for n in names:
+                K[n].append(seen[n][0])
+                G[n].append(seen[n][1])
+    finally:
+        for n in names:
+            mods[n].weight.requires_grad_(False)
+            mods[n].weight.grad = None
+    return {n: (torch.cat(K[n]), torch.cat(G[n])) for n in names}
+
+
+def _paper_update(rounds: list[dict], names: list[str], lr: float, ridge: float) -> dict:
+    """The last round's Delta per map (d_in, d_out): z = [k, g] standardised with the mean and standard deviation
+    of every row of every round so far and of all maps of this shape (lifelong normalisation), v = -lr ||k_hat||^2
+    g_hat, Delta = (K^T K + ridge I)^-1 K^T V over the round's rows."""
+    seen = torch.cat([torch.cat(r[n], 1) for r in rounds for n in names])
+    mean, std = seen.mean(0), seen.std(0)
+    eps = torch.finfo(torch.float32).eps
+    out = {}
+    for n in names:
+        K, G = rounds[-1][n]
+        z_hat = (torch.cat([K, G], 1) - mean) / (std + eps)
+        k_hat, g_hat = z_hat[:, :K.shape[1]], z_hat[:, K.shape[1]:]
+        V = -lr * (k_hat ** 2).sum(1, keepdim=True) * g_hat
+        out[n] = torch.linalg.solve(K.T @ K + ridge * torch.eye(K.shape[1], dtype=K.dtype), K.T @ V)
+    return out
+
+
+@pytest.mark.quick
+@pytest.mark.parametrize("name", sorted(FFN_OUT))
+def test_port_agrees_with_the_papers_update(tiny_by_name, name):
+    """Two rounds of UltraEdit (3 then 4 requests, multi-token targets, the running statistics carried) equal the
+    update re-derived here from the paper's equations with the model's own modules: the same target tokens, the
+    mean loss, the sign and scale of v, every layer's keys read before any layer changes, the second round's keys
+    and gradients at the first round's weights and its statistics over both rounds' rows."""
+    lm = tiny_by_name(name)
+    hp = load_hparams("ultraedit", lm)
+    names = [FFN_OUT[name].format(l) for l in hp.layers]
+    conv1d = lm.adapter.family.conv1d
+    r1, r2 = _requests(3, start=5), _requests(4, start=8)
+    assert any(len(lm.tok(r.target_new, add_special_tokens=False)["input_ids"]) > 1 for r in r1 + r2)
+    first = run_edit(lm, "ultraedit", r1, hp)
+    with applied(lm, first.delta):
+        second = run_edit(lm, "ultraedit", r2, hp, state=first.state)
+    params = dict(lm.model.named_parameters())
+    base = {n: params[n + ".weight"].detach().clone() for n in names}
+    rounds = [_paper_round(lm.model, lm.tok, r1, names)]
+    want1 = _paper_update(rounds, names, hp.lr, hp.ridge)
+    try:
+        with torch.no_grad():  # round 2 on the weights round 1 left, written in place and restored below
+            for n in names:
+                params[n + ".weight"] += (want1[n] if conv1d else want1[n].T).float()
+        rounds.append(_paper_round(lm.model, lm.tok, r2, names))
+    finally:
+        with torch.no_grad():
+            for n in names:
+                params[n + ".weight"].copy_(base[n])
+    want2 = _paper_update(rounds, names, hp.lr, hp.ridge)
+    for got, want in ((first, want1), (second, want2)):
+        for n in names:
+            d = got.delta[n + ".weight"].double()
+            assert _rel(d if conv1d else d.T, want[n]) < 2e-5, (n, _rel(d if conv1d else d.T, want[n]))
+    assert all(torch.equal(params[n + ".weight"], base[n]) for n in names)

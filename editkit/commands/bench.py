@@ -1,4 +1,4 @@
-"""`python -m editkit bench trace|edit|scale [...] [--json]`: benchmarks that time editkit against the reference
+"""`python -m editkit bench trace|edit|fast|scale|report [...] [--json]`: benchmarks that time editkit against the reference
 algorithm in the same run, and an evaluation in process against 1, 2, ... Ray workers. The measurements live in the
 library (tracing/bench.py, editing/bench.py, evaluation/scale.py); this file parses the arguments and prints."""
 import sys
@@ -34,6 +34,28 @@ def register(sub):
         add_model_arg(q)
     t.set_defaults(func=run_trace, show=show)
     e.set_defaults(func=run_edit, show=show)
+    f = inner.add_parser("fast", help="the tracing engine's fast mode (bf16) against the exact panels over known "
+                                      "facts: its largest score difference, shown beside every fast figure")
+    f.add_argument("--facts", type=int, default=20, help="known facts the model predicts (the first N)")
+    f.add_argument("--samples", type=int, default=10)
+    f.add_argument("--save", default=None, help="write the result here (the app reads "
+                                                "assets/results/trace-fast-<model>.json)")
+    f.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
+    add_model_arg(f)
+    f.set_defaults(func=run_fast, show=show_fast)
+    r = inner.add_parser("report", help="the headline measurements in one process (tracing, edits, a lesson fact, "
+                                        "the lesson's steps, first use) as a markdown report with the goals")
+    r.add_argument("--out", default="bench-report.md", help="the markdown report (default: bench-report.md)")
+    r.add_argument("--save-json", default=None, help="also write every measurement as JSON to this file")
+    r.add_argument("--skip", default="", help="sections to skip, comma-separated: tracing, edits, lesson, "
+                                              "lesson-under-load, steps, first-use (first-use and the lessons are "
+                                              "the long ones)")
+    r.add_argument("--reference", default="hidden",
+                   help="panels timed with ROME's algorithm for the speed-up: hidden (default), all or none (each "
+                        "takes over a minute)")
+    r.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
+    add_model_arg(r)
+    r.set_defaults(func=run_report, show=show_report)
     s = inner.add_parser("scale", help="one evaluation in process and on 1, 2, ... Ray workers (local clusters): "
                                        "per-record cost, fixed costs, speed-up")
     s.add_argument("--records", type=int, default=20, help="records evaluated (the first N of --set)")
@@ -74,6 +96,32 @@ def run_trace(args):
                        reference=not args.no_reference, facts=max(0, args.facts), say=_say)
 
 
+def run_fast(args):
+    import json
+
+    import torch
+
+    from ..core.errors import EditkitError
+    from ..tracing.bench import fast_mode_error
+
+    if args.facts < 1 or args.samples < 1:
+        raise EditkitError("--facts and --samples must be at least 1")
+    if args.threads is not None:
+        torch.set_num_threads(max(1, args.threads))
+    out = fast_mode_error(load(args), args.facts, args.samples, say=_say)
+    if args.save:
+        with open(args.save, "w", encoding="utf-8") as fh:
+            json.dump(out, fh, indent=1)
+    return out
+
+
+def show_fast(out: dict) -> None:
+    print(f"fast mode (bf16) on {out['model']}, {out['facts']} known facts, {out['samples']} samples: largest |score "
+          f"difference| from the exact panels {out['max_abs_diff']:.4f} (per panel: "
+          + ", ".join(f"{k} {v:.4f}" for k, v in out["max_abs_diff_per_kind"].items())
+          + f"; mean of the per-fact maxima {out['mean_max_abs_diff']:.4f})")
+
+
 def run_edit(args):
     import torch
 
@@ -85,6 +133,42 @@ def run_edit(args):
     methods = [m.strip() for m in args.methods.split(",")] if args.methods else None
     overrides = load_hparams_file(args.hparams) if args.hparams else None
     return bench_edit(load(args), args.n, not args.no_reference, methods, say=_say, overrides=overrides)
+
+
+SECTIONS = ("tracing", "edits", "lesson", "lesson-under-load", "steps", "first-use")
+
+
+def run_report(args):
+    import json
+
+    import torch
+
+    from ..core.errors import EditkitError
+    from ..evaluation.bench_report import ReportSpec, bench_report, to_markdown
+
+    skip = {x.strip() for x in args.skip.split(",") if x.strip()}
+    if skip - set(SECTIONS):
+        raise EditkitError(f"--skip takes {', '.join(SECTIONS)}, not {', '.join(sorted(skip - set(SECTIONS)))}")
+    kinds = {"hidden": ("hidden",), "all": ("hidden", "mlp", "attn"), "none": ()}.get(args.reference)
+    if kinds is None:
+        raise EditkitError("--reference is hidden, all or none")
+    if args.threads is not None:
+        torch.set_num_threads(max(1, args.threads))
+    spec = ReportSpec(**{s.replace("-", "_"): s not in skip for s in SECTIONS}, reference_kinds=kinds)
+    out = bench_report(load(args), spec, say=_say)
+    text = to_markdown(out)
+    with open(args.out, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    if args.save_json:
+        with open(args.save_json, "w", encoding="utf-8") as fh:
+            json.dump(out, fh, indent=1)
+    out["markdown"], out["written"] = text, args.out
+    return out
+
+
+def show_report(out: dict) -> None:
+    print(out["markdown"])
+    print(f"(written to {out['written']})")
 
 
 def run_scale(args):

@@ -103,7 +103,7 @@ def ripple_run(args, lm, methods, hparams, progress, backend):
     if IN_CONTEXT not in methods:  # the bar every weight edit is read against
         methods = methods + [IN_CONTEXT]
     out = evaluate_ripple(lm, methods, RippleSpec(set_name=args.set_name, n=args.n), hparams, out_dir=args.out,
-                          backend=backend, progress=progress)
+                          backend=backend, progress=progress).to_json()
     out["ripple"] = True
     if args.save:
         with open(args.save, "w", encoding="utf-8") as f:

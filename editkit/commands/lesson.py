@@ -22,6 +22,12 @@ def register(sub):
     b.add_argument("--samples", type=int, default=10, help="noise samples per causal trace (10)")
     b.add_argument("--bleed-facts", type=int, default=12, help="known facts of the same relation in the bleed map")
     b.add_argument("--sweep-layers", default="all", help="layers of the layer sweep: 'all', '2,4,6' or '0-17'")
+    b.add_argument("--exact-retraces", action="store_true",
+                   help="re-trace the edited models with the exact engine (float32) instead of its fast mode "
+                        "(bf16, an approximation shown with its measured bound): as packs built before it")
+    b.add_argument("--keep-statistics", action="store_true",
+                   help="copy the model's statistics into the pack (hundreds of MB on Gemma), so that the pack "
+                        "moved to another machine adds facts without computing them first")
     b.add_argument("--json", action="store_true", help="print the summary as JSON")
     add_ray_arg(b)
     b.set_defaults(func=build, show=show_build)
@@ -67,11 +73,12 @@ def build(args):
     if args.bleed_facts < 0:
         raise EditkitError("--bleed-facts cannot be negative")
     methods = [m.strip() for m in args.methods.split(",") if m.strip()] if args.methods else None
-    settings = compute.Settings(samples=args.samples, bleed_facts=args.bleed_facts, sweep_layers=args.sweep_layers)
+    settings = compute.Settings(samples=args.samples, bleed_facts=args.bleed_facts, sweep_layers=args.sweep_layers,
+                                retrace_precision="float32" if args.exact_retraces else "bfloat16")
     bar = Bar()
     try:
         return build_pack(args.facts, args.out, args.model, methods, settings, progress=bar,
-                          backend=ray_backend(args))
+                          backend=ray_backend(args), keep_statistics=args.keep_statistics)
     finally:
         bar.close()
 
@@ -80,6 +87,10 @@ def show_build(out):
     print(f"pack {out['pack']} on {out['model']}: {len(out['facts'])} fact(s) ({', '.join(out['facts'])}); "
           f"{out['computed']} part(s) computed, {out['skipped']} already there; {out['seconds']:.0f} s; "
           f"{out['bytes'] / 1024:.0f} KiB")
+    for p in out.get("profile", []):
+        print(f"  {p['seconds']:7.1f} s  ({p['cpu_seconds']:7.1f} CPU s)  {p['fact']}: {p['part']}")
+    if out.get("restored"):
+        print(f"restored {len(out['restored'])} statistics file(s) the pack carries into this machine's cache")
     print(f"serve it: EDITKIT_LESSON={out['pack']} streamlit run app.py")
 
 

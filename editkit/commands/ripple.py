@@ -54,7 +54,7 @@ def run(args):
         print(f"[{100 * f:5.1f}%] {msg}", file=sys.stderr, flush=True)
 
     return {"model": lm.name, "edits": [ripple(lm, r, methods, args.relation, extra=extra,
-                                               reference=not args.no_reference, progress=progress).to_dict()
+                                               reference=not args.no_reference, progress=progress).to_json()
                                         for r in requests[:args.n]]}
 
 

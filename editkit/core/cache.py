@@ -19,6 +19,7 @@ import os
 import shutil
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -126,3 +127,27 @@ def _manifest_ok(folder: Path) -> bool:
         return bool(files) and all((folder / n).stat().st_size == size for n, size in files.items())
     except (OSError, ValueError, KeyError, TypeError):
         return False
+
+
+@contextmanager
+def overlay(keep: tuple[str, ...] = ()):
+    """A block run on a fresh, temporary cache that still sees the real cache's entries under `keep` (folders such as
+    "models" or "stats", or "tracing/sigma": linked, not copied), removed afterwards: a benchmark's first use of
+    everything else (editkit bench report). $EDITKIT_CACHE points at it inside the block, in this process."""
+    real = cache_dir()
+    tmp = Path(tempfile.mkdtemp(prefix="editkit-overlay-"))
+    before = os.environ.get("EDITKIT_CACHE")
+    try:
+        for name in keep:
+            source = real / name
+            if source.exists():
+                (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+                (tmp / name).symlink_to(source, target_is_directory=source.is_dir())
+        os.environ["EDITKIT_CACHE"] = str(tmp)
+        yield tmp
+    finally:
+        if before is None:
+            os.environ.pop("EDITKIT_CACHE", None)
+        else:
+            os.environ["EDITKIT_CACHE"] = before
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -99,6 +99,40 @@ def _read(path: Path, device) -> list[dict]:
     return out
 
 
+def _lookup(memo: _Memo, lm, key: str):
+    """The memo's entry for `key` (from memory, or the cache when the memo keeps its entries on disk), or None."""
+    if key not in memo.entries and memo.disk:
+        hit = STORE.get(STORE.path(lm.name, ".safetensors", key=key), lambda p: _read(p, lm.device))
+        if hit is not None:
+            memo.entries[key] = hit
+    return memo.entries.get(key)
+
+
+def _remember(memo: _Memo, lm, key: str, result: list[dict]) -> None:
+    memo.entries[key] = _copy(result)
+    if memo.disk:
+        STORE.put(STORE.path(lm.name, ".safetensors", key=key), result, _write)
+
+
+def missing_alone(lm, requests, layers, sites, hp, adaptive: bool = False) -> list[int]:
+    """Of one-request optimisations (requests[j] at layers[j]), the ones the active memo does not hold yet (all of
+    them outside reuse_targets(): nothing would keep them)."""
+    memo = _ACTIVE.get()
+    if memo is None:
+        return []
+    return [j for j, (r, l) in enumerate(zip(requests, layers))
+            if _lookup(memo, lm, memo_key(lm, [r], l, sites, hp, adaptive)) is None]
+
+
+def remember_alone(lm, requests, layers, sites, hp, adaptive: bool, results: list[dict]) -> None:
+    """Keep each request's result of a batch under the key of its own one-request optimisation (a layer sweep's
+    targets optimized together, targets.optimize_layers), so the edit of each reuses it."""
+    memo = _ACTIVE.get()
+    if memo is not None:
+        for r, l, res in zip(requests, layers, results):
+            _remember(memo, lm, memo_key(lm, [r], l, sites, hp, adaptive), [res])
+
+
 def memoized(optimize):
     """Decorator for targets.optimize_targets_batch: inside `reuse_targets()` an optimisation already done (same
     key) is returned instead of recomputed; outside it, the function runs unchanged."""
@@ -109,23 +143,17 @@ def memoized(optimize):
         if memo is None:
             return optimize(lm, requests, layer, sites, hp, adaptive, progress, reference)
         key = memo_key(lm, requests, layer, sites, hp, adaptive, reference)
-        if key not in memo.entries and memo.disk:
-            hit = STORE.get(STORE.path(lm.name, ".safetensors", key=key), lambda p: _read(p, lm.device))
-            if hit is not None:
-                memo.entries[key] = hit
-        if key in memo.entries:
+        if _lookup(memo, lm, key) is not None:
             memo.hits += 1
             if progress:
                 progress(1.0, "targets: reused from an earlier setting")
             return _copy(memo.entries[key])
         memo.misses += 1
         result = optimize(lm, requests, layer, sites, hp, adaptive, progress, reference)
-        memo.entries[key] = _copy(result)
-        if memo.disk:
-            STORE.put(STORE.path(lm.name, ".safetensors", key=key), result, _write)
+        _remember(memo, lm, key, result)
         return result
 
     return wrapper
 
 
-__all__ = ["reuse_targets", "memoized", "memo_key"]
+__all__ = ["reuse_targets", "memoized", "memo_key", "missing_alone", "remember_alone"]

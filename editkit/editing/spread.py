@@ -36,17 +36,25 @@ from .result import EditResult, LayerReport, RequestReport, Solve, norm_report
 from .targets import optimize_targets_batch
 
 
-def batch_update(K: torch.Tensor, R: torch.Tensor, C: torch.Tensor, lam: float) -> torch.Tensor:
+def batch_update(K: torch.Tensor, R: torch.Tensor, C: torch.Tensor, lam: float,
+                 L: torch.Tensor | None = None) -> torch.Tensor:
     """MEMIT Eq. 14: Delta = R K^T (lam C + K K^T)^-1, (d_out, d_in), in float64; satisfies the normal equations
-    Delta (lam C + K K^T) = R K^T (a symmetric solve, no explicit inverse)."""
+    Delta (lam C + K K^T) = R K^T. With C's Cholesky factor L (stats.cholesky, lam > 0), by the Woodbury identity:
+    with Y = C^-1 K and M = lam I + K^T Y (n x n), (lam C + K K^T)^-1 K = Y M^-1, so Delta = R M^-1 Y^T, two
+    triangular solves and an n x n one instead of a d x d factorization per layer and edit."""
     K64, R64 = K.double(), R.double()
+    if L is not None and lam > 0:
+        Y = torch.cholesky_solve(K64, L.double())
+        M = lam * torch.eye(K64.shape[1], dtype=torch.float64, device=K64.device) + K64.T @ Y
+        return (Y @ torch.linalg.solve(M, R64.T)).T  # M symmetric: R M^-1 Y^T = (Y M^-1 R^T)^T
     A = lam * C.double() + K64 @ K64.T  # symmetric positive definite (d_in, d_in)
     return torch.linalg.solve(A, K64 @ R64.T).T  # A symmetric: (A^-1 K R^T)^T = R K^T A^-1
 
 
-def memit_rule(C: dict, lam: float):
-    """MEMIT Eq. 14 at each layer: Delta = R K^T (lam C + K K^T)^-1 (MEMIT's and PMET's solve)."""
-    return lambda layer, K, R: batch_update(K, R, C[layer], lam)
+def memit_rule(C: dict, lam: float, factors: dict | None = None):
+    """MEMIT Eq. 14 at each layer: Delta = R K^T (lam C + K K^T)^-1 (MEMIT's and PMET's solve); `factors`: each
+    layer's Cholesky factor of C (stats.cholesky), or None."""
+    return lambda layer, K, R: batch_update(K, R, C[layer], lam, (factors or {}).get(layer))
 
 
 def reachable_output(s: torch.Tensor, y: torch.Tensor, iters: int = 100) -> torch.Tensor:

@@ -215,6 +215,34 @@ def key_statistics(lm, layers, hp, progress=None, module: str = "down_proj") -> 
     return {l: estimate(c, hp.mom2_shrinkage) for l, c in C.items()}
 
 
+def cholesky(lm, layer: int, hp, module: str = "down_proj", C: torch.Tensor | None = None) -> torch.Tensor | None:
+    """The lower Cholesky factor L (float64, L L^T = C) of the estimated C of `layer` for `hp` (key_statistics),
+    cached beside C: ROME's C^-1 k* and MEMIT's (lam C + K K^T)^-1 then cost triangular solves on every edit
+    instead of a d x d factorization (Gemma: 0.3 CPU-s per layer and edit). `C`: that estimate, when the caller
+    holds it. None when C is not positive definite (the callers then solve directly)."""
+    path = STORE.path(f"chol-layer{layer}", ".safetensors", within=lm.name, module=module, corpus="wikitext2-valid",
+                      n_tokens=hp.mom2_n_tokens, shrinkage=hp.mom2_shrinkage, entities=hp.mom2_entity_weight)
+
+    def build():
+        c = (C if C is not None else key_statistics(lm, [layer], hp, module=module)[layer]).double().cpu()
+        L, info = torch.linalg.cholesky_ex(c)
+        return {"L": L if int(info) == 0 else torch.zeros(0, 0, dtype=torch.float64)}
+
+    def write(tmp, value):
+        from safetensors.torch import save_file
+
+        save_file({"L": value["L"].contiguous()}, str(tmp))
+
+    def read(p):
+        from safetensors import safe_open
+
+        with safe_open(str(p), "pt") as f:
+            return {"L": f.get_tensor("L").clone()}
+
+    L = STORE.get_or_build(path, build, read, write)["L"]
+    return L.to(lm.device) if L.numel() else None
+
+
 def _save(C, meta, path):
     from safetensors.torch import save_file
 

@@ -23,7 +23,7 @@ from ..model.runner import vocab_logsumexp
 from ..model.scoring import target_ids
 from ..model.sites import Site, site
 from .keys import contexts, pad_rows, subject_last
-from .memo import memoized
+from .memo import memoized, missing_alone, remember_alone
 from .requests import EditRequest
 
 # --- target optimisation -------------------------------------------------------------------------------------
@@ -38,6 +38,11 @@ from .requests import EditRequest
 # summed, so each request's gradient is that of its own loss, and Adam works elementwise, which makes this the same
 # as optimizing them one by one; a request that meets its stopping rule is frozen (its rows keep being computed
 # with its final delta) and the rows are rebuilt for the rest once half the batch has stopped.
+#
+# Requests may be optimized at different layers in one batch (a layer sweep: one request at every layer). A group's
+# rows are then ordered by layer and stepped block by block (runner.step): at block j the rows of requests at layers
+# <= j run, the rows of layer j joining with their residual entering block j, so each row runs only its own blocks
+# and every block runs one larger batch instead of one small one per layer.
 
 
 # A block's matmul costs about as much for one token as for ~30 (reading the weights dominates on a CPU), then
@@ -71,9 +76,10 @@ class _Rows:
     """The token rows of a batch of requests: for each request, one row per context template (prompt + target
     tokens but the last) and one row "{subject} is a" for the KL term."""
 
-    def __init__(self, lm, requests: list[EditRequest], layer: int, sites: tuple[str, ...], hp):
+    def __init__(self, lm, requests: list[EditRequest], layers: int | list[int], sites: tuple[str, ...], hp):
         tok = lm.tok
-        self.lm, self.layer, self.sites = lm, layer, sites
+        layers = [layers] * len(requests) if isinstance(layers, int) else list(layers)
+        self.lm, self.layers, self.sites = lm, layers, sites  # one layer per request
         self.ids, self.subj, self.req = [], [], []
         self.t_row, self.t_pos, self.t_tok, self.t_req = [], [], [], []  # one entry per target token to score
         self.n_rw, self.n_tok, self.kl_rows = [], [], []
@@ -116,12 +122,13 @@ class _Rows:
     def _prepare(self) -> None:
         """Run the rows once, in groups of similar suffix length (`_merge_groups`: little padding in the suffix,
         where the steps spend their time), keeping each group's prefix cache, block arguments and the residual
-        entering block `layer`."""
+        entering each row's block `layer` (a group's rows in layer order)."""
         dev = self.lm.device
         by_len: dict[int, list[int]] = {}
         for i, (r, s) in enumerate(zip(self.ids, self.subj)):
             by_len.setdefault(len(r) - s, []).append(i)
-        self._groups = [self._prepare_group(rows) for rows in _merge_groups(by_len)]
+        self._groups = [self._prepare_group(sorted(rows, key=lambda i: self.layers[self.req[i]]))
+                        for rows in _merge_groups(by_len)]
         # where each scored vector sits in the concatenation of the groups' selections
         where = {}
         offset = 0
@@ -155,11 +162,14 @@ class _Rows:
             mask[i, :s] = 1
             mask[i, P:P + len(r) - s] = 1
             pos[i] = s + torch.arange(S)
-        entry = Site("resid_pre", self.layer)
+        row_layers = [self.layers[self.req[i]] for i in rows]
+        entries = {l: Site("resid_pre", l) for l in sorted(set(row_layers))}
         with Hooks(lm) as hooks:
-            h = hooks.capture([entry])
+            h = hooks.capture(list(entries.values()))
             calls = lm.runner.forward(input_ids=suffix.to(dev), attention_mask=mask.to(dev), position_ids=pos.to(dev),
                                       kv=kv, calls=True).calls
+        # rows [start, end) of the group enter at block l (the rows are in layer order)
+        joins = {l: (row_layers.index(l), len(row_layers) - row_layers[::-1].index(l)) for l in entries}
         local = {r: i for i, r in enumerate(rows)}
         scored, sel_row, sel_col = [], [], []
         for r, p in zip(self.t_row, self.t_pos):
@@ -172,9 +182,9 @@ class _Rows:
                 scored.append(("kl", r))
                 sel_row.append(local[r])
                 sel_col.append(0)
-        return {"rows": torch.tensor(rows, device=dev), "h_entry": h[entry.name], "calls": calls, "kv": kv,
-                "scored": scored, "sel_row": torch.tensor(sel_row, device=dev),
-                "sel_col": torch.tensor(sel_col, device=dev)}
+        return {"rows": torch.tensor(rows, device=dev), "calls": calls, "kv": kv, "scored": scored,
+                "joins": {l: (a, b, h[e.name][a:b]) for (l, e), (a, b) in zip(entries.items(), joins.values())},
+                "sel_row": torch.tensor(sel_row, device=dev), "sel_col": torch.tensor(sel_col, device=dev)}
 
     def logits(self, deltas: dict[str, torch.Tensor], init: dict | None = None, reference: bool = False):
         """Logits at every scored target token (T, V) and at the subject's last token of each KL row (n, V), with
@@ -195,22 +205,42 @@ class _Rows:
         seen = {s: {} for s in self.sites}
         for g in self._groups:
             req = self.req_t[g["rows"]]
+            rows = g["rows"].tolist()
             with Hooks(self.lm) as hooks:
-                for s in self.sites:
-                    def add(h, s=s, g=g, req=req):
-                        for i, r in enumerate(g["rows"].tolist()):
-                            if r in self.first_row:
-                                seen[s][r] = h[i, 0].detach().float().clone()
-                        h = h.clone()
-                        h[:, 0] = h[:, 0] + deltas[s][req].to(h.dtype)
-                        return h
-                    hooks.set(site(s, self.layer), add)
-                h = self.lm.runner.run_blocks(g["h_entry"], self.layer, g["calls"], kv=g["kv"])
+                for l, (a, b, _) in g["joins"].items():  # each layer's rows get their deltas in its block
+                    for s in self.sites:
+                        def add(h, s=s, a=a, b=b):
+                            for i in range(a, b):
+                                if rows[i] in self.first_row:
+                                    seen[s][rows[i]] = h[i, 0].detach().float().clone()
+                            h = h.clone()
+                            h[a:b, 0] = h[a:b, 0] + deltas[s][req[a:b]].to(h.dtype)
+                            return h
+                        hooks.set(site(s, l), add)
+                h = self._run(g)
             parts.append(h[g["sel_row"], g["sel_col"]])
         if init is not None:
             for s in self.sites:
                 init[s] = torch.stack([seen[s][r] for r in self.first_row])
         return self.lm.adapter.final_norm(torch.cat(parts)[self._order])
+
+    def _run(self, g: dict) -> torch.Tensor:
+        """The group's residuals after the last block: one run from its layer, or, for rows at several layers,
+        block by block with each layer's rows joining at their block (runner.step, per-row keys and values)."""
+        run = self.lm.runner
+        if len(g["joins"]) == 1:
+            [(l, (_, _, h))] = g["joins"].items()
+            return run.run_blocks(h, l, g["calls"], kv=g["kv"])
+        h, first = None, min(g["joins"])
+        for j in range(first, self.lm.adapter.n_layers):
+            if j in g["joins"]:
+                h_new = g["joins"][j][2]
+                h = h_new if h is None else torch.cat([h, h_new])
+            n, kv = h.shape[0], g["kv"]
+            calls = list(g["calls"])
+            calls[j] = _first_rows(calls[j], n, len(g["rows"]))
+            h = run.step(h, j, calls, None if kv is None else (kv.keys[j][:n], kv.values[j][:n]))
+        return h
 
     # -- the straightforward path (tests) ----------------------------------------------------------------------
     def _reference_logits(self, deltas, init):
@@ -219,20 +249,40 @@ class _Rows:
         rows = torch.arange(len(self.ids), device=lm.device)
         subj = torch.tensor(self.subj, device=lm.device)
 
+        layer_t = torch.tensor([self.layers[j] for j in self.req], device=lm.device)
+        first = torch.tensor(self.first_row, device=lm.device)
+
         def add_deltas(hooks):
-            for s in self.sites:
-                def add(h, s=s):
-                    if init is not None and s not in init:
-                        init[s] = h[self.first_row, subj[self.first_row]].detach().float().clone()
-                    h = h.clone()
-                    h[rows, subj] = h[rows, subj] + deltas[s][self.req_t].to(h.dtype)
-                    return h
-                hooks.set(site(s, self.layer), add)
+            for l in sorted(set(self.layers)):
+                at = (layer_t == l).nonzero()[:, 0]  # the rows of requests at layer l
+                for s in self.sites:
+                    def add(h, s=s, at=at, l=l):
+                        if init is not None:
+                            mine = [k for k, r in enumerate(self.first_row) if self.layers[self.req[r]] == l]
+                            got = init.setdefault(s, torch.zeros(len(self.first_row), h.shape[-1]))
+                            got[mine] = h[first[mine], subj[first[mine]]].detach().float().clone()
+                        h = h.clone()
+                        h[rows[at], subj[at]] = h[rows[at], subj[at]] + deltas[s][self.req_t[at]].to(h.dtype)
+                        return h
+                    hooks.set(site(s, l), add)
 
         h = lm.runner.read({}, full=True, edit=add_deltas, input_ids=ids, attention_mask=mask).hidden
         rw = lm.runner.logits(h[torch.tensor(self.t_row), torch.tensor(self.t_pos)], norm=False)
         kl = lm.runner.logits(h[self.kl_rows, subj[self.kl_rows]], norm=False)
         return rw, kl
+
+
+def _first_rows(call: tuple, n: int, batch: int) -> tuple:
+    """A recorded block call (args, kwargs) for the first n of its `batch` rows: every per-row tensor (two or more
+    dimensions, the batch first: masks, positions, rotary embeddings) cut to n rows; the rest as recorded."""
+    def cut(v):
+        if isinstance(v, torch.Tensor) and v.dim() >= 2 and v.shape[0] == batch:
+            return v[:n]
+        if isinstance(v, tuple):
+            return tuple(cut(x) for x in v)
+        return v
+    args, kwargs = call
+    return tuple(cut(a) for a in args), {k: cut(v) for k, v in kwargs.items()}
 
 
 def _adam(p: torch.Tensor, g: torch.Tensor, state: dict, lr: float, t: int, b1=0.9, b2=0.999, eps=1e-8) -> None:
@@ -333,19 +383,23 @@ def _split(logits: torch.Tensor, T: int):
 
 
 @memoized  # only inside memo.reuse_targets() (sweeps): an identical optimisation is reused, not recomputed
-def optimize_targets_batch(lm, requests: list[EditRequest], layer: int, sites: tuple[str, ...], hp,
+def optimize_targets_batch(lm, requests: list[EditRequest], layer: int | list[int], sites: tuple[str, ...], hp,
                            adaptive: bool = False, progress=None, reference: bool = False) -> list[dict]:
-    """Optimize one delta per site and request at `layer`; for each request returns
-    {site: {"init", "delta", "target"}, "losses": [...]} (see the module docstring for the loss). `reference` runs
-    the plain full model at every step instead of the cached fast path (same result; for benchmarks)."""
+    """Optimize one delta per site and request at `layer` (or at layer[j] for request j: a layer sweep in one
+    batch); for each request returns {site: {"init", "delta", "target"}, "losses": [...]} (see the module docstring
+    for the loss). `reference` runs the plain full model at every step instead of the cached fast path (same
+    result; for benchmarks)."""
     n, d, dev = len(requests), lm.adapter.d_model, lm.device
+    layers = list(layer) if isinstance(layer, (list, tuple)) else [layer] * n
+    if len(layers) != n:
+        raise EditkitError("give one layer, or one layer per request")
     delta = {s: torch.zeros(n, d, device=dev) for s in sites}
     adam = {s: {"m": torch.zeros(n, d, device=dev), "v": torch.zeros(n, d, device=dev)} for s in sites}
     init: dict[str, torch.Tensor] = {}
     kl_init: dict = {}  # the original distribution of each request's KL row, from the first step
     losses: list[list[dict]] = [[] for _ in range(n)]
     batch = list(range(n))  # the requests whose rows are prepared
-    rows = _Rows(lm, requests, layer, sites, hp)
+    rows = _Rows(lm, requests, layers, sites, hp)
     running = torch.ones(n, dtype=torch.bool, device=dev)  # per batch position: still optimizing
     nll_factor = hp.nll_loss_factor
     steps = hp.v_num_grad_steps
@@ -409,7 +463,7 @@ def optimize_targets_batch(lm, requests: list[EditRequest], layer: int, sites: t
         running = keep
         if int(running.sum()) <= len(batch) // 2:  # rebuild the rows for the rest once half have stopped
             batch = [j for i, j in enumerate(batch) if bool(running[i])]
-            rows = _Rows(lm, [requests[j] for j in batch], layer, sites, hp)
+            rows = _Rows(lm, [requests[j] for j in batch], [layers[j] for j in batch], sites, hp)
             running = torch.ones(len(batch), dtype=torch.bool, device=dev)
     out = []
     for j in range(n):
@@ -424,3 +478,18 @@ def optimize_targets(lm, request: EditRequest, layer: int, sites: tuple[str, ...
                      adaptive: bool = False, progress=None, reference: bool = False) -> dict:
     """One request's deltas (see optimize_targets_batch)."""
     return optimize_targets_batch(lm, [request], layer, sites, hp, adaptive, progress, reference)[0]
+
+
+def optimize_layers(lm, request: EditRequest, layers: list[int], sites: tuple[str, ...], hp, adaptive: bool = False,
+                    progress=None) -> int:
+    """A layer sweep's targets: `request` at every layer of `layers`, optimized in one batch (the rows of each layer
+    join at its block: module comment) and kept in the active memo (memo.reuse_targets) under each layer's
+    one-request key, so the edits at each layer that follow reuse them instead of optimizing alone. Returns how
+    many were optimized (0 outside reuse_targets(), or when every layer's targets were already known)."""
+    todo = missing_alone(lm, [request] * len(layers), layers, sites, hp, adaptive)
+    if not todo:
+        return 0
+    chosen = [layers[j] for j in todo]
+    results = optimize_targets_batch.__wrapped__(lm, [request] * len(chosen), chosen, sites, hp, adaptive, progress)
+    remember_alone(lm, [request] * len(chosen), chosen, sites, hp, adaptive, results)
+    return len(chosen)

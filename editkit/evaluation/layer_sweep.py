@@ -14,7 +14,10 @@ largest sum of the three magnitudes.
 
 Each layer's edit and measurement is one work item (`edit_at_layer`, editkit/runtime/cluster.py), and so is the trace: in
 process they run one after the other; on Ray (`backend`) the workers run them in parallel (the statistics are
-computed and cached here first), and the rows come back in layer order, equal to the serial run's.
+computed and cached here first), and the rows come back in layer order, equal to the serial run's. Before the items,
+a method that declares its target optimisation (Method.targets) has every layer's targets optimized in one batch
+(targets.optimize_layers: one larger batch per block instead of one small run per layer), kept in the targets
+cache (editing/memo.py) where each layer's edit finds them.
 """
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ from ..core.progress import part
 from ..core.results import JsonObject, Result, frame
 from ..editing.api import prepare_first_use, run_edit
 from ..editing.defaults import load_hparams
+from ..editing.memo import reuse_targets
 from ..editing.methods import get
 from ..editing.requests import EditRequest, parse_record
 from ..figures.side_effects import layer_sweep_figure
@@ -173,7 +177,7 @@ def edit_at_layer(lm, method: str, record, hp, pre: dict) -> LayerRow:
     """One row of the sweep: `method` with hp (one layer) on the record's request, measured against `pre`."""
     layer = hp.layers[0]
     start = time.perf_counter()
-    with isolation.session(lm):
+    with isolation.session(lm), reuse_targets(disk=True):  # the targets layer_sweep optimized for every layer
         result = run_edit(lm, method, [record.request], hp)
     with isolation.session(lm, result.delta):
         post = measure(lm, record, n_gen=0, greedy_tokens=0)
@@ -206,13 +210,17 @@ def layer_sweep(lm, request, layers=None, method: str = "rome", hparams: dict | 
     with isolation.session(lm):
         prepare_first_use(lm, list(hps.values()), progress=lambda f, m: say(0.1 * f, m), method=spec.name)
         pre = measure(lm, record, n_gen=0, greedy_tokens=0)
+    start = 0.1
+    if spec.targets:
+        start = 0.5
+        _targets_together(lm, spec, request, hps, part(say, 0.1, start, "targets at every layer in one batch: "))
     items = [Item(edit_at_layer, (spec.name, record, hps[l], pre), label=f"{spec.label} at layer {l}")
              for l in layers]
     traced = trace_kind and not trace_result
     if traced:
         items.append(Item(trace_profile, (request, trace_kind, samples),
                           label=f"causal trace ({trace_kind}, {samples} samples)"))
-    rows = run_items(lm, items, backend, part(say, 0.1, 1.0))
+    rows = run_items(lm, items, backend, part(say, start, 1.0))
     profile = rows.pop() if traced else None
     if trace_result:
         profile = profile_of(trace_result)
@@ -223,6 +231,17 @@ def layer_sweep(lm, request, layers=None, method: str = "rome", hparams: dict | 
     best = max(rows, key=lambda r: r.total)
     return LayerSweep(lm.name, spec.name, request, layers, rows, unedited, profile, best.layer,
                       list(load_hparams(spec.name, lm).layers), profile.peak_layer if profile else None)
+
+
+def _targets_together(lm, spec, request, hps: dict, progress) -> None:
+    """Every layer's target vectors in one batch, into the targets cache the layers' edits read (module
+    docstring)."""
+    from ..editing.targets import optimize_layers
+
+    first = hps[min(hps)]
+    sites, _, adaptive = spec.targets(first)
+    with isolation.session(lm), reuse_targets(disk=True):
+        optimize_layers(lm, request, [spec.targets(hp)[1] for hp in hps.values()], sites, first, adaptive, progress)
 
 
 def _p(nlls: list[float]) -> float:

@@ -2,7 +2,8 @@
 in-context reference.
 
     result = ripple(lm, request, ["rome", "memit"], relation="P131")     # a RippleResult
-    result.to_dict()   # JSON for the CLI, the page and the figure
+    result.figure(), result.to_frame(), result.conclusion                 # what the page and a notebook show
+    result.to_json()                                                      # JSON for the CLI and the lesson pack
 
 For every implied fact, P(expected answer) before and after, and its outcome: "moved" (a should-move fact whose
 answer is now the model's top-1, every token the argmax, as greedy decoding writes it), "stayed" (a should-stay
@@ -20,9 +21,11 @@ from dataclasses import asdict, dataclass, field
 
 from ..core.errors import EditkitError
 from ..core.progress import silent
+from ..core.results import JsonObject, Result, frame
 from ..data.implications import CRITERIA, Derivation, ImpliedFact, derive
 from ..editing.api import run_edit
 from ..editing.methods import get
+from ..editing.requests import EditRequest, parse_record
 from ..model import isolation
 from ..model.scoring import score_targets
 from .metrics import mean_ci
@@ -67,8 +70,10 @@ class MethodRipple:
 
 
 @dataclass
-class RippleResult:
-    request: dict
+class RippleResult(Result):
+    """One request's implied facts (its Derivation) and, per method in the order run, each fact's outcome."""
+
+    request: EditRequest
     derivation: Derivation
     methods: list[MethodRipple] = field(default_factory=list)
 
@@ -76,8 +81,22 @@ class RippleResult:
     def facts(self) -> list[ImpliedFact]:
         return self.derivation.facts
 
-    def to_dict(self) -> dict:
-        out = {"request": self.request, "relation": self.derivation.relation,
+    @property
+    def message(self) -> str:
+        """Why nothing was derived ("no implied fact the model knows: ..."); empty when facts were."""
+        return self.derivation.message()
+
+    @property
+    def conclusion(self) -> str:
+        """One sentence: which method propagates the edit best, within noise where it is (`conclusion`)."""
+        return conclusion(self.to_json())
+
+    def headline(self) -> str:
+        return (f"{len(self.facts)} implied fact(s) of {self.request.rewrite} {self.request.target_new.strip()}"
+                f", {len(self.methods)} method(s). {self.conclusion or self.message}")
+
+    def to_json(self) -> JsonObject:
+        out = {"request": self.request.to_dict(), "relation": self.derivation.relation,
                "facts": [f.to_dict() for f in self.facts],
                "dropped": [d.to_dict() for d in self.derivation.dropped],
                "message": self.derivation.message(), "criteria": CRITERIA,
@@ -85,6 +104,33 @@ class RippleResult:
         out["summary"] = summary_of(out)
         out["conclusion"] = conclusion(out)
         return out
+
+    @classmethod
+    def _from_json(cls, d: dict) -> "RippleResult":
+        derivation = Derivation.from_dict(d)
+        methods = [MethodRipple(name, m["label"], m["color"], [Outcome(**o) for o in m["outcomes"]],
+                                _tuple(m.get("efficacy")), _tuple(m.get("specificity")), m.get("seconds", 0.0))
+                   for name, m in d["methods"].items()]
+        return cls(parse_record(d["request"]), derivation, methods)
+
+    def figure(self):
+        """The grid of implied facts x (before, each method): P(expected), green where it moved / stayed as it
+        should (figures/ripple.py); None when nothing was derived (`message` says why)."""
+        from ..figures.ripple import ripple_figure
+
+        return ripple_figure(self.to_json())
+
+    def to_frame(self):
+        """One row per implied fact and method: criterion, should (move/stay), prompt, answer, P before, P after,
+        verdict."""
+        rows = [{"criterion": f.criterion, "should": "move" if f.move else "stay", "prompt": f.prompt,
+                 "answer": f.answer, "method": m.label, "p_before": f.p_before, "p_after": o.p_after,
+                 "verdict": o.verdict} for m in self.methods for f, o in zip(self.facts, m.outcomes)]
+        return frame(rows, ["criterion", "should", "prompt", "answer", "method", "p_before", "p_after", "verdict"])
+
+
+def _tuple(pair):
+    return None if pair is None else tuple(pair)
 
 
 def verdict(fact: ImpliedFact, top1: bool) -> str:
@@ -158,7 +204,7 @@ def ripple(lm, request, methods: list[str], relation: str | None = None, hparams
         for f, sc in zip(user, scores):
             f.p_before = sc.prob
         derivation.facts += user
-    out = RippleResult(request.to_dict(), derivation)
+    out = RippleResult(request, derivation)
     if not derivation.facts:
         say(1.0, "no implied fact the model knows")
         return out
@@ -260,9 +306,9 @@ def share_table(rows_by_method: dict[str, list[dict]], facts: dict[str, list[dic
 
 
 def ripple_view(lm, request, methods: list[str], relation: str | None = None, hparams: dict | None = None,
-                extra: list[dict] = (), reference: bool = True, progress=None) -> dict:
-    """`ripple` as JSON, for a page's work item: `extra` = [{"prompt", "answer", "move"}] a user added."""
+                extra: list[dict] = (), reference: bool = True, progress=None) -> RippleResult:
+    """`ripple` for a page's work item: `extra` = [{"prompt", "answer", "move"}] rows a user typed."""
     from ..data.implications import user_fact
 
     facts = [user_fact(f.get("prompt", ""), f.get("answer", ""), bool(f.get("move"))) for f in extra]
-    return ripple(lm, request, methods, relation, hparams, facts, reference, progress=progress).to_dict()
+    return ripple(lm, request, methods, relation, hparams, facts, reference, progress=progress)

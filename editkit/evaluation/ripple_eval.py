@@ -22,6 +22,7 @@ from pathlib import Path
 from ..core.errors import EditkitError
 from ..core.paths import cache_dir, safe_name
 from ..core.progress import part
+from ..core.results import JsonObject, Result, frame
 from ..data.implications import ImpliedFact, derive_many, kept, rules_for, table
 from ..editing.defaults import load_hparams
 from ..runtime.cluster import Backend, Item, run_items
@@ -39,6 +40,44 @@ class RippleSpec:
     n: int = 100
     max_per_criterion: int = 4
     against: str = "memit"  # the paired differences are to this method
+
+
+@dataclass
+class RippleEvaluation(Result):
+    """Per method and criterion over `n` edits of `set`: {"mean", "ci95", "edits", "diff"?} (x100; `diff` the
+    paired difference to `against`), the number of implied facts per criterion, and each method's results file."""
+
+    model: str
+    set: str
+    n: int
+    facts: dict[str, int]
+    against: str
+    table: dict[str, dict]
+    files: dict[str, str]
+
+    def headline(self) -> str:
+        return f"ripple effects on {self.model}, {self.n} edits of {self.set}, methods: {', '.join(self.table)}"
+
+    def to_json(self) -> JsonObject:
+        return {"model": self.model, "set": self.set, "n": self.n, "facts": self.facts, "against": self.against,
+                "table": self.table, "files": self.files}
+
+    @classmethod
+    def _from_json(cls, d: dict) -> "RippleEvaluation":
+        return cls(d["model"], d["set"], d["n"], d["facts"], d["against"], d["table"], d.get("files", {}))
+
+    def figure(self):
+        """Bars per criterion and method with 95% intervals over edits (figures/ripple.share_figure)."""
+        from ..figures.ripple import share_figure
+
+        return share_figure(self.to_json())
+
+    def to_frame(self):
+        """Long form: one row per method and measure with its mean, 95% half-width, edits and paired difference."""
+        rows = [{"method": m, "measure": c, "mean": cell["mean"], "ci95": cell["ci95"], "edits": cell["edits"],
+                 "diff": (cell.get("diff") or {}).get("mean"), "diff_ci95": (cell.get("diff") or {}).get("ci95")}
+                for m, cells in self.table.items() for c, cell in cells.items()]
+        return frame(rows, ["method", "measure", "mean", "ci95", "edits", "diff", "diff_ci95"])
 
 
 def _hash(obj) -> str:
@@ -150,7 +189,8 @@ def ripple_batch(lm, method: str, requests: list, facts: list[list[dict]], pre: 
 
 
 def evaluate_ripple(lm, methods: list[str], spec: RippleSpec = RippleSpec(), hparams: dict | None = None,
-                    out_dir=None, backend: Backend | None = None, progress=None, batch: int = 5) -> dict:
+                    out_dir=None, backend: Backend | None = None, progress=None,
+                    batch: int = 5) -> RippleEvaluation:
     """Every method (and IN_CONTEXT) on the selected edits; the share table (ripple.share_table)."""
     if spec.n < 1:
         raise EditkitError("the number of edits must be at least 1")
@@ -191,6 +231,5 @@ def evaluate_ripple(lm, methods: list[str], spec: RippleSpec = RippleSpec(), hpa
                 for rec, _ in chosen] for m in methods}
     n_facts = {c: sum(1 for fs in facts.values() for f in fs if f["criterion"] == c) for c in
                ("logical", "aliasing", "specificity", "preservation")}
-    return {"model": lm.name, "set": spec.set_name, "n": len(chosen), "facts": n_facts,
-            "against": spec.against, "table": share_table(rows, facts, spec.against),
-            "files": {m: str(p) for m, p in paths.items()}}
+    return RippleEvaluation(lm.name, spec.set_name, len(chosen), n_facts, spec.against,
+                            share_table(rows, facts, spec.against), {m: str(p) for m, p in paths.items()})

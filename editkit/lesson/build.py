@@ -17,14 +17,15 @@ from pathlib import Path
 from ..core.errors import EditkitError
 from ..core.progress import part as part_of
 from ..core.progress import silent
-from . import compute
+from . import carry, compute
 from .facts import LessonFact, read_facts, refusal
 from .pack import (FORMAT, KIND, MANIFEST, bleed_name, edit_name, editkit_version, read_json, retrace_name,
                    ripple_name, write_json)
 
-# relative cost of each unit of work (seconds on the embedded model, 2 CPU cores): the time estimate's weights
-COST = {"check": 1.0, "lens": 1.0, "trace": 30.0, "memories": 2.0, "edit": 25.0, "bleed": 15.0, "ripple": 20.0,
-        "sweep_layer": 12.0}
+# relative cost of each unit of work (CPU seconds on the embedded model, one thread, from the per-part profile of
+# `lesson build`): the time estimate's weights until the parts done so far give the machine's own speed
+COST = {"check": 1.0, "lens": 1.0, "trace": 26.0, "memories": 3.0, "edit": 17.0, "bleed": 3.0, "ripple": 20.0,
+        "sweep_layer": 1.5}
 
 
 @dataclass
@@ -53,6 +54,13 @@ def plan(fid: str, fact: LessonFact, folder: Path, methods: list[str], s: comput
         stored = read_json(where / "trace.json")
         return stored["traces"]["mlp"]
 
+    pre: dict = {}  # each target's measurement before the edit, taken once for all methods (in this process)
+
+    def pre_of(lm, rec, t):
+        if t not in pre:
+            pre[t] = compute.pre_measure(lm, rec, s)
+        return pre[t]
+
     units = [
         Unit(fid, "logit lens", ("lens",), COST["lens"],
              lambda lm, p: {"lens": compute.lens(lm, r.rewrite, answer, s.lens_k)}),
@@ -65,7 +73,7 @@ def plan(fid: str, fact: LessonFact, folder: Path, methods: list[str], s: comput
         rec = compute.with_target(record, target)
         for m in methods:
             def edit_unit(lm, p, rec=rec, m=m, t=t):
-                result, delta = compute.edit(lm, m, rec, s, progress=part_of(p, 0, 0.7))
+                result, delta = compute.edit(lm, m, rec, s, part_of(p, 0, 0.7), pre_of(lm, rec, t))
                 retraced = compute.retrace(lm, rec, delta, s, progress=part_of(p, 0.7, 1.0, "re-trace: "))
                 return {edit_name(t, m): result, retrace_name(t, m): retraced}
 
@@ -114,8 +122,10 @@ class Clock:
 
 
 def _open(folder: Path, ident: dict, s: compute.Settings, methods: list[str], facts) -> dict:
-    """The pack's manifest: a new one, or the existing one after checking it is the same model and settings. A new
-    pack goes into an empty folder (or one holding only the facts file)."""
+    """The pack's manifest: a new one, or the existing one after checking it is the same model and methods. A new
+    pack goes into an empty folder (or one holding only the facts file). Settings are recorded per fact (each
+    fact.json says what it was computed with; _check_settings); the manifest's are the latest build's, the defaults
+    the page adds facts with. A pack from before per-fact settings gets its settings copied into its facts."""
     manifest = read_json(folder / MANIFEST)
     if manifest is None:
         source = Path(facts).resolve() if isinstance(facts, (str, Path)) else None
@@ -129,10 +139,24 @@ def _open(folder: Path, ident: dict, s: compute.Settings, methods: list[str], fa
     if manifest.get("model") != ident["model"] or manifest.get("fingerprint") != ident["fingerprint"]:
         raise EditkitError(f"{folder} was built on {manifest.get('model')} (weights {manifest.get('fingerprint')}); "
                            f"this run uses {ident['model']} (weights {ident['fingerprint']}): give another folder")
-    if manifest.get("settings") != s.to_dict() or manifest.get("method_names") != methods:
+    if manifest.get("method_names") != methods:
         raise EditkitError(f"{folder} was built with other settings or methods ({manifest.get('method_names')}); "
                            "give another folder, or the same options")
+    before = compute.Settings.from_dict(manifest.get("settings")).to_dict()
+    for fid in manifest.get("facts", []):
+        stored = read_json(folder / "facts" / fid / "fact.json")
+        if stored is not None and "settings" not in stored:
+            write_json(folder / "facts" / fid / "fact.json", {**stored, "settings": before})
+    manifest["settings"] = s.to_dict()
     return manifest
+
+
+def _check_settings(folder: Path, fid: str, s: compute.Settings) -> None:
+    """A fact is computed with one set of settings: resuming it with others is refused."""
+    stored = read_json(folder / "facts" / fid / "fact.json")
+    if stored is not None and compute.Settings.from_dict(stored.get("settings")).to_dict() != s.to_dict():
+        raise EditkitError(f"{fid} in {folder} was built with other settings ({stored.get('settings')}); give the "
+                           "same options, or another folder")
 
 
 def run_unit(lm, facts, position: int, fid: str, folder: str, methods: list[str], settings: dict, index: int,
@@ -141,7 +165,8 @@ def run_unit(lm, facts, position: int, fid: str, folder: str, methods: list[str]
     runs; {part name: value}, rounded as the pack stores it. The caller writes the parts."""
     fact = read_facts(facts)[position]
     unit = plan(fid, fact, Path(folder), methods, compute.Settings.from_dict(settings), lm.adapter.n_layers)[index]
-    return {name: compute.rounded(value) for name, value in unit.run(lm, progress or silent).items()}
+    with compute.shared_targets():
+        return {name: compute.rounded(value) for name, value in unit.run(lm, progress or silent).items()}
 
 
 def _on_cluster(lm, facts, folder: Path, methods: list[str], s: compute.Settings, todo: list, backend, say) -> None:
@@ -171,12 +196,14 @@ def _on_cluster(lm, facts, folder: Path, methods: list[str], s: compute.Settings
 
 
 def build(facts, out, model: str | None = None, methods=None, settings: compute.Settings | None = None,
-          progress=None, lm=None, backend=None) -> dict:
+          progress=None, lm=None, backend=None, keep_statistics: bool = False) -> dict:
     """Compute every missing part of the pack `out` for `facts` (a file path, or a list of record dicts).
     `lm`: an already loaded model (the page); else `model` is loaded (default: the embedded model). Returns a
     summary: the pack folder, its facts, what was computed and skipped, the seconds and the size on disk.
     `methods`: default every registered method (ROME first: the lesson's edit, bleed map and sweep use it).
-    `backend`: a Ray cluster.Backend fans the units out (one item per unit, _on_cluster); default in process."""
+    `backend`: a Ray cluster.Backend fans the units out (one item per unit, _on_cluster); default in process.
+    `keep_statistics`: copy the model's statistics into the pack (carry.py), so that the pack moved to another
+    machine adds facts without computing them again; a pack that carries them restores them first."""
     say = progress or (lambda f, m: None)
     s = settings or compute.Settings()
     if methods is None:
@@ -205,17 +232,21 @@ def build(facts, out, model: str | None = None, methods=None, settings: compute.
         raise EditkitError("; ".join(refused))
     ident = compute.identity(lm)
     manifest = _open(folder, ident, s, methods, facts)
+    restored = carry.restore(lm.name, folder)  # the statistics a pack carries (checked: the same weights)
     ids = _fact_ids(folder, manifest, lesson_facts)
+    plans = [plan(fid, fact, folder, methods, s, lm.adapter.n_layers) for fid, fact in zip(ids, lesson_facts)]
+    for fid, units in zip(ids, plans):
+        if not all(u.done(folder) for u in units):  # a complete fact keeps the settings it was built with
+            _check_settings(folder, fid, s)
     for fid, fact, check in zip(ids, lesson_facts, checks):
         if read_json(folder / "facts" / fid / "fact.json") is None:
-            write_json(folder / "facts" / fid / "fact.json",
-                       compute.rounded({"id": fid, "key": fact.key, **fact.to_dict(), "known": check}))
+            write_json(folder / "facts" / fid / "fact.json", compute.rounded(
+                {"id": fid, "key": fact.key, **fact.to_dict(), "known": check, "settings": s.to_dict()}))
         if fid not in manifest["facts"]:
             manifest["facts"].append(fid)
     manifest["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S")
     write_json(folder / MANIFEST, manifest)
-    entries = [(pos, fid, i, u) for pos, (fid, fact) in enumerate(zip(ids, lesson_facts))
-               for i, u in enumerate(plan(fid, fact, folder, methods, s, lm.adapter.n_layers))]
+    entries = [(pos, fid, i, u) for pos, (fid, units) in enumerate(zip(ids, plans)) for i, u in enumerate(units)]
     units = [u for *_, u in entries]
     was_done = [u.done(folder) for u in units]
     todo = [u for u, done in zip(units, was_done) if not done]
@@ -223,21 +254,29 @@ def build(facts, out, model: str | None = None, methods=None, settings: compute.
         _on_cluster(lm, facts, folder, methods, s, [e for e in entries if not e[3].done(folder)], backend, say)
         todo = []  # computed on the cluster
     clock = Clock(say, sum(u.cost for u in todo))
-    for i, u in enumerate(todo):
-        step, finish = clock.unit(u.cost, f"[{i + 1}/{len(todo)}] {u.fact}: {u.what}")
-        step(0.0)
-        if u.done(folder):  # another process finished it meanwhile
-            finish(False)
-            continue
-        for name, value in u.run(lm, step).items():
-            write_json(folder / "facts" / u.fact / f"{name}.json", compute.rounded(value))
-        finish(True)
+    profile = []  # per computed part: seconds and CPU seconds (this process)
+    with compute.shared_targets():  # ROME's targets serve its edit, bleed map and sweep row; MEMIT's AlphaEdit's
+        for i, u in enumerate(todo):
+            step, finish = clock.unit(u.cost, f"[{i + 1}/{len(todo)}] {u.fact}: {u.what}")
+            step(0.0)
+            if u.done(folder):  # another process finished it meanwhile
+                finish(False)
+                continue
+            t0, c0 = time.perf_counter(), time.process_time()
+            for name, value in u.run(lm, step).items():
+                write_json(folder / "facts" / u.fact / f"{name}.json", compute.rounded(value))
+            profile.append({"fact": u.fact, "part": u.what, "seconds": round(time.perf_counter() - t0, 2),
+                            "cpu_seconds": round(time.process_time() - c0, 2)})
+            finish(True)
+    if keep_statistics:
+        carry.keep(lm.name, folder)
     say(1.0, "pack complete")
     size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
     computed = sum(not done for done in was_done)
     return {"pack": str(folder), "model": lm.name, "fingerprint": ident["fingerprint"], "facts": ids,
             "parts": len(units), "computed": computed, "skipped": len(units) - computed,
-            "seconds": round(time.perf_counter() - start, 1), "bytes": size}
+            "seconds": round(time.perf_counter() - start, 1), "bytes": size, "profile": profile,
+            "restored": restored}
 
 
 def _fact_ids(folder: Path, manifest: dict, facts: list[LessonFact]) -> list[str]:

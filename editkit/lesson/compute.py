@@ -36,14 +36,29 @@ class Settings:
     greedy_tokens: int = 20  # greedy continuation of the rewrite / paraphrase prompts, before and after
     bleed_facts: int = 12  # known facts of the same relation in the bleed map
     sweep_layers: str = "all"  # layers of the layer sweep
+    # the re-traces of the edited models (step 6) in the tracing engine's fast mode: an approximation whose
+    # largest score difference from the exact engine is measured (tracing/bench.py) and shown beside them
+    retrace_precision: str = "bfloat16"
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> "Settings":
+        """The settings a pack (or a fact) records; a field added after it was built has the value it was built
+        with (LEGACY), not today's default."""
+        names = set(cls.__dataclass_fields__)
+        return cls(**{**LEGACY, **{k: v for k, v in (d or {}).items() if k in names}})
+
+    @classmethod
+    def for_new_facts(cls, d: dict) -> "Settings":
+        """A pack's settings for the facts added to it now: the recorded ones, today's defaults for the fields
+        added since it was built."""
         names = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in (d or {}).items() if k in names})
+
+
+LEGACY = {"retrace_precision": "float32"}  # what packs built before a setting existed computed with
 
 
 def rounded(value, digits: int = 6):
@@ -121,6 +136,17 @@ def first_token(lm, target: str) -> int:
 
 
 @contextmanager
+def shared_targets():
+    """Target optimisations reused within a build, and by a resumed one (editing/memo.py: the same weights,
+    request, layer and target hyperparameters give the same v*): ROME's default edit serves its bleed map and the
+    sweep's row at that layer, MEMIT's targets serve AlphaEdit (its null space acts only in the solve)."""
+    from ..editing.memo import reuse_targets
+
+    with reuse_targets(disk=True) as memo:
+        yield memo
+
+
+@contextmanager
 def session(lm, delta=None):
     """A computation on the base weights (+ `delta`), whatever edits the caller's context holds: a pack, and the
     lesson's live views, are about the unedited model."""
@@ -167,11 +193,12 @@ def lens(lm, prompt: str, answer: str | None = None, k: int = 10) -> dict:
 
 # --- steps 2-3 ----------------------------------------------------------------------------------------------------
 def traces(lm, prompt: str, subject: str, answer: str | None, s: Settings, kinds=KINDS, sever: bool = True,
-           progress=None, delta: dict | None = None) -> dict:
+           progress=None, delta: dict | None = None, precision: str = "float32") -> dict:
     """{"traces": kind -> trace, "severing": ROME Fig. 4 at the last subject token or None}: ROME's causal traces
     of `prompt` with noise on `subject`'s embeddings, p(answer) per restored state (answer: the first token of
     `answer`, default the model's prediction), on the base weights + `delta`. Shared result cache: a fact traced
-    before (on the same weights) comes back at once."""
+    before (on the same weights) comes back at once. `precision` "bfloat16": the engine's fast mode (labelled an
+    approximation in every result)."""
     from ..core.progress import part
     from ..tracing import Tracer, TraceSpec
 
@@ -179,10 +206,10 @@ def traces(lm, prompt: str, subject: str, answer: str | None, s: Settings, kinds
     out, severing = {}, None
     with session(lm, delta):  # the tracer is made and used in the context of the weights it traces
         tracer = Tracer(lm, TraceSpec(prompt, subject, (" " + answer.strip()) if answer else None, s.samples,
-                                      s.noise, s.window, s.seed))
-        for i, kind in enumerate(kinds):
-            step = part(progress, i / n, (i + 1) / n, f"{kind} trace: ")
-            out[kind] = _trace_dict(tracer.result(kind, progress=step))
+                                      s.noise, s.window, s.seed, precision=precision))
+        # the panels in one schedule (tracer.results together: larger batches, one pass over the vocabulary)
+        step = part(progress, 0, (n - 1) / n if sever else 1.0, "traces: ")
+        out = {k: _trace_dict(r) for k, r in tracer.results(kinds, progress=step, together=True).items()}
         if sever:  # at the subject token where the hidden-state trace peaks (default: the last subject token)
             step = part(progress, (n - 1) / n, 1.0, "severing: ")
             token = subject_peak(out["hidden"])[0] if "hidden" in out else None
@@ -190,10 +217,18 @@ def traces(lm, prompt: str, subject: str, answer: str | None, s: Settings, kinds
     return {"traces": out, "severing": rounded(severing) if severing else None}
 
 
+def fast_note(model: str) -> str:
+    """What a trace in the engine's fast mode says about itself (its error measured on the model, if it was)."""
+    from ..tracing.bench import fast_note as note
+
+    return note(model)
+
+
 def _trace_dict(result) -> dict:
     d = result.to_json()
     d.pop("indirect_effect", None)  # scores - low_score: derived
-    d["meta"] = {k: v for k, v in d.get("meta", {}).items() if k in ("model", "prompt", "engine")}
+    d["meta"] = {k: v for k, v in d.get("meta", {}).items()
+                 if k in ("model", "prompt", "engine", "precision", "approximation")}
     return rounded(d)
 
 
@@ -231,10 +266,11 @@ def memories_at_peak(lm, prompt: str, mlp_trace: dict, s: Settings) -> dict:
 
 
 # --- steps 5, 6, 8 --------------------------------------------------------------------------------------------------
-def edit(lm, method: str, record, s: Settings, progress=None) -> tuple[dict, dict]:
+def edit(lm, method: str, record, s: Settings, progress=None, pre: dict | None = None) -> tuple[dict, dict]:
     """Edit `record` with `method` on the base weights and measure it before and after (teacher-forced
     probabilities and rates, greedy continuations and the generation-based success); returns (result, delta).
-    The method is found through the registry and its typed EditResult read without knowing which method it is."""
+    The method is found through the registry and its typed EditResult read without knowing which method it is.
+    `pre`: the record's measurement before the edit (pre_measure), when another method's edit already took it."""
     from ..editing.methods import get
     from ..evaluation.measure import EvalSpec, edit_and_measure, probabilities
 
@@ -242,7 +278,8 @@ def edit(lm, method: str, record, s: Settings, progress=None) -> tuple[dict, dic
     keep: dict = {}
     measured = EvalSpec(n=1, n_gen=0, gen_tokens=0, greedy_tokens=s.greedy_tokens)
     with session(lm):
-        rows = edit_and_measure(lm, spec.name, [record], None, measured, progress=progress, keep=keep)
+        rows = edit_and_measure(lm, spec.name, [record], None, measured, [pre] if pre else None, keep,
+                                progress)
     row, result = rows[0], keep["result"]
     r = record.request
     out = {"method": spec.name, "label": spec.label, "color": spec.color, "target_new": r.target_new,
@@ -262,11 +299,20 @@ def edited_layers(lm, result) -> list[int]:
     return sorted({names[k] for k in result.norms if k in names})
 
 
+def pre_measure(lm, record, s: Settings) -> dict:
+    """The measurement `edit` takes before an edit (the same for every method: computed once per record)."""
+    from ..evaluation.measure import measure
+
+    with session(lm):
+        return measure(lm, record, n_gen=0, gen_tokens=0, greedy_tokens=s.greedy_tokens)
+
+
 def retrace(lm, record, delta: dict, s: Settings, progress=None) -> dict:
-    """The hidden-state trace of the rewrite prompt in the edited model, with the new target as the answer."""
+    """The hidden-state trace of the rewrite prompt in the edited model, with the new target as the answer, at the
+    settings' retrace_precision."""
     r = record.request
     out = traces(lm, r.rewrite, r.subject, r.target_new, s, kinds=("hidden",), sever=False, progress=progress,
-                 delta=delta)
+                 delta=delta, precision=s.retrace_precision)
     return out["traces"]["hidden"]
 
 
@@ -289,7 +335,7 @@ def ripple(lm, record, method: str = "rome", progress=None) -> dict:
     from ..evaluation.ripple import ripple as ripple_of
 
     with session(lm):
-        out = ripple_of(lm, record.request, [method], record.relation, progress=progress).to_dict()
+        out = ripple_of(lm, record.request, [method], record.relation, progress=progress).to_json()
     return rounded(out)
 
 

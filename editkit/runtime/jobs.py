@@ -10,8 +10,10 @@ A long computation runs as a Job: the library's `progress(fraction, message)` ca
 hooks, cache writes) unwinds cleanly. Short computations (a next-token prediction) never queue, and a running
 long job computes at a lower CPU priority (Linux: its thread's nice value is raised to JOB_NICENESS while it runs,
 and the threads torch starts for it inherit that), so a student's prediction stays quick while traces and edits
-fill the cores. How many jobs compute and wait at once is configuration (editkit/core/limits.py: `jobs`, `waiting`),
-and so is how many one session and one visitor may hold (`session_jobs`, `visitor_jobs`).
+fill the cores; a job that a person prepares a class with and waits on (a teacher adding a fact) keeps the normal
+priority instead (`Job.niceness` 0), so it is not starved by other work on the machine. How many jobs compute and
+wait at once is configuration (editkit/core/limits.py: `jobs`, `waiting`), and so is how many one session and one
+visitor may hold (`session_jobs`, `visitor_jobs`).
 
 Memory: each job declares its working memory (`Job.memory`, bytes: what it allocates beyond the loaded weights,
 estimated by the library that runs it), and the queue admits a job only while the running jobs' declared memory
@@ -48,6 +50,7 @@ class Job:
     state: str = "new"  # new, waiting, running, done, cancelled, failed
     memory: int = 0  # declared working memory in bytes (beyond the loaded weights)
     address: str | None = None  # the visitor's address when not on the server's machine (visitor_jobs)
+    niceness: int = JOB_NICENESS  # the nice value it computes at (0: the normal priority)
 
     def __post_init__(self):
         self._cancel = threading.Event()
@@ -232,8 +235,8 @@ QUEUE = JobQueue()
 
 def run(job: Job, fn: Callable[[Callable[[float, str], None]], object], queue: JobQueue = QUEUE,
         on_wait: Callable[[int, int], None] | None = None):
-    """fn(job.progress) in a queue slot, at background priority; returns its result (Cancelled when the job was
-    cancelled)."""
-    with queue.slot(job, on_wait), background_priority():
+    """fn(job.progress) in a queue slot, at the job's CPU priority (Job.niceness: background by default); returns
+    its result (Cancelled when the job was cancelled)."""
+    with queue.slot(job, on_wait), background_priority(job.niceness):
         job.check()
         return fn(job.progress)

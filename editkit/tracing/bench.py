@@ -1,19 +1,23 @@
 """Causal tracing speed and preview quality, measured in one run against ROME's algorithm with the same noise.
 
-Per panel: the exact engine's seconds (plus the shared setup, as a panel traced alone would pay it), ROME's
-algorithm (logits at every position, as kmeng01/rome) and its last-position variant, the ratios, the largest score
-difference, and the engine's achieved GMAC/s for blocks and unembedding next to this CPU's matmul rate at the same
-shapes measured in the same run (what bounds the panel). Then the severing chart, the total (setup + panels +
+Per panel: the exact engine's seconds (plus the shared setup, as a panel traced alone would pay it), its fast mode's
+seconds and largest score difference (bf16 matmuls, an approximation: engine.py), ROME's algorithm (logits at every
+position, as kmeng01/rome) and its last-position variant, the ratios, the largest score difference, and the engine's
+achieved GMAC/s for blocks and unembedding next to this CPU's matmul rate at the same shapes measured in the same run
+(what bounds the panel). Then the severing chart, the total (setup + panels +
 severing, panel by panel as the page streams them, and in one schedule as the CLI and the AIE run them), the preview
 (attribution patching): its seconds and its Spearman rank correlation with each exact panel, on the prompt and on
 the first `facts` known facts (their exact maps come from the shared result cache, computed when missing).
 """
 from __future__ import annotations
 
+import json
 import time
 
 import numpy as np
 import torch
+
+from ..core.paths import ASSETS
 
 from .attribution import METHODS, attribution, spearman
 from .engine import Work, block_macs_per_token, fast_trace, fast_traces
@@ -61,8 +65,10 @@ def softmax_rounding(lm, setup) -> dict:
 
 
 def bench_trace(lm, prompt: str, subject: str, kinds=("hidden", "mlp", "attn"), samples: int = 10,
-                last_only: bool = True, reference: bool = True, facts: int = 20, say=print) -> dict:
-    """See module docstring. Returns a JSON-serializable report; `say(row)` is called as rows are measured."""
+                last_only: bool = True, reference: bool | tuple = True, facts: int = 20, say=print) -> dict:
+    """See module docstring. Returns a JSON-serializable report; `say(row)` is called as rows are measured.
+    `reference`: ROME's algorithm on every panel (True), none (False) or the panels named (a tuple of kinds)."""
+    ref_kinds = set(kinds) if reference is True else set(reference or ())
     t0 = time.perf_counter()
     setup = TraceSetup.build(lm, TraceSpec(prompt, subject, samples=samples))
     setup_s = time.perf_counter() - t0
@@ -77,13 +83,17 @@ def bench_trace(lm, prompt: str, subject: str, kinds=("hidden", "mlp", "attn"), 
         engine_s = time.perf_counter() - t0
         fast_s = engine_s + setup_s
         row = {"kind": kind, "fast_s": round(fast_s, 2), "engine_s": round(engine_s, 2), **work.to_dict()}
-        if reference:
+        t0 = time.perf_counter()
+        approx = fast_trace(lm, setup, kind, precision="bfloat16")
+        row.update(bf16_engine_s=round(time.perf_counter() - t0, 2),
+                   bf16_max_abs_diff=float((approx - exact[kind]).abs().max()))
+        if kind in ref_kinds:
             t0 = time.perf_counter()
             ref = reference_trace(lm, setup, kind)
             ref_s = time.perf_counter() - t0
             row.update(reference_s=round(ref_s, 2), ratio=round(ref_s / fast_s, 2),
                        max_abs_diff=float((exact[kind] - ref).abs().max()))
-        if reference and last_only:
+        if kind in ref_kinds and last_only:
             t0 = time.perf_counter()
             last = reference_trace(lm, setup, kind, last_only=True)
             last_s = time.perf_counter() - t0
@@ -100,12 +110,16 @@ def bench_trace(lm, prompt: str, subject: str, kinds=("hidden", "mlp", "attn"), 
     together = fast_traces(lm, setup, kinds)
     sever(lm, setup, hidden=together["hidden"].tolist() if "hidden" in together else None)
     together_s = setup_s + time.perf_counter() - t0
-    say({"severing_s": round(sever_s, 2), "total_s": round(total, 2), "one_schedule_total_s": round(together_s, 2)})
+    panels_s = setup_s + sum(r["engine_s"] for r in rows)
+    bf16_s = setup_s + sum(r["bf16_engine_s"] for r in rows)
+    say({"severing_s": round(sever_s, 2), "total_s": round(total, 2), "one_schedule_total_s": round(together_s, 2),
+         "three_panels_s": round(panels_s, 2), "bf16_three_panels_s": round(bf16_s, 2)})
     preview = _preview(lm, prompt, subject, samples, exact, facts, say)
     return {"model": lm.name, "prompt": prompt, "subject": subject, "samples": samples, "threads":
             torch.get_num_threads(), "setup_s": round(setup_s, 2), "tokens": len(setup.tokens),
             "layers": lm.adapter.n_layers, "block_macs_per_token": block_macs_per_token(lm, 0),
             "severing_s": round(sever_s, 2), "total_s": round(total, 2), "one_schedule_total_s": round(together_s, 2),
+            "three_panels_s": round(panels_s, 2), "bf16_three_panels_s": round(bf16_s, 2),
             **rate, **rounding, "preview": preview,
             "results": rows}
 
@@ -159,3 +173,56 @@ def _preview(lm, prompt, subject, samples, exact, n_facts, say) -> dict:
 def _spearmans(est: dict, exact: dict, b: int) -> dict:
     return {k: {"all": round(spearman(est[k], exact[k]), 3),
                 "from_subject": round(spearman(est[k][b:], torch.as_tensor(exact[k])[b:]), 3)} for k in exact}
+
+
+# --- the fast mode's error ---------------------------------------------------------------------------------------
+FAST_ERRORS = ASSETS / "results"  # trace-fast-<model>.json: `python -m editkit bench fast --save ...`
+
+
+def fast_mode_error(lm, n_facts: int = 20, samples: int = 10, kinds=("hidden", "mlp", "attn"), say=print) -> dict:
+    """The fast mode's largest |score difference| from the exact engine (engine.py), per panel and over the first
+    `n_facts` known facts the model predicts (their exact panels from the shared result cache, computed when
+    missing), with both engines' seconds: the number a fast figure is shown with."""
+    from ..core.errors import EditkitError
+    from ..data.facts import predicted_facts
+    from .tracer import Tracer
+
+    facts = predicted_facts(lm, n_facts)
+    if not facts:
+        raise EditkitError(f"{lm.name} predicts none of the known facts: no exact panels to compare its fast mode with")
+    rows = []
+    for fact in facts:
+        spec = dict(prompt=fact["prompt"], subject=fact["subject"], samples=samples, kinds=tuple(kinds))
+        exact, fast = Tracer(lm, TraceSpec(**spec)), Tracer(lm, TraceSpec(**spec, precision="bfloat16"), cache=False)
+        row = {"prompt": fact["prompt"], "subject": fact["subject"], "max_abs_diff": {}, "exact_s": 0.0, "fast_s": 0.0}
+        for kind in kinds:
+            a, b = exact.result(kind), fast.result(kind)
+            row["max_abs_diff"][kind] = float((torch.tensor(a.scores) - torch.tensor(b.scores)).abs().max())
+            row["exact_s"] += 0.0 if a.cached else a.seconds
+            row["fast_s"] += b.seconds
+        rows.append(row)
+        say({"fact": fact["prompt"], **row["max_abs_diff"]})
+    worst = {k: max(r["max_abs_diff"][k] for r in rows) for k in kinds}
+    return {"model": lm.name, "facts": len(rows), "samples": samples, "precision": "bfloat16",
+            "max_abs_diff": max(worst.values()), "max_abs_diff_per_kind": worst,
+            "mean_max_abs_diff": float(np.mean([max(r["max_abs_diff"].values()) for r in rows])),
+            "threads": torch.get_num_threads(), "rows": rows}
+
+
+def shipped_fast_error(model: str) -> dict | None:
+    """The fast mode's measured error on `model` (fast_mode_error, shipped as assets/results/trace-fast-<model>.json),
+    or None when it was not measured on that model."""
+    path = FAST_ERRORS / f"trace-fast-{model}.json"
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def fast_note(model: str) -> str:
+    """What a fast-mode figure says about itself, in one sentence."""
+    e = shipped_fast_error(model)
+    bound = (f"over {e['facts']} known facts its scores differ from the exact engine's by at most "
+             f"{e['max_abs_diff']:.3f} (mean of the per-fact maxima {e['mean_max_abs_diff']:.3f})" if e else
+             f"its error is not measured on {model} (python -m editkit bench fast)")
+    return f"Fast mode: an approximation (bf16 matmuls in the restored runs); {bound}."

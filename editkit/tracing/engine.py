@@ -31,11 +31,19 @@ by up to ~1e-5 where p is large; `bench trace` reports both errors.
     scores = score_restorations(lm, setup, [Restore(token=3, start=5, hidden=True)])   # h_3^(4) restored
     fast_trace(lm, setup, "mlp", window=10)                                   # one heatmap, (T, L)
 
+Fast mode (`precision="bfloat16"`, an approximation offered where a student explores): the restored runs' matmuls
+in bfloat16 (torch.autocast: linear maps and attention in bf16 with float32 accumulation; the residual stream, the
+norms and the clean and corrupted runs of the setup stay float32) and the projection to the vocabulary in bf16
+matmuls (runner.vocab_pass_bf16). About 4x the float32 matmul rate on this kind of CPU; its largest score
+difference from the exact engine is measured over known facts (tracing/bench.py, fast_mode_error) and shown
+beside every fast figure.
+
 `Work` counts the multiply-accumulates and times of blocks and unembedding, for the benchmark's GMAC/s.
 """
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import torch
@@ -44,9 +52,14 @@ from ..core.errors import EditkitError
 from ..model.hooks import Hooks
 from ..model.sites import site
 from .setup import TraceSetup, window_layers
-from .spec import check_kind
+from .spec import check_kind, check_precision
 
 MAX_POSITION_ROWS = 1 << 15  # rows x positions per block step (memory bound for long prompts; Space Needle: <= 1,800)
+
+
+def _matmuls(precision: str):
+    """The context the restored runs' blocks compute in: float32 as they are, or bf16 matmuls (fast mode)."""
+    return torch.autocast("cpu", dtype=torch.bfloat16) if precision == "bfloat16" else nullcontext()
 
 
 @dataclass(frozen=True)
@@ -112,10 +125,12 @@ def known_low(setup: TraceSetup, r: Restore, n_layers: int) -> bool:
 
 @torch.no_grad()
 def score_restorations(lm, setup: TraceSetup, restores: list[Restore], progress=None,
-                       work: Work | None = None) -> torch.Tensor:
+                       work: Work | None = None, precision: str = "float32") -> torch.Tensor:
     """Mean p(answer) over the corrupted samples for each restoration (a float tensor, one value per restoration).
     `progress(fraction, message)` is called after every block step and before and after the projection to the
-    vocabulary; an exception it raises (e.g. Cancelled) ends the computation."""
+    vocabulary; an exception it raises (e.g. Cancelled) ends the computation. `precision` "bfloat16": fast mode
+    (module docstring)."""
+    check_precision(precision)
     n, L = setup.n, lm.adapter.n_layers
     for r in restores:
         if not 0 <= r.token < setup.input_ids.shape[1] or not 0 <= r.start <= L or \
@@ -148,7 +163,8 @@ def score_restorations(lm, setup: TraceSetup, restores: list[Restore], progress=
     offset = 0
     for t, part in parts:
         chains = [(restores[i], s) for i in part for s in range(n)]
-        final, node = _run_group(lm, setup, t, chains, work, tick)
+        with _matmuls(precision):
+            final, node = _run_group(lm, setup, t, chains, work, tick)
         finals.append(final)
         for k, i in enumerate(part):
             chain_rows[i] = [offset + node[k * n + s] for s in range(n)]
@@ -156,7 +172,7 @@ def score_restorations(lm, setup: TraceSetup, restores: list[Restore], progress=
     final = torch.cat(finals)
     if progress:
         progress(steps / total, "p(answer) over the vocabulary")  # also checks a cancel flag before the projection
-    p = _answer_probs(lm, setup, final, work)
+    p = _answer_probs(lm, setup, final.float(), work, precision == "bfloat16")
     for i, members in chain_rows.items():
         out[i] = p[members].mean()
     if progress:
@@ -178,10 +194,11 @@ def _batches(setup: TraceSetup, restores: list[Restore], todo: list[int]) -> lis
     return parts
 
 
-def _answer_probs(lm, setup, final, work: Work) -> torch.Tensor:
-    """p(answer) of final residuals (N, d): every row at once, the vocabulary in blocks (runner.answer_logprob)."""
+def _answer_probs(lm, setup, final, work: Work, fast: bool = False) -> torch.Tensor:
+    """p(answer) of final residuals (N, d): every row at once, the vocabulary in blocks (runner.answer_logprob;
+    `fast`: bf16 matmuls)."""
     t0 = time.perf_counter()
-    p = lm.runner.answer_logprob(final, setup.answer_id).exp()
+    p = lm.runner.answer_logprob(final, setup.answer_id, fast=fast).exp()
     work.unembed_s += time.perf_counter() - t0
     work.unembed_macs += float(final.shape[0]) * lm.adapter.d_model * lm.adapter.vocab_size
     work.unembed_rows += final.shape[0]
@@ -307,17 +324,18 @@ def severing_restores(setup: TraceSetup, token: int, frozen: str, n_layers: int)
 
 
 def fast_trace(lm, setup: TraceSetup, kind: str, window: int = 10, progress=None,
-               work: Work | None = None) -> torch.Tensor:
-    """Scores (tokens, layers) for one kind; equal to reference_trace up to float rounding."""
+               work: Work | None = None, precision: str = "float32") -> torch.Tensor:
+    """Scores (tokens, layers) for one kind; equal to reference_trace up to float rounding (float32), or its
+    approximation in fast mode (precision "bfloat16")."""
     if not isinstance(window, int) or window < 1:
         raise EditkitError("window must be a positive integer")
     L = lm.adapter.n_layers
-    scores = score_restorations(lm, setup, panel(setup, kind, window, L), progress, work)
+    scores = score_restorations(lm, setup, panel(setup, kind, window, L), progress, work, precision)
     return scores.view(setup.input_ids.shape[1], L)
 
 
 def fast_traces(lm, setup: TraceSetup, kinds, window: int = 10, progress=None,
-                work: Work | None = None) -> dict[str, torch.Tensor]:
+                work: Work | None = None, precision: str = "float32") -> dict[str, torch.Tensor]:
     """Several heatmaps in ONE schedule: every restoration of every kind at a token shares the block steps (larger
     batches) and the panels share one pass over the unembedding matrix; identical restorations are computed once.
     Returns kind -> scores (tokens, layers), equal to fast_trace per kind."""
@@ -326,5 +344,5 @@ def fast_traces(lm, setup: TraceSetup, kinds, window: int = 10, progress=None,
     L, T = lm.adapter.n_layers, setup.input_ids.shape[1]
     kinds = list(kinds)
     restores = [r for kind in kinds for r in panel(setup, kind, window, L)]
-    scores = score_restorations(lm, setup, restores, progress, work)
+    scores = score_restorations(lm, setup, restores, progress, work, precision)
     return {kind: scores[i * T * L:(i + 1) * T * L].view(T, L) for i, kind in enumerate(kinds)}

@@ -54,6 +54,11 @@ class TraceResult(Result):
         return bool(self.meta.get("estimate"))
 
     @property
+    def approximation(self) -> bool:
+        """Computed in the engine's fast mode (bf16 matmuls, engine.py), not ROME's exact scores."""
+        return bool(self.meta.get("approximation"))
+
+    @property
     def cached(self) -> bool:
         """Read from the shared result cache rather than computed now."""
         return bool(self.meta.get("cached"))

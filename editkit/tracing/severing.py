@@ -31,6 +31,7 @@ class Severing(Result):
     attn: list[float]
     low_score: float
     high_score: float
+    precision: str = "float32"  # the engine's; "bfloat16" is its fast mode, an approximation (engine.py)
 
     def headline(self) -> str:
         l = max(self.layers, key=lambda i: self.none[i] - self.mlp[i])
@@ -42,7 +43,7 @@ class Severing(Result):
 
     @classmethod
     def _from_json(cls, d: dict) -> "Severing":
-        return cls(**{k: d[k] for k in cls.__dataclass_fields__})
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})  # a default only for precision
 
     def figure(self):
         """The three curves over the restored layer, the corrupted p dotted (the tracing page's chart)."""
@@ -55,9 +56,10 @@ class Severing(Result):
 
 
 def sever(lm, setup: TraceSetup, token: int | None = None, hidden: list | None = None,
-          progress=None) -> Severing:
+          progress=None, precision: str = "float32") -> Severing:
     """Per layer, the restored score with nothing, the MLPs, or the attention frozen after it, at `token`
-    (default: the last subject token). `hidden`: the hidden heatmap's scores (tokens x layers), if known."""
+    (default: the last subject token). `hidden`: the hidden heatmap's scores (tokens x layers), if known.
+    `precision`: the engine's (engine.py; "bfloat16" is its fast mode)."""
     L = lm.adapter.n_layers
     token = setup.subject_range[1] - 1 if token is None else token
     if not isinstance(token, int) or not 0 <= token < len(setup.tokens):
@@ -65,7 +67,7 @@ def sever(lm, setup: TraceSetup, token: int | None = None, hidden: list | None =
     restores = [r for frozen in ("mlp", "attn") for r in severing_restores(setup, token, frozen, L)]
     if hidden is None:
         restores += severing_restores(setup, token, "none", L)
-    scores = score_restorations(lm, setup, restores, progress).tolist()
+    scores = score_restorations(lm, setup, restores, progress, precision=precision).tolist()
     return Severing(token, setup.tokens[token], list(range(L)),
                     list(hidden[token]) if hidden is not None else scores[2 * L:], scores[:L], scores[L:2 * L],
-                    setup.low_score, setup.high_score)
+                    setup.low_score, setup.high_score, precision)

@@ -16,6 +16,13 @@ from ..core.errors import EditkitError
 from ..model.sites import TRACE_KINDS
 from .noise import NoiseSpec, parse_noise
 
+PRECISIONS = ("float32", "bfloat16")  # ROME's scores; the engine's fast mode (engine.py)
+
+
+def check_precision(precision: str) -> None:
+    if precision not in PRECISIONS:
+        raise EditkitError(f"precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
+
 
 def check_kind(kind: str) -> None:
     if kind not in TRACE_KINDS:
@@ -36,7 +43,8 @@ class TraceSpec:
     0 = the first) get noise (`noise`: a NoiseSpec or its text, '3s' = 3 x the embedding std or '0.1' absolute) in
     `samples` corrupted runs drawn with `seed`; restoring a state measures p(target) (default: the clean run's top
     token). MLP and attention panels restore `window` layers around each layer; `kinds` are the panels `trace`
-    computes."""
+    computes. `precision` "bfloat16" is the engine's fast mode (bf16 matmuls in the restored runs, an
+    approximation: engine.py); "float32" (default) gives ROME's scores."""
 
     prompt: str
     subject: str
@@ -47,6 +55,7 @@ class TraceSpec:
     seed: int = 1
     occurrence: int = 0
     kinds: tuple = tuple(TRACE_KINDS)
+    precision: str = "float32"
 
     def __post_init__(self):
         if not isinstance(self.noise, NoiseSpec):
@@ -54,3 +63,9 @@ class TraceSpec:
         if not isinstance(self.window, int) or isinstance(self.window, bool) or self.window < 1:
             raise EditkitError("window must be a positive integer")
         object.__setattr__(self, "kinds", tuple(check_kinds(self.kinds)))
+        check_precision(self.precision)
+
+    @property
+    def fast(self) -> bool:
+        """The engine's fast mode: an approximation (engine.py)."""
+        return self.precision != "float32"

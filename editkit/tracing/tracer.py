@@ -44,7 +44,8 @@ class Tracer:
         self.lm, self.spec, self.cache, self.cancel = lm, spec, cache, cancel
         self.key = {"prompt": spec.prompt, "subject": spec.subject, "target": spec.target, "samples": spec.samples,
                     "noise": spec.noise.to_dict(), "seed": spec.seed, "occurrence": spec.occurrence,
-                    "weights": fingerprint(lm) if cache else None}
+                    "weights": fingerprint(lm) if cache else None,
+                    **({"precision": spec.precision} if spec.fast else {})}  # exact entries keep their keys
         self._setup: TraceSetup | None = None
         self._results: dict[str, TraceResult] = {}
         self.setup_s = 0.0
@@ -64,7 +65,8 @@ class Tracer:
 
     def _path(self, what: str):
         extra = {"window": self.spec.window} if what in ("mlp", "attn", "preview") else {}
-        return RESULTS.path(self.lm.name, what=what, **self.key, **extra)
+        key = {k: v for k, v in self.key.items() if k != "precision" or what != "preview"}  # no matmuls of its own
+        return RESULTS.path(self.lm.name, what=what, **key, **extra)
 
     def _get(self, what: str):
         return RESULTS.get(self._path(what)) if self.cache else None
@@ -107,7 +109,7 @@ class Tracer:
         step = self._check(progress)
         if engine == "fast":
             work = Work()
-            scores = fast_trace(self.lm, setup, kind, self.spec.window, step, work)
+            scores = fast_trace(self.lm, setup, kind, self.spec.window, step, work, self.spec.precision)
         else:
             work, scores = None, reference_trace(self.lm, setup, kind, self.spec.window, step)
         result = self._make(kind, scores.tolist(), time.perf_counter() - t0, engine)
@@ -130,7 +132,7 @@ class Tracer:
             t0 = time.perf_counter()
             work = Work()
             step = self._check((lambda f, msg: progress(f, "tracing " + ", ".join(missing))) if progress else None)
-            scores = fast_traces(self.lm, self.setup, missing, self.spec.window, step, work)
+            scores = fast_traces(self.lm, self.setup, missing, self.spec.window, step, work, self.spec.precision)
             seconds = time.perf_counter() - t0
             for kind in missing:
                 result = self._make(kind, scores[kind].tolist(), seconds / len(missing), engine)
@@ -170,7 +172,7 @@ class Tracer:
             return Severing.from_json(value)
         hidden = self.cached("hidden") or self._results.get("hidden")
         result = sever(self.lm, self.setup, token, hidden.scores if hidden is not None else None,
-                       self._check(progress))
+                       self._check(progress), self.spec.precision)
         self._put(what, result.to_json())
         return result
 
@@ -181,7 +183,9 @@ class Tracer:
             high_score=s.high_score, low_score=s.low_score, kind=kind,
             window=1 if kind == "hidden" else self.spec.window,
             noise_scale=s.scale, noise=s.noise_spec.to_dict(), samples=s.n, seed=s.seed, scores=scores,
-            seconds=seconds, meta={"model": self.lm.name, "prompt": s.prompt, "engine": engine},
+            seconds=seconds, meta={"model": self.lm.name, "prompt": s.prompt, "engine": engine,
+                                   **({"precision": self.spec.precision, "approximation": True}
+                                      if self.spec.fast and engine == "fast" else {})},
         )
 
 

@@ -23,6 +23,9 @@ a sequence to the next, as AlphaEdit its earlier keys, sets `stateful=True` and 
   (editing/share.py). Default: None, no prediction.
 - `placement`: how `python -m editkit hparams` places its layers on a model without a file of its own
   ("peak", "window" or "depth"; evaluation/derive.py).
+- `targets(hp) -> (sites, layer, adaptive)`: how it optimizes its target vectors (editing/targets.py), so that a
+  layer sweep can optimize every layer's targets in one batch (targets.optimize_layers). Default: None (no target
+  vectors, or not declared: each layer's edit optimizes its own).
 
 assets/hparams/<name>/<model>.json holds its defaults per model. The CLI (`edit`, `evaluate`, `bench edit`), the
 evaluation, the bleed map, the layer sweep, the hyperparameter loader and the Edit & compare page all read the
@@ -76,6 +79,7 @@ class Method:
     # subject token: "peak" (the one layer where it peaks), "window" (as many layers as the template model's file,
     # centred on the peak), "depth" (the template's layers, centred at the same relative depth)
     placement: str = "window"
+    targets: Callable | None = None  # (hp) -> (sites, layer, adaptive) of its target optimisation
 
     @property
     def defaults_dir(self) -> Path:

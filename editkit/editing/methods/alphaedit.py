@@ -189,6 +189,7 @@ def apply_alphaedit(lm, requests, hp: AlphaEditHparams, progress=None, reference
 METHOD = register(Method(
     name="alphaedit", label="AlphaEdit", apply=apply_alphaedit, hparams=AlphaEditHparams, order=40,
     color="#e7298a", stateful=True, first_use=first_use, predict_share=update_share,
+    targets=lambda hp: (("resid_post",), hp.layers[-1], False),
     spreading="MEMIT's residual spreading, each layer's update projected onto the null space of C (Eq. 14)",
     about="AlphaEdit (Fang et al. 2025): MEMIT's keys and targets, the update confined to directions ordinary text "
           "does not use, and the earlier edits of a sequence kept."))

@@ -19,7 +19,7 @@ from ..hparams import Hparams, _non_negative
 from ..result import EditResult
 from ..share import update_share
 from ..spread import Stream, finish, memit_rule, optimize_residual_targets, residual_mapping, spread
-from ..stats import key_statistics, positions_for
+from ..stats import cholesky, key_statistics, positions_for
 from . import FirstUse, Method, register
 
 
@@ -41,8 +41,9 @@ def apply_memit(lm, requests, hp: MemitHparams, progress=None, reference: bool =
     opts = optimize_residual_targets(lm, requests, hp, progress, reference)
     t_targets = time.perf_counter() - start
     C = key_statistics(lm, hp.layers, hp)
+    factors = {l: cholesky(lm, l, hp, C=C[l]) for l in hp.layers}
     targets = torch.stack([opt["resid_post"]["target"] for opt in opts], 1)
-    stream = Stream("down_proj", "mlp_key", "resid_post", targets, memit_rule(C, hp.mom2_update_weight), C)
+    stream = Stream("down_proj", "mlp_key", "resid_post", targets, memit_rule(C, hp.mom2_update_weight, factors), C)
     done = spread(lm, requests, hp, [stream], divisor=float, label="MEMIT", progress=progress, solves=solves)
     return finish("memit", lm, requests, hp, opts, done, start, t_targets, progress,
                   residual_mapping=residual_mapping(lm))
@@ -50,6 +51,6 @@ def apply_memit(lm, requests, hp: MemitHparams, progress=None, reference: bool =
 
 METHOD = register(Method(
     name="memit", label="MEMIT", apply=apply_memit, hparams=MemitHparams, order=20, color="#d95f02",
-    first_use=first_use, predict_share=update_share,
+    first_use=first_use, predict_share=update_share, targets=lambda hp: (("resid_post",), hp.layers[-1], False),
     spreading="residual spread over the critical layers, R / (L - i) (Eq. 14-15)",
     about="Mass-Editing Memory in a Transformer (Meng et al. 2023): a batch of facts over a window of MLP layers."))

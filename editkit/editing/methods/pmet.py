@@ -31,7 +31,7 @@ from ..keys import site_output
 from ..result import EditResult
 from ..share import update_share
 from ..spread import Stream, finish, memit_rule, spread
-from ..stats import key_statistics, positions_for
+from ..stats import cholesky, key_statistics, positions_for
 from ..targets import optimize_targets_batch
 from . import FirstUse, Method, register
 from .memit import MemitHparams
@@ -83,11 +83,13 @@ def apply_pmet(lm, requests, hp: PmetHparams, progress=None, reference: bool = F
         kind, targets = "resid_post", residual_targets(lm, requests, opts, hp.layers[-1])
     else:
         kind, targets = "mlp_out", torch.stack([o["mlp_out"]["target"] for o in opts], 1)
-    streams = [Stream("down_proj", "mlp_key", kind, targets, memit_rule(C, lam), C)]
+    factors = {l: cholesky(lm, l, hp, C=C[l]) for l in hp.layers}
+    streams = [Stream("down_proj", "mlp_key", kind, targets, memit_rule(C, lam, factors), C)]
     if hp.update_attn:
         C_O = key_statistics(lm, hp.layers, hp, module="o_proj")
-        streams.append(Stream("o_proj", "attn_z", "attn_out",
-                              torch.stack([o["attn_out"]["target"] for o in opts], 1), memit_rule(C_O, lam), C_O))
+        factors_O = {l: cholesky(lm, l, hp, "o_proj", C_O[l]) for l in hp.layers}
+        streams.append(Stream("o_proj", "attn_z", "attn_out", torch.stack([o["attn_out"]["target"] for o in opts], 1),
+                              memit_rule(C_O, lam, factors_O), C_O))
     divisor = float if hp.residual_targets else math.sqrt  # MEMIT's L - i for residual targets, else sqrt(L - i)
     done = spread(lm, requests, hp, streams, divisor=divisor, label="PMET", progress=progress, solves=solves)
     return finish("pmet", lm, requests, hp, opts, done, start, t_targets, progress,
@@ -97,6 +99,7 @@ def apply_pmet(lm, requests, hp: PmetHparams, progress=None, reference: bool = F
 METHOD = register(Method(
     name="pmet", label="PMET", apply=apply_pmet, hparams=PmetHparams, order=30, color="#7570b3",
     first_use=first_use, predict_share=update_share,
+    targets=lambda hp: (("attn_out", "mlp_out"), hp.layers[-1], True),
     spreading="MLP-output target spread over the critical layers, R / sqrt(L - i)",
     about="Precise Model Editing in a Transformer (Li et al. 2023): attention and FFN targets optimized together, "
           "only the FFN written."))

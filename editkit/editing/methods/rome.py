@@ -23,7 +23,7 @@ from ..hparams import Hparams
 from ..keys import key_star, keys_at
 from ..result import EditResult, RequestReport, Solve, norm_report
 from ..share import SharePrediction, edited_maps, update_share
-from ..stats import key_statistics, positions_for
+from ..stats import cholesky, key_statistics, positions_for
 from ..targets import optimize_targets
 from . import FirstUse, Method, register
 
@@ -48,12 +48,17 @@ class RankOneSolve(Solve):
 
 
 def rome_update(W: torch.Tensor, b: torch.Tensor | None, C: torch.Tensor, k_star: torch.Tensor,
-                v_star: torch.Tensor, k_den: torch.Tensor | None = None) -> tuple[torch.Tensor, dict]:
+                v_star: torch.Tensor, k_den: torch.Tensor | None = None,
+                L: torch.Tensor | None = None) -> tuple[torch.Tensor, dict]:
     """Delta W (d_model, d_ff) of ROME's Eq. 2, and its factors u = C^-1 k* and Lambda (float64) with the
-    division factor; `k_den` (default k*) is the key used in the residual/denominator."""
+    division factor; `k_den` (default k*) is the key used in the residual/denominator; `L`: C's Cholesky factor
+    (stats.cholesky), when cached (two triangular solves instead of factorizing C on every edit)."""
     k_den = k_star if k_den is None else k_den
-    W64, C64 = W.double(), C.double()
-    u = torch.linalg.solve(C64, k_star.double())  # C^-1 k*, no explicit inverse
+    W64 = W.double()
+    if L is not None:
+        u = torch.cholesky_solve(k_star.double()[:, None], L.double())[:, 0]  # C^-1 k*
+    else:
+        u = torch.linalg.solve(C.double(), k_star.double())  # C^-1 k*, no explicit inverse
     current_out = W64 @ k_den.double() + (b.double() if b is not None else 0)
     denominator = u @ k_den.double()
     delta = torch.outer(v_star.double() - current_out, u) / denominator
@@ -72,8 +77,10 @@ def apply_rome(lm, requests, hp: RomeHparams, progress=None, reference: bool = F
     start = time.perf_counter()
     a = lm.adapter
     layer = hp.layers[0]
+    L = None
     if hp.mom2_adjustment:
         C = key_statistics(lm, [layer], hp, progress=part(progress, 0, 0.3) if progress else None)[layer]
+        L = cholesky(lm, layer, hp, C=C)
     else:
         C = torch.eye(a.d_ff, device=lm.device)
     name = a.param_name("down_proj", layer)
@@ -91,7 +98,7 @@ def apply_rome(lm, requests, hp: RomeHparams, progress=None, reference: bool = F
             k_den = k_star if hp.rrome else keys_at(lm, layer, [(request.rewrite, 0)], request.subject)[0]
             W = effective_weight(lm, "down_proj", layer)
             b = a.down_bias(layer)
-            dW, info = rome_update(W, None if b is None else b.detach(), C, k_star, v_star, k_den)
+            dW, info = rome_update(W, None if b is None else b.detach(), C, k_star, v_star, k_den, L)
             u, lam = info.pop("u"), info.pop("lam")
             delta = a.weight_delta("down_proj", layer, dW)
             if solves:
@@ -141,5 +148,6 @@ def predict_share(lm, result: EditResult) -> SharePrediction:
 METHOD = register(Method(
     name="rome", label="ROME", apply=apply_rome, hparams=RomeHparams, order=10, batch=False, color="#1b9e77",
     first_use=first_use, predict_share=predict_share, placement="peak",
+    targets=lambda hp: (("mlp_out",), hp.layers[0], False),
     spreading="one layer, a rank-one update per request (Eq. 2)",
     about="Rank-One Model Editing (Meng et al. 2022): W k* = v* at one MLP layer, requests one after another."))
