@@ -60,12 +60,14 @@ def show_prediction(preds, lens) -> None:
     top = preds.top
     st.markdown(f"Prediction for “{ui.md_escape(preds.prompt[:200])}”: most likely next token "
                 f"**{ui.md_escape(repr(top.token))}** (p = {top.prob:.4f}).")
-    left, right = st.columns([1, 2])
+    left, right = st.columns([1, 3])  # the lens's cells need the room to show their tokens at a readable size
     with left:
         st.dataframe([{"token": repr(p.token), "probability": round(p.prob, 4)} for p in preds],
                      hide_index=True, width="stretch")
     with right:
         st.plotly_chart(lens.figure(), width="stretch")
+    st.caption("Layer 0 at the bottom, the last layer on top; a token cut with … is shown whole when you point at "
+               "its cell.")
 
 
 PAGES = [

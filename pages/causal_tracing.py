@@ -4,6 +4,7 @@ import json
 
 import streamlit as st
 
+from editkit.editing.requests import NEIGHBOURS_HELP
 from editkit.figures.tracing import aie_depth
 from editkit.model.tokens import guess_subject
 from editkit.runtime.cluster import Item, backend_from_env
@@ -49,23 +50,29 @@ if lm is None:
     st.stop()
 
 with st.form("trace_form"):
-    prompt = st.text_input("Prompt", value="The Space Needle is in downtown", key="trace_prompt")
+    prompt = st.text_input("Prompt", value=ui.kept("trace_prompt", "The Space Needle is in downtown"),
+                           key="trace_prompt")
     subject = st.text_input("Subject (a substring of the prompt; guessed if empty)", key="trace_subject",
-                            value=st.session_state.get("trace_subject", "Space Needle"))
-    target = st.text_input("Target token (optional; default: the model's top prediction)", key="trace_target")
+                            value=ui.kept("trace_subject", "Space Needle"))
+    target = st.text_input("Target token (optional; default: the model's top prediction)", key="trace_target",
+                           value=ui.kept("trace_target", ""))
     c1, c2, c3, c4 = st.columns(4)
-    samples = c1.number_input("Noise samples n", 1, 100, 10, key="trace_samples")
-    noise = c2.text_input("Noise ('3s' = 3 sigma, or absolute)", "3s", key="trace_noise")
-    window = c3.number_input("Window (MLP/attn)", 1, 40, 10, key="trace_window")
-    seed = c4.number_input("Seed", 0, 10_000, 1, key="trace_seed")
+    samples = c1.number_input("Noise samples n", 1, 100, ui.kept("trace_samples", 10), key="trace_samples")
+    noise = c2.text_input("Noise ('3s' = 3 sigma, or absolute)", ui.kept("trace_noise", "3s"), key="trace_noise")
+    window = c3.number_input("Window (MLP/attn)", 1, 40, ui.kept("trace_window", 10), key="trace_window")
+    seed = c4.number_input("Seed", 0, 10_000, ui.kept("trace_seed", 1), key="trace_seed")
     c5, c6, c7, c8 = st.columns(4)
-    kinds = c5.multiselect("Kinds", ["hidden", "mlp", "attn"], ["hidden", "mlp", "attn"], key="trace_kinds")
-    uniform = c6.checkbox("Uniform noise", key="trace_uniform")
-    replace = c7.checkbox("Replace instead of add", key="trace_replace")
+    kinds = c5.multiselect("Kinds", ["hidden", "mlp", "attn"], ui.kept("trace_kinds", ["hidden", "mlp", "attn"]),
+                           key="trace_kinds")
+    uniform = c6.checkbox("Uniform noise", ui.kept("trace_uniform", False), key="trace_uniform")
+    replace = c7.checkbox("Replace instead of add", ui.kept("trace_replace", False), key="trace_replace")
     recompute = c8.checkbox("Recompute (ignore the cache)", key="trace_no_cache")
     fast = st.checkbox("Fast mode: bf16 matmuls in the restored runs (faster; an approximation)",
                        key="trace_fast", help=fast_note(lm.name))
     submitted = st.form_submit_button("Trace", type="primary")
+ui.keep("trace_prompt", "trace_subject", "trace_target", "trace_samples", "trace_noise", "trace_window", "trace_seed",
+        "trace_kinds", "trace_uniform", "trace_replace")
+failure = st.empty()  # a failed trace says so here, under the form, not below the earlier heatmaps
 
 
 class Panels:
@@ -116,7 +123,15 @@ panels = Panels(shown)
 
 def trace_job(progress, tracer, kinds, panels) -> None:
     """The preview at once, then each exact panel as it is computed, then severing; results land in the session
-    state as they arrive, so a cancelled trace keeps what it computed."""
+    state as they arrive, so a cancelled trace keeps what it computed. The "computing" note goes however the job
+    ends (done, failed or cancelled)."""
+    try:
+        _trace_job(progress, tracer, kinds, panels)
+    finally:
+        panels.header.empty()
+
+
+def _trace_job(progress, tracer, kinds, panels) -> None:
     new = {"exact": {}, "preview": {}, "sever": None}
     if any(tracer.cached(k) is None for k in kinds):
         panels.header.info("Preview: attribution-patching estimates; computing the exact panels...")
@@ -152,7 +167,7 @@ def form_spec() -> TraceSpec:
 
 
 if submitted:
-    with ui.guard("tracing"):
+    with failure.container(), ui.guard("tracing"):
         spec = form_spec()
         memory = trace_memory(lm, spec.prompt, spec.samples, kinds)
 
@@ -179,6 +194,9 @@ for kind in panels.kinds:
 results = Traces(state["exact"])
 if len(results):
     first = results.first
+    if first.prompt and first.prompt != prompt:
+        st.caption(f"These results are for “{ui.md_escape(first.prompt)}”, the last trace that finished, not for "
+                   "the prompt in the form.")
     st.write(f"Answer **{first.answer!r}**: clean p = {first.high_score:.3f}, corrupted p = "
              f"{first.low_score:.3f} (noise scale {first.noise_scale:.3f}; `*` marks subject tokens).")
     d1, d2 = st.columns(2)
@@ -268,7 +286,8 @@ def layer_sweep_section(lm) -> None:
         (traced.answer.strip() if traced else "")
     c3, c4 = st.columns(2)
     para = c3.text_input("A paraphrase of the prompt (optional)", key="ls_para")
-    neigh = c4.text_input("A prompt about another subject, same relation (optional)", key="ls_neigh")
+    neigh = c4.text_input("A neighbour prompt (another subject, same relation and the same true answer; optional)",
+                          key="ls_neigh", help=NEIGHBOURS_HELP)
     layers = st.multiselect("Layers to edit", list(range(lm.adapter.n_layers)), list(range(lm.adapter.n_layers)),
                             key="ls_layers")
     st.caption("One ROME edit per layer (about 10 s each for Gemma 3 270M on 2 idle cores).")
@@ -288,10 +307,11 @@ def layer_sweep_section(lm) -> None:
             st.session_state["ls_out"] = ui.run_item("layer sweep", lm, job, memory=memory, samples=samples)
     out = st.session_state.get("ls_out")
     if out:
-        st.plotly_chart(out.figure(), width="stretch", key="ls_fig")
         t = out.trace
-        st.caption(f"Best layer by the summed differences: {out.best_layer}"
-                   + (f"; the {t.kind} trace at {t.token!r} peaks at layer {t.peak_layer}." if t else "."))
+        ranked = out.ranking()
+        st.markdown((ranked.sentence() if ranked else f"The edit works best at layer {out.best_layer}.")
+                    + (f" The {t.kind} trace at {t.token!r} peaks at layer {t.peak_layer}." if t else ""))
+        st.plotly_chart(out.figure(), width="stretch", key="ls_fig")
 
 
 layer_sweep_section(lm)

@@ -9,12 +9,13 @@ import streamlit as st
 from editkit.editing.defaults import load_hparams
 from editkit.editing.memory import edit_memory, scoring_memory
 from editkit.editing.methods import all_methods, get
-from editkit.editing.requests import EditRequest
+from editkit.editing.requests import NEIGHBOURS_HELP, NEIGHBOURS_LABEL, EditRequest
 from editkit.evaluation import EvalRecord, SequentialSpec, load_eval_set
-from editkit.evaluation.compare import Comparison, compare_methods
+from editkit.evaluation.compare import Comparison, compare_methods, conclusion, estimate
 from editkit.figures.labels import legend
 from editkit.evaluation.sequential import sequential_methods
 from editkit.figures import editing as figures
+from editkit.figures.editing import by_column
 from editkit.runtime.cluster import Item
 from editkit.tracing import TraceSpec, trace
 from editkit.tracing.memory import trace_memory
@@ -47,8 +48,9 @@ def _lines(text: str) -> list[str]:
 def request_inputs() -> list[EvalRecord]:
     """The records to edit: picked from CounterFact, uploaded (CounterFact, EasyEdit or zsRE records; errors name
     the record), or written here (one request with its test prompts)."""
-    source = st.radio("Request", ["Write my own", "Pick from CounterFact", "Upload my records"], horizontal=True,
-                      key="ec_source")
+    sources = ["Write my own", "Pick from CounterFact", "Upload my records"]
+    source = st.radio("Request", sources, horizontal=True, key="ec_source",
+                      index=sources.index(ui.kept("ec_source", sources[0])))
     if source == "Upload my records":
         from editkit.evaluation.datasets import save_upload
 
@@ -65,24 +67,28 @@ def request_inputs() -> list[EvalRecord]:
         labels = [f"{r.request.case_id}: {r.request.rewrite} {r.request.target_true.strip()} → "
                   f"{r.request.target_new.strip()}" for r in shipped]
         picked = st.multiselect("Records (several make a batch: ROME applies them one after another, the other "
-                                "methods at once)", range(len(shipped)), default=[0], format_func=lambda i: labels[i],
-                                key="ec_records")
+                                "methods at once)", range(len(shipped)), default=ui.kept("ec_records", [0]),
+                                format_func=lambda i: labels[i], key="ec_records")
+        ui.keep("ec_source", "ec_records")
         return [shipped[i] for i in picked]
     c1, c2 = st.columns(2)
-    prompt = c1.text_input("Prompt with {} for the subject", "The mother tongue of {} is", key="ec_prompt")
-    subject = c2.text_input("Subject", "Danielle Darrieux", key="ec_subject")
+    prompt = c1.text_input("Prompt with {} for the subject", ui.kept("ec_prompt", "The mother tongue of {} is"),
+                           key="ec_prompt")
+    subject = c2.text_input("Subject", ui.kept("ec_subject", "Danielle Darrieux"), key="ec_subject")
     c3, c4 = st.columns(2)
-    target_new = c3.text_input("New target", "English", key="ec_new")
-    target_true = c4.text_input("True target (optional)", "French", key="ec_true")
+    target_new = c3.text_input("New target", ui.kept("ec_new", "English"), key="ec_new")
+    target_true = c4.text_input("True target (optional)", ui.kept("ec_true", "French"), key="ec_true")
     c5, c6, c7 = st.columns(3)
-    para = c5.text_area("Paraphrase prompts (one per line)",
-                        "Danielle Darrieux, a native speaker of\nWhere Danielle Darrieux grew up, people speak",
-                        key="ec_para")
-    neigh = c6.text_area("Neighborhood prompts (unrelated subjects, same relation)",
-                         "The mother tongue of Jean Gabin is\nThe mother tongue of Catherine Deneuve is", key="ec_neigh")
-    gen = c7.text_area("Generation prompts", "Danielle Darrieux's mother tongue is", key="ec_gen")
+    para = c5.text_area("Paraphrase prompts (one per line)", ui.kept(
+        "ec_para", "Danielle Darrieux, a native speaker of\nWhere Danielle Darrieux grew up, people speak"),
+        key="ec_para")
+    neigh = c6.text_area(NEIGHBOURS_LABEL + " (one per line)", ui.kept(
+        "ec_neigh", "The mother tongue of Jean Gabin is\nThe mother tongue of Catherine Deneuve is"),
+        key="ec_neigh", help=NEIGHBOURS_HELP)
+    gen = c7.text_area("Generation prompts", ui.kept("ec_gen", "Danielle Darrieux's mother tongue is"), key="ec_gen")
+    ui.keep("ec_source", "ec_prompt", "ec_subject", "ec_new", "ec_true", "ec_para", "ec_neigh", "ec_gen")
     return [EvalRecord(EditRequest(prompt, subject, target_new, target_true or None, _lines(para), _lines(neigh),
-                                   _lines(gen), case_id="custom"))]
+                                   _lines(gen)))]
 
 
 records: list[EvalRecord] = []
@@ -98,7 +104,9 @@ def hparams_inputs(methods: list[str]) -> tuple[dict, dict]:
         for col, m in zip(st.columns(max(len(methods), 1)), methods):
             with col, ui.guard(f"{LABELS[m]} hyperparameters"):
                 default = {k: v for k, v in load_hparams(m, lm).to_dict().items() if k != "source"}
-                text = st.text_area(LABELS[m], json.dumps(default, indent=1), height=300, key=f"ec_hp_{m}")
+                text = st.text_area(LABELS[m], ui.kept(f"ec_hp_{m}", json.dumps(default, indent=1)), height=300,
+                                    key=f"ec_hp_{m}")
+                ui.keep(f"ec_hp_{m}")
                 try:
                     overrides[m] = json.loads(text) if text.strip() else {}
                     load_hparams(m, lm, overrides[m])
@@ -108,11 +116,17 @@ def hparams_inputs(methods: list[str]) -> tuple[dict, dict]:
     return overrides, errors
 
 
-methods = st.multiselect("Methods", list(LABELS), list(LABELS), format_func=LABELS.get, key="ec_methods")
+methods = st.multiselect("Methods", list(LABELS), ui.kept("ec_methods", list(LABELS)), format_func=LABELS.get,
+                         key="ec_methods")
 overrides, hp_errors = hparams_inputs(methods)
 c1, c2 = st.columns(2)
-n_gen = c1.number_input("Generations per request", 0, 5, 1, key="ec_ngen")
-gen_tokens = c2.number_input("Tokens per generation", 5, 100, 30, key="ec_gentokens")
+n_gen = c1.number_input("Generations per request", 0, 5, ui.kept("ec_ngen", 1), key="ec_ngen")
+gen_tokens = c2.number_input("Tokens per generation", 5, 100, ui.kept("ec_gentokens", 30), key="ec_gentokens")
+ui.keep("ec_methods", "ec_ngen", "ec_gentokens")
+if records and methods:
+    with ui.guard("time estimate"):
+        st.caption("Time: " + estimate(lm, methods, len(records), {m: o for m, o in overrides.items()
+                                                                     if m not in hp_errors})[1])
 
 ui.cancelled_note()
 if st.button("Edit and compare", type="primary", key="ec_run", disabled=not (records and methods)):
@@ -139,8 +153,9 @@ def show_metrics(out: Comparison):
         "Generation efficacy / generalization (QAEdit): the greedy continuation of the rewrite / paraphrase prompts "
         "says the new target and no longer the true one, what a user actually reads.")
     df = out.to_frame()
-    st.dataframe(df, hide_index=True, width="stretch")
-    st.caption("Each header names its metric's family: " + legend())
+    st.markdown(f"**Who did best.** {conclusion(out).sentence()}")
+    st.dataframe(pd.DataFrame(by_column(figures.metrics_table(out.to_json()))), hide_index=True, width="stretch")
+    st.caption("One column per method, so every measure is on screen. Each measure names its family: " + legend())
     ui.keep_buttons(lm, out.deltas, LABELS, "; ".join(f"{r.rewrite} → {r.target_new}" for r in out.requests),
                     {"model": lm.name, "requests": [r.to_dict() for r in out.requests]})
     return df
@@ -159,8 +174,7 @@ def show_probabilities(out: Comparison) -> None:
                 col.caption(f"no {group} prompts")
                 continue
             col.plotly_chart(fig, width="stretch", key=f"ec_bars_{j}_{group}")
-            rows = out.pre[j]["probabilities"][group]
-            col.caption(" · ".join(f"#{i + 1} {r['prompt'][:50]!r}" for i, r in enumerate(rows)))
+            col.caption(figures.prompt_list(out.to_json(), j, group))
 
 
 def show_changes(out: Comparison) -> None:
@@ -181,9 +195,12 @@ def show_generations(out: Comparison) -> None:
     for j, pre in enumerate(out.pre):
         for g_i, g in enumerate(pre["generations"]):
             cols = st.columns(1 + len(out.methods))
-            cols[0].markdown(f"**before**\n\n{g['text']}")
+            cols[0].markdown(f"**before**\n\n{ui.md_escape(g['text'])}")
             for col, m in zip(cols[1:], out.methods.values()):
-                col.markdown(f"**{m.label}**\n\n{m.post[j]['generations'][g_i]['text']}")
+                text = m.post[j]["generations"][g_i]["text"]
+                col.markdown(f"**{m.label}**\n\n{ui.md_escape(text)}")
+                if text == g["text"]:
+                    col.caption("⚠ word for word the same as before: this edit did not change the continuation.")
 
 
 def show_traces(out: Comparison) -> None:
@@ -208,9 +225,11 @@ def show_traces(out: Comparison) -> None:
             memory = trace_memory(lm, req.rewrite, int(samples), ["hidden"])
             st.session_state["ec_traces"] = ui.run_job("trace of the edited models", trace_job, memory=memory,
                                                        samples=int(samples))
-    traces = st.session_state.get("ec_traces") or {}
-    for col, (m, r) in zip(st.columns(max(len(traces), 1)), traces.items()):
-        col.plotly_chart(figures.trace_figure(r.to_json(), LABELS.get(m, m)), width="stretch", key=f"ec_trace_{m}")
+    traces = list((st.session_state.get("ec_traces") or {}).items())
+    for row in range(0, len(traces), 3):  # three to a row: a heatmap needs the room for its token labels
+        for col, (m, r) in zip(st.columns(3), traces[row:row + 3]):
+            col.plotly_chart(figures.trace_figure(r.to_json(), LABELS.get(m, m)), width="stretch",
+                             key=f"ec_trace_{m}")
 
 
 def show_results(out: Comparison) -> None:
@@ -228,6 +247,10 @@ def show_results(out: Comparison) -> None:
 
 out = st.session_state.get("ec_out")
 if out:
+    if records and [r.request.to_dict() for r in records] != [r.to_dict() for r in out.requests]:
+        shown = "; ".join(f"{r.rewrite} → {r.target_new.strip()}" for r in out.requests)
+        st.caption(f"The results below are for the last run ({ui.md_escape(shown[:200])}), not for the request "
+                   "above: press **Edit and compare** to run it.")
     show_results(out)
 else:
     st.info("Enter a request, pick methods and press **Edit and compare**.")
@@ -325,16 +348,18 @@ def lifelong_section(lm) -> None:
 
 
 def draw_runs(runs: dict, keys: tuple[str, str], layer_caption: str = "") -> None:
-    """Lifelong runs (method -> LifelongRun): the metric curves, the per-layer norm and condition number, the
-    table."""
+    """Lifelong runs (method -> LifelongRun): the sentence that concludes them, the metric curves, the per-layer
+    norm and condition number, the table (one column per method, so it fits the page)."""
     from editkit.evaluation.lifelong import Lifelong
+    from editkit.figures.labels import labelled
 
     life = Lifelong.of(runs, "counterfact")
+    st.markdown(life.conclusion())
     st.plotly_chart(life.figure(), width="stretch", key=keys[0])
     if layer_caption:
         st.caption(layer_caption)
     st.plotly_chart(life.layer_figure(), width="stretch", key=keys[1])
-    st.dataframe(life.to_frame(), hide_index=True, width="stretch")
+    st.dataframe(pd.DataFrame(by_column(labelled(life.table), "label")), hide_index=True, width="stretch")
 
 
 spectrum_section(lm)
@@ -414,6 +439,7 @@ def sweep_inputs():
 def sweep_section(lm) -> None:
     """A hyperparameter sweep on an evaluation set, drawn as the trade-off it is (Pareto chart)."""
     from editkit.evaluation.sweep import SWEEP, sweep
+    from editkit.evaluation.sweep import conclusion as sweep_conclusion
 
     st.subheader("Tune the trade-off: a hyperparameter sweep")
     st.markdown(
@@ -438,6 +464,7 @@ def sweep_section(lm) -> None:
                                                        memory=edit_memory(lm, [method], 1, overrides))
     out = st.session_state.get("ec_sweep")
     if out:
+        st.markdown(sweep_conclusion(out))
         st.plotly_chart(out.figure(("efficacy", "generalization", "gen_efficacy")), width="stretch",
                         key="ec_sweep_fig")
         st.dataframe(out.to_frame(), hide_index=True, width="stretch")

@@ -71,23 +71,31 @@ if view:
         f"{view.n_active} of {a.d_ff} memories have m_i > 0 here (m ranges {view.coefficient_min:.2f} to "
         f"{view.coefficient_max:.2f})."
     )
-    left, right = st.columns([2, 3])
-    with left:
-        st.plotly_chart(view.figure(), width="stretch", key="mem_bars")
-    with right:
-        st.dataframe(pd.DataFrame([{
-            "memory": m.label, "m_i": round(m.coefficient, 3), "||v_i||": round(m.value_norm, 3),
-            "contribution": round(m.contribution, 3),
-            "value tokens": " · ".join(vocab.readable(t["token"]) for t in m.value_tokens),
-            "kinds": ", ".join(f"{n} {c}" for c, n in vocab.class_counts(
-                lm, [t["token_id"] for t in m.value_tokens]).items()),
-            **({"Latin-script words (rank among all)": " · ".join(
-                f"{vocab.readable(t['token'])} (#{t['rank']:,})" for t in m.filtered_tokens)}
-               if m.filtered_tokens else {}),
-        } for m in view.memories]), hide_index=True, width="stretch")
-        st.caption("Tokens as decoded: ␣ is a leading space, ⏎ a newline, � an incomplete UTF-8 piece (a "
-                   "byte fragment of a longer character). \"kinds\" counts Latin-script words, other scripts, "
-                   "numbers, punctuation and fragments among them.")
+    mems = view.memories
+    ids = [t["token_id"] for m in mems for t in m.value_tokens]
+    if token_filter == "all" and vocab.hard_to_read(lm, ids) > 0.5:
+        st.info(f"{100 * vocab.hard_to_read(lm, ids):.0f}% of these value tokens are other scripts, word pieces or "
+                "byte fragments (the model's vocabulary has 262k tokens in many scripts). To read what each memory "
+                "promotes, pick **also: Latin-script words only** above and press Inspect: each memory's top "
+                "Latin-script words are added with their rank among all tokens.")
+    st.plotly_chart(view.figure(), width="stretch", key="mem_bars")
+    # the table gets the page's whole width (beside the chart its token columns ran off the right edge)
+    st.dataframe(pd.DataFrame([{
+        "memory": m.label, "m_i": round(m.coefficient, 3), "||v_i||": round(m.value_norm, 3),
+        "contribution": round(m.contribution, 3),
+        "value tokens": " · ".join(vocab.readable(t["token"]) for t in m.value_tokens),
+        "kinds": ", ".join(f"{n} {c}" for c, n in vocab.class_counts(
+            lm, [t["token_id"] for t in m.value_tokens]).items()),
+        **({"Latin-script words (rank among all)": " · ".join(
+            f"{vocab.readable(t['token'])} (#{t['rank']:,})" for t in m.filtered_tokens)}
+           if m.filtered_tokens else {}),
+    } for m in mems]), hide_index=True, width="stretch",
+        column_config={"memory": st.column_config.TextColumn(width="small"),
+                       "value tokens": st.column_config.TextColumn(width="large"),
+                       "Latin-script words (rank among all)": st.column_config.TextColumn(width="large")})
+    st.caption("Tokens as decoded: ␣ is a leading space, ⏎ a newline, � an incomplete UTF-8 piece (a "
+               "byte fragment of a longer character). \"kinds\" counts Latin-script words, other scripts, "
+               "numbers, punctuation and fragments among them. Point at a cell to read it whole.")
 
     st.subheader("Residual stream before and after each FFN")
     st.write(

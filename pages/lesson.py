@@ -10,10 +10,10 @@ import hmac
 import pandas as pd
 import streamlit as st
 
-from editkit.core.cache import digest
 from editkit.core.errors import EditkitError
 from editkit.core.settings import settings as server_settings
 from editkit.core.progress import part
+from editkit.editing.requests import NEIGHBOURS_HELP, NEIGHBOURS_LABEL
 from editkit.figures import lesson as figs
 from editkit.figures.tracing import depth_comparison
 from editkit.lesson import classroom, compute, grading, reference
@@ -30,6 +30,8 @@ STEPS = {1: "Next-token prediction and the logit lens", 2: "Causal tracing: whic
          9: "Does the traced layer edit best?", 10: "After hundreds of edits",
          11: "Will the Eiffel Tower's country follow? Ripple effects"}
 FEEDBACK = {"right": st.success, "close": st.info, "wrong": st.warning}
+TARGET_SEP = " → "  # a stored answer of steps 5-8: "<fact id> → <new target>"
+
 
 st.title("Lesson: locate, then edit")
 
@@ -60,8 +62,7 @@ def class_store() -> classroom.ClassStore:
 
 
 def lesson_id(pack: packs.Pack) -> str:
-    m = pack.manifest
-    return digest(m["model"], m["fingerprint"], m.get("created"), str(pack.folder))
+    return classroom.class_id(pack.manifest)
 
 
 def answers() -> dict:
@@ -78,8 +79,9 @@ def needs(pack: packs.Pack, fid: str, name: str, what: str):
     """A part of the pack, or a note that the pack lacks it (an interrupted build) and None."""
     value = pack.part(fid, name)
     if value is None:
-        st.info(f"This pack has no {what} for this fact yet: its build did not finish. Run the same "
-                "`python -m editkit lesson build` command again to complete it.")
+        st.info(f"This step has no {what} for this fact: the pack was built without it. Your teacher can "
+                "complete the pack (the same `python -m editkit lesson build` command again computes only what "
+                "is missing).")
     return value
 
 
@@ -106,48 +108,71 @@ def answer_key(fid: str, n: int, target: int | None = None) -> str:
     return f"{fid}:{n}" if target is None else f"{fid}:{n}:{target}"
 
 
-def ask(pack, fid: str, n: int, question: str, widgets, grade, target: int | None = None) -> dict | None:
+def ask(pack, fid: str, n: int, question: str, widgets, grade, show, target: int | None = None, above=None,
+        keys=()) -> dict | None:
     """The question of step n (its inputs drawn by `widgets()` inside a form, which returns the answer); on
     "Check my answer" the answer is graded (`grade(answer)` -> Grade), kept in the session and counted for the
-    class. `target`: the new target the step is about (steps 5-8). Returns the stored answer once the step is
-    revealed, else None."""
+    class, and `show(done)` draws the result. `target`: the new target the step is about (steps 5-8). `above()`
+    draws what the student clicks before the reveal (the empty grid), gone with the form. `keys`: the session keys
+    of the answer's inputs, cleared by "Answer again" so that nothing shows an old pick. Returns the stored answer
+    once the step is revealed, else None.
+
+    Everything after the question sits in one container: the step's explanation and "try your own" below keep
+    their place in the page whatever the reveal adds (an element whose place changes is drawn anew, and an open
+    expander drawn anew is closed)."""
     key = answer_key(fid, n, target)
     st.markdown(f"**Your prediction first.** {question}")
-    done = answers().get(key)
-    if done is None:
-        box = st.empty()  # the form goes once the answer is in
-        with box.form(f"lesson_form_{n}_{fid}"):
-            answer = widgets()
-            c1, c2 = st.columns([1, 3])
-            check = c1.form_submit_button("Check my answer", type="primary")
-            skip = c2.form_submit_button("Skip: just show me")
-        if check:
-            with ui.guard("checking the answer"):
-                g = grade(answer).to_dict()
-                done = {"grade": g, "row": classroom.answer_row(fid, n, question, g), "answer": answer}
-                answers()[key] = done
-                try:
-                    where = fid if target is None else f"{fid} → {pack.fact(fid)['targets'][target].strip()}"
-                    class_store().record(lesson_id(pack), where, str(n), ui.session_id(), g["choice"],
-                                         g["verdict"], g["score"])
-                except Exception:  # noqa: BLE001 - the class view is optional; the student's own answer stays
-                    ui.log.warning("could not record an answer for the class view", exc_info=True)
-        elif skip:
-            done = answers()[key] = {"grade": None, "row": None}
-        if done is not None:
-            box.empty()
-    if done is None:
-        return None
-    g = done["grade"]
-    if g is None:
-        st.caption("Skipped: the result is shown without a prediction.")
-    else:
-        FEEDBACK[g["verdict"]](f"**{g['verdict'].capitalize()}** (your answer: {ui.md_escape(g['choice'])}). "
-                               f"{ui.md_escape(g['feedback'])}")
-    if st.button("Answer again", key=f"lesson_again_{n}_{fid}"):
-        answers().pop(key, None)
-        st.rerun()
+    with st.container():
+        done = answers().get(key)
+        if done is None:
+            box = st.empty()  # the grid and the form go once the answer is in
+            with box.container():
+                if above is not None:
+                    above()
+                with st.form(f"lesson_form_{n}_{fid}"):
+                    answer = widgets()
+                    c1, c2 = st.columns([1, 3])
+                    check = c1.form_submit_button("Check my answer", type="primary")
+                    skip = c2.form_submit_button("Skip: just show me")
+            if check:
+                with ui.guard():  # "pick a cell first" and the like, as they are
+                    done = record(pack, fid, n, question, grade(answer).to_dict(), answer, target)
+            elif skip:
+                done = answers()[key] = {"grade": None, "row": None}
+            if done is not None:
+                box.empty()
+        if done is None:
+            return None
+        g = done["grade"]
+        if g is None:
+            st.caption("Skipped: the result is shown without a prediction.")
+        else:
+            FEEDBACK[g["verdict"]](f"**{g['verdict'].capitalize()}** (your answer: {ui.md_escape(g['choice'])}). "
+                                   f"{ui.md_escape(g['feedback'])}")
+        st.button("Answer again", key=f"lesson_again_{n}_{fid}", on_click=answer_again, args=(key, keys))
+        show(done)
     return done
+
+
+def record(pack, fid: str, n: int, question: str, g: dict, answer, target: int | None) -> dict:
+    """Keep a graded answer in the session and count it for the class."""
+    done = {"grade": g, "row": classroom.answer_row(fact_label(pack.fact(fid)), n, question, g), "answer": answer}
+    answers()[answer_key(fid, n, target)] = done
+    try:
+        where = fid if target is None else f"{fid}{TARGET_SEP}{pack.fact(fid)['targets'][target].strip()}"
+        class_store().record(lesson_id(pack), where, str(n), ui.session_id(), g["choice"], g["verdict"],
+                             g["score"])
+    except Exception:  # noqa: BLE001 - the class view is optional; the student's own answer stays
+        ui.log.warning("could not record an answer for the class view", exc_info=True)
+    return done
+
+
+def answer_again(key: str, keys) -> None:
+    """"Answer again": the answer and every input of it go (a pick left in the grid but not in the form was graded
+    as token 0, layer 0)."""
+    answers().pop(key, None)
+    for k in keys:
+        st.session_state.pop(k, None)
 
 
 def explain(text: str, formulas=(), sections=()) -> None:
@@ -156,8 +181,8 @@ def explain(text: str, formulas=(), sections=()) -> None:
     for f in formulas:
         st.latex(f)
     for name in sections:
-        with st.expander(f"Reference: {name}"):
-            draw(reference.SECTIONS[name])
+        with st.expander(f"Reference: {reference.title(name)}"):
+            draw(reference.body(name))
 
 
 def draw(blocks) -> None:
@@ -206,8 +231,8 @@ def own_request(n: int, fact: dict, neighbours: bool = False):
     new = c4.text_input("New target", fact["targets"][0].strip(), key=f"lesson_own_new_{n}")
     extra = ""
     if neighbours:
-        extra = st.text_area("Neighbour prompts (other subjects, same relation; one per line)",
-                             "\n".join(r["neighborhood_prompts"][:3]), key=f"lesson_own_neigh_{n}")
+        extra = st.text_area(NEIGHBOURS_LABEL + " (one per line)", "\n".join(r["neighborhood_prompts"][:3]),
+                             key=f"lesson_own_neigh_{n}", help=NEIGHBOURS_HELP)
     try:
         return compute.record_of({"prompt": prompt, "subject": subject, "target_true": true,
                                   "target_new": new, "neighborhood_prompts": _lines(extra)})
@@ -226,9 +251,8 @@ def step_lens(pack, fid, fact):
                              f"after each of its {L} layers through the final norm and unembedding: at which "
                              f"layer does {lens['answer']!r} first become the top token?",
                lambda: st.slider("Layer", 0, L - 1, L // 2, key=f"lesson_q1_{fid}"),
-               lambda layer: grading.grade_lens(lens, int(layer)))
-    if done:
-        show_lens(lens)
+               lambda layer: grading.grade_lens(lens, int(layer)), lambda done: show_lens(lens),
+               keys=[f"lesson_q1_{fid}"])
     explain(
         "A language model turns the prompt into a probability for every possible next token: the last "
         "layer's residual stream goes through the final norm and the unembedding W_U. The **logit lens** "
@@ -251,14 +275,17 @@ def show_lens(lens: dict, key: str = "pack") -> None:
     top = lens["top"][0]
     st.markdown(f"Most likely next token after “{ui.md_escape(lens['prompt'][:200])}”: "
                 f"**{ui.md_escape(repr(top['token']))}** (p = {top['prob']:.3f}).")
-    left, right = st.columns([1, 2])
+    left, right = st.columns([1, 3])
     left.dataframe(pd.DataFrame([{"token": repr(p["token"]), "p": round(p["prob"], 4)} for p in lens["top"]]),
                    hide_index=True, width="stretch")
     chart(right, lambda: figs.lens_figure(lens), f"lesson_lens_{key}", lens if key == "pack" else None)
+    st.caption("Layer 0 at the bottom, the last layer on top (as on the Home page); a token cut with … is shown "
+               "whole when you point at its cell.")
 
 
-def pick_cell(fid: str, n: int, trace: dict, title: str, target: int | None = None):
-    """The empty grid (click a cell) above the form; the click fills the token and layer inputs."""
+def pick_cell(fid: str, n: int, trace: dict, title: str):
+    """The empty grid the student clicks before the reveal (drawn by `ask` above the form; the click fills the
+    token and layer inputs) -> (draw the grid, the form's widgets, the session keys of the pick)."""
     tkey, lkey = f"lesson_q{n}_token_{fid}", f"lesson_q{n}_layer_{fid}"  # the form's inputs
     gkey = f"lesson_q{n}_grid_{fid}"
 
@@ -267,12 +294,13 @@ def pick_cell(fid: str, n: int, trace: dict, title: str, target: int | None = No
         if points and points[0].get("customdata"):
             st.session_state[tkey], st.session_state[lkey] = (int(v) for v in points[0]["customdata"][:2])
 
-    if answer_key(fid, n, target) not in answers():  # only before the reveal
+    def grid():
         picked = (st.session_state.get(tkey), st.session_state.get(lkey))
         st.plotly_chart(figs.pick_grid(trace, picked if None not in picked else None, title), width="stretch",
                         key=gkey, on_select=clicked, selection_mode="points")
-    labels = figs.token_labels(trace)
-    return tkey, lkey, labels
+
+    widgets = cell_widgets(tkey, lkey, figs.token_labels(trace), len(trace["scores"][0]))
+    return grid, widgets, (tkey, lkey, gkey)
 
 
 def picked_cell(done: dict):
@@ -308,22 +336,20 @@ def step_trace(pack, fid, fact):
     if tr is None:
         return
     hidden = tr["traces"]["hidden"]
-    title = "Before the reveal: click the state you think carries the fact"
-    tkey, lkey, labels = pick_cell(fid, 2, hidden, title)
-    done = ask(pack, fid, 2, f"Noise on the subject's embeddings lowers p({hidden['answer']!r}) from "
-                             f"{hidden['high_score']:.3f} to {hidden['low_score']:.3f}. Restoring one clean "
-                             "hidden state brings it back: which state, before the last token, brings back "
-                             "the most? Click a cell or pick a token and a layer.",
-               cell_widgets(tkey, lkey, labels, len(hidden["scores"][0])), grade_pick(hidden))
-    if done:
-        show_hidden(hidden, done)
+    grid, widgets, keys = pick_cell(fid, 2, hidden, "Click the state you think carries the fact")
+    ask(pack, fid, 2, f"Noise on the subject's embeddings lowers p({hidden['answer']!r}) from "
+                      f"{hidden['high_score']:.3f} to {hidden['low_score']:.3f}. Restoring one clean "
+                      "hidden state brings it back: which state, before the last token, brings back "
+                      "the most? Click a cell or pick a token and a layer.",
+        widgets, grade_pick(hidden), lambda done: show_hidden(hidden, done), above=grid, keys=keys)
     explain(
         "Causal tracing (Meng et al. 2022): a clean run predicts the answer o; a corrupted run adds Gaussian "
         "noise (3 times the standard deviation of the embeddings) to the subject's token embeddings, so the "
         "model loses o; a restored run copies one clean hidden state h_i^(l) (token i after layer l) into "
         "the corrupted run. Each cell's colour is the restored probability, averaged over the noise samples. "
-        "ROME finds two sites: the last subject token in early-to-middle layers, where the fact is recalled, "
-        "and the last token in late layers, where it is read out.",
+        "On GPT-2 XL, ROME found two sites: the last subject token in early-to-middle layers, where the fact is "
+        "recalled, and the last token in late layers, where it is read out (the result says how this fact "
+        "compares).",
         [r"\mathrm{IE}(h_i^{(l)}) = P_{*}\big(o \mid \text{clean } h_i^{(l)}\big) - P_{*}(o)"], ["tracing"])
     try_own(2, "the hidden-state trace of your prompt, on one model or two", lambda: trace_inputs(2, fact, pack, True),
             own_traces, show_own_traces, samples=lambda v: v[2].samples * (1 + (v[3] is not None)))
@@ -370,6 +396,7 @@ def show_hidden(hidden: dict, done: dict) -> None:
     pick = picked_cell(done)
     chart(st, lambda: figs.trace_with_marks(hidden, pick, s["early"]), "lesson_fig_hidden", hidden, pick)
     t, l = s["late"]
+    st.markdown(grading.early_site_note(hidden))
     st.caption(f"★ the strongest state before the last token; the last token's own state recovers up to "
                f"{s['late_p']:.3f} at layer {l} (the late site). `*` marks the subject's tokens.")
 
@@ -382,19 +409,14 @@ def step_windows(pack, fid, fact):
     if sev is None:
         st.info("This pack has no severing result for this fact.")
         return
-    done = ask(pack, fid, 3, f"Restore the hidden state at the subject token {sev['token_str']!r} (where "
-                             "the hidden-state trace peaks), but freeze the MLPs (or the attention) at that "
-                             "token in all later layers in their corrupted state. Do the later MLPs do the "
-                             "work?",
-               lambda: st.radio("Answer", range(3), format_func=lambda i: grading.SEVER_CHOICES[i],
-                                index=None, key=f"lesson_q3_{fid}"),
-               lambda c: grading.grade_severing(sev, _chosen(c)))
-    if done:
-        cols = st.columns(2)
-        for col, kind in zip(cols, ("mlp", "attn")):
-            chart(col, lambda kind=kind: figs.trace_with_marks(tr["traces"][kind]), f"lesson_fig_{kind}",
-                  tr["traces"][kind])
-        chart(st, lambda: figs.severing_figure(sev), "lesson_fig_sever", sev)
+    ask(pack, fid, 3, f"Restore the hidden state at the subject token {sev['token_str']!r} (where "
+                      "the hidden-state trace peaks), but freeze the MLPs (or the attention) at that "
+                      "token in all later layers in their corrupted state. Do the later MLPs do the "
+                      "work?",
+        lambda: st.radio("Answer", range(3), format_func=lambda i: grading.SEVER_CHOICES[i],
+                         index=None, key=f"lesson_q3_{fid}"),
+        lambda c: grading.grade_severing(sev, _chosen(c)), lambda done: show_windows(tr, sev),
+        keys=[f"lesson_q3_{fid}"])
     explain(
         "Restoring a window of 10 MLP (or attention) outputs at one token, the layers [l − 5, l + 5), shows "
         "which module carries the effect: ROME finds the MLPs at the last subject token in middle layers and "
@@ -408,6 +430,15 @@ def step_windows(pack, fid, fact):
             lambda lm, progress, v: compute.traces(lm, v[0], v[1], None, v[2], kinds=("mlp", "attn"),
                                                    progress=progress),
             show_windows_own, samples=lambda v: v[2].samples)
+
+
+def show_windows(tr: dict, sev: dict) -> None:
+    cols = st.columns(2)
+    for col, kind in zip(cols, ("mlp", "attn")):
+        chart(col, lambda kind=kind: figs.trace_with_marks(tr["traces"][kind]), f"lesson_fig_{kind}",
+              tr["traces"][kind])
+    chart(st, lambda: figs.severing_figure(sev), "lesson_fig_sever", sev)
+    st.markdown(grading.severing_conclusion(sev))
 
 
 def _chosen(c):
@@ -436,9 +467,8 @@ def step_memories(pack, fid, fact):
                              f"vectors. Will the value of one of its {len(view['memories'])} strongest "
                              f"memories put {view['answer']!r} among its top {k} tokens?",
                lambda: st.radio("Answer", ["yes", "no"], index=None, horizontal=True, key=f"lesson_q4_{fid}"),
-               lambda c: grading.grade_memories(view, _yes(c)))
-    if done:
-        show_memories(view)
+               lambda c: grading.grade_memories(view, _yes(c)), lambda done: show_memories(view),
+               keys=[f"lesson_q4_{fid}"])
     explain(
         "Geva et al. (2021) read an FFN layer as d_ff key-value memories: each key k_i detects a pattern in "
         "the input, the activation gives it a coefficient m_i, and the output is the coefficient-weighted "
@@ -470,15 +500,19 @@ def show_memories(view: dict, key: str = "pack") -> None:
     st.markdown(f"Layer {view['layer']} at {view['tokens'][view['position']]!r}: {view['n_active']} of "
                 f"{view['d_ff']} memories have m_i > 0 (m from {view['coefficient_min']:.2f} to "
                 f"{view['coefficient_max']:.2f}).")
-    left, right = st.columns([2, 3])
-    chart(left, lambda: figs.memories_figure(view), f"lesson_mem_{key}", view if key == "pack" else None)
-    right.dataframe(pd.DataFrame([{
+    chart(st, lambda: figs.memories_figure(view), f"lesson_mem_{key}", view if key == "pack" else None)
+    st.dataframe(pd.DataFrame([{
         "memory": m["label"], "m_i": round(m["coefficient"], 3), "||v_i||": round(m["value_norm"], 3),
         "value tokens": " · ".join(m.get("value_text", [t["token"] for t in m["value_tokens"]])),
         "Latin-script words (rank)": " · ".join(m.get("latin_text", [])),
         f"has {view['answer']!r}": any(t["token_id"] == view["answer_id"] for t in m["value_tokens"]),
-    } for m in view["memories"]]), hide_index=True, width="stretch")
-    st.caption("Tokens as decoded: ␣ is a leading space, � a byte fragment of a longer character.")
+    } for m in view["memories"]]), hide_index=True, width="stretch",
+        column_config={"value tokens": st.column_config.TextColumn(width="large"),
+                       "Latin-script words (rank)": st.column_config.TextColumn(width="large")})
+    st.caption("Tokens as decoded: ␣ is a leading space, � a byte fragment of a longer character. The value "
+               "tokens are what the model promotes, often other scripts and word pieces of its 262k-token "
+               "vocabulary; the Latin-script column adds each memory's top Latin-script words with their rank "
+               "among all tokens. Point at a cell to read it whole.")
 
 
 def pick_target(fid: str, fact: dict) -> int:
@@ -505,9 +539,8 @@ def step_edit(pack, fid, fact):
                              f"{pre['p_new']:.3f} after the prompt. After the edit it will be:",
                lambda: st.radio("Answer", range(len(grading.BINS)), format_func=lambda i: grading.BINS[i][2],
                                 index=None, horizontal=True, key=f"lesson_q5_{fid}_{t}"),
-               lambda c: grading.grade_edit(edit, _chosen(c)), target=t)
-    if done:
-        show_edit({"rome": edit})
+               lambda c: grading.grade_edit(edit, _chosen(c)), lambda done: show_edit({"rome": edit}), target=t,
+               keys=[f"lesson_q5_{fid}_{t}"])
     explain(
         "ROME (Meng et al. 2022) treats the edited MLP's output matrix W as a linear associative memory: the "
         "key k* (the MLP activation at the subject's last token, averaged over random prefixes) should give "
@@ -532,11 +565,16 @@ def show_edit(edits: dict, key: str = "pack") -> None:
             continue
         chart(col, lambda group=group: figs.edits_figure(edits, group), f"lesson_edit_{group}_{key}",
               first if key == "pack" else None, group, *edits)
+        col.caption(figs.edit_prompts(edits, group))
     for e in edits.values():
         g = e["greedy"]
+        before, after = g["pre"]["rewrite"][0], g["post"]["rewrite"][0]
         st.markdown(f"**{e['label']}**, greedy continuation of “{ui.md_escape(e['rewrite'])}”  \n"
-                    f"before: …{ui.md_escape(figs.compact(g['pre']['rewrite'][0]))}  \nafter: …"
-                    f"{ui.md_escape(figs.compact(g['post']['rewrite'][0]))}")
+                    f"before: …{ui.md_escape(figs.compact(before))}  \nafter: …"
+                    f"{ui.md_escape(figs.compact(after))}")
+        note = figs.special_token_note(before, after)
+        if note:
+            st.caption(ui.md_escape(note))
 
 
 def step_retrace(pack, fid, fact):
@@ -545,27 +583,13 @@ def step_retrace(pack, fid, fact):
     trace = needs(pack, fid, packs.retrace_name(t, "rome"), "re-trace of the edited model")
     if edit is None or trace is None:
         return
-    tkey, lkey, labels = pick_cell(fid, 6, trace, f"Before the reveal: which state carries "
-                                                  f"{trace['answer']!r} now?", t)
-    done = ask(pack, fid, 6, f"The edited model says {trace['answer']!r} (p = {trace['high_score']:.3f}). "
-                             f"Traced again with {trace['answer']!r} as the answer: which state, before the "
-                             "last token, carries the new fact now? ROME edited layer "
-                             f"{', '.join(map(str, edit['layers']))}.",
-               cell_widgets(tkey, lkey, labels, len(trace["scores"][0])), grade_pick(trace), target=t)
-    if done:
-        pick = picked_cell(done)
-        chart(st, lambda: figs.trace_with_marks(trace, pick, grading.sites(trace)["early"]),
-              "lesson_fig_retrace", trace, pick)
-        if trace.get("meta", {}).get("approximation"):
-            st.caption(compute.fast_note(pack.model))
-        others = [(m, pack.part(fid, packs.retrace_name(t, m)), pack.part(fid, packs.edit_name(t, m)))
-                  for m in pack.manifest.get("method_names", []) if m != "rome"]
-        others = [o for o in others if o[1] and o[2]]
-        if others:
-            st.markdown("The same trace after the other methods' edits (their edited layers dotted):")
-            for col, (m, r, e) in zip(st.columns(len(others)), others):
-                chart(col, lambda r=r, e=e: figs.retrace_figure(r, e["label"], e["layers"]),
-                      f"lesson_fig_retrace_{m}", r)
+    grid, widgets, keys = pick_cell(fid, 6, trace, f"Click the state you think carries {trace['answer']!r} now")
+    ask(pack, fid, 6, f"The edited model says {trace['answer']!r} (p = {trace['high_score']:.3f}). "
+                      f"Traced again with {trace['answer']!r} as the answer: which state, before the "
+                      "last token, carries the new fact now? ROME edited layer "
+                      f"{', '.join(map(str, edit['layers']))}.",
+        widgets, grade_pick(trace), lambda done: show_retrace(pack, fid, t, trace, done), target=t, above=grid,
+        keys=keys)
     explain(
         "The edited model traced again, with the new target o* as the answer. A restored state brings P(o*) "
         "back when the new association is in it or computed from it: the clean state of the subject's last "
@@ -577,6 +601,27 @@ def step_retrace(pack, fid, fact):
             lambda lm, progress, rec: own_retrace(lm, progress, rec, settings(pack)),
             lambda r: st.plotly_chart(figs.retrace_figure(r["trace"], "ROME", r["layers"]), width="stretch",
                                       key="lesson_own_fig_6"))
+
+
+def show_retrace(pack, fid: str, t: int, trace: dict, done: dict) -> None:
+    """The ROME-edited model's trace with the student's pick, the other methods' beside it (three to a row), and
+    where each method's new fact is carried most."""
+    pick = picked_cell(done)
+    chart(st, lambda: figs.trace_with_marks(trace, pick, grading.sites(trace)["early"]),
+          "lesson_fig_retrace", trace, pick)
+    if trace.get("meta", {}).get("approximation"):
+        st.caption(compute.fast_note(pack.model))
+    others = [(m, pack.part(fid, packs.retrace_name(t, m)), pack.part(fid, packs.edit_name(t, m)))
+              for m in pack.manifest.get("method_names", []) if m != "rome"]
+    others = [o for o in others if o[1] and o[2]]
+    if others:
+        st.markdown("The same trace after the other methods' edits (their edited layers dotted):")
+        for row in range(0, len(others), 3):
+            for col, (m, r, e) in zip(st.columns(3), others[row:row + 3]):
+                chart(col, lambda r=r, e=e: figs.retrace_figure(r, e["label"], e["layers"]),
+                      f"lesson_fig_retrace_{m}", r)
+    edit = pack.part(fid, packs.edit_name(t, "rome"))
+    st.markdown(grading.retrace_conclusion({edit["label"]: trace, **{e["label"]: r for _, r, e in others}}))
 
 
 def own_retrace(lm, progress, record, s) -> dict:
@@ -598,9 +643,8 @@ def step_bleed(pack, fid, fact):
                              f"least {100 * grading.MOVE:.0f} percentage point)?",
                lambda: st.multiselect("They will move", [r["prompt"] for r in rows],
                                       key=f"lesson_q7_{fid}_{t}"),
-               lambda picked: grading.grade_neighbours(bleed, picked or []), target=t)
-    if done:
-        show_bleed(bleed)
+               lambda picked: grading.grade_neighbours(bleed, picked or []), lambda done: show_bleed(bleed),
+               target=t, keys=[f"lesson_q7_{fid}_{t}"])
     explain(
         "An edit changes W by ΔW, so wherever the layer's input key is k the output changes by exactly ΔW k. "
         "For ROME's rank-one update that change is the edited subject's own change scaled by a share s(k): a "
@@ -639,10 +683,8 @@ def step_methods(pack, fid, fact):
                              f"{new.strip()!r}?",
                lambda: st.multiselect("They will say it", list(edits), format_func=labels.get,
                                       key=f"lesson_q8_{fid}_{t}"),
-               lambda picked: grading.grade_generation(edits, picked or []), target=t)
-    if done:
-        st.dataframe(pd.DataFrame(figs.methods_table(edits)), hide_index=True, width="stretch")
-        show_edit(edits)
+               lambda picked: grading.grade_generation(edits, picked or []), lambda done: show_methods(edits),
+               target=t, keys=[f"lesson_q8_{fid}_{t}"])
     methods = compute.methods()  # every registered method, also one added after the pack was built
     st.markdown("\n".join(f"- **{m['label']}**: {ui.md_escape(m['about'])}"
                            + ("" if m["name"] in edits else " *(not in this pack: run it in “try your own”; a "
@@ -676,9 +718,16 @@ def own_methods(lm, progress, record, pack) -> dict:
             for i, m in enumerate(names)}
 
 
+def show_methods(edits: dict, key: str = "pack") -> None:
+    """The methods side by side: the conclusion, the table (one column per method, so it fits the page), the
+    charts and the continuations."""
+    st.markdown(grading.methods_conclusion(edits))
+    st.dataframe(pd.DataFrame(figs.by_column(figs.methods_table(edits))), hide_index=True, width="stretch")
+    show_edit(edits, key)
+
+
 def show_methods_own(edits: dict) -> None:
-    st.dataframe(pd.DataFrame(figs.methods_table(edits)), hide_index=True, width="stretch")
-    show_edit(edits, "own")
+    show_methods(edits, "own")
 
 
 def step_sweep(pack, fid, fact):
@@ -689,19 +738,21 @@ def step_sweep(pack, fid, fact):
     peak = sweep.get("peak_layer")
     new = sweep["request"]["target_new"].strip()
     token = (sweep.get("trace") or {}).get("token", "the subject")
-    done = ask(pack, fid, 9, f"The MLP trace at {token!r} peaks at layer {peak}. ROME edited "
-                             f"the fact to {new!r} at every layer, one at a time. Is the traced layer "
-                             "(within one layer) the one where the edit works best?",
-               lambda: st.radio("Answer", ["yes", "no"], index=None, horizontal=True, key=f"lesson_q9_{fid}"),
-               lambda c: grading.grade_sweep(sweep, _yes(c)))
-    if done:
-        show_sweep(sweep, (tr or {}).get("traces", {}).get("mlp"))
+    ask(pack, fid, 9, f"The MLP trace at {token!r} peaks at layer {peak}. ROME edited "
+                      f"the fact to {new!r} at every layer, one at a time. Is the traced layer "
+                      "(within one layer) the one where the edit works best?",
+        lambda: st.radio("Answer", range(len(grading.SWEEP_CHOICES)), format_func=grading.SWEEP_CHOICES.__getitem__,
+                         index=None, key=f"lesson_q9_{fid}"),
+        lambda c: grading.grade_sweep(sweep, _chosen(c)),
+        lambda done: show_sweep(sweep, (tr or {}).get("traces", {}).get("mlp")), keys=[f"lesson_q9_{fid}"])
     explain(
         "ROME edits the layer where tracing finds the MLP effect. Hase et al. (2023) edited every layer "
         "instead and found that editing success barely correlates with where tracing localises the fact: the "
         "best layer to edit is often not the traced peak. The lower chart shows, per edited layer, P(new) − "
         "P(true) on the prompt and a paraphrase (higher: the edit works) and P(true) − P(new) on neighbours "
-        "(higher: nothing leaked); the best layer has the largest sum of the three.",
+        "(higher: nothing leaked); the best layer has the largest sum of the three. Those margins are measured on "
+        "a handful of prompts: a layer whose sum differs from the best by less than the spread over the prompts "
+        "(1.96 standard errors of the paired differences) is within noise of it.",
         [r"\text{rewrite score} = \frac{P_{\text{post}}(o^*) - P_{\text{pre}}(o^*)}{1 - "
          r"P_{\text{pre}}(o^*)}"])
     try_own(9, "ROME at several layers on your own fact", lambda: sweep_inputs(pack, fact),
@@ -717,6 +768,7 @@ def sweep_inputs(pack, fact):
 
 
 def show_sweep(sweep: dict, mlp_trace, key: str = "pack") -> None:
+    st.markdown(grading.sweep_conclusion(sweep))
     chart(st, lambda: figs.sweep_figure(sweep, mlp_trace), f"lesson_sweep_{key}",
           sweep if key == "pack" else None)
     st.dataframe(pd.DataFrame([{"layer": r["layer"], "efficacy margin": r["efficacy_magnitude"],
@@ -736,12 +788,8 @@ def step_lifelong(pack, fid, fact):
                                   f"{first['model']}, one batch after another (ROME one at a time, the "
                                   "others in batches of 25). Which method collapses first?",
                    lambda: st.radio("Answer", labels, index=None, horizontal=True, key=f"lesson_q10_{fid}"),
-                   lambda c: grading.grade_lifelong(results, _picked(c)))
-        if done:
-            chart(st, lambda: figs.lifelong_figure(results), "lesson_fig_lifelong", results)
-            st.dataframe(pd.DataFrame(shipped["table"]), hide_index=True, width="stretch")
-            if first["model"] != pack.model:
-                st.caption(f"This run is editkit's on {first['model']}; the pack's model is {pack.model}.")
+                   lambda c: grading.grade_lifelong(results, _picked(c)),
+                   lambda done: show_lifelong(shipped, pack), keys=[f"lesson_q10_{fid}"])
     explain(
         "Lifelong editing applies edits one batch after another, each computed on the weights the earlier "
         "ones left. Checkpoints every 100 edits measure the edits so far (a fixed sample of 50 of them, all "
@@ -754,9 +802,21 @@ def step_lifelong(pack, fid, fact):
          r"\mathrm{PPL}(W_t) > 2\,\mathrm{PPL}(W_0)"], ["references"])
     try_own(10, "a short lifelong run of your own", lifelong_inputs,
             lambda lm, progress, v: compute.lifelong_run(lm, v[0], v[1], v[2], progress),
-            lambda r: st.plotly_chart(figs.lifelong_figure(r["results"]), width="stretch",
-                                      key="lesson_own_fig_10"),
+            lambda r: (st.markdown(grading.lifelong_conclusion(r["results"])),
+                       st.plotly_chart(figs.lifelong_figure(r["results"]), width="stretch", key="lesson_own_fig_10")),
             sequential=lambda v: v[1])
+
+
+def show_lifelong(shipped: dict, pack) -> None:
+    results = shipped["results"]
+    first = next(iter(results.values()))
+    st.markdown(grading.lifelong_conclusion(results))
+    chart(st, lambda: figs.lifelong_figure(results), "lesson_fig_lifelong", results)
+    st.caption("Hollow markers: checkpoints measured on a fixed random sample of the edits so far; filled: on all "
+               "of them.")
+    st.dataframe(pd.DataFrame(figs.by_column(shipped["table"], "label")), hide_index=True, width="stretch")
+    if first["model"] != pack.model:
+        st.caption(f"This run is editkit's on {first['model']}; the pack's model is {pack.model}.")
 
 
 def _picked(c):
@@ -792,15 +852,15 @@ def step_ripple(pack, fid, fact):
     elif out:
         new = out["request"]["target_new"].strip()
         label = {r["prompt"]: f"{r['prompt']} {'→' if r['move'] else '='} {r['answer'].strip()}" for r in rows}
-        done = ask(pack, fid, 11, f"ROME makes {fact['request']['subject']!r} recall {new!r}. After the edit, "
-                                  "which prompts give their expected answer (→: the edit should move it there; =: "
-                                  "it should stay)?",
-                   lambda: st.multiselect("They will", list(label), format_func=label.get,
-                                          key=f"lesson_q11_{fid}_{t}"),
-                   lambda picked: grading.grade_ripple(out, picked or []), target=t)
-        if done:
+        def show(done):
             chart(st, lambda: ripple_figure(out), f"lesson_ripple_{t}", out)
             st.markdown(f"**{out['conclusion']}**")
+
+        ask(pack, fid, 11, f"ROME makes {fact['request']['subject']!r} recall {new!r}. After the edit, "
+                           "which prompts give their expected answer (→: the edit should move it there; =: "
+                           "it should stay)?",
+            lambda: st.multiselect("They will", list(label), format_func=label.get, key=f"lesson_q11_{fid}_{t}"),
+            lambda picked: grading.grade_ripple(out, picked or []), show, target=t, keys=[f"lesson_q11_{fid}_{t}"])
     explain(
         "An edit (s, r, o → o*) implies more than its own prompt: composed with what the model knows about o* "
         "(o* lies in country z*) it says s lies in z*; another name of s should follow; s's other facts and o's "
@@ -846,7 +906,7 @@ def teacher_view(pack) -> None:
     rows = store.summary(lesson_id(pack))
     if rows:
         st.dataframe(pd.DataFrame([{
-            "fact": r["fact"], "step": f"{r['step']}. {STEPS.get(int(r['step']), '')}",
+            "fact": where_label(pack, r["fact"]), "step": f"{r['step']}. {STEPS.get(int(r['step']), '')}",
             "students": r["students"],
             "right": r["right"], "close": r["close"], "wrong": r["wrong"],
             "mean score": round(r["mean_score"], 2) if r["mean_score"] is not None else None,
@@ -856,7 +916,10 @@ def teacher_view(pack) -> None:
     else:
         st.caption("No answers yet. Each student's answers are counted here, anonymously, as they check "
                    "them.")
-    st.caption(f"Stored in {store.path} (SQLite).")
+    m = pack.manifest
+    st.caption(f"Stored in {store.path} (SQLite), for this class: the answers stay when facts are added or "
+               f"dropped. The pack: {pack.folder}, computed by editkit {m.get('editkit_version')} on "
+               f"{m['model']} (weights digest {m['fingerprint']}).")
     confirm = st.checkbox("Yes, delete this lesson's answers", key="lesson_clear_confirm")
     if st.button("Clear the class's answers", key="lesson_clear", disabled=not confirm):
         n = store.clear(lesson_id(pack))
@@ -865,13 +928,34 @@ def teacher_view(pack) -> None:
     add_fact_form(pack)
 
 
+def where_label(pack, where: str) -> str:
+    """A stored answer's fact ("<fact id>" or "<fact id> → <new target>") as the teacher reads it."""
+    fid, _, target = where.partition(TARGET_SEP)
+    fact = pack.fact(fid) if fid in pack.fact_ids else None
+    name = fact_label(fact) if fact else f"a fact no longer in the pack ({fid.rsplit('-', 1)[0].replace('-', ' ')})"
+    return f"{name}, edited to {target}" if target else name
+
+
+def _add_cancelled() -> None:
+    st.session_state["lesson_add_cancelled"] = True
+
+
 def add_fact_form(pack) -> None:
+    from editkit.lesson.build import estimate
+
     st.subheader("Add a fact")
-    st.markdown("The same computation as `python -m editkit lesson build`, as a job on this server (several "
-                f"minutes on {pack.model}); the pack then serves the new fact to every student.")
+    one, how = estimate(pack, 1)
+    two, _ = estimate(pack, 2)
+    st.markdown("The same computation as `python -m editkit lesson build`, as a job on this server: about "
+                f"{one / 60:.0f} min for a fact with one new target, {two / 60:.0f} min with two ({how}; "
+                "longer while other jobs compute). Students see the fact once every part of it is computed; until "
+                "then, and if the job is cancelled, they are served the pack as it was.")
     added = st.session_state.pop("lesson_added", None)
     if added:
         st.success(added)
+    if st.session_state.pop("lesson_add_cancelled", False):
+        st.info("Adding the fact was cancelled: the students' pack is unchanged (the fact is not in it). The parts "
+                "computed so far are kept, so adding the same fact again continues where it stopped.")
     with st.form("lesson_add_form"):
         c1, c2 = st.columns(2)
         prompt = c1.text_input("Prompt with {} for the subject", "{} is located in the city of",
@@ -881,8 +965,7 @@ def add_fact_form(pack) -> None:
         true = c3.text_input("True target (the model must predict it)", key="lesson_add_true")
         targets = c4.text_input("New targets (comma-separated)", key="lesson_add_targets")
         para = st.text_area("Paraphrase prompts (one per line)", key="lesson_add_para")
-        neigh = st.text_area("Neighbour prompts (other subjects, same relation; one per "
-                             "line)", key="lesson_add_neigh")
+        neigh = st.text_area(NEIGHBOURS_LABEL + " (one per line)", key="lesson_add_neigh", help=NEIGHBOURS_HELP)
         go = st.form_submit_button("Add the fact", type="primary")
     if go:
         with ui.guard("adding the fact"):
@@ -901,14 +984,17 @@ def add_fact_form(pack) -> None:
             new = compute.Settings.for_new_facts(pack.manifest.get("settings"))
             out = ui.run_job("adding a fact to the lesson", lambda progress: build(
                 [record], folder, lm=lm, progress=progress, methods=pack.manifest.get("method_names"),
-                settings=new), samples=new.samples,
+                settings=new), on_cancel=_add_cancelled, samples=new.samples,
                 memory=compute.build_memory(lm, new, pack.manifest.get("method_names")),
                 niceness=0)  # the teacher waits on it while preparing: normal priority, not starved by other work
-            st.session_state["lesson_added"] = (f"Added: {out['facts'][-1]} ({out['computed']} part(s) "
-                                                "computed). Every student now sees it in the fact list.")
+            fact = packs.Pack.open(folder).fact(out["facts"][-1])
+            st.session_state["lesson_added"] = (f"Added “{fact_label(fact)}” ({out['computed']} part(s) computed "
+                                                f"in {out['seconds'] / 60:.0f} min). Every student now sees it in "
+                                                "the fact list.")
             st.rerun()  # the sidebar's fact list shows it
     if packs.served_folder() == packs.class_copy():
-        if st.button("Back to the shipped pack (drop the added facts)", key="lesson_reset_pack"):
+        if st.button("Back to the shipped pack (drop the added facts; the class's answers stay)",
+                     key="lesson_reset_pack"):
             packs.reset_class_copy()
             st.rerun()
 
@@ -918,9 +1004,9 @@ def sidebar(pack) -> tuple[str | None, object]:
     with st.sidebar:
         st.markdown("### Lesson pack")
         m = pack.manifest
-        st.caption(f"{len(pack.fact_ids)} fact(s) on **{m['model']}**, computed once by editkit "
-                   f"({m.get('editkit_version')}; weights {m['fingerprint']}): every step shows these "
-                   "results without computing.")
+        n = len(pack.fact_ids)
+        st.caption(f"{n} fact{'s' if n != 1 else ''} on **{m['model']}**, computed once when the pack was built"
+                   f"{packs.built_on(m)}: every step shows these results without computing.")
         ids = pack.fact_ids
         if not ids:
             return None, None

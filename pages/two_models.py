@@ -6,7 +6,9 @@ import dataclasses
 
 import streamlit as st
 
-from editkit.figures.tracing import depth_comparison
+from editkit.figures.tracing import answer_mismatches, depth_comparison, depth_summary
+from editkit.model.loading import ALL_TINY
+from editkit.model.text import top_k
 from editkit.tracing import Tracer, TraceResult, TraceSpec
 from editkit.tracing.memory import trace_memory
 from pages import ui
@@ -14,11 +16,20 @@ from pages import ui
 KINDS = {"mlp": "MLP outputs (window)", "hidden": "hidden states", "attn": "attention outputs (window)"}
 
 
+def second_models(first: str) -> list[str]:
+    """The models offered beside `first`: the real shipped ones; the random-weight tiny test models only beside a
+    tiny model (a trace of random weights says nothing about where a fact is recalled)."""
+    base = first.split("@")[0]
+    return [n for n in ui.BUILTIN if n != base and (n not in ALL_TINY or base in ALL_TINY)]
+
+
 def second_model_picker(first, key: str = "two_model", where=st) -> object | None:
-    """A second shipped or tiny model (loaded once per server process, like the sidebar's), in the first one's dtype;
-    None until one is picked. `first`: the first model or its name."""
+    """A second model (loaded once per server process, like the sidebar's), in the first one's dtype; None until
+    one is picked. `first`: the first model or its name. Its loading status is drawn under the picker's row, in a
+    place of its own, so nothing below moves while it loads."""
     first = getattr(first, "name", first)
-    others = [n for n in ui.pickable_models() if n != first.split("@")[0]]  # the operator's models.allowed
+    allowed = ui.pickable_models()  # the operator's models.allowed
+    others = [n for n in second_models(first) if n in allowed]
     name = where.selectbox("Second model", ["(none)", *others], key=key)
     if name == "(none)":
         return None
@@ -26,17 +37,23 @@ def second_model_picker(first, key: str = "two_model", where=st) -> object | Non
     return ui.get_lm(name, dtype=dtype)
 
 
-def trace_both(lms: list, spec: TraceSpec, kind: str, progress) -> dict[str, TraceResult]:
-    """One kind of trace of the same spec on each model, with this session's kept edits on each (name -> result);
-    each model answers with its own top prediction unless the spec names a target."""
-    out = {}
+def trace_both(lms: list, spec: TraceSpec, kind: str, progress) -> tuple[dict[str, TraceResult], dict]:
+    """One kind of trace of the same fact on each model, with this session's kept edits on each (name -> result),
+    and each model's own top prediction (name -> (token, p)). The first model answers with its top prediction
+    unless the spec names a target; the others trace that same answer, so both curves are about one fact."""
+    out, tops = {}, {}
     for i, lm in enumerate(lms):
         def step(f, msg, i=i, lm=lm):
             progress((i + f) / len(lms), f"{lm.name}: {kind}")
 
         with ui.session(lm):
-            out[lm.name] = Tracer(lm, spec).result(kind, progress=step)
-    return out
+            top = top_k(lm, spec.prompt, 1)[0]
+            tops[lm.name] = (top.token, top.prob)
+            r = Tracer(lm, spec).result(kind, progress=step)
+        out[lm.name] = r
+        if spec.target is None:
+            spec = dataclasses.replace(spec, target=r.answer)
+    return out, tops
 
 
 def two_models_section(lm, spec: TraceSpec | None) -> None:
@@ -58,15 +75,18 @@ def two_models_section(lm, spec: TraceSpec | None) -> None:
     if clicked and other is not None and spec is not None:
         with ui.guard("two-model trace"):
             one = dataclasses.replace(spec, kinds=(kind,))
-            st.session_state["two_out"] = ui.run_job(
+            st.session_state["two_out"], st.session_state["two_tops"] = ui.run_job(
                 "two-model trace", lambda progress: trace_both([lm, other], one, kind, progress),
                 memory=max(trace_memory(m, spec.prompt, spec.samples, [kind], preview=False) for m in (lm, other)),
                 samples=int(spec.samples))
     out = st.session_state.get("two_out")
     if not out:
         return
-    st.plotly_chart(depth_comparison({name: r.to_json() for name, r in out.items()}), width="stretch",
-                    key="two_fig")
+    runs = {name: r.to_json() for name, r in out.items()}
+    for warning in answer_mismatches(runs, st.session_state.get("two_tops") or {}):
+        st.warning(warning)
+    st.markdown(depth_summary(runs))
+    st.plotly_chart(depth_comparison(runs), width="stretch", key="two_fig")
     for col, (name, r) in zip(st.columns(len(out)), out.items()):
         col.markdown(f"**{name}**: {len(r.scores[0])} layers, answer {r.answer!r} (clean p = "
                      f"{r.high_score:.3f}, corrupted p = {r.low_score:.3f})")

@@ -58,33 +58,38 @@ log = logging.getLogger("editkit.app")
 
 
 @st.cache_resource(show_spinner=False)
-def _load_builtin(name: str, dtype: str = "float32"):
+def _load_builtin(name: str, dtype: str = "float32", _progress=None):
     """The shipped and tiny models: one copy each (per dtype) per server process, shared by every session, never
     evicted (evicting one would load a second copy while sessions still compute with the first)."""
     from editkit.model.loading import load_model
 
-    return load_model(name, dtype=dtype)
+    return load_model(name, dtype=dtype, progress=_progress)
 
 
 @st.cache_resource(show_spinner=False, max_entries=1)
-def _load_other(name: str, trust_remote_code: bool, dtype: str = "float32"):
+def _load_other(name: str, trust_remote_code: bool, dtype: str = "float32", _progress=None):
     """A hub id or folder: the last one picked stays loaded (large models do not accumulate)."""
     from editkit.model.loading import load_model
 
-    return load_model(name, trust_remote_code=trust_remote_code, dtype=dtype)
+    return load_model(name, trust_remote_code=trust_remote_code, dtype=dtype, progress=_progress)
 
 
 def get_lm(name: str, trust_remote_code: bool = False, dtype: str = "float32", served: bool = False):
-    """The model, loaded once per server process; a status box shows progress on the first load. A name a
-    visitor chose is checked against the operator's settings first (editkit/model/access.py); `served`: the name
-    is the server's own choice (the lesson pack's model), not a visitor's."""
+    """The model, loaded once per server process; a status box says what the first load is doing (a shipped
+    model's download says how many MB of how many have arrived, then its conversion). A name a visitor chose is
+    checked against the operator's settings first (editkit/model/access.py); `served`: the name is the server's
+    own choice (the lesson pack's model), not a visitor's."""
     if not served:
         access.check_model(name, visitor(), trust_remote_code)
     with st.status(f"Loading {name} ({dtype})...", expanded=False) as status:
+        def progress(fraction: float, message: str) -> None:
+            if message:
+                status.update(label=f"Loading {name} ({dtype}): {message[:160]}")
+
         if name in BUILTIN:
-            lm = _load_builtin(name, dtype)
+            lm = _load_builtin(name, dtype, _progress=progress)
         else:
-            lm = _load_other(name, trust_remote_code, dtype)
+            lm = _load_other(name, trust_remote_code, dtype, _progress=progress)
         status.update(label=f"{lm.name} ready", state="complete")
     return lm
 
@@ -247,7 +252,11 @@ def run_job(name: str, fn, cancel_label: str = "Cancel", on_cancel=None, memory:
         why = job.message or "waiting for a turn"
         draw(0.0, f"{name}: {why} ({running} job(s) running, {ahead} ahead of yours)")
 
-    job.on_progress = lambda f, msg: draw(f, f"{name}: {msg}" if msg else name)
+    def show(f: float, msg: str) -> None:
+        left = None if "left" in msg else job.left()  # the library's own estimate, where it gives one, wins
+        draw(f, (f"{name}: {msg}" if msg else name) + (f" ({left} left in all)" if left else ""))
+
+    job.on_progress = show
     try:
         return jobs.run(job, fn, on_wait=waiting)
     finally:
@@ -405,3 +414,19 @@ def refuse(errors: dict, names) -> None:
     for name in names:
         if name in errors:
             raise EditkitError(errors[name])
+
+
+# --- inputs that outlive a visit to another page ----------------------------------------------------------------
+def kept(key: str, default):
+    """The value input `key` had when the user last left this page, else `default`: pass it as the widget's
+    value. Streamlit forgets a widget's value in a run that does not draw it (a visit to another page), and the
+    page came back showing its default example above the results of the user's own request."""
+    return st.session_state.get("_kept_inputs", {}).get(key, default)
+
+
+def keep(*keys: str) -> None:
+    """Remember the current values of these inputs for `kept` (call it after drawing them)."""
+    store = st.session_state.setdefault("_kept_inputs", {})
+    for k in keys:
+        if k in st.session_state:
+            store[k] = st.session_state[k]

@@ -71,7 +71,6 @@ def answers_for(pack, fid: str) -> dict:
         6: ("cell", 6, *cells(retrace)),
         7: ("multiselect", f"lesson_q7_{fid}_0", moved, still),
         8: ("multiselect", f"lesson_q8_{fid}_0", says, [m for m in edits if m not in says]),
-        9: ("radio", f"lesson_q9_{fid}", "yes" if grading.sweep_truth(sweep) else "no",
-            "no" if grading.sweep_truth(sweep) else "yes"),
+        9: ("radio", f"lesson_q9_{fid}", grading.sweep_truth(sweep), (grading.sweep_truth(sweep) + 1) % 3),
         10: ("radio", f"lesson_q10_{fid}", lifelong_truth, "AlphaEdit" if lifelong_truth != "AlphaEdit" else "ROME"),
     }

@@ -346,9 +346,9 @@ EDIT_CASES = [
     ("subject repeated", {"ec_prompt": "{} and {} speak"}, "exactly one '{}'"),
     ("subject empty", {"ec_subject": "  "}, "the subject is empty"),
     ("subject NUL", {"ec_subject": "Dani\x00elle"}, "NUL character"),
-    ("target empty", {"ec_new": ""}, "target_new is empty"),
-    ("target whitespace", {"ec_new": "   "}, "target_new is empty"),
-    ("target equals the true one", {"ec_new": "French"}, "target_new equals target_true"),
+    ("target empty", {"ec_new": ""}, "the new target is empty"),
+    ("target whitespace", {"ec_new": "   "}, "the new target is empty"),
+    ("target equals the true one", {"ec_new": "French"}, "the new target is the same as the true target"),
     ("target multi-token", {"ec_new": "Old Church Slavonic"}, None),
     ("true target empty (optional)", {"ec_true": ""}, None),
 ]

@@ -133,7 +133,7 @@ def test_requests_in_three_schemas():
 @pytest.mark.parametrize("record,message", [
     ({"prompt": "no placeholder", "subject": "x", "target_new": "y"}, "does not occur"),
     ({"prompt": "{} is", "subject": "", "target_new": "y"}, "subject is empty"),
-    ({"prompt": "{} is", "subject": "Paris", "target_new": "  "}, "target_new is empty"),
+    ({"prompt": "{} is", "subject": "Paris", "target_new": "  "}, "new target is empty"),
     ({"prompt": "{} is {}", "subject": "Paris", "target_new": "x"}, "exactly one"),
     ({"prompt": "{} is", "subject": "Paris", "target_new": "x", "target_true": "x"}, "equals"),
     ('{"prompt": ', "not valid JSON"),

@@ -277,3 +277,15 @@ def test_a_session_and_a_visitor_get_their_quotas(monkeypatch):
     for t in threads:
         t.join(5)
     assert idle(queue)
+
+
+def test_a_job_extrapolates_the_time_left_once_it_has_enough_to_go_on():
+    from editkit.runtime.jobs import Job
+
+    job = Job("edit and compare")
+    assert job.left() is None  # not started
+    job.started, job.fraction = 1000.0, 0.02
+    assert job.left(now=1100.0) is None  # under 5% done: no estimate yet
+    job.fraction = 0.25
+    assert job.left(now=1005.0) is None  # under 10 s spent
+    assert job.left(now=1020.0) == "about 60 s" and job.left(now=1600.0) == "about 30 min"

@@ -118,7 +118,8 @@ def labels_for(pack, fid: str, specs: dict) -> dict:
     return {"tokens": token_labels(hidden),
             specs[3][1]: {i: c for i, c in enumerate(grading.SEVER_CHOICES)},
             specs[5][1]: {i: b[2] for i, b in enumerate(grading.BINS)},
-            specs[8][1]: methods}
+            specs[8][1]: methods,
+            specs[9][1]: {i: c for i, c in enumerate(grading.SWEEP_CHOICES)}}
 
 
 def test_a_student_walks_the_lesson(student):

@@ -75,10 +75,12 @@ def test_a_rerun_computes_only_missing_parts(tmp_path):
     finally:
         compute.layer_sweep = real
     pack = Pack.open(out)
-    [fid] = pack.fact_ids
-    assert pack.missing(fid) == ["sweep"]
+    assert pack.fact_ids == []  # a half-built fact is never served
+    [fid] = [p.name for p in (out / "facts").iterdir()]
+    assert pack.missing(fid) == ["sweep"]  # its finished parts wait, unlisted, for the next build
     again = build(facts, out, MODEL, methods=["rome", "memit"], settings=s)
     assert again["computed"] == 1 and again["skipped"] == again["parts"] - 1
+    assert Pack.open(out).fact_ids == [fid]
     (out / "facts" / fid / "edit-1-memit.json").unlink()
     (out / "facts" / fid / "lens.json").write_text("{cut")  # a broken file is recomputed
     third = build(facts, out, MODEL, methods=["rome", "memit"], settings=s)
@@ -93,6 +95,51 @@ def test_a_rerun_computes_only_missing_parts(tmp_path):
         build(facts, out, MODEL, methods=["rome", "memit"], settings=s)
 
 
+def test_a_cancelled_fact_is_not_published_and_the_next_build_continues(tmp_path, pack):
+    """What "Add a fact" does on the Lesson page: a build into the pack students are served, cancelled (a progress
+    step raises Cancelled, as the page's Cancel button makes it) half way through the new fact. The served pack is
+    the same as before; adding the fact again computes only its missing parts and then publishes it."""
+    import shutil
+
+    from editkit.core.errors import Cancelled
+
+    served = tmp_path / "served"
+    shutil.copytree(pack.folder, served)
+    before = (served / "manifest.json").read_text()
+    other = {**FACT, "prompt": "The {} is in downtown", "subject": "Space Needle", "target_true": "turn",
+             "target_new": "Seattle", "lesson_targets": []}
+    s = compute.Settings.from_dict(pack.manifest["settings"])
+    steps = []
+
+    def cancel_after_the_trace(fraction, message):
+        steps.append(message)
+        if "FFN memories" in message:
+            raise Cancelled("adding a fact to the lesson was cancelled")
+
+    with pytest.raises(Cancelled):
+        build([other], served, MODEL, methods=pack.manifest["method_names"], settings=s,
+              progress=cancel_after_the_trace)
+    assert (served / "manifest.json").read_text() == before  # the students' pack is as it was
+    assert Pack.open(served).fact_ids == pack.fact_ids
+    new = [p.name for p in (served / "facts").iterdir() if p.name not in pack.fact_ids]
+    assert len(new) == 1 and (served / "facts" / new[0] / "trace.json").exists()
+    done = build([other], served, MODEL, methods=pack.manifest["method_names"], settings=s)
+    assert done["skipped"] == 2 and done["computed"] == done["parts"] - 2  # the lens and the trace were kept
+    assert Pack.open(served).fact_ids == pack.fact_ids + new and Pack.open(served).missing(new[0]) == []
+
+
+def test_the_estimate_comes_from_the_packs_own_timings(pack):
+    from editkit.lesson.build import estimate
+
+    one, how = estimate(pack, 1)
+    two, _ = estimate(pack, 2)
+    [fid] = pack.fact_ids
+    trace = pack.part(fid, "trace")
+    fixed = sum(t["seconds"] for t in trace["traces"].values()) + sum(r["seconds"] for r in pack.part(fid, "sweep")
+                                                                       ["rows"])
+    assert one > fixed and two > one and "this pack's 1 fact took" in how
+
+
 def _cli_error(capsys, *argv) -> str:
     assert main(["lesson", "build", *argv]) == 2
     err = [line for line in capsys.readouterr().err.strip().splitlines() if not line.startswith("[")]  # progress
@@ -102,7 +149,8 @@ def _cli_error(capsys, *argv) -> str:
 
 @pytest.mark.parametrize("records,expect", [
     ("not json at all", "not valid JSON"),
-    ([{"prompt": "{} is in", "subject": "X", "target_true": "Paris"}], r"facts.json, record 1: target_new is missing"),
+    ([{"prompt": "{} is in", "subject": "X", "target_true": "Paris"}],
+     r"facts.json, record 1: the new target is missing"),
     ([FACT, {**FACT, "target_true": None}], r"record 2: the true target \(target_true\) is missing"),
     ([{**FACT, "prompt": "The tower is located in the city of", "case_id": 7}],
      r"record 1 \(case_id 7\): the prompt has no '\{\}' and the subject 'The Eiffel Tower' does not occur"),

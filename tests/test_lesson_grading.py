@@ -98,8 +98,8 @@ def test_neighbours_and_generation():
 
 def test_sweep_and_lifelong():
     sweep = {"peak_layer": 4, "best_layer": 5, "trace": {"token": " Needle"}}
-    assert grading.sweep_truth(sweep) and grading.grade_sweep(sweep, True).verdict == RIGHT
-    assert grading.grade_sweep({**sweep, "best_layer": 12}, True).verdict == WRONG
+    assert grading.sweep_truth(sweep) == 0 and grading.grade_sweep(sweep, 0).verdict == RIGHT  # 0: yes
+    assert grading.grade_sweep({**sweep, "best_layer": 12}, 0).verdict == WRONG
     shipped = compute.lifelong()["results"]  # the manual's 500-edit run (docs/results/lifelong.md)
     assert grading.first_collapse(shipped) == "ROME"
     g = grading.grade_lifelong(shipped, "ROME")

@@ -1,6 +1,7 @@
 """The Lesson page (Streamlit AppTest) on a tiny pack: every step renders from the pack without touching the model,
 right and wrong answers get the feedback the pack's numbers give, the answers reach the student's download and the
 class's counts, "try your own" runs through the job queue, and the teacher mode shows, clears and adds."""
+import json
 import shutil
 from pathlib import Path
 
@@ -62,10 +63,12 @@ def test_every_step_renders_from_the_pack_without_the_model(env, monkeypatch):
     for step in range(1, 11):
         go(at, step)
         assert any("Your prediction first." in m.value for m in at.markdown), step
-        charts_before = len(at.get("plotly_chart"))
+        charts_before = {c.key for c in at.get("plotly_chart")}
         click(at, "Skip: just show me")
         ok(at)
-        assert len(at.get("plotly_chart")) > charts_before, step  # the result appeared after the question
+        charts = {c.key for c in at.get("plotly_chart")}
+        assert charts - charts_before, step  # the result appeared after the question
+        assert not any("_grid_" in k for k in charts), step  # the grid to click went with the form
         assert any("Skipped" in c.value for c in at.caption), step
         assert at.get("expander"), step  # "try your own" (and the reference text where a section exists)
 
@@ -214,7 +217,7 @@ def test_teacher_adds_a_fact_from_the_page(env, tmp_path, monkeypatch):
     at.text_input(key="lesson_add_true").set_value("turn")  # what it predicts
     click(at, "Add the fact")
     ok(at)
-    assert any(s.value.startswith("Added: space-needle") for s in at.success)
+    assert any(s.value.startswith("Added “The Space Needle is in downtown → turn”") for s in at.success)
     pack = Pack.open(own)
     assert len(pack.fact_ids) == 2 and pack.missing(pack.fact_ids[1]) == []
     assert len(at.selectbox(key="lesson_fact").options) == 2
@@ -225,6 +228,54 @@ def test_a_folder_that_is_no_pack_gets_a_message(tmp_path, monkeypatch):
     at = AppTest.from_file(APP, default_timeout=60)
     at.switch_page("pages/lesson.py").run()
     assert not at.exception and any("not a lesson pack" in e.value for e in at.error)
+
+
+def test_answer_again_clears_the_pick_everywhere(env):
+    """After "Answer again" on a grid step, neither the grid nor the form shows the old pick, and "Check" without a
+    new pick asks for one (it used to grade token 0, layer 0 and count it for the class)."""
+    pack = env
+    [fid] = pack.fact_ids
+    at = open_lesson()
+    go(at, 2)
+    answer(at, fid, answers_for(pack, fid)[2], answers_for(pack, fid)[2][-1])
+    click(at, "Answer again")
+    ok(at)
+    keys = (f"lesson_q2_token_{fid}", f"lesson_q2_layer_{fid}", f"lesson_q2_grid_{fid}")
+    assert at.session_state[keys[2]]["selection"]["points"] == []  # the grid drawn anew, nothing picked
+    assert at.selectbox(key=keys[0]).value is None and at.number_input(key=keys[1]).value is None
+    click(at, "Check my answer")
+    assert not at.exception and any("pick a cell first" in e.value for e in at.error)
+    assert ClassStore(default_path()).count() == 1  # only the first answer was counted
+
+
+def test_the_class_keeps_its_answers_when_a_fact_is_added(env, tmp_path, monkeypatch):
+    """A student answers; the teacher adds a fact (the pack served from another folder, a fact published into
+    it): the teacher view still shows the class's answer, the fact named in words, not by its folder."""
+    pack = env
+    at = open_lesson()
+    click(at, "Check my answer")
+    grown = tmp_path / "grown"
+    shutil.copytree(pack.folder, grown)
+    [fid] = pack.fact_ids
+    shutil.copytree(grown / "facts" / fid, grown / "facts" / "another-fact-123abc")
+    manifest = json.loads((grown / "manifest.json").read_text())
+    manifest["facts"].append("another-fact-123abc")
+    (grown / "manifest.json").write_text(json.dumps(manifest))
+    monkeypatch.setenv("EDITKIT_LESSON", str(grown))
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.query_params["teacher"] = "1"
+    at.switch_page("pages/lesson.py").run()
+    ok(at)
+    assert len(at.selectbox(key="lesson_fact").options) == 2
+    table = at.dataframe[-1].value
+    assert list(table["students"]) == [1]
+    assert list(table["fact"]) == ["The Eiffel Tower is located in the city of → B"]
+    sidebar = " ".join(c.value for c in at.sidebar.caption)
+    assert "git" not in sidebar and pack.manifest["fingerprint"] not in sidebar
+    assert any("about" in m.value and "min for a fact with one new target" in m.value for m in at.markdown)
+    at.session_state["lesson_add_cancelled"] = True
+    at.run()
+    assert any("cancelled" in i.value and "unchanged" in i.value for i in at.info)
 
 
 def test_the_ripple_step_renders_from_the_pack(env, monkeypatch):

@@ -5,6 +5,8 @@ from pathlib import Path
 from streamlit.testing.v1 import AppTest
 
 from editkit.editing.methods import all_methods
+from editkit.editing.requests import EditRequest
+from editkit.evaluation.compare import Comparison
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 
@@ -22,8 +24,10 @@ def test_edit_compare_page_runs_three_methods():
     out = at.session_state["ec_out"]
     chosen = [m for m in all_methods() if m.name in ("rome", "memit", "pmet")]
     assert set(out.methods) == {m.name for m in chosen}
-    table = at.dataframe[0].value
-    assert list(table["method"]) == ["before edit"] + [m.label for m in chosen]
+    table = at.dataframe[0].value  # one column per method (every measure on screen), the first names the measure
+    assert list(table.columns) == ["measure", "before edit"] + [m.label for m in chosen]
+    assert any(m.value.startswith("**Who did best.** By the summed margin") for m in at.markdown)
+    assert any(c.value.startswith("Time: ") for c in at.caption)
     assert len(at.get("plotly_chart")) >= 4  # three probability panels and the norms
     at.button(key="ec_trace_go").click().run()
     assert not at.exception and set(at.session_state["ec_traces"]) == {m.name for m in chosen}
@@ -52,6 +56,28 @@ def test_spectrum_and_lifelong_sections():
     life = at.session_state["ec_life"]
     assert set(life) == {"rome", "alphaedit"} and life["rome"].batch == 1 and life["alphaedit"].batch == 2
     assert [r["edit"] for r in life["alphaedit"].rows] == [2, 4]
+
+
+def test_the_request_survives_a_visit_to_another_page():
+    """Back from another page, the form shows the user's own request (not the default example) above its results,
+    and its own paraphrases (the default example's never mix into it); a request changed after a run says the
+    results are the last run's."""
+    at = AppTest.from_file(APP, default_timeout=300)
+    at.session_state["model_choice"] = "tiny-llama"
+    at.switch_page("pages/edit_compare.py").run()
+    at.text_input(key="ec_prompt").set_value("{} was born in the city of")
+    at.text_input(key="ec_subject").set_value("Jean Gabin")
+    at.text_area(key="ec_para").set_value("Jean Gabin's birthplace is")
+    at.run()
+    at.switch_page("app.py").run()
+    at.switch_page("pages/edit_compare.py").run()
+    assert not at.exception
+    assert at.text_input(key="ec_prompt").value == "{} was born in the city of"
+    assert at.text_input(key="ec_subject").value == "Jean Gabin"
+    assert at.text_area(key="ec_para").value == "Jean Gabin's birthplace is"
+    at.session_state["ec_out"] = Comparison([EditRequest("{} is", "X", " Y")], [], {})
+    at.run()
+    assert any("not for the request above" in c.value for c in at.caption)
 
 
 def test_ripple_section_draws_the_implied_facts_or_says_there_are_none():

@@ -74,3 +74,19 @@ def test_tracing_page_shows_the_shipped_aie_runs_without_computing(tiny_by_name,
     assert any("shipped run (the manual's Results: Tracing): 1 facts" in c.value for c in at.caption)
     at.toggle(key="trace_aie_depth").set_value(True).run()
     assert not at.exception and len(at.get("plotly_chart")) == 5
+
+
+def test_the_trace_form_survives_a_visit_to_another_page():
+    at = AppTest.from_file(APP, default_timeout=300)
+    at.session_state["model_choice"] = "tiny-gpt2"
+    at.switch_page("pages/causal_tracing.py").run()
+    at.text_input(key="trace_prompt").set_value("The Colosseum is in the city of")
+    at.text_input(key="trace_subject").set_value("Colosseum")
+    at.number_input(key="trace_samples").set_value(2)
+    at.button[0].click().run()
+    assert not at.exception and not at.error
+    at.switch_page("app.py").run()
+    at.switch_page("pages/causal_tracing.py").run()
+    assert at.text_input(key="trace_prompt").value == "The Colosseum is in the city of"
+    assert at.text_input(key="trace_subject").value == "Colosseum" and at.number_input(key="trace_samples").value == 2
+    assert len(at.get("plotly_chart")) == 4 and not any("last trace that finished" in c.value for c in at.caption)

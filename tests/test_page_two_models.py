@@ -46,9 +46,21 @@ def test_tracing_page_traces_one_fact_on_two_models(tmp_path, monkeypatch):
     assert not at.exception and not at.error
     out = at.session_state["two_out"]
     assert list(out) == ["tiny-gpt2", "tiny-llama"] and all(r.kind == "hidden" for r in out.values())
+    assert out["tiny-gpt2"].answer == out["tiny-llama"].answer  # both follow the first model's answer
+    tops = at.session_state["two_tops"]
+    differs = tops["tiny-llama"][0].strip() != out["tiny-gpt2"].answer.strip()
+    assert differs == any("itself predicts" in w.value for w in at.warning)  # said when the answers differ
+    assert any("peaks at relative depth" in m.value for m in at.markdown)
     assert all(r.prompt == "The Space Needle is in downtown" for r in out.values())
     specs = {c.proto.spec for c in at.get("plotly_chart")}
     assert len(specs) == 3  # the comparison and one heatmap per model
     comparison = next(json.loads(s) for s in specs if "by relative depth" in s)
     assert {t["name"].split(":")[0] for t in comparison["data"] if t.get("name")} == set(out)
     assert all(json.loads(s)["layout"]["xaxis"]["title"]["text"].startswith("relative depth") for s in specs)
+
+
+def test_the_second_model_list_offers_random_test_models_only_beside_one():
+    from pages.two_models import second_models
+
+    assert second_models("gemma-3-270m") == ["smollm2-135m"]
+    assert "tiny-llama" in second_models("tiny-gpt2") and "tiny-gpt2" not in second_models("tiny-gpt2")

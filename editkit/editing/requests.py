@@ -13,6 +13,19 @@ from pathlib import Path
 from ..core.errors import EditkitError
 
 
+# What the neighbourhood prompts must be, as every page labels their input: specificity scores each of them against
+# the request's true target, so a neighbour whose own answer is another one is scored against the wrong token.
+NEIGHBOURS_LABEL = "Neighbour prompts (other subjects, same relation and the same true answer)"
+NEIGHBOURS_HELP = ("Each neighbour is scored against the true target: P(true) should stay above P(new) after the "
+                   "edit. Pick subjects whose answer is that same true target (for Paris: the Louvre, Notre-Dame); a "
+                   "neighbour with another answer is scored against the wrong token.")
+
+
+FIELDS = {"target_new": "the new target", "target_true": "the true target",
+          "paraphrase_prompts": "the paraphrase prompts", "neighborhood_prompts": "the neighbour prompts",
+          "generation_prompts": "the generation prompts"}
+
+
 def _target(value, where: str, name: str) -> str | None:
     if isinstance(value, dict):
         value = value.get("str")
@@ -21,7 +34,7 @@ def _target(value, where: str, name: str) -> str | None:
     if isinstance(value, list):
         value = value[0] if value else ""
     if not isinstance(value, str) or not value.strip():
-        raise EditkitError(f"{where}: {name} is empty")
+        raise EditkitError(f"{where}{name} is empty")
     return " " + value.strip()
 
 
@@ -31,7 +44,7 @@ def _strings(value, where: str, name: str) -> list[str]:
     if isinstance(value, str):
         value = [value]
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise EditkitError(f"{where}: {name} must be a list of strings")
+        raise EditkitError(f"{where}{name} must be a list of strings")
     return [v for v in value if v.strip()]
 
 
@@ -48,26 +61,27 @@ class EditRequest:
     relation: str | None = None  # the Wikidata relation ("P17") when known: what implied facts derive from
 
     def __post_init__(self):
-        where = f"request {self.case_id}" if self.case_id is not None else "request"
+        # the messages name each field as the pages label it (target_new: "the new target")
+        where = f"request {self.case_id}: " if self.case_id is not None else ""
         if not isinstance(self.prompt, str) or "{}" not in self.prompt:
-            raise EditkitError(f"{where}: the prompt must contain '{{}}' where the subject goes: {self.prompt!r}")
+            raise EditkitError(f"{where}the prompt must contain '{{}}' where the subject goes: {self.prompt!r}")
         if self.prompt.count("{}") != 1:
-            raise EditkitError(f"{where}: the prompt must contain exactly one '{{}}'")
+            raise EditkitError(f"{where}the prompt must contain exactly one '{{}}'")
         if not isinstance(self.subject, str) or not self.subject.strip():
-            raise EditkitError(f"{where}: the subject is empty")
+            raise EditkitError(f"{where}the subject is empty")
         self.subject = self.subject.strip()
-        self.target_new = _target(self.target_new, where, "target_new")
+        self.target_new = _target(self.target_new, where, FIELDS["target_new"])
         if self.target_new is None:
-            raise EditkitError(f"{where}: target_new is missing")
-        self.target_true = _target(self.target_true, where, "target_true")
+            raise EditkitError(f"{where}{FIELDS['target_new']} is missing")
+        self.target_true = _target(self.target_true, where, FIELDS["target_true"])
         if self.target_true is not None and self.target_true == self.target_new:
-            raise EditkitError(f"{where}: target_new equals target_true")
+            raise EditkitError(f"{where}the new target is the same as the true target ({self.target_new.strip()!r})")
         for name in ("paraphrase_prompts", "neighborhood_prompts", "generation_prompts"):
-            setattr(self, name, _strings(getattr(self, name), where, name))
+            setattr(self, name, _strings(getattr(self, name), where, FIELDS[name]))
         texts = [self.prompt, self.subject, self.target_new, self.target_true or ""]
         texts += self.paraphrase_prompts + self.neighborhood_prompts + self.generation_prompts
         if any("\x00" in t for t in texts):
-            raise EditkitError(f"{where}: a prompt, subject or target contains a NUL character")
+            raise EditkitError(f"{where}a prompt, subject or target contains a NUL character")
 
     @property
     def rewrite(self) -> str:

@@ -256,6 +256,27 @@ def missing(lm, layers, n_tokens: int, module: str = "down_proj", positions: str
             if not _path(lm, l, n_tokens, module, positions).exists()]
 
 
+def pass_seconds(lm, layers, n_tokens: int, module: str = "down_proj", positions: str = "all") -> float | None:
+    """How long a statistics pass for `layers` will take on this model, from the seconds recorded in the cached
+    statistics of another layer (a pass stops after its highest layer, so the time scales with it); None when none
+    is cached for this model, module and size yet."""
+    from safetensors import safe_open
+
+    top = max([layers] if isinstance(layers, int) else layers)
+    for l in range(lm.adapter.n_layers - 1, -1, -1):
+        path = _path(lm, l, n_tokens, module, positions)
+        if not path.exists():
+            continue
+        try:
+            with safe_open(str(path), "pt") as f:
+                seconds = json.loads(f.metadata()["provenance"]).get("seconds")
+        except Exception:  # noqa: BLE001 - an unreadable entry gives no timing; the cache rebuilds it when used
+            continue
+        if seconds:
+            return seconds * (top + 1) / (l + 1)
+    return None
+
+
 def provenance(lm, layer: int, n_tokens: int) -> dict | None:
     hit = _load(lm, layer, n_tokens)
     return hit[1] if hit else None

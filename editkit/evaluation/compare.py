@@ -12,8 +12,10 @@ measurements.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
+from ..core.cache import Store
 from ..core.errors import EditkitError
 from ..core.progress import silent
 from ..core.results import JsonObject, Result, frame
@@ -23,6 +25,9 @@ from ..editing.result import EditResult
 from ..figures import editing as figures
 from .datasets import as_record
 from .measure import EvalSpec, edit_and_measure, measure, probabilities
+from .verdict import MARGIN_MEASURE, Ranking, margins, paired
+
+TIMINGS = Store("timings")  # per model: the seconds each method's edit of one record took in the last comparison
 
 
 @dataclass
@@ -128,5 +133,80 @@ def compare_methods(lm, methods: list[str], records, hparams: dict | None = None
         out.methods[spec.name] = MethodOutcome(
             spec.label, spec.color, keep["result"], [r["metrics"] for r in rows],
             [{"probabilities": probabilities(r["post"]), "generations": r["post"]["generations"]} for r in rows])
+        _remember(lm, spec.name, keep["result"].seconds / len(records))
     say(1.0, "done")
     return out
+
+
+def _remember(lm, method: str, seconds: float) -> None:
+    path = TIMINGS.path(lm.name)
+    TIMINGS.put(path, {**(TIMINGS.get(path) or {}), method: round(seconds, 2)})
+
+
+def estimate(lm, methods: list[str], n_records: int, hparams: dict | None = None) -> tuple[float | None, str]:
+    """(seconds or None, the estimate in words) of a comparison before it starts: the first-use statistics each
+    method still needs (timed by the cached statistics of this model) and each method's edits (timed by the last
+    comparison on this model). None where a part has never run on this model: the words say which."""
+    from ..editing.api import first_use
+    from ..editing.defaults import load_hparams
+    from ..editing.stats import pass_seconds
+
+    passes: dict = {}
+    for m in methods:
+        hp = load_hparams(m, lm, (hparams or {}).get(m))
+        for module, by in first_use(lm, hp, m).get("statistics", {}).items():
+            for positions, layers in by.items():
+                passes.setdefault((module, positions, hp.mom2_n_tokens), (set(), set()))[0].update(layers)
+                passes[(module, positions, hp.mom2_n_tokens)][1].add(get(m).label)
+    timed = TIMINGS.get(TIMINGS.path(lm.name)) or {}
+    unknown, parts, total = [], [], 0.0
+    for (module, positions, n_tokens), (layers, who) in passes.items():
+        sec = pass_seconds(lm, sorted(layers), n_tokens, module, positions)
+        what = f"first-use statistics of {_and(sorted(who))} ({n_tokens:,} tokens, layers {_span(layers)})"
+        if sec is None:
+            unknown.append(what)
+        else:
+            total += sec
+            parts.append(f"{what} ~{_minutes(sec)}")
+    edits = [m for m in methods if m in timed]
+    if edits:
+        sec = n_records * sum(timed[m] for m in edits)
+        total += sec
+        parts.append(f"the edits of {_and([get(m).label for m in edits])} ~{_minutes(sec)}")
+    new = [get(m).label for m in methods if m not in timed]
+    if new:
+        unknown.append(f"the edit{'s' if len(new) > 1 else ''} of {_and(new)} (timed after {lm.name}'s first "
+                       "comparison on this server)")
+    text = (f"About {_minutes(total)}: {'; '.join(parts)}" if parts else "No estimate yet")
+    if unknown:
+        text += f"{'; not counted' if parts else ''}: {'; '.join(unknown)}"
+    return (total if not unknown else None), text + ". Longer while other jobs compute."
+
+
+def _and(names: list[str]) -> str:
+    return f"{', '.join(names[:-1])} and {names[-1]}" if len(names) > 1 else "".join(names)
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{math.ceil(seconds / 60)} min"
+
+
+def _span(layers) -> str:
+    layers = sorted(layers)
+    return f"{layers[0]}–{layers[-1]}" if len(layers) > 1 and layers[-1] - layers[0] == len(layers) - 1 else \
+        ", ".join(map(str, layers))
+
+
+def conclusion(comparison: Comparison) -> Ranking:
+    """The methods of a comparison ranked by the summed margins on every record's prompts (rewrite, paraphrases,
+    neighbours), paired prompt by prompt: its sentence says who did best and who is within noise of it. The rates
+    (efficacy, specificity) often tie at 100 on one request; the margins say how far each edit went."""
+    per = {}
+    for m, outcome in comparison.methods.items():
+        groups: dict = {}
+        for post in outcome.post:
+            for g, xs in margins(post["probabilities"]).items():
+                groups.setdefault(g, []).extend(xs)
+        per[m] = groups
+    return paired(per, f"the summed margin ({MARGIN_MEASURE}, averaged over the prompts)",
+                  labels={m: o.label for m, o in comparison.methods.items()})

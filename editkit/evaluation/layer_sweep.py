@@ -39,6 +39,8 @@ from ..runtime.cluster import Backend, Item, run_items
 from ..tracing import TraceResult, TraceSpec, trace
 from .datasets import as_record
 from .measure import measure, record_metrics
+from .metrics import margins
+from .verdict import MARGIN_MEASURE, Ranking, paired
 
 
 @dataclass
@@ -57,6 +59,7 @@ class LayerRow:
     p_new: float
     relative_norm: float
     seconds: float
+    margins: dict | None = None  # group -> each prompt's margin (verdict.py's noise); None in sweeps stored earlier
 
     @property
     def total(self) -> float:
@@ -128,12 +131,16 @@ class LayerSweep(Result):
                    d["default_layers"], d["peak_layer"])
 
     def to_frame(self):
-        """One row per edited layer (LayerRow's fields)."""
-        return frame([asdict(r) for r in self.rows])
+        """One row per edited layer (LayerRow's fields; the per-prompt margins left out: see `rows`)."""
+        return frame([{k: v for k, v in asdict(r).items() if k != "margins"} for r in self.rows])
 
     def figure(self):
         """The request's trace on top and, on the same layer axis, the edit's magnitudes at each layer."""
         return layer_sweep_figure(self.to_json())
+
+    def ranking(self) -> "Ranking | None":
+        """The layers ranked by the summed margins with their noise (module function `ranking`)."""
+        return ranking({r.layer: r.margins for r in self.rows})
 
 
 def parse_layers(text, n_layers: int) -> list[int]:
@@ -187,7 +194,9 @@ def edit_at_layer(lm, method: str, record, hp, pre: dict) -> LayerRow:
                     m["post_efficacy_magnitude"], m["post_generalization_magnitude"], m["post_specificity_magnitude"],
                     (p_post - p_pre) / max(1 - p_pre, 1e-12), p_post,
                     max((n.relative_norm for n in result.norms.values()), default=0),
-                    round(time.perf_counter() - start, 2))
+                    round(time.perf_counter() - start, 2),
+                    {g: margins(post[g]["nll_new"], post[g]["nll_true"], g != "neighborhood")
+                     for g in ("rewrite", "paraphrase", "neighborhood")})
 
 
 def layer_sweep(lm, request, layers=None, method: str = "rome", hparams: dict | None = None,
@@ -231,6 +240,16 @@ def layer_sweep(lm, request, layers=None, method: str = "rome", hparams: dict | 
     best = max(rows, key=lambda r: r.total)
     return LayerSweep(lm.name, spec.name, request, layers, rows, unedited, profile, best.layer,
                       list(load_hparams(spec.name, lm).layers), profile.peak_layer if profile else None)
+
+
+def ranking(margins_by_layer: dict[int, dict | None]) -> Ranking | None:
+    """A sweep's layers (layer -> its LayerRow.margins) ranked by the summed margins (the `best_layer`'s measure),
+    each layer's difference from the best with its noise over the prompts (evaluation/verdict.py); None for a sweep
+    stored without its per-prompt margins (made before they were kept)."""
+    if not margins_by_layer or any(m is None for m in margins_by_layer.values()):
+        return None
+    return paired(margins_by_layer, f"the summed margin ({MARGIN_MEASURE})",
+                  labels={layer: f"layer {layer}" for layer in margins_by_layer})
 
 
 def _targets_together(lm, spec, request, hps: dict, progress) -> None:

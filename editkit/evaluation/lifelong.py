@@ -116,6 +116,10 @@ class Lifelong(Result):
         """One panel per metric over the edits so far, one curve per method in its colour."""
         return lifelong_figure({m: r.to_json() for m, r in styled(self.runs).items()})
 
+    def conclusion(self) -> str:
+        """The runs in one sentence: the first to collapse, the one keeping the most edits (module `conclusion`)."""
+        return conclusion(self.runs)
+
     def layer_figure(self):
         """Per edited matrix: ||dW|| / ||W|| and cond(W + dW) after each checkpoint, one curve per method."""
         return layer_figure({m: r.to_json() for m, r in styled(self.runs).items()})
@@ -131,3 +135,25 @@ def load_results(path=SHIPPED) -> dict[str, LifelongRun]:
     if not isinstance(results, dict) or not all(isinstance(r, dict) and "rows" in r for r in results.values()):
         raise EditkitError(f"{path} holds no lifelong results (expected the output of evaluate --sequential)")
     return {m: LifelongRun._from_json(r) for m, r in results.items()}
+
+
+def conclusion(runs: dict[str, LifelongRun]) -> str:
+    """Lifelong runs (method -> run) in one sentence: which collapsed first, and which keeps the most edits at
+    the last checkpoint by efficacy over the edits measured there (binomial noise, verdict.rates)."""
+    from .verdict import rates
+
+    label = {m: r.label or m for m, r in runs.items()}
+    hit = {m: r.collapsed_at for m, r in runs.items() if r.collapsed_at is not None}
+    head = (f"{label[min(hit, key=hit.get)]} collapses first (by edit {min(hit.values())})" if hit
+            else "None of them collapses")
+    last = {m: next((row for row in reversed(r.rows) if row.get("efficacy") is not None), None)
+            for m, r in runs.items()}
+    if not last or any(row is None for row in last.values()):
+        return head + "."
+    edits = {row["edit"] for row in last.values()}
+    when = f"after {edits.pop()} edits" if len(edits) == 1 else "at each run's last checkpoint"
+    ranked = rates({m: row["efficacy"] for m, row in last.items()},
+                   {m: row.get("measured") or 1 for m, row in last.items()},
+                   f"efficacy {when} (the share of the edits measured that still hold)", digits=3, unit="%",
+                   labels=label, scale=100)
+    return f"{head}. {ranked.sentence()}"

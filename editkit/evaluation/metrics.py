@@ -113,16 +113,19 @@ def generation_success(continuation: str, target_new: str, target_true: str | No
     return not mentions(rest, target_true)
 
 
+def margins(nll_new: list[float], nll_true: list[float], new_should_win: bool) -> list[float]:
+    """Per prompt, how far the target that should win is ahead: P(new) - P(true) (or the reverse), with
+    P = exp(-mean per-token NLL)."""
+    sign = 1 if new_should_win else -1
+    return [sign * (math.exp(-n) - math.exp(-t)) for n, t in zip(nll_new, nll_true)]
+
+
 def compare(nll_new: list[float], nll_true: list[float], new_should_win: bool) -> tuple[float, float]:
     """(success rate, magnitude) over prompts from the mean per-token NLLs of target_new and target_true."""
     if not nll_new:
         return float("nan"), float("nan")
-    if new_should_win:
-        wins = [n < t for n, t in zip(nll_new, nll_true)]
-        diff = [math.exp(-n) - math.exp(-t) for n, t in zip(nll_new, nll_true)]
-    else:
-        wins = [t < n for n, t in zip(nll_new, nll_true)]
-        diff = [math.exp(-t) - math.exp(-n) for n, t in zip(nll_new, nll_true)]
+    wins = [(n < t) if new_should_win else (t < n) for n, t in zip(nll_new, nll_true)]
+    diff = margins(nll_new, nll_true, new_should_win)
     return sum(wins) / len(wins), sum(diff) / len(diff)
 
 

@@ -243,3 +243,18 @@ def front_2d(rows: list[dict], x: str = "specificity", y: str = "efficacy") -> l
     """Indices of the settings on the 2-D Pareto front of (x, y), sorted by x: what a chart's line connects."""
     idx = pareto(rows, (x, y))
     return sorted(idx, key=lambda i: rows[i][x]["mean"] if rows[i][x]["mean"] is not None else -math.inf)
+
+
+def conclusion(sweep: Sweep) -> str:
+    """A hyperparameter sweep in one sentence: the Pareto-optimal settings (no other at least as good on all three
+    rates) and the best by the score, the harmonic mean of the rates. The score carries no interval here, so the
+    settings are ranked as measured; the rates' 95% intervals are in the table."""
+    rows = [r for r in sweep.settings if r.get("score") is not None]
+    front = [r["label"] for r in sweep.settings if r.get("pareto")]
+    if not rows:
+        return f"Pareto-optimal: {', '.join(front) or 'none'}."
+    rows.sort(key=lambda r: -r["score"])
+    rest = ", ".join(f"{r['label']} ({r['score']:.1f})" for r in rows[1:4])
+    return (f"By the score (harmonic mean of efficacy, generalization and specificity), {rows[0]['label']} is best "
+            f"({rows[0]['score']:.1f})" + (f"; then {rest}" if rest else "") + ". Pareto-optimal: "
+            + (", ".join(front) or "none") + ".")

@@ -7,7 +7,8 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .labels import header
+from .labels import header, param_order, short_param
+from .theme import TITLE_FONT, WIDTHS, legend_below
 
 METRICS = [("efficacy", "Efficacy"), ("generalization", "Generalization"), ("specificity", "Specificity"),
            ("gen_efficacy", "Generation efficacy"), ("gen_generalization", "Generation generalization"),
@@ -36,25 +37,53 @@ def metrics_table(out: dict) -> list[dict]:
     return rows
 
 
-def probability_figure(out: dict, j: int, group: str) -> go.Figure | None:
-    """P(new) bars and P(true) crosses for each prompt of `group` of request j, before and after each method."""
+def by_column(rows: list[dict], key: str = "method") -> list[dict]:
+    """A table with one row per option turned so that each option is a column (a measure per row): five methods
+    fit the page side by side where a dozen measures as columns ran off its right edge."""
+    def cell(v):  # one column holds numbers and words: as text (a mixed column does not convert to a table)
+        return "" if v is None else f"{v:.4g}" if isinstance(v, float) else str(v)
+
+    return [{"measure": k, **{str(r[key]): cell(r[k]) for r in rows}} for k in rows[0] if k != key] if rows else []
+
+
+def prompt_numbers(rows: list[dict]) -> list[str]:
+    """The x labels of a probability chart: "#1", "#2", ... (prompt_list says which prompt each is)."""
+    return [f"#{i + 1}" for i in range(len(rows))]
+
+
+def prompt_list(out: dict, j: int, group: str, width: int = 60) -> str:
+    """The prompts behind a probability chart's "#1", "#2", ... in one line, for its caption."""
+    rows = out["pre"][j]["probabilities"][group]
+    return " · ".join(f"{n} {_clip(r['prompt'], width)!r}" for n, r in zip(prompt_numbers(rows), rows))
+
+
+def _clip(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def probability_figure(out: dict, j: int, group: str, width: int = WIDTHS["third"]) -> go.Figure | None:
+    """P(new) bars and P(true) crosses for each prompt of `group` of request j, before and after each method: one
+    legend entry per method (its bar and its cross), under the chart; the prompts are #1, #2, ... (prompt_list)."""
     rows = out["pre"][j]["probabilities"][group]
     if not rows:
         return None
-    x = [f"{i + 1}" for i in range(len(rows))]
+    x = prompt_numbers(rows)
     fig = go.Figure()
-    fig.add_trace(go.Bar(x=x, y=[r["p_new"] for r in rows], name="before: new", marker_color="#bbbbbb"))
-    for r in out["methods"].values():
-        post = r["post"][j]["probabilities"][group]
-        fig.add_trace(go.Bar(x=x, y=[p["p_new"] for p in post], name=f"{r['label']}: new", marker_color=r["color"]))
-        if post and "p_true" in post[0]:
-            fig.add_trace(go.Scatter(x=x, y=[p["p_true"] for p in post], name=f"{r['label']}: true", mode="markers",
-                                     marker={"color": r["color"], "symbol": "x", "size": 10}))
-    if "p_true" in rows[0]:
-        fig.add_trace(go.Scatter(x=x, y=[r["p_true"] for r in rows], name="before: true", mode="markers",
-                                 marker={"color": "black", "symbol": "x", "size": 10}))
-    fig.update_layout(title=group, barmode="group", yaxis_title="probability", xaxis_title="prompt #", height=330,
-                      margin={"t": 40, "b": 30}, legend={"font": {"size": 9}})
+    series = [("before", "#bbbbbb", "black", rows)] + [
+        (r["label"], r["color"], r["color"], r["post"][j]["probabilities"][group]) for r in out["methods"].values()]
+    for name, bar, cross, probs in series:
+        fig.add_trace(go.Bar(x=x, y=[p["p_new"] for p in probs], name=name, marker_color=bar, legendgroup=name,
+                             hovertemplate=f"{name}: P(new) %{{y:.3f}}<extra>%{{x}}</extra>"))
+        if probs and "p_true" in probs[0]:
+            fig.add_trace(go.Scatter(x=x, y=[p["p_true"] for p in probs], name=name, mode="markers",
+                                     legendgroup=name, showlegend=False,
+                                     marker={"color": cross, "symbol": "x", "size": 10},
+                                     hovertemplate=f"{name}: P(true) %{{y:.3f}}<extra>%{{x}}</extra>"))
+    fig.update_layout(title={"text": f"{group}: bars P(new), ✕ P(true)", "font": {"size": TITLE_FONT}},
+                      barmode="group", yaxis_title="probability", xaxis_title="prompt", height=330,
+                      margin={"t": 40, "b": 30, "l": 50, "r": 10})
+    fig.update_xaxes(type="category")
+    legend_below(fig, width=width)
     return fig
 
 
@@ -63,9 +92,14 @@ def norms_figure(out: dict) -> go.Figure:
     fig = go.Figure()
     for r in out["methods"].values():
         norms = r["info"]["norms"]
-        fig.add_trace(go.Bar(x=[k.replace(".weight", "") for k in norms], y=[v["relative_norm"] for v in norms.values()],
-                             name=r["label"], marker_color=r["color"]))
-    fig.update_layout(barmode="group", yaxis_title="‖ΔW‖_F / ‖W‖_F", height=320, margin={"t": 20})
+        fig.add_trace(go.Bar(x=[short_param(k) for k in norms], y=[v["relative_norm"] for v in norms.values()],
+                             name=r["label"], marker_color=r["color"], hovertext=list(norms),
+                             hovertemplate="%{hovertext}: %{y:.4f}<extra></extra>"))
+    fig.update_layout(barmode="group", yaxis_title="‖ΔW‖_F / ‖W‖_F", height=320, margin={"t": 20, "b": 30})
+    names = {k for r in out["methods"].values() for k in r["info"]["norms"]}
+    fig.update_xaxes(type="category", categoryorder="array",
+                     categoryarray=[short_param(k) for k in sorted(names, key=param_order)])
+    legend_below(fig)
     return fig
 
 
@@ -89,9 +123,11 @@ def loss_figure(out: dict) -> go.Figure:
     fig = go.Figure()
     for r in out["methods"].values():
         for q in r["info"].get("requests", []):
-            fig.add_trace(go.Scatter(y=[l["loss"] for l in q["losses"]], name=f"{r['label']} {q.get('case_id')}",
-                                     line={"color": r["color"]}))
-    fig.update_layout(xaxis_title="step", yaxis_title="loss", height=300)
+            case = q.get("case_id")
+            fig.add_trace(go.Scatter(y=[l["loss"] for l in q["losses"]], line={"color": r["color"]},
+                                     name=r["label"] + (f", request {case}" if case not in (None, "") else "")))
+    fig.update_layout(xaxis_title="step", yaxis_title="loss", height=300, margin={"t": 20, "b": 30})
+    legend_below(fig)
     return fig
 
 
@@ -125,7 +161,7 @@ def before_after_figure(report: dict, j: int = 0) -> go.Figure:
     fig = make_subplots(rows=1, cols=len(groups), subplot_titles=groups, shared_yaxes=True)
     for col, group in enumerate(groups, 1):
         pre, post = r["pre"][group], r["post"][group]
-        x = [str(i + 1) for i in range(len(pre))]
+        x = [f"#{i + 1}" for i in range(len(pre))]  # categories: a number would be read as a position
         for rows, when, color in ((pre, "before", "#bbbbbb"), (post, "after", "#1f77b4")):
             fig.add_trace(go.Bar(x=x, y=[p["p_new"] for p in rows], name=f"{when}: P(new)", marker_color=color,
                                  legendgroup=when, showlegend=col == 1,
@@ -136,7 +172,7 @@ def before_after_figure(report: dict, j: int = 0) -> go.Figure:
                                          mode="markers", marker={"color": "black" if when == "before" else color,
                                                                  "symbol": "x", "size": 10},
                                          legendgroup=when, showlegend=col == 1), row=1, col=col)
-        fig.update_xaxes(title_text="prompt #", row=1, col=col)
+        fig.update_xaxes(title_text="prompt", type="category", row=1, col=col)
     fig.update_yaxes(title_text="probability", row=1, col=1)
     true = f" (was {r['target_true']!r})" if r.get("target_true") else ""
     fig.update_layout(title={"text": f"{report['method']}: {r['rewrite']!r} -> {r['target_new']!r}{true}",
@@ -151,8 +187,8 @@ def trace_figure(trace: dict, title: str) -> go.Figure:
     fig = go.Figure(go.Heatmap(z=trace["scores"], y=labels, colorscale="Purples", zmin=trace["low_score"],
                                colorbar={"title": "p"}))
     fig.update_yaxes(autorange="reversed")
-    fig.update_layout(title=f"{title}: p({trace['answer']!r})", xaxis_title="layer", height=140 + 26 * len(labels),
-                      margin={"t": 40})
+    fig.update_layout(title={"text": f"{title}: p({trace['answer']!r})", "font": {"size": TITLE_FONT}},
+                      xaxis_title="layer", height=140 + 26 * len(labels), margin={"t": 40, "b": 40, "r": 10})
     return fig
 
 

@@ -36,3 +36,16 @@ def legend(keys=None, kind: str = "counterfact") -> str:
     """What the family tags in the headers of `keys` (all when None) mean."""
     used = {family(k, kind) for k in (keys or FAMILY)}
     return "; ".join(f"[{t}] {FAMILIES[t]}" for t in FAMILIES if t in used)
+
+
+def short_param(name: str) -> str:
+    """"model.layers.4.mlp.down_proj.weight" -> "L4 down_proj": a weight matrix as charts label it."""
+    parts = name.replace(".weight", "").split(".")
+    digits = [p for p in parts if p.isdigit()]
+    return f"L{digits[0]} {parts[-1]}" if digits else name
+
+
+def param_order(name: str):
+    """Weight matrices in layer order."""
+    digits = [int(p) for p in name.split(".") if p.isdigit()]
+    return (digits[0] if digits else -1, name)

@@ -8,13 +8,16 @@ import re
 
 import plotly.graph_objects as go
 
-from .editing import probability_figure, trace_figure
+from .editing import by_column, probability_figure, prompt_list, trace_figure
+from .lens import logit_lens_figure
 from .lifelong import lifelong_figure
+from .memories import contributions_figure
 from .side_effects import bleed_figure, layer_sweep_figure
+from .theme import WIDTHS, legend_below
 from .tracing import heatmap, severing_figure
 
-__all__ = ["compact", "lens_figure", "pick_grid", "trace_with_marks", "severing_figure", "memories_figure", "edits_figure",
-           "retrace_figure", "bleed_figure", "sweep_figure", "lifelong_figure", "methods_table"]
+__all__ = ["by_column", "compact", "lens_figure", "pick_grid", "trace_with_marks", "severing_figure", "memories_figure",
+           "edits_figure", "retrace_figure", "bleed_figure", "sweep_figure", "lifelong_figure", "methods_table"]
 
 
 def compact(text: str) -> str:
@@ -25,28 +28,38 @@ def compact(text: str) -> str:
                   text)
 
 
+def special_token_note(before: str, after: str) -> str | None:
+    """A sentence for a continuation that repeats a special token (<...>) the unedited model did not write: shown
+    without comment, "<start_of_image> ×17" reads as a display bug."""
+    runs = re.findall(r"(<[^<>\s]{1,40}>)(?:\1)+", after)
+    new = [t for t in dict.fromkeys(runs) if t not in before]
+    if not new:
+        return None
+    tok = new[0]
+    n = max(len(m.group(0)) // len(tok) for m in re.finditer(f"(?:{re.escape(tok)})+", after))
+    return (f"After the edit the model writes {tok} {n} times in a row. It is one of the model's special tokens, "
+            "not text, and the unedited model does not write it here: the edit pushed the continuation off ordinary "
+            "text after the new answer, a side effect the probabilities above do not show.")
+
+
+def edit_prompts(edits: dict, group: str) -> str:
+    """The prompts behind a probability chart's #1, #2, ... (one line for its caption)."""
+    return prompt_list(_as_comparison(edits), 0, group)
+
+
 def token_labels(trace: dict) -> list[str]:
     """The heatmaps' row labels: index, token, * on subject tokens (as tracing/figures.py draws them)."""
     b, e = trace["subject_range"]
     return [f"{i}: {t!r}{'*' if b <= i < e else ''}" for i, t in enumerate(trace["tokens"])]
 
 
-def lens_figure(lens: dict) -> go.Figure:
-    """The logit lens at the last token: each layer's top tokens (rows: layers), the answer's cells outlined."""
-    layers = lens["layers"]
-    probs = [[t["prob"] for t in row] for row in layers]
-    text = [[("★ " if t["token"] == lens["answer"] else "") + repr(t["token"])[1:-1] for t in row] for row in layers]
-    fig = go.Figure(go.Heatmap(
-        z=probs, text=text, texttemplate="%{text}", colorscale="Blues", zmin=0, zmax=1,
-        x=[f"#{i + 1}" for i in range(len(layers[0]))], y=[f"L{l}" for l in range(len(layers))],
-        hovertemplate="layer %{y}, rank %{x}<br>%{text}: p=%{z:.3f}<extra></extra>", colorbar={"title": "p"}))
-    if lens.get("first_layer") is not None:
-        fig.add_hline(y=lens["first_layer"], line_color="#d62728", line_dash="dot",
-                      annotation_text=f"{lens['answer']!r} first on top", annotation_position="top left")
-    fig.update_layout(title=f"Logit lens at the last token ({lens['tokens'][-1]!r}); ★ = {lens['answer']!r}",
-                      xaxis_title="rank", yaxis_title="layer", height=140 + 26 * len(layers),
-                      margin={"t": 40, "b": 30})
-    fig.update_yaxes(autorange="reversed")
+def lens_figure(lens: dict, width: float = WIDTHS["three_quarters"]) -> go.Figure:
+    """The Home page's logit lens at the last token, the answer starred and the first layer where it is on top
+    outlined (the title says so)."""
+    fig = logit_lens_figure(lens, len(lens["layers"][0]), width, lens["answer"], lens.get("first_layer"))
+    first = lens.get("first_layer")
+    fig.update_layout(title_text=f"Logit lens at {lens['tokens'][-1]!r}: ★ = {lens['answer']!r}"
+                      + (f", first on top at L{first} (outlined)" if first is not None else ""))
     return fig
 
 
@@ -84,20 +97,13 @@ def trace_with_marks(trace: dict, picked: tuple[int, int] | None = None,
                                      marker={"symbol": symbol, "size": 16, "color": color,
                                              "line": {"width": 2, "color": color}},
                                      hovertemplate=f"{name}: %{{y}}, layer %{{x}}<extra></extra>"))
-    fig.update_layout(legend={"orientation": "h", "y": -0.12})
+    legend_below(fig)
     return fig
 
 
 def memories_figure(view: dict) -> go.Figure:
     """The memories by contribution |m_i| ||v_i|| (green m_i > 0, red m_i < 0), as on the FFN memories page."""
-    mems = view["memories"]
-    fig = go.Figure(go.Bar(
-        x=[m["contribution"] for m in mems][::-1], y=[m["label"] for m in mems][::-1], orientation="h",
-        marker_color=["#2a9d8f" if m["coefficient"] >= 0 else "#e76f51" for m in mems][::-1],
-        hovertemplate="%{y}: %{x:.3f}<extra></extra>"))
-    fig.update_layout(title="|m_i| · ||v_i|| (green m>0, red m<0)", height=120 + 24 * len(mems),
-                      margin={"t": 40, "b": 30})
-    return fig
+    return contributions_figure(view["memories"])
 
 
 def _as_comparison(edits: dict) -> dict:
@@ -113,12 +119,25 @@ def edits_figure(edits: dict, group: str = "rewrite") -> go.Figure | None:
     return probability_figure(_as_comparison(edits), 0, group)
 
 
+def layer_span(layers) -> str:
+    """[2, 3, 4, 5, 6] -> "L2–6", [4] -> "L4", [1, 2, 7] -> "L1–2, L7"."""
+    runs: list[list[int]] = []
+    for l in sorted(layers):
+        if runs and l == runs[-1][-1] + 1:
+            runs[-1].append(l)
+        else:
+            runs.append([l])
+    return ", ".join(f"L{r[0]}" + (f"–{r[-1]}" if len(r) > 1 else "") for r in runs)
+
+
 def retrace_figure(trace: dict, title: str, edited_layers=()) -> go.Figure:
-    """The edited model's hidden-state trace for the new target, the edited layers marked."""
+    """The edited model's hidden-state trace for the new target, the edited layers dotted and named once, in the
+    title (one label per line would pile up where a method edits neighbouring layers)."""
     fig = trace_figure(trace, title)
     for layer in edited_layers:
-        fig.add_vline(x=layer, line_color="#d62728", line_dash="dot", annotation_text=f"edited L{layer}",
-                      annotation_position="top")
+        fig.add_vline(x=layer, line_color="#d62728", line_dash="dot")
+    if edited_layers:
+        fig.update_layout(title_text=f"{title}: p({trace['answer']!r}), edited {layer_span(edited_layers)}")
     return fig
 
 

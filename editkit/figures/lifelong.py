@@ -2,6 +2,9 @@
 method in its registry colour; hollow markers are checkpoints measured on a sample of the edits so far."""
 from __future__ import annotations
 
+from .labels import param_order, short_param
+from .theme import TITLE_FONT, legend_below
+
 
 # metric -> (label, scale for display, y-axis title)
 METRICS = {
@@ -43,12 +46,7 @@ def layer_curves(results: dict) -> dict:
                 s["x"].append(r["edit"])
                 s["relative_norm"].append(rel[name])
                 s["condition"].append(cond.get(name))
-    return dict(sorted(out.items(), key=lambda kv: _layer_key(kv[0])))
-
-
-def _layer_key(name: str):
-    digits = [int(p) for p in name.split(".") if p.isdigit()]
-    return (digits[0] if digits else -1, name)
+    return dict(sorted(out.items(), key=lambda kv: param_order(kv[0])))
 
 
 PANELS = ("efficacy", "generalization", "specificity", "retention", "fluency", "perplexity_ratio",
@@ -70,7 +68,7 @@ def _style(method: str, results: dict) -> tuple[str, str]:
     return res.get("label", method), res.get("color", VARIANT_COLORS[k % len(VARIANT_COLORS)])
 
 
-def lifelong_figure(results: dict, panels=PANELS, columns: int = 4):
+def lifelong_figure(results: dict, panels=PANELS, columns: int = 4) -> "go.Figure":
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
@@ -92,22 +90,17 @@ def lifelong_figure(results: dict, panels=PANELS, columns: int = 4):
     for i, panel in enumerate(panels):
         fig.update_xaxes(title_text="edits" if i // columns == rows - 1 else None, row=i // columns + 1,
                          col=i % columns + 1)
-        fig.update_yaxes(title_text=METRICS[panel][2], title_font={"size": 10}, row=i // columns + 1,
-                         col=i % columns + 1, type="log" if panel in LOG_PANELS else "linear")
-    fig.update_layout(height=300 * rows + 60, margin={"t": 50}, legend={"orientation": "h", "y": 1.08},
-                      title="Lifelong editing: metrics of all edits so far after each checkpoint "
-                            "(hollow markers: a fixed random sample of them)")
+        log = panel in LOG_PANELS  # on a log axis one label per power of ten (plotly's 2 and 5 between read as data)
+        fig.update_yaxes(title_text=METRICS[panel][2], title_font={"size": 11}, row=i // columns + 1,
+                         col=i % columns + 1, type="log" if log else "linear", **({"dtick": 1} if log else {}))
+    fig.update_layout(height=300 * rows + 60, margin={"t": 70, "b": 20},
+                      title={"text": "Lifelong editing: all edits so far, after each checkpoint",
+                             "font": {"size": TITLE_FONT}})
+    legend_below(fig)
     return fig
 
 
-def _short(name: str) -> str:
-    """"model.layers.4.mlp.down_proj.weight" -> "layer 4 down_proj"."""
-    parts = name.replace(".weight", "").split(".")
-    digits = [i for i, p in enumerate(parts) if p.isdigit()]
-    return f"layer {parts[digits[0]]} {parts[-1]}" if digits else name
-
-
-def layer_figure(results: dict, columns: int | None = None):
+def layer_figure(results: dict, columns: int | None = None) -> "go.Figure":
     """One column per edited matrix (layer): ||dW|| / ||W|| on top and the condition number cond(W + dW) below
     (PRUNE's quantity; log axes), one curve per method after each checkpoint. Runs recorded before the condition
     number was kept leave the lower panels empty."""
@@ -117,9 +110,10 @@ def layer_figure(results: dict, columns: int | None = None):
     data = layer_curves(results)
     names = list(data) or ["(no edited matrices)"]
     cols = columns or max(1, len(names))
-    fig = make_subplots(rows=2, cols=cols, horizontal_spacing=0.04, vertical_spacing=0.16,
-                        subplot_titles=[f"||ΔW||/||W||, {_short(n)}" for n in names[:cols]]
-                        + [f"cond(W+ΔW), {_short(n)}" for n in names[:cols]])
+    fig = make_subplots(rows=2, cols=cols, horizontal_spacing=0.04, vertical_spacing=0.12,
+                        subplot_titles=[short_param(n) for n in names[:cols]])
+    for a in fig.layout.annotations:
+        a.font.size = TITLE_FONT
     shown = set()
     for c, name in enumerate(names[:cols]):
         for method, s in data.get(name, {}).items():
@@ -133,9 +127,11 @@ def layer_figure(results: dict, columns: int | None = None):
                                          line={"color": color}, marker={"size": 5, "color": color}),
                               row=row, col=c + 1)
                 shown.add(method)
-        for row in (1, 2):
-            fig.update_yaxes(type="log", row=row, col=c + 1)
+        for row, what in ((1, "||ΔW|| / ||W||"), (2, "cond(W + ΔW)")):
+            fig.update_yaxes(type="log", dtick=1, row=row, col=c + 1, title_text=what if c == 0 else None)
             fig.update_xaxes(title_text="edits" if row == 2 else None, row=row, col=c + 1)
-    fig.update_layout(height=620, margin={"t": 60}, legend={"orientation": "h", "y": 1.12},
-                      title="Per edited matrix: update norm and condition number after each checkpoint")
+    fig.update_layout(height=620, margin={"t": 70, "b": 20},
+                      title={"text": "Per edited matrix: update norm and condition number after each checkpoint",
+                             "font": {"size": TITLE_FONT}})
+    legend_below(fig)
     return fig

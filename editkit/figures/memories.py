@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
+from .theme import TITLE_FONT, WIDTHS, legend_below
+
 
 def contributions_figure(memories: list[dict]) -> go.Figure:
     """Horizontal bars of |m_i| ||v_i||, largest on top; green for m_i >= 0, red for m_i < 0."""
@@ -13,8 +15,8 @@ def contributions_figure(memories: list[dict]) -> go.Figure:
         marker_color=["#2a9d8f" if m["coefficient"] >= 0 else "#e76f51" for m in memories][::-1],
         hovertemplate="%{y}: %{x:.3f}<extra></extra>",
     ))
-    fig.update_layout(title="|m_i| · ||v_i|| (green m>0, red m<0)", height=120 + 24 * len(memories),
-                      margin={"t": 40, "b": 30})
+    fig.update_layout(title={"text": "|m_i| · ||v_i|| (green m>0, red m<0)", "font": {"size": TITLE_FONT}},
+                      height=120 + 24 * len(memories), margin={"t": 40, "b": 30})
     return fig
 
 
@@ -24,10 +26,11 @@ def agreement_figure(g: dict) -> go.Figure:
     layers = list(range(len(g["agreement"])))
     fig = go.Figure(go.Bar(x=layers, y=g["agreement"], name="agreement"))
     fig.add_trace(go.Scatter(x=layers, y=g["median_rank"], name="median rank", yaxis="y2", mode="lines+markers"))
-    fig.update_layout(title="Fig. 5: value top token = trigger's next token", xaxis_title="layer",
-                      yaxis={"title": "agreement rate"},
+    fig.update_layout(title={"text": "Fig. 5: value = trigger's next", "font": {"size": TITLE_FONT}},
+                      xaxis_title="layer", yaxis={"title": "agreement rate"},
                       yaxis2={"title": "rank of next token", "overlaying": "y", "side": "right", "type": "log"},
-                      legend={"orientation": "h"}, height=360)
+                      height=360, margin={"t": 40, "b": 30, "l": 60, "r": 60})
+    legend_below(fig, width=WIDTHS["third"])
     return fig
 
 
@@ -35,8 +38,9 @@ def composition_figure(g: dict) -> go.Figure:
     """Fig. 8: per layer, the share of FFN outputs whose top token is none of its top memories' top tokens."""
     layers = list(range(len(g["compositional"])))
     fig = go.Figure(go.Bar(x=layers, y=g["compositional"]))
-    fig.update_layout(title="Fig. 8: compositional FFN outputs", xaxis_title="layer", yaxis_title="share",
-                      yaxis_range=[0, 1], height=360)
+    fig.update_layout(title={"text": "Fig. 8: compositional outputs", "font": {"size": TITLE_FONT}},
+                      xaxis_title="layer", yaxis_title="share", yaxis_range=[0, 1], height=360,
+                      margin={"t": 40, "b": 50, "l": 60, "r": 20})
     return fig
 
 
@@ -45,6 +49,8 @@ def fixed_figure(g: dict) -> go.Figure:
     layers = list(range(len(g["fixed_at"])))
     fig = go.Figure(go.Bar(x=layers, y=g["fixed_at"], name="fixed at l"))
     fig.add_trace(go.Scatter(x=layers, y=g["fixed_by"], name="fixed by l", mode="lines+markers"))
-    fig.update_layout(title="Fig. 9: layer where the prediction is fixed", xaxis_title="layer",
-                      yaxis_title="share of positions", yaxis_range=[0, 1], legend={"orientation": "h"}, height=360)
+    fig.update_layout(title={"text": "Fig. 9: prediction fixed at layer", "font": {"size": TITLE_FONT}},
+                      xaxis_title="layer", yaxis_title="share of positions", yaxis_range=[0, 1], height=360,
+                      margin={"t": 40, "b": 30, "l": 60, "r": 20})
+    legend_below(fig, width=WIDTHS["third"])
     return fig

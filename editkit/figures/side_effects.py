@@ -5,6 +5,8 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from .theme import legend_below
+
 
 RATE_COLORS = {"efficacy": "#1b9e77", "generalization": "#7570b3", "specificity": "#d95f02"}
 SOURCE_COLORS = {"rewrite": "#1b9e77", "paraphrase": "#7570b3", "neighborhood": "#d95f02", "known fact": "#e7298a",
@@ -113,7 +115,8 @@ def layer_sweep_figure(out: dict) -> go.Figure:
                       annotation_position="bottom right")
     fig.update_yaxes(title_text="P(new) − P(true) etc.", row=1 + n_top, col=1)
     fig.update_xaxes(title_text="layer", row=1 + n_top, col=1)
-    fig.update_layout(height=620 if t else 380, margin={"t": 30}, legend={"orientation": "h", "y": -0.15})
+    fig.update_layout(height=620 if t else 380, margin={"t": 30, "b": 30})
+    legend_below(fig)
     return fig
 
 

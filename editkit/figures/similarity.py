@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
+from .theme import WIDTHS, legend_below
+
 SUBLAYERS = (("mhsa", "#e76f51", "rgba(231,111,81,0.2)"), ("ffn", "#2a9d8f", "rgba(42,157,143,0.2)"))
 
 
@@ -22,5 +24,6 @@ def similarity_figure(r: dict, metric: str, title: str, y_range=None) -> go.Figu
                                  hovertemplate="layer %{x}: %{y:.3f} [%{customdata[0]:.3f}, %{customdata[1]:.3f}]"
                                                "<extra>" + comp.upper() + "</extra>"))
     fig.update_layout(title=title, xaxis_title="layer", yaxis_title=title.split(" (")[0], yaxis_range=y_range,
-                      height=380, margin={"t": 40, "b": 30}, legend={"orientation": "h", "y": -0.2})
+                      height=380, margin={"t": 40, "b": 30})
+    legend_below(fig, width=WIDTHS["half"])
     return fig

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
+from .theme import TITLE_FONT, legend_below
+
 
 def spectrum_figure(spec: dict) -> go.Figure:
     """Plotly figure: eigenvalues (largest first, log scale) per layer, the null-space cut as a dashed line."""
@@ -24,8 +26,9 @@ def spectrum_figure(spec: dict) -> go.Figure:
                           line_width=0)
     fig.update_yaxes(type="log", title="eigenvalue of C = E[k kᵀ]")
     fig.update_xaxes(title="eigen-direction (largest eigenvalue first)")
-    fig.update_layout(height=420, margin={"t": 40},
-                      title=f"{spec['model']}: null space = {spec['rule_meaning'].split(':')[0]} "
-                            f"(threshold {spec['threshold']:g}); shaded: where AlphaEdit may write",
-                      legend={"font": {"size": 10}})
+    fig.update_layout(height=420, margin={"t": 40, "b": 30},
+                      title={"text": f"{spec['model']}: null space = {spec['rule_meaning'].split(':')[0]} "
+                                     f"(threshold {spec['threshold']:g}); shaded: where AlphaEdit may write",
+                             "font": {"size": TITLE_FONT}})
+    legend_below(fig)
     return fig

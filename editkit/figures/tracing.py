@@ -15,9 +15,11 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from .theme import TITLE_FONT, WIDTHS, legend_below
+
 COLORS = {"hidden": "Purples", "mlp": "Greens", "attn": "Reds"}
-TITLES = {"hidden": "single restored hidden state", "mlp": "restored MLP outputs (window)",
-          "attn": "restored attention outputs (window)"}
+TITLES = {"hidden": "single restored hidden state", "mlp": "restored MLP outputs",
+          "attn": "restored attention outputs"}
 PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"]
 
 
@@ -46,7 +48,7 @@ def _panel(r: dict, relative: bool = False) -> tuple[go.Heatmap, str]:
     ie = r.get("indirect_effect") or [[s - r["low_score"] for s in row] for row in r["scores"]]
     title = TITLES[r["kind"]] + (f", window {r['window']}" if r["kind"] != "hidden" else "")
     if estimate:
-        title = f"ESTIMATE (attribution patching): {title}"
+        title = f"ESTIMATE (attribution patching)<br>{title}"
     n_layers = len(r["scores"][0])
     panel = go.Heatmap(
         z=r["scores"], x=relative_depth(n_layers) if relative else list(range(n_layers)), y=_labels(r),
@@ -68,7 +70,7 @@ def heatmap(r: dict, relative: bool = False) -> go.Figure:
     fig.update_yaxes(autorange="reversed")
     fig.update_layout(title={"text": title, "font": {"size": 13}},
                       xaxis_title=f"relative depth, layer / {n_layers - 1}" if relative else "layer",
-                      height=140 + 28 * len(r["tokens"]), margin={"t": 40, "b": 40})
+                      height=140 + 28 * len(r["tokens"]), margin={"t": 60 if "<br>" in title else 40, "b": 40})
     return fig
 
 
@@ -120,7 +122,9 @@ def aie_figure(aie: dict, kind: str) -> go.Figure:
     for c, color in zip(aie["classes"], PALETTE):
         if aie["kinds"][kind].get(c):
             _band(fig, layers, aie["kinds"][kind][c], c, color)
-    fig.update_layout(title=f"AIE, {kind} (N = {aie['n_facts']})", xaxis_title="layer", height=380)
+    fig.update_layout(title={"text": f"AIE, {kind} (N = {aie['n_facts']})", "font": {"size": TITLE_FONT}},
+                      xaxis_title="layer", height=380, margin={"t": 40, "b": 30, "l": 60, "r": 20})
+    legend_below(fig, width=WIDTHS["third"])
     return fig
 
 
@@ -137,7 +141,8 @@ def aie_panels(aie: dict) -> go.Figure:
     fig.update_yaxes(title_text="AIE = p(restored) − p(corrupted)", row=1, col=1)
     fig.update_layout(title=f"{aie.get('model', '')}: average indirect effect over {aie['n_facts']} known facts "
                             f"({aie['samples']} noise samples, window {aie['window']})",
-                      height=420, legend={"orientation": "h", "y": -0.2})
+                      height=420, margin={"b": 30})
+    legend_below(fig)
     return fig
 
 
@@ -153,7 +158,8 @@ def aie_depth(runs: dict[str, dict], kind: str, token_class: str) -> go.Figure:
     fig.update_layout(title={"text": f"AIE, {TITLES.get(kind, kind)} at the {token_class} token",
                              "font": {"size": 13}},
                       xaxis_title="relative depth, layer / (n_layers - 1)", yaxis_title="AIE", height=380,
-                      legend={"orientation": "h", "y": -0.25})
+                      margin={"b": 30})
+    legend_below(fig, width=WIDTHS["half"])
     fig.update_xaxes(range=[-0.02, 1.02])
     return fig
 
@@ -179,6 +185,42 @@ def depth_comparison(traces: dict[str, dict]) -> go.Figure:
     what = TITLES[kinds.pop()] if len(kinds) == 1 else "restored states"
     fig.update_layout(title={"text": f"{what} at the last subject token, by relative depth", "font": {"size": 13}},
                       xaxis_title="relative depth, layer / (n_layers - 1)",
-                      yaxis_title="share of p(answer) restored", height=380, legend={"orientation": "h", "y": -0.25})
+                      yaxis_title="share of p(answer) restored", height=380, margin={"b": 30})
+    legend_below(fig)
     fig.update_xaxes(range=[-0.02, 1.02])
     return fig
+
+
+def depth_summary(traces: dict[str, dict]) -> str:
+    """One fact traced on several models (as depth_comparison draws it) in words: where each model's restored share
+    peaks (relative depth and layer), whether the peaks sit at the same relative depth (within one layer's spacing
+    of the shallower model: the resolution of the axis), and which model's restoration brings back more of the
+    answer. No noise estimate: a trace keeps no per-sample spread, so the shares are compared as measured."""
+    peaks = {}
+    for name, r in traces.items():
+        token = r["subject_range"][1] - 1
+        share, depth = restored_share(r, token), relative_depth(len(r["scores"][0]))
+        l = max(range(len(share)), key=share.__getitem__)
+        peaks[name] = (depth[l], l, len(share), share[l])
+    parts = [f"{n} peaks at relative depth {d:.2f} (layer {l} of {L}, share {s:.2f})" for n, (d, l, L, s) in
+             peaks.items()]
+    text = "; ".join(parts) + "."
+    if len(peaks) == 2:
+        (a, pa), (b, pb) = peaks.items()
+        step = max(1 / max(pa[2] - 1, 1), 1 / max(pb[2] - 1, 1))
+        text += (f" Both at the same relative depth (within one layer's spacing, {step:.2f})." if
+                 abs(pa[0] - pb[0]) <= step else
+                 f" {a if pa[0] < pb[0] else b} recalls it earlier in its depth, by {abs(pa[0] - pb[0]):.2f}.")
+        more = a if pa[3] >= pb[3] else b
+        text += (f" By the share of p(answer) restored at the peak, {more} restores more "
+                 f"({max(pa[3], pb[3]):.2f} against {min(pa[3], pb[3]):.2f}).")
+    return text
+
+
+def answer_mismatches(traces: dict[str, dict], tops: dict[str, tuple[str, float]]) -> list[str]:
+    """A warning per model whose own top prediction (`tops`: name -> (token, p)) is not the traced answer: its curve
+    follows an answer it does not give, so it is not the same fact recalled."""
+    answer = next(iter(traces.values()))["answer"]
+    return [f"{name} itself predicts {token!r} here (p = {p:.2f}), not {answer!r}: its trace follows {answer!r}, a "
+            "fact it does not give, so its curve is not the same fact recalled. Pick a fact both models know."
+            for name, (token, p) in tops.items() if token.strip() != answer.strip()]

@@ -7,6 +7,11 @@ The facts are read and checked first (bad files stop before the model loads), th
 each fact (refused with what it predicts instead), then every missing part is computed, fact by fact, each written
 atomically as soon as it is done: a rerun (or a run adding facts) skips every finished part. Progress reports the
 part being computed and an estimate of the time left (from the measured speed of the parts done so far).
+
+Publishing: a fact's folder is its staging place. The pack serves the facts its manifest lists, and a fact is added
+to the manifest (one atomic rewrite) only once every part of it is written, so a build that is cancelled, fails or
+is killed never shows a half-built fact to the students; its finished parts stay in the unlisted folder and the
+next build of the same fact computes only what is missing.
 """
 from __future__ import annotations
 
@@ -91,16 +96,22 @@ def plan(fid: str, fact: LessonFact, folder: Path, methods: list[str], s: comput
 
 
 class Clock:
-    """Progress over weighted units with a time estimate from the units computed in this run."""
+    """Progress over weighted units with a time estimate: from `rate` (seconds per unit of COST, what the page
+    promised before the run) until a quarter of the work is done, then from the units computed in this run."""
 
-    def __init__(self, progress, total: float):
+    def __init__(self, progress, total: float, rate: float | None = None):
         self.progress, self.total, self.done, self.start = progress, max(total, 1e-9), 0.0, time.perf_counter()
-        self.computed, self.spent = 0.0, 0.0
+        self.computed, self.spent, self.rate = 0.0, 0.0, rate
 
     def left(self, remaining: float) -> str:
-        if self.computed <= 0 or self.spent < 1:
+        measured = self.computed > 0 and self.spent >= 1
+        if measured and (self.computed >= 0.25 * self.total or self.rate is None):
+            rate = self.spent / self.computed
+        elif self.rate is not None:
+            rate = self.rate
+        else:
             return "estimating the time left"
-        s = remaining * self.spent / self.computed
+        s = remaining * rate
         return f"about {s / 60:.0f} min left" if s >= 90 else f"about {s:.0f} s left"
 
     def unit(self, cost: float, label: str):
@@ -232,6 +243,8 @@ def build(facts, out, model: str | None = None, methods=None, settings: compute.
         raise EditkitError("; ".join(refused))
     ident = compute.identity(lm)
     manifest = _open(folder, ident, s, methods, facts)
+    if read_json(folder / MANIFEST) is None:
+        write_json(folder / MANIFEST, manifest)  # the folder is a pack from now on (with no fact yet)
     restored = carry.restore(lm.name, folder)  # the statistics a pack carries (checked: the same weights)
     ids = _fact_ids(folder, manifest, lesson_facts)
     plans = [plan(fid, fact, folder, methods, s, lm.adapter.n_layers) for fid, fact in zip(ids, lesson_facts)]
@@ -242,18 +255,20 @@ def build(facts, out, model: str | None = None, methods=None, settings: compute.
         if read_json(folder / "facts" / fid / "fact.json") is None:
             write_json(folder / "facts" / fid / "fact.json", compute.rounded(
                 {"id": fid, "key": fact.key, **fact.to_dict(), "known": check, "settings": s.to_dict()}))
-        if fid not in manifest["facts"]:
-            manifest["facts"].append(fid)
-    manifest["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S")
-    write_json(folder / MANIFEST, manifest)
+    # a fact is listed in the manifest (served to students) only once every part is computed: publish()
     entries = [(pos, fid, i, u) for pos, (fid, units) in enumerate(zip(ids, plans)) for i, u in enumerate(units)]
     units = [u for *_, u in entries]
     was_done = [u.done(folder) for u in units]
     todo = [u for u, done in zip(units, was_done) if not done]
+
+    def publish_finished() -> None:
+        publish(folder, [f for f in ids if all(u.done(folder) for u in units if u.fact == f)])
+
+    publish_finished()  # facts already complete (a rerun after an interruption)
     if backend is not None and backend.ray:
         _on_cluster(lm, facts, folder, methods, s, [e for e in entries if not e[3].done(folder)], backend, say)
         todo = []  # computed on the cluster
-    clock = Clock(say, sum(u.cost for u in todo))
+    clock = Clock(say, sum(u.cost for u in todo), _rate(folder, methods, lm.adapter.n_layers))
     profile = []  # per computed part: seconds and CPU seconds (this process)
     with compute.shared_targets():  # ROME's targets serve its edit, bleed map and sweep row; MEMIT's AlphaEdit's
         for i, u in enumerate(todo):
@@ -268,6 +283,9 @@ def build(facts, out, model: str | None = None, methods=None, settings: compute.
             profile.append({"fact": u.fact, "part": u.what, "seconds": round(time.perf_counter() - t0, 2),
                             "cpu_seconds": round(time.process_time() - c0, 2)})
             finish(True)
+            if all(v.done(folder) for v in units if v.fact == u.fact):
+                publish(folder, [u.fact])
+    publish_finished()
     if keep_statistics:
         carry.keep(lm.name, folder)
     say(1.0, "pack complete")
@@ -277,6 +295,60 @@ def build(facts, out, model: str | None = None, methods=None, settings: compute.
             "parts": len(units), "computed": computed, "skipped": len(units) - computed,
             "seconds": round(time.perf_counter() - start, 1), "bytes": size, "profile": profile,
             "restored": restored}
+
+
+def publish(folder: Path, fids: list[str]) -> None:
+    """List finished facts in the pack's manifest (read afresh: another build may have published meanwhile), in
+    one atomic rewrite: from then on every student is served them."""
+    manifest = read_json(folder / MANIFEST)
+    new = [f for f in fids if f not in manifest["facts"]]
+    if new:
+        manifest["facts"] += new
+        manifest["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+        write_json(folder / MANIFEST, manifest)
+
+
+def _cost(n_targets: int, n_methods: int, n_layers: int) -> float:
+    """The COST of one fact with `n_targets` new targets (its plan's units)."""
+    return (COST["check"] + COST["lens"] + COST["trace"] + COST["memories"]
+            + n_targets * (n_methods * COST["edit"] + COST["bleed"]) + COST["sweep_layer"] * n_layers)
+
+
+def _rate(folder: Path, methods: list[str], n_layers: int) -> float | None:
+    """Seconds per unit of COST that `estimate` assumes for this pack (None for a pack without facts yet)."""
+    from .pack import Pack
+
+    try:
+        pack = Pack.open(folder)
+    except EditkitError:
+        return None
+    if not pack.fact_ids:
+        return None
+    return estimate(pack, 1)[0] / _cost(1, len(methods), n_layers)
+
+
+def estimate(pack, n_targets: int) -> tuple[float, str]:
+    """(seconds, how it was estimated) to add one fact with `n_targets` new targets to `pack`: the time its own
+    facts took when they were computed (the seconds each trace, edit, re-trace and layer of the sweep recorded),
+    averaged per fact and scaled to the targets; a pack without timings is estimated from COST (an idle embedded
+    model on 2 cores)."""
+    fixed, per_target = [], []
+    for fid in pack.fact_ids:
+        fact, trace, sweep = pack.fact(fid), pack.part(fid, "trace"), pack.part(fid, "sweep")
+        targets = len(fact.get("targets", [])) or 1
+        parts = [pack.part(fid, n) for t in range(targets) for m in pack.manifest.get("method_names", [])
+                 for n in (edit_name(t, m), retrace_name(t, m))]
+        if not (trace and sweep) or any(p is None or p.get("seconds") is None for p in parts):
+            continue
+        fixed.append(sum(t.get("seconds", 0) for t in trace["traces"].values())
+                     + sum(r.get("seconds", 0) for r in sweep["rows"]))
+        per_target.append((sum(p["seconds"] for p in parts) + COST["bleed"]) / targets)
+    if fixed:
+        seconds = sum(fixed) / len(fixed) + n_targets * sum(per_target) / len(per_target)
+        return seconds, (f"as long as this pack's {len(fixed)} fact{'s' if len(fixed) > 1 else ''} took to compute "
+                         "on the machine that built them")
+    seconds = _cost(n_targets, len(pack.manifest.get("method_names", [])) or 1, int(pack.manifest.get("layers", 18)))
+    return seconds, "on an idle 2-core machine, for the embedded model"
 
 
 def _fact_ids(folder: Path, manifest: dict, facts: list[LessonFact]) -> list[str]:

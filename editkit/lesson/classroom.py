@@ -30,6 +30,15 @@ SCHEMA = """CREATE TABLE IF NOT EXISTS answers (
     PRIMARY KEY (lesson, fact, step, student))"""
 
 
+def class_id(manifest: dict) -> str:
+    """The class whose answers are counted together: the lesson's model and the pack it began as (its creation
+    time), not the version being served. Adding a fact serves a new version (the class's copy of the shipped pack,
+    the fact published into it), and "back to the shipped pack" another: the class's answers stay with the class."""
+    from ..core.cache import digest
+
+    return digest(manifest["model"], manifest["fingerprint"], manifest.get("created"))
+
+
 def default_path() -> Path:
     return cache_dir("lesson") / "class.sqlite3"
 

@@ -410,3 +410,30 @@ def build_memory(lm, s: Settings, methods_: list[str] | None = None) -> int:
     """Bytes adding a fact to a pack needs: every step's computation, one after another, while the edits' deltas
     are kept (the largest trace plus the largest edit)."""
     return own_memory(lm, 8, s, methods_) + own_memory(lm, 2, s, methods_)
+
+
+# --- the comparisons' conclusions (evaluation/verdict.py) ----------------------------------------------------------
+def sweep_ranking(sweep: dict):
+    """A layer sweep's layers (the pack's JSON) ranked by the summed margins, with their noise (None: stored
+    without margins)."""
+    from ..evaluation.layer_sweep import ranking
+
+    return ranking({r["layer"]: r.get("margins") for r in sweep.get("rows") or []})
+
+
+def methods_ranking(edits: dict):
+    """Methods (name -> edit result, one request) ranked by the summed margins on the request's prompts, paired
+    prompt by prompt."""
+    from ..evaluation.verdict import MARGIN_MEASURE, margins, paired
+
+    return paired({m: margins(e["probabilities"]["post"]) for m, e in edits.items()}, f"the summed margin "
+                  f"({MARGIN_MEASURE})", labels={m: e["label"] for m, e in edits.items()})
+
+
+def lifelong_conclusion(results: dict) -> str:
+    """Lifelong runs (the pack's JSON, method -> run) in one sentence: the first to collapse, the one keeping the
+    most edits (with its noise)."""
+    from ..evaluation.lifelong import conclusion
+    from ..evaluation.sequential import LifelongRun
+
+    return conclusion({m: LifelongRun.from_json(r) for m, r in results.items()})

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from . import compute
+
 RIGHT, CLOSE, WRONG = "right", "close", "wrong"
 MOVE = 0.01  # a neighbour "moves" when P(new target) after it rises by at least one percentage point
 SEVER_CHOICES = ("The later MLPs: freezing them removes much of the effect",
@@ -28,6 +30,10 @@ class Grade:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def _and(names: list[str]) -> str:
+    return f"{', '.join(names[:-1])} and {names[-1]}" if len(names) > 1 else "".join(names)
 
 
 def _verdict(score: float) -> str:
@@ -60,6 +66,23 @@ def sites(trace: dict) -> dict:
     late_l = max(range(len(scores[last])), key=scores[last].__getitem__)
     return {"early": early, "early_p": scores[early[0]][early[1]], "late": (last, late_l),
             "late_p": scores[last][late_l]}
+
+
+def early_site_note(trace: dict) -> str:
+    """Where this trace's early site is, against the pattern ROME found (the last subject token, early-to-middle
+    layers): said plainly when the result differs from the paper's, never contradicted by the page's text."""
+    (t, l), p = sites(trace)["early"], sites(trace)["early_p"]
+    b, e = trace["subject_range"]
+    tokens, last = trace["tokens"], e - 1
+    here = f"{tokens[t]!r} at layer {l} (p = {p:.3f})"
+    if t == last:
+        return f"Here, as in ROME, the strongest state before the last token is the last subject token: {here}."
+    best_last = max(trace["scores"][last])
+    if b <= t < last:
+        return (f"Here the result differs from ROME's pattern: the strongest state is {here}, an earlier token of the "
+                f"subject, not its last token {tokens[last]!r}, whose best state brings back p = {best_last:.3f}.")
+    return (f"Here the result differs from ROME's pattern: the strongest state before the last token is {here}, "
+            f"outside the subject (its last token {tokens[last]!r} brings back at most p = {best_last:.3f}).")
 
 
 def grade_cell(trace: dict, token: int, layer: int) -> Grade:
@@ -106,14 +129,21 @@ def severing_truth(sev: dict) -> int:
     return 0 if d["mlp"] >= d["attn"] else 1
 
 
+def severing_conclusion(sev: dict) -> str:
+    """The severing result in one sentence: which frozen module removes more of the restored effect."""
+    d = severing_drops(sev)
+    which = {0: "the later MLPs do more of the work", 1: "the later attention does more of the work",
+             2: f"neither matters much (both under {100 * SEVER_SHARE:.0f}%)"}[severing_truth(sev)]
+    return (f"Over the first {max(1, len(sev['layers']) // 2)} layers, freezing the later MLPs at "
+            f"{sev['token_str']!r} removes {100 * d['mlp']:.0f}% of the restored effect, freezing the later "
+            f"attention {100 * d['attn']:.0f}%: {which}.")
+
+
 def grade_severing(sev: dict, choice: int) -> Grade:
     """Q: do the later MLPs do the work? Three choices (SEVER_CHOICES); the truth from the severing curves."""
-    d = severing_drops(sev)
     truth = severing_truth(sev)
     score = 1.0 if choice == truth else 0.0
-    text = (f"Over the first {max(1, len(sev['layers']) // 2)} layers, freezing the later MLPs at "
-            f"{sev['token_str']!r} removes {100 * d['mlp']:.0f}% of the restored effect, freezing the later "
-            f"attention {100 * d['attn']:.0f}%.")
+    text = severing_conclusion(sev)
     return Grade(_verdict(score), score, text, SEVER_CHOICES[choice].split(":")[0],
                  SEVER_CHOICES[truth].split(":")[0])
 
@@ -194,6 +224,29 @@ def says_new(edit: dict) -> bool:
     return bool(edit["metrics"].get("post_gen_efficacy"))
 
 
+def methods_conclusion(edits: dict) -> str:
+    """The methods side by side in one sentence: the best by the summed probability margins on the fact's prompts
+    (those within noise of it said), then which of them the greedy continuation shows saying the new target."""
+    says = [e["label"] for e in edits.values() if says_new(e)]
+    rest = [e["label"] for e in edits.values() if not says_new(e)]
+    told = (f" Asked to continue the prompt, {_and(says) or 'none of them'} say{'s' if len(says) == 1 else ''} "
+            f"the new target" + (f"; {_and(rest)} {'does' if len(rest) == 1 else 'do'} not." if rest else "."))
+    return compute.methods_ranking(edits).sentence() + told
+
+
+def retrace_conclusion(traces: dict) -> str:
+    """After each method's edit (label -> the edited model's trace for the new target): where the new fact is
+    carried most, each method's strongest state before the last token (no noise estimate: traces keep no
+    per-sample spread, so no method is called better on these numbers alone)."""
+    parts = []
+    for label, tr in traces.items():
+        (t, l), p = sites(tr)["early"], sites(tr)["early_p"]
+        b, e = tr["subject_range"]
+        where = "the last subject token" if t == e - 1 else "a subject token" if b <= t < e else "a later token"
+        parts.append(f"{label}: {tr['tokens'][t]!r} ({where}) at layer {l}, p = {p:.3f}")
+    return "Strongest state before the last token after each edit: " + "; ".join(parts) + "."
+
+
 def grade_generation(edits: dict, picked) -> Grade:
     """Q: which methods make the model *say* the new target when it continues the prompt? Score: the share of
     methods classified correctly."""
@@ -211,20 +264,46 @@ def grade_generation(edits: dict, picked) -> Grade:
 
 
 # --- step 9: the layer sweep ----------------------------------------------------------------------------------------
-def sweep_truth(sweep: dict) -> bool:
-    """Does the layer where the trace peaks (within one layer) edit best?"""
+SWEEP_CHOICES = ("yes", "no", "too close to tell: the difference is within noise")
+
+
+def sweep_truth(sweep: dict) -> int:
+    """Does the layer where the trace peaks (within one layer) edit best? 0 yes, 1 no, 2 within noise: the best
+    layer near the peak and the best layer away from it differ by less than the noise over the prompts
+    (evaluation/verdict.py). A sweep stored without per-prompt margins has no noise estimate: yes or no."""
     peak = sweep.get("peak_layer")
-    return peak is not None and abs(sweep["best_layer"] - peak) <= 1
+    if peak is None:
+        return 1
+    near = lambda l: abs(l - peak) <= 1  # noqa: E731
+    best = sweep["best_layer"]
+    ranking = compute.sweep_ranking(sweep)
+    if ranking is not None and any(near(l) != near(best) for l in ranking.ties):
+        return 2
+    return 0 if near(best) else 1
 
 
-def grade_sweep(sweep: dict, yes: bool) -> Grade:
+def sweep_conclusion(sweep: dict) -> str:
+    """The sweep in one sentence: the best layer by the summed margins, the layers within noise of it, and where
+    the trace peaks."""
+    ranking = compute.sweep_ranking(sweep)
+    peak = sweep.get("peak_layer")
+    where = (f" The MLP trace at {sweep['trace']['token']!r} peaks at layer {peak}." if sweep.get("trace") and
+             peak is not None else "")
+    if ranking is None:
+        return (f"The edit works best at layer {sweep['best_layer']} (largest summed margin; this pack stores no "
+                f"per-prompt margins to estimate the noise from).{where}")
+    return ranking.sentence() + where
+
+
+def grade_sweep(sweep: dict, choice: int) -> Grade:
+    """Q: does the traced layer (within one layer) edit best? yes / no / too close to tell."""
     truth = sweep_truth(sweep)
-    score = 1.0 if yes == truth else 0.0
-    text = (f"The MLP trace at {sweep['trace']['token']!r} peaks at layer {sweep['peak_layer']}; the edit works best "
-            f"at layer {sweep['best_layer']} (largest efficacy + generalization + specificity margins), so "
-            f"{'they agree (within a layer)' if truth else 'they differ'}.") if sweep.get("trace") else \
-        f"The edit works best at layer {sweep['best_layer']}."
-    return Grade(_verdict(score), score, text, "yes" if yes else "no", "yes" if truth else "no")
+    score = 1.0 if choice == truth else 0.5 if truth == 2 else 0.0
+    text = sweep_conclusion(sweep)
+    if truth == 2:
+        text += " Layers near the trace's peak and away from it are within noise of each other: the data cannot say."
+    return Grade(_verdict(score), score, text, SWEEP_CHOICES[choice].split(":")[0],
+                 SWEEP_CHOICES[truth].split(":")[0])
 
 
 # --- step 10: lifelong editing ---------------------------------------------------------------------------------------
@@ -238,6 +317,12 @@ def first_collapse(results: dict) -> str:
     return min(hit, key=hit.get) if hit else NONE
 
 
+def lifelong_conclusion(results: dict) -> str:
+    """The runs in one sentence: which collapsed first, and which keeps the most edits at the end (by efficacy
+    over the edits measured, with its binomial noise)."""
+    return compute.lifelong_conclusion(results)
+
+
 def grade_lifelong(results: dict, choice: str) -> Grade:
     truth = first_collapse(results)
     score = 1.0 if choice == truth else 0.0
@@ -247,7 +332,8 @@ def grade_lifelong(results: dict, choice: str) -> Grade:
         parts.append(f"{r.get('label', m)}: " + (f"collapsed by edit {row['edit']} ({row.get('reason', '')})" if row
                                                   else "never collapsed"))
     text = ("A run counts as collapsed at a checkpoint where WikiText perplexity exceeds twice the unedited model's "
-            f"or fewer than half of the earlier successful edits still hold. {'; '.join(parts)}.")
+            f"or fewer than half of the earlier successful edits still hold. {'; '.join(parts)}. "
+            + lifelong_conclusion(results))
     return Grade(_verdict(score), score, text, choice, truth)
 
 

@@ -53,6 +53,17 @@ def editkit_version() -> str:
     return "unknown"
 
 
+def built_on(manifest: dict) -> str:
+    """" (23 Nov 2026)" from a manifest's creation time, "" without one: when a pack was made, as a student reads it."""
+    import time
+
+    when = manifest.get("updated") or manifest.get("created")
+    try:
+        return " (" + time.strftime("%d %b %Y", time.strptime(when, "%Y-%m-%dT%H:%M:%S")).lstrip("0") + ")"
+    except (TypeError, ValueError):
+        return ""
+
+
 def write_json(path: Path, value) -> None:
     """Atomically: readers and a resumed build never see half a file."""
     text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)

@@ -161,3 +161,16 @@ SECTIONS = {"tracing": TRACING, "memories": MEMORIES, "rome": ROME, "memit": MEM
 def intro(methods: str) -> list[tuple[str, str]]:
     """The opening paragraph, naming `methods` (the registered ones, as text)."""
     return [(kind, text.replace("{methods}", methods)) for kind, text in INTRO]
+
+
+def title(name: str) -> str:
+    """A section's title without its number ("Causal tracing: where is the fact recalled?")."""
+    import re
+
+    head = next((text for kind, text in SECTIONS[name] if kind == "title"), name)
+    return re.sub(r"^\d+\.\s*", "", head)
+
+
+def body(name: str) -> list[tuple[str, str]]:
+    """A section's blocks after its title."""
+    return [b for b in SECTIONS[name] if b[0] != "title"]

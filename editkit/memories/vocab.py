@@ -125,3 +125,11 @@ def class_counts(lm, token_ids) -> dict[str, int]:
     for t in token_ids:
         out[v.classes[int(t)]] = out.get(v.classes[int(t)], 0) + 1
     return out
+
+
+def hard_to_read(lm, token_ids) -> float:
+    """The share of `token_ids` that are not Latin-script words (other scripts, word pieces, bytes, punctuation):
+    what a reader of the raw top tokens cannot make sense of."""
+    counts = class_counts(lm, token_ids)
+    total = sum(counts.values())
+    return 1 - counts.get("latin", 0) / total if total else 0.0

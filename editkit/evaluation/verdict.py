@@ -1,0 +1,135 @@
+"""Comparisons that conclude: which option is best by a named measure, which others are within noise of it, said in
+one sentence. Every side-by-side view (methods, layers, lifelong runs) states its result through `Ranking.sentence`.
+
+The noise is estimated from the measurements themselves, never set by hand:
+- options measured on the same prompts (methods on one request, layers of a sweep): the measure is a sum of group
+  means (rewrite, paraphrases, neighbours), and the difference between two options is paired prompt by prompt:
+  SE(d) = sqrt(sum_g var(d_g) / n_g). A group of one prompt adds nothing: it is the measured prompt itself, not a
+  sample of prompts;
+- rates over many items (a lifelong run's efficacy over its measured edits): the binomial SE of each rate,
+  SE(d) = sqrt(p1 (1 - p1) / n1 + p2 (1 - p2) / n2).
+A difference is within noise when |d| <= 1.96 SE(d), the 95% band of every mean editkit reports (metrics.mean_ci).
+Where no spread can be estimated (every group has a single prompt) the ranking says so instead of calling a tie.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+Z95 = 1.96
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """Options ranked by one measure, with the noise of each one's difference from the best."""
+
+    measure: str  # "the summed margin P(new) − P(true) over rewrite, paraphrases and neighbours"
+    values: dict  # option label -> value of the measure
+    best: str
+    noise: dict  # option label -> 1.96 SE of its difference from the best (None: no spread to estimate)
+    higher_is_better: bool = True
+    digits: int = 4  # significant digits shown
+    unit: str = ""
+    labels: dict = field(default_factory=dict)  # option -> how the sentence names it (default: the option)
+    scale: float = 1.0  # shown as value x scale (rates as percentages)
+    no_noise: str = "one prompt per group: no spread to estimate the noise from"
+
+    @property
+    def ties(self) -> list[str]:
+        """The options whose difference from the best is within noise (the best itself excluded)."""
+        return [o for o, n in self.noise.items() if o != self.best and n is not None
+                and abs(self.values[o] - self.values[self.best]) <= n]
+
+    @property
+    def estimated(self) -> bool:
+        return any(n is not None for o, n in self.noise.items() if o != self.best)
+
+    def name(self, option) -> str:
+        return str(self.labels.get(option, option))
+
+    def fmt(self, v: float, digits: int | None = None) -> str:
+        return f"{v * self.scale:.{digits or self.digits}g}{self.unit}"
+
+    def sentence(self) -> str:
+        """One sentence: the best option by the measure, those within noise of it, the rest in order."""
+        order = sorted(self.values, key=self.values.get, reverse=self.higher_is_better)
+        best = f"{self.name(self.best)} ({self.fmt(self.values[self.best])})"
+        if len(order) == 1:
+            return f"By {self.measure}: {best}."
+        ties = self.ties
+        rest = [o for o in order if o != self.best and o not in ties]
+        if ties:
+            tied = _and([f"{self.name(o)} ({self.fmt(self.values[o])})" for o in ties])
+            head = (f"By {self.measure}, {best} is best, but {tied} {'is' if len(ties) == 1 else 'are'} within noise "
+                    f"of it (95% band ±{self.fmt(max(self.noise[o] for o in ties), 2)})")
+        else:
+            head = f"By {self.measure}, {best} is best"
+            if self.estimated:
+                near = min((o for o in rest if self.noise.get(o) is not None), key=lambda o: abs(
+                    self.values[o] - self.values[self.best]), default=None)
+                if near is not None:
+                    head += (f", ahead of {self.name(near)} ({self.fmt(self.values[near])}) by more than the noise "
+                             f"(±{self.fmt(self.noise[near], 2)})")
+                    rest.remove(near)
+            else:
+                head += f" ({self.no_noise})"
+        if rest:
+            head += "; then " + ", ".join(f"{self.name(o)} ({self.fmt(self.values[o])})" for o in rest)
+        return head + "."
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "ties": self.ties, "sentence": self.sentence()}
+
+
+def _and(items: list[str]) -> str:
+    return f"{', '.join(items[:-1])} and {items[-1]}" if len(items) > 1 else "".join(items)
+
+
+def _var(xs: list[float]) -> float:
+    m = sum(xs) / len(xs)
+    return sum((x - m) ** 2 for x in xs) / (len(xs) - 1)
+
+
+def paired(per_prompt: dict, measure: str, higher_is_better: bool = True, **kw) -> Ranking:
+    """Rank options measured on the same prompts. `per_prompt`: option -> group -> values per prompt (the same
+    prompts, in the same order, for every option); an option's value is the sum of its group means, and its noise
+    the paired 1.96 SE of its difference from the best (module docstring)."""
+    def value(groups):
+        return sum(sum(v) / len(v) for v in groups.values() if v)
+
+    values = {o: value(g) for o, g in per_prompt.items()}
+    pick = max if higher_is_better else min
+    best = pick(values, key=values.get)
+    noise = {}
+    for o, groups in per_prompt.items():
+        terms = []
+        for g, xs in groups.items():
+            ys = per_prompt[best].get(g) or []
+            if len(xs) != len(ys) or len(xs) < 2:
+                continue
+            terms.append(_var([a - b for a, b in zip(xs, ys)]) / len(xs))
+        noise[o] = Z95 * math.sqrt(sum(terms)) if terms else None
+    return Ranking(measure, values, best, noise, higher_is_better, **kw)
+
+
+def rates(rates_: dict, counts: dict, measure: str, higher_is_better: bool = True, **kw) -> Ranking:
+    """Rank rates in [0, 1] measured on `counts` items each (binomial noise of the difference, module docstring)."""
+    pick = max if higher_is_better else min
+    best = pick(rates_, key=rates_.get)
+    pb, nb = rates_[best], counts[best]
+    noise = {o: Z95 * math.sqrt(p * (1 - p) / counts[o] + pb * (1 - pb) / nb) if counts.get(o) and nb else None
+             for o, p in rates_.items()}
+    return Ranking(measure, rates_, best, noise, higher_is_better, **kw)
+
+
+def margins(probabilities: dict) -> dict:
+    """group -> per-prompt margins from one measurement's probabilities ({"rewrite": [{"p_new", "p_true"}], ...}):
+    P(new) − P(true) on the rewrite and paraphrase prompts (the edit took), P(true) − P(new) on the neighbours
+    (nothing leaked). Prompts without a true target are left out."""
+    out = {}
+    for group, sign in (("rewrite", 1), ("paraphrase", 1), ("neighborhood", -1)):
+        out[group] = [sign * (r["p_new"] - r["p_true"]) for r in probabilities.get(group, []) if "p_true" in r]
+    return out
+
+
+MARGIN_MEASURE = "P(new) − P(true) on the prompt and its paraphrases plus P(true) − P(new) on the neighbours"
