@@ -415,7 +415,8 @@ def step_windows(pack, fid, fact):
                       "work?",
         lambda: st.radio("Answer", range(3), format_func=lambda i: grading.SEVER_CHOICES[i],
                          index=None, key=f"lesson_q3_{fid}"),
-        lambda c: grading.grade_severing(sev, _chosen(c)), lambda done: show_windows(tr, sev),
+        lambda c: grading.grade_severing(sev, _chosen(c)),
+        lambda done: show_windows(tr, sev, said=done["grade"] is not None),
         keys=[f"lesson_q3_{fid}"])
     explain(
         "Restoring a window of 10 MLP (or attention) outputs at one token, the layers [l − 5, l + 5), shows "
@@ -432,13 +433,16 @@ def step_windows(pack, fid, fact):
             show_windows_own, samples=lambda v: v[2].samples)
 
 
-def show_windows(tr: dict, sev: dict) -> None:
+def show_windows(tr: dict, sev: dict, said: bool = False) -> None:
+    """The MLP and attention windows and the severing curves, with their conclusion unless the feedback above
+    already `said` it (a graded answer's feedback is that sentence)."""
     cols = st.columns(2)
     for col, kind in zip(cols, ("mlp", "attn")):
         chart(col, lambda kind=kind: figs.trace_with_marks(tr["traces"][kind]), f"lesson_fig_{kind}",
               tr["traces"][kind])
     chart(st, lambda: figs.severing_figure(sev), "lesson_fig_sever", sev)
-    st.markdown(grading.severing_conclusion(sev))
+    if not said:
+        st.markdown(grading.severing_conclusion(sev))
 
 
 def _chosen(c):
@@ -744,7 +748,8 @@ def step_sweep(pack, fid, fact):
         lambda: st.radio("Answer", range(len(grading.SWEEP_CHOICES)), format_func=grading.SWEEP_CHOICES.__getitem__,
                          index=None, key=f"lesson_q9_{fid}"),
         lambda c: grading.grade_sweep(sweep, _chosen(c)),
-        lambda done: show_sweep(sweep, (tr or {}).get("traces", {}).get("mlp")), keys=[f"lesson_q9_{fid}"])
+        lambda done: show_sweep(sweep, (tr or {}).get("traces", {}).get("mlp"), said=done["grade"] is not None),
+        keys=[f"lesson_q9_{fid}"])
     explain(
         "ROME edits the layer where tracing finds the MLP effect. Hase et al. (2023) edited every layer "
         "instead and found that editing success barely correlates with where tracing localises the fact: the "
@@ -767,8 +772,10 @@ def sweep_inputs(pack, fact):
     return (rec, layers) if rec is not None and layers.strip() else None
 
 
-def show_sweep(sweep: dict, mlp_trace, key: str = "pack") -> None:
-    st.markdown(grading.sweep_conclusion(sweep))
+def show_sweep(sweep: dict, mlp_trace, key: str = "pack", said: bool = False) -> None:
+    """The sweep's conclusion (unless the feedback above already `said` it), its figure and table."""
+    if not said:
+        st.markdown(grading.sweep_conclusion(sweep))
     chart(st, lambda: figs.sweep_figure(sweep, mlp_trace), f"lesson_sweep_{key}",
           sweep if key == "pack" else None)
     st.dataframe(pd.DataFrame([{"layer": r["layer"], "efficacy margin": r["efficacy_magnitude"],
@@ -789,7 +796,8 @@ def step_lifelong(pack, fid, fact):
                                   "others in batches of 25). Which method collapses first?",
                    lambda: st.radio("Answer", labels, index=None, horizontal=True, key=f"lesson_q10_{fid}"),
                    lambda c: grading.grade_lifelong(results, _picked(c)),
-                   lambda done: show_lifelong(shipped, pack), keys=[f"lesson_q10_{fid}"])
+                   lambda done: show_lifelong(shipped, pack, said=done["grade"] is not None),
+                   keys=[f"lesson_q10_{fid}"])
     explain(
         "Lifelong editing applies edits one batch after another, each computed on the weights the earlier "
         "ones left. Checkpoints every 100 edits measure the edits so far (a fixed sample of 50 of them, all "
@@ -807,10 +815,12 @@ def step_lifelong(pack, fid, fact):
             sequential=lambda v: v[1])
 
 
-def show_lifelong(shipped: dict, pack) -> None:
+def show_lifelong(shipped: dict, pack, said: bool = False) -> None:
+    """The lifelong runs' conclusion (unless the feedback above already `said` it), curves and table."""
     results = shipped["results"]
     first = next(iter(results.values()))
-    st.markdown(grading.lifelong_conclusion(results))
+    if not said:
+        st.markdown(grading.lifelong_conclusion(results))
     chart(st, lambda: figs.lifelong_figure(results), "lesson_fig_lifelong", results)
     st.caption("Hollow markers: checkpoints measured on a fixed random sample of the edits so far; filled: on all "
                "of them.")

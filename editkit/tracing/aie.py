@@ -197,7 +197,10 @@ def average_indirect_effect(lm, n_facts: int = 50, samples: int = 10, noise: str
 
 def load_run(path) -> AIE:
     """One AIE run from a file written by `aie --json`; a file that is not one says so."""
-    data = json_input(path)
+    try:
+        data = json_input(path)
+    except EditkitError as exc:  # json_input says "cannot read <path>: <why>"
+        raise EditkitError(f"cannot read AIE results from {str(exc).removeprefix('cannot read ')}") from None
     keys = ("model", "n_facts", "layers", "classes", "kinds")
     if not isinstance(data, dict) or any(k not in data for k in keys):
         raise EditkitError(f"{path} holds no AIE run (expected the output of `aie --json`)")
