@@ -6,6 +6,7 @@ pages/ that calls the editkit library.
 import streamlit as st
 
 from editkit.lens import logit_lens, predict
+from editkit.model.weights import model_key
 from pages import ui
 
 ui.leave_legacy_multipage_mode()
@@ -38,14 +39,20 @@ def home():
         st.caption(f"Computed with your {n_edits} kept edit(s) (sidebar); other users see the base model.")
     with ui.guard("prediction"):
         with ui.session(lm):  # this session's kept edits; other sessions' edits are never visible here
-            preds = predict(lm, prompt, k)
-            lens = logit_lens(lm, prompt, k=k)
-        st.session_state["home_result"] = (preds, lens)
+            st.session_state["home_result"] = predict_shared(model_key(lm), prompt, k, lm)
     shown = st.session_state.get("home_result")
     if shown and shown[0].model == lm.name:
         if shown[0].prompt != prompt or len(shown[0]) != k:
             st.caption(f"Still showing the last result, for the prompt {shown[0].prompt[:80]!r}.")
         show_prediction(*shown)
+
+
+@st.cache_data(max_entries=512, show_spinner=False)
+def predict_shared(key: str, prompt: str, k: int, _lm):
+    """The top-k predictions and the logit lens of `prompt`, computed once per server for the weights `key` names
+    (weights.model_key: the model plus the deltas in force), so a class typing the same prompts (the default one,
+    the teacher's examples) shares one computation; a session with kept edits has its own key."""
+    return predict(_lm, prompt, k), logit_lens(_lm, prompt, k=k)
 
 
 def show_prediction(preds, lens) -> None:

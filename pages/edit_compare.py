@@ -7,6 +7,7 @@ import pandas as pd
 import streamlit as st
 
 from editkit.editing.defaults import load_hparams
+from editkit.editing.memory import edit_memory, scoring_memory
 from editkit.editing.methods import all_methods, get
 from editkit.editing.requests import NEIGHBOURS_HELP, NEIGHBOURS_LABEL, EditRequest
 from editkit.evaluation import EvalRecord, SequentialSpec, load_eval_set
@@ -17,6 +18,7 @@ from editkit.figures import editing as figures
 from editkit.figures.editing import by_column
 from editkit.runtime.cluster import Item
 from editkit.tracing import TraceSpec, trace
+from editkit.tracing.memory import trace_memory
 from pages import ui
 
 ui.leave_legacy_multipage_mode()
@@ -53,7 +55,8 @@ def request_inputs() -> list[EvalRecord]:
         from editkit.evaluation.datasets import save_upload
 
         up = st.file_uploader("A .json / .jsonl file of CounterFact, EasyEdit or zsRE records",
-                              type=["json", "jsonl"], key="ec_upload")
+                              type=["json", "jsonl"], key="ec_upload", max_upload_size=ui.upload_mb("records"))
+        ui.check_upload(up, "records")
         mine = load_eval_set(str(save_upload(up.name, up.getvalue()))) if up is not None else []
         picked = st.multiselect("Records", range(len(mine)), default=[0] if mine else [], key="ec_upload_records",
                                 format_func=lambda i: f"{mine[i].request.case_id}: {mine[i].request.rewrite} → "
@@ -133,6 +136,7 @@ if st.button("Edit and compare", type="primary", key="ec_run", disabled=not (rec
         # every method starts from the same weights: base + this session's kept edits
         job = Item(compare_methods, (methods, records, overrides, int(n_gen), int(gen_tokens)), progress=True)
         st.session_state["ec_out"] = ui.run_item("edit and compare", lm, job, batch=len(records),
+                                                 memory=edit_memory(lm, methods, len(records), overrides),
                                                  new_tokens=int(gen_tokens) if int(n_gen) else None)
         st.session_state.pop("ec_traces", None)
 
@@ -218,7 +222,9 @@ def show_traces(out: Comparison) -> None:
                     traces[m] = r["hidden"]
                 return traces
 
-            st.session_state["ec_traces"] = ui.run_job("trace of the edited models", trace_job, samples=int(samples))
+            memory = trace_memory(lm, req.rewrite, int(samples), ["hidden"])
+            st.session_state["ec_traces"] = ui.run_job("trace of the edited models", trace_job, memory=memory,
+                                                       samples=int(samples))
     traces = list((st.session_state.get("ec_traces") or {}).items())
     for row in range(0, len(traces), 3):  # three to a row: a heatmap needs the room for its token labels
         for col, (m, r) in zip(st.columns(3), traces[row:row + 3]):
@@ -332,7 +338,8 @@ def lifelong_section(lm) -> None:
                 plans[m] = (overrides.get(m), SequentialSpec(batch=b, eval_every=b * max(1, batch // b), sample=20,
                                                              ppl_tokens=512, fluency_tokens=20))
             job = Item(sequential_methods, (plans, records), progress=True)
-            st.session_state["ec_life"] = ui.run_item("lifelong editing", lm, job, sequential=n)
+            memory = edit_memory(lm, chosen, batch, overrides) + scoring_memory(lm)
+            st.session_state["ec_life"] = ui.run_item("lifelong editing", lm, job, memory=memory, sequential=n)
     mine = st.session_state.get("ec_life")
     if mine:
         draw_runs(mine, ("ec_life_fig", "ec_life_layers"),
@@ -386,7 +393,8 @@ def bleed_section(lm, records, overrides) -> None:
 
             job = Item(bleed_map, (method, records[0].request, overrides.get(method)),
                        {"relation": records[0].relation, "n_facts": int(n_facts)}, progress=True)
-            st.session_state["ec_bleed"] = ui.run_item("bleed map", lm, job, facts=int(n_facts))
+            st.session_state["ec_bleed"] = ui.run_item("bleed map", lm, job, facts=int(n_facts),
+                                                       memory=edit_memory(lm, [method], 1, overrides))
     out = st.session_state.get("ec_bleed")
     if not out:
         return
@@ -417,10 +425,11 @@ def sweep_inputs():
     set_name = set_choice
     if set_choice == "my own file":
         up = st.file_uploader("A .json / .jsonl file of CounterFact, EasyEdit or zsRE records",
-                              type=["json", "jsonl"], key="ec_sweep_upload")
+                              type=["json", "jsonl"], key="ec_sweep_upload", max_upload_size=ui.upload_mb("records"))
         set_name = None
         if up is not None:
             with ui.guard("your records"):
+                ui.check_upload(up, "records")
                 set_name = str(save_upload(up.name, up.getvalue()))
     params = st.text_area("Values to try, one hyperparameter per line: name=v1,v2,... (every combination runs)",
                           "mom2_shrinkage=0,0.3,0.6", key="ec_sweep_params")
@@ -451,7 +460,8 @@ def sweep_section(lm) -> None:
 
             job = Item(sweep, (method, params, replace(SWEEP, set_name=set_name, n=n)),
                        {"hparams": overrides.get(method)}, progress=True)
-            st.session_state["ec_sweep"] = ui.run_item("sweep", lm, job, facts=n)
+            st.session_state["ec_sweep"] = ui.run_item("sweep", lm, job, facts=n,
+                                                       memory=edit_memory(lm, [method], 1, overrides))
     out = st.session_state.get("ec_sweep")
     if out:
         st.markdown(sweep_conclusion(out))
@@ -500,7 +510,8 @@ def ripple_section(lm, records, overrides) -> None:
                       "move": r["should"] != "stay"} for _, r in mine.iterrows()
                      if str(r["prompt"] or "").strip() or str(r["expected answer"] or "").strip()]
             job = Item(ripple_view, (req, methods, relation or "", overrides, extra, reference), progress=True)
-            st.session_state["ec_ripple"] = ui.run_item("ripple effects", lm, job, batch=len(methods) + 1)
+            st.session_state["ec_ripple"] = ui.run_item("ripple effects", lm, job, batch=len(methods) + 1,
+                                                        memory=edit_memory(lm, methods, 1, overrides))
     out = st.session_state.get("ec_ripple")
     if not out:
         return

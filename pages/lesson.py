@@ -6,12 +6,12 @@ their own prompt (through the job queue). A teacher adds facts and sees the clas
 The pack: $EDITKIT_LESSON, else the class's copy in the cache (a teacher added facts), else assets/lesson/.
 """
 import hmac
-import os
 
 import pandas as pd
 import streamlit as st
 
 from editkit.core.errors import EditkitError
+from editkit.core.settings import settings as server_settings
 from editkit.core.progress import part
 from editkit.editing.requests import NEIGHBOURS_HELP, NEIGHBOURS_LABEL
 from editkit.figures import lesson as figs
@@ -29,7 +29,6 @@ STEPS = {1: "Next-token prediction and the logit lens", 2: "Causal tracing: whic
          7: "Side effects: which neighbours move?", 8: f"{ui.method_list()} side by side",
          9: "Does the traced layer edit best?", 10: "After hundreds of edits",
          11: "Will the Eiffel Tower's country follow? Ripple effects"}
-TEACHER_ENV = "EDITKIT_TEACHER_PASSPHRASE"
 FEEDBACK = {"right": st.success, "close": st.info, "wrong": st.warning}
 TARGET_SEP = " → "  # a stored answer of steps 5-8: "<fact id> → <new target>"
 
@@ -200,10 +199,11 @@ def try_own(n: int, what: str, inputs, run, show, **caps) -> None:
         if st.button("Run it", key=f"lesson_own_go_{n}", disabled=value is None):
             with ui.guard(what):
                 pack = current_pack()
-                lm = ui.get_lm(pack.model)
+                lm = ui.get_lm(pack.model, served=True)
                 limit = {k: v(value) if callable(v) else v for k, v in caps.items()}
                 st.session_state[f"lesson_own_{n}"] = ui.run_job(
-                    f"lesson step {n}", lambda progress: run(lm, progress, value), **limit)
+                    f"lesson step {n}", lambda progress: run(lm, progress, value),
+                    memory=compute.own_memory(lm, n, settings(pack)), **limit)
         ui.cancelled_note()
         result = st.session_state.get(f"lesson_own_{n}")
         if result is not None:
@@ -886,13 +886,26 @@ RUN = {1: step_lens, 2: step_trace, 3: step_windows, 4: step_memories, 5: step_e
 
 # --- teacher mode -------------------------------------------------------------------------------------------
 def is_teacher() -> bool:
-    """With EDITKIT_TEACHER_PASSPHRASE set, the passphrase typed in the sidebar; without it, ?teacher=1 (a
-    laptop of one's own: set the passphrase on a shared server)."""
-    secret = os.environ.get(TEACHER_ENV, "")
+    """With a teacher passphrase set (settings teacher.passphrase or EDITKIT_TEACHER_PASSPHRASE), the passphrase
+    typed in the sidebar; without one, ?teacher=1 from a browser on the server's own machine only (a laptop of
+    one's own); from another machine it is refused with the setting to set."""
+    conf = server_settings()
+    secret = conf.teacher_passphrase
     if secret:
         typed = st.sidebar.text_input("Teacher passphrase", type="password", key="lesson_teacher_pass")
-        return bool(typed) and hmac.compare_digest(typed.encode(), secret.encode())
-    return st.query_params.get("teacher") == "1"
+        if typed and not hmac.compare_digest(typed.encode(), secret.encode()):
+            st.sidebar.warning(f"That is not the teacher passphrase ({conf.cite('teacher.passphrase')}).")
+            return False
+        return bool(typed)
+    if st.query_params.get("teacher") != "1":
+        return False
+    who = ui.visitor()
+    if who.local:
+        return True
+    st.sidebar.warning(f"Teacher mode from {who.describe()} needs a passphrase, and this server has none "
+                       f"({conf.cite('teacher.passphrase')}); the teacher sets one, or opens this page on the "
+                       "server's own machine.")
+    return False
 
 
 def teacher_view(pack) -> None:
@@ -976,12 +989,13 @@ def add_fact_form(pack) -> None:
             from editkit.lesson.facts import read_facts
 
             read_facts([record])  # a bad record is refused before anything loads
-            lm = ui.get_lm(pack.model)
+            lm = ui.get_lm(pack.model, served=True)
             folder = packs.writable_folder()
             new = compute.Settings.for_new_facts(pack.manifest.get("settings"))
             out = ui.run_job("adding a fact to the lesson", lambda progress: build(
                 [record], folder, lm=lm, progress=progress, methods=pack.manifest.get("method_names"),
                 settings=new), on_cancel=_add_cancelled, samples=new.samples,
+                memory=compute.build_memory(lm, new, pack.manifest.get("method_names")),
                 niceness=0)  # the teacher waits on it while preparing: normal priority, not starved by other work
             fact = packs.Pack.open(folder).fact(out["facts"][-1])
             st.session_state["lesson_added"] = (f"Added “{fact_label(fact)}” ({out['computed']} part(s) computed "

@@ -10,6 +10,7 @@ from editkit.figures.tracing import answer_mismatches, depth_comparison, depth_s
 from editkit.model.loading import ALL_TINY
 from editkit.model.text import top_k
 from editkit.tracing import Tracer, TraceResult, TraceSpec
+from editkit.tracing.memory import trace_memory
 from pages import ui
 
 KINDS = {"mlp": "MLP outputs (window)", "hidden": "hidden states", "attn": "attention outputs (window)"}
@@ -27,7 +28,9 @@ def second_model_picker(first, key: str = "two_model", where=st) -> object | Non
     one is picked. `first`: the first model or its name. Its loading status is drawn under the picker's row, in a
     place of its own, so nothing below moves while it loads."""
     first = getattr(first, "name", first)
-    name = where.selectbox("Second model", ["(none)", *second_models(first)], key=key)
+    allowed = ui.pickable_models()  # the operator's models.allowed
+    others = [n for n in second_models(first) if n in allowed]
+    name = where.selectbox("Second model", ["(none)", *others], key=key)
     if name == "(none)":
         return None
     dtype = st.session_state.get("model_dtype", "float32")
@@ -74,6 +77,7 @@ def two_models_section(lm, spec: TraceSpec | None) -> None:
             one = dataclasses.replace(spec, kinds=(kind,))
             st.session_state["two_out"], st.session_state["two_tops"] = ui.run_job(
                 "two-model trace", lambda progress: trace_both([lm, other], one, kind, progress),
+                memory=max(trace_memory(m, spec.prompt, spec.samples, [kind], preview=False) for m in (lm, other)),
                 samples=int(spec.samples))
     out = st.session_state.get("two_out")
     if not out:

@@ -17,8 +17,10 @@ import uuid
 import streamlit as st
 
 from editkit.core.errors import Cancelled, EditkitError
-from editkit.core.limits import limits
-from editkit.model import isolation, weights
+from editkit.core.settings import limits, settings
+from editkit.core.visitor import Visitor, visitor_of
+from editkit.model import access, isolation, weights
+from editkit.model.footprint import gigabytes
 from editkit.model.loading import ALL_TINY, DEFAULT_MODEL, DTYPES, list_models
 from editkit.model.shipped import SHIPPED
 from editkit.runtime import cluster, jobs
@@ -72,9 +74,13 @@ def _load_other(name: str, trust_remote_code: bool, dtype: str = "float32", _pro
     return load_model(name, trust_remote_code=trust_remote_code, dtype=dtype, progress=_progress)
 
 
-def get_lm(name: str, trust_remote_code: bool = False, dtype: str = "float32"):
+def get_lm(name: str, trust_remote_code: bool = False, dtype: str = "float32", served: bool = False):
     """The model, loaded once per server process; a status box says what the first load is doing (a shipped
-    model's download says how many MB of how many have arrived, then its conversion)."""
+    model's download says how many MB of how many have arrived, then its conversion). A name a visitor chose is
+    checked against the operator's settings first (editkit/model/access.py); `served`: the name is the server's
+    own choice (the lesson pack's model), not a visitor's."""
+    if not served:
+        access.check_model(name, visitor(), trust_remote_code)
     with st.status(f"Loading {name} ({dtype})...", expanded=False) as status:
         def progress(fraction: float, message: str) -> None:
             if message:
@@ -86,6 +92,26 @@ def get_lm(name: str, trust_remote_code: bool = False, dtype: str = "float32"):
             lm = _load_other(name, trust_remote_code, dtype, _progress=progress)
         status.update(label=f"{lm.name} ready", state="complete")
     return lm
+
+
+def visitor() -> Visitor:
+    """Who this session's browser is (editkit/core/visitor.py): the address the server saw for its connection,
+    and whether it is on the server's own machine. Read from the session's websocket handshake (its TCP peer,
+    which Streamlit's uvicorn already replaced by X-Forwarded-For's address for a proxy on this machine, and its
+    headers); a script run with no connection (AppTest) is local."""
+    from streamlit import runtime
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+    ctx = get_script_run_ctx()
+    client = runtime.get_instance().get_client(ctx.session_id) if ctx is not None and runtime.exists() else None
+    context = getattr(client, "client_context", None)
+    headers = list(getattr(context, "headers", None) or []) if context is not None else []
+    return visitor_of(getattr(context, "remote_ip", None), headers)
+
+
+def pickable_models() -> list[str]:
+    """The models this visitor's pickers offer (the operator's models.allowed; every built-in one locally)."""
+    return access.pickable(visitor())
 
 
 @st.cache_data(ttl=30, show_spinner=False)
@@ -101,26 +127,42 @@ def _estimate(name: str, dtype: str, trust_remote_code: bool) -> dict | None:
 
 def model_picker():
     """Sidebar model and dtype pickers (embedded model, float32 preselected) with the memory estimate shown before
-    the model loads; returns the loaded model, or None when none is picked, it does not fit, or it fails."""
+    the model loads; returns the loaded model, or None when none is picked, it is refused, it does not fit, or it
+    fails. The models offered and the "other" box follow the operator's settings (models.allowed, models.free,
+    models.trust_remote_code); a refused name says which setting refuses it."""
+    who = visitor()
     with st.sidebar:
         st.markdown("### Model")
-        choices = [*BUILTIN, OTHER]
+        choices = access.pickable(who) + ([OTHER] if access.may_type(who) else [])
         pending = {r["name"] for r in list_models() if r.get("cached") is False and r["kind"] == "shipped"}
         current = st.session_state.get("model_choice", DEFAULT_MODEL)
+        if current not in choices:
+            st.session_state.pop("model_choice", None)  # e.g. a model the settings no longer offer
         choice = st.selectbox("Model", choices, index=choices.index(current) if current in choices else 0,
                               key="model_choice", label_visibility="collapsed",
                               format_func=lambda n: f"{n} (downloaded on first use)" if n in pending else n)
+        if not access.may_type(who):
+            st.caption(f"Other models (hub ids, folders, GGUF files) cannot be loaded from {who.describe()} "
+                       f"({settings().cite('models.free')}).")
         name, trust = choice, False
         if choice == OTHER:
             name = st.text_input("Hub id, local folder or GGUF file", key="model_other",
                                  placeholder="gpt2-xl, /models/llama-2-7b or /models/qwen2.5-0.5b-q8_0.gguf").strip()
-            trust = st.checkbox("trust_remote_code", key="model_trust", value=False)
+            if access.may_trust(who):
+                trust = st.checkbox("trust_remote_code", key="model_trust", value=False,
+                                    help="Runs the model's own Python code on this server.")
             if not name:
                 st.info("Type a Hugging Face hub id, a local folder or the path of a GGUF file.")
                 return None
         dtype = st.selectbox("Weights", DTYPE_CHOICES, key="model_dtype",
                              help="bfloat16 / float16 halve the memory of the weights; the editing algebra "
                                   "(statistics, solves, deltas) stays in float32.")
+        try:
+            access.check_model(name, who, trust)  # before the estimate reads anything of the name
+        except EditkitError as exc:
+            st.error(str(exc))
+            server_panel()
+            return None
         guess = _estimate(name, dtype, trust)
         if guess is None:
             st.caption("Memory: unknown until the model's config can be read.")
@@ -178,16 +220,19 @@ def session_id() -> str:
     return st.session_state.setdefault("_editkit_session", uuid.uuid4().hex[:8])
 
 
-def run_job(name: str, fn, cancel_label: str = "Cancel", on_cancel=None, niceness: int = jobs.JOB_NICENESS,
-            **caps):
+def run_job(name: str, fn, cancel_label: str = "Cancel", on_cancel=None, memory: int = 0,
+            niceness: int = jobs.JOB_NICENESS, **caps):
     """Run a long computation fn(progress) as this session's job and return its result. The values in `caps`
-    are checked against the server's limits first (e.g. samples=20); the job then waits for a turn in the
-    server's queue, showing how many jobs are ahead; a progress bar follows it; the Cancel button stops it at its
-    next step (any other click does too) and earlier results stay. `on_cancel` replaces the generic "was
-    cancelled" note (cancelled_note) with the page's own. `niceness`: the CPU priority it computes at (jobs.py;
-    0 for a job a teacher waits on)."""
+    are checked against the server's limits first (e.g. samples=20); `memory` is the job's working memory in bytes
+    (the library's estimate), which the queue admits only within the server's memory budget. The job then waits
+    for a turn, showing how many jobs are ahead; a progress bar follows it; the Cancel button stops it at its next
+    step (any other click does too, and so does closing the browser: the session's script run is stopped) and
+    earlier results stay. `on_cancel` replaces the generic "was cancelled" note (cancelled_note) with the page's
+    own. `niceness`: the CPU priority it computes at (jobs.py; 0 for a job a teacher waits on)."""
     limits().check(**caps)
-    job = jobs.Job(name, owner=session_id(), niceness=niceness)
+    who = visitor()
+    job = jobs.Job(name, owner=session_id(), memory=int(memory), address=None if who.local else who.address,
+                   niceness=niceness)
     box = st.empty()
     with box.container():
         left, right = st.columns([6, 1])
@@ -196,12 +241,20 @@ def run_job(name: str, fn, cancel_label: str = "Cancel", on_cancel=None, nicenes
                      args=() if on_cancel else (name,),
                      help="Stop this job; earlier results are kept.")
 
+    def draw(fraction: float, text: str) -> None:
+        try:
+            bar.progress(fraction, text=text)
+        except BaseException:  # the session's run was stopped (a click, a closed browser): the job is cancelled
+            job.cancel()
+            raise
+
     def waiting(ahead: int, running: int) -> None:
-        bar.progress(0.0, text=f"{name}: waiting for a turn ({running} job(s) running, {ahead} ahead of yours)")
+        why = job.message or "waiting for a turn"
+        draw(0.0, f"{name}: {why} ({running} job(s) running, {ahead} ahead of yours)")
 
     def show(f: float, msg: str) -> None:
         left = None if "left" in msg else job.left()  # the library's own estimate, where it gives one, wins
-        bar.progress(f, text=(f"{name}: {msg}" if msg else name) + (f" ({left} left in all)" if left else ""))
+        draw(f, (f"{name}: {msg}" if msg else name) + (f" ({left} left in all)" if left else ""))
 
     job.on_progress = show
     try:
@@ -210,7 +263,8 @@ def run_job(name: str, fn, cancel_label: str = "Cancel", on_cancel=None, nicenes
         box.empty()
 
 
-def run_item(name: str, lm, item: cluster.Item, cancel_label: str = "Cancel", on_cancel=None, **caps):
+def run_item(name: str, lm, item: cluster.Item, cancel_label: str = "Cancel", on_cancel=None, memory: int = 0,
+             **caps):
     """Run a long computation described as a work item (editkit/runtime/cluster.py: a library function
     fn(lm, *args, **kwargs, progress=...) and its arguments, progress=True) as this session's job (run_job: limits,
     queue, progress bar, Cancel), with this session's kept edits. With $EDITKIT_RAY set (e.g. local:2 or the head's
@@ -219,7 +273,7 @@ def run_item(name: str, lm, item: cluster.Item, cancel_label: str = "Cancel", on
     backend = cluster.backend_from_env()
     kept = [e["delta"] for e in my_edits(lm)]
     return run_job(name, lambda progress: cluster.run_one(lm, item, backend, progress, delta=kept), cancel_label,
-                   on_cancel, **caps)
+                   on_cancel, memory, **caps)
 
 
 def _cancel_clicked(name: str) -> None:
@@ -235,19 +289,41 @@ def cancelled_note() -> None:
 
 
 def server_panel() -> None:
-    """The server's queue and this session's limits (sidebar)."""
-    snap = jobs.QUEUE.snapshot()
-    lim = limits()
+    """The server's queue, its memory for jobs and every setting in force (sidebar): what the operator set and
+    what refuses a visitor's action."""
+    snap, conf, who = jobs.QUEUE.snapshot(), settings(), visitor()
     with st.expander(f"Server: {len(snap['running'])} job(s) running, {len(snap['waiting'])} waiting"):
         mine = session_id()
         for state in ("running", "waiting"):
             for j in snap[state]:
-                who = "yours" if j["owner"] == mine else "another user's"
-                st.caption(f"{state}: {j['name']} ({who}) {j['fraction']:.0%} {j['message']}")
-        st.caption(f"At most {lim.jobs} long jobs compute at once; the others wait in arrival order. Limits per "
-                   f"job: {lim.prompt_tokens} prompt tokens, {lim.samples} noise samples, {lim.batch} requests "
-                   f"per batch, {lim.facts} facts, {lim.new_tokens} generated tokens, {lim.sequential} "
-                   f"sequential edits, {lim.positions} corpus positions, {lim.index_tokens:,} index tokens.")
+                owner = "yours" if j["owner"] == mine else "another user's"
+                st.caption(f"{state}: {j['name']} ({owner}) {j['fraction']:.0%} {j['message']}")
+        st.caption(f"At most {conf.limits.jobs} long jobs compute at once, within {gigabytes(snap['budget'])} of "
+                   f"working memory ({gigabytes(snap['reserved'])} in use; memory.budget = "
+                   f"{conf.memory_budget}); the others wait in arrival order. You are on {who.describe()}.")
+        rows = conf.table()
+        if not who.local:  # the server's paths stay with the operator
+            for r in rows:
+                if r["setting"] == "models.folders":
+                    r["value"] = f"{len(conf.model_folders)} folder(s)"
+                r["from"] = r["from"] if r["from"] in ("default",) or r["from"].startswith("EDITKIT_") else "file"
+        st.caption("**Settings in force** (editkit.toml or the file EDITKIT_CONFIG names, and EDITKIT_* "
+                   "variables; the manual's *Serving a class* page):  \n" +
+                   "  \n".join(f"`{r['setting']} = {r['value'].replace('`', '')}`"
+                                + ("" if r["from"] == "default" else f" ({md_escape(r['from'])})") for r in rows))
+
+
+def check_upload(upload, kind: str) -> None:
+    """EditkitError when an upload is over its kind's cap (settings uploads.<kind>_mb), before it is read."""
+    cap, key = settings().upload_cap(kind)
+    if upload is not None and upload.size > cap:
+        raise EditkitError(f"{upload.name} is {upload.size / 2**20:.1f} MB, over this server's cap for "
+                           f"{kind} uploads ({settings().cite(key)})")
+
+
+def upload_mb(kind: str) -> int:
+    """The cap of an upload kind in whole MB, for the uploader's own check in the browser."""
+    return max(1, int(settings().upload_cap(kind)[0] // 2**20))
 
 
 # --- this session's edits -------------------------------------------------------------------------------------
@@ -311,10 +387,12 @@ def edits_panel(lm) -> None:
                            key="edits_download")
     else:
         st.caption("None: the base model. Keep an edit on Edit & compare, or load a patch.")
-    upload = st.file_uploader("Load a patch (.safetensors)", type=["safetensors"], key="edits_upload")
+    upload = st.file_uploader("Load a patch (.safetensors)", type=["safetensors"], key="edits_upload",
+                              max_upload_size=upload_mb("patch"))
     if upload is not None and st.session_state.get("_editkit_upload_seen") != upload.file_id:
         st.session_state["_editkit_upload_seen"] = upload.file_id
         with guard(f"patch {upload.name}"):
+            check_upload(upload, "patch")
             delta, manifest = weights.patch_from_bytes(upload.getvalue(), upload.name)
             if manifest.get("model") not in (None, lm.name):
                 raise EditkitError(f"{upload.name} was made for {manifest['model']}, not {lm.name}")

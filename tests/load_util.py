@@ -102,10 +102,11 @@ class Report:
 
 
 # --- the server -----------------------------------------------------------------------------------------------------
-def start_server(port: int, log_path: Path, limits: dict | None, ray: str | None = None) -> subprocess.Popen:
+def start_server(port: int, log_path: Path, limits: dict | None, ray: str | None = None,
+                 env: dict | None = None) -> subprocess.Popen:
     """`streamlit run app.py`; with `ray` (EDITKIT_RAY: local:N, or a cluster's host:port) its page jobs that are
-    work items run on Ray workers beside the server."""
-    env = dict(os.environ, HF_HUB_OFFLINE="1", STREAMLIT_BROWSER_GATHER_USAGE_STATS="false")
+    work items run on Ray workers beside the server; `env`: more environment variables (settings)."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1", STREAMLIT_BROWSER_GATHER_USAGE_STATS="false", **(env or {}))
     env.pop("EDITKIT_RAY", None)
     if limits:
         env["EDITKIT_LIMITS"] = json.dumps(limits)

@@ -7,7 +7,7 @@ import time
 import pytest
 import torch
 
-from editkit.core import limits
+from editkit.core import limits, settings
 from editkit.core.errors import Cancelled, EditkitError
 from editkit.core.limits import Limits, parse_limits
 from editkit.model import weights
@@ -18,6 +18,17 @@ from editkit.runtime.jobs import Job, JobQueue
 from editkit.tracing import TraceSpec, trace
 
 
+def idle(queue: JobQueue) -> bool:
+    """Nothing running or waiting, no memory reserved."""
+    snap = queue.snapshot()
+    return snap["running"] == [] and snap["waiting"] == [] and snap["reserved"] == 0
+
+
+def queued(queue: JobQueue) -> int:
+    snap = queue.snapshot()
+    return len(snap["running"]) + len(snap["waiting"])
+
+
 def test_limits_defaults_and_overrides(monkeypatch, tmp_path):
     assert parse_limits("") == Limits()
     assert parse_limits('{"samples": 7, "jobs": 3}') == Limits(samples=7, jobs=3)
@@ -25,9 +36,9 @@ def test_limits_defaults_and_overrides(monkeypatch, tmp_path):
     path.write_text('{"batch": 2}')
     assert parse_limits(str(path)).batch == 2
     monkeypatch.setenv(limits.ENV, '{"prompt_tokens": 5}')
-    assert limits.limits().prompt_tokens == 5
+    assert settings.limits().prompt_tokens == 5
     monkeypatch.delenv(limits.ENV)
-    assert limits.limits() == Limits()
+    assert settings.limits() == Limits()
 
 
 @pytest.mark.parametrize("text,message", [
@@ -96,7 +107,7 @@ def test_cancelling_a_real_trace_stops_it_and_leaves_no_trace_of_it(tiny_by_name
             jobs.run(job, lambda p: trace(lm, TraceSpec("The Space Needle is in downtown", "Space Needle", samples=2),
                                          progress=p), queue)
     assert job.state == "cancelled" and 2 <= len(steps) <= 3
-    assert queue.snapshot() == {"running": [], "waiting": []}
+    assert idle(queue)
     assert weights.model_key(lm) == lm.name
     assert all(not m._forward_hooks and not m._forward_pre_hooks for m in lm.model.modules())
     with torch.no_grad():
@@ -134,7 +145,7 @@ def test_queue_runs_at_most_its_slots_first_come_first_served():
         t.start()
         threads.append(t)
         deadline = time.time() + 10  # a known arrival order: the next thread starts once this one is queued
-        while time.time() < deadline and sum(map(len, queue.snapshot().values())) < i + 1:
+        while time.time() < deadline and queued(queue) < i + 1:
             time.sleep(0.005)
     snap = queue.snapshot()
     assert [j["name"] for j in snap["running"]] == ["job0", "job1"]
@@ -145,7 +156,7 @@ def test_queue_runs_at_most_its_slots_first_come_first_served():
     assert peak[0] == 2 and sorted(order) == list(range(6))
     assert [j.name for j in sorted(admitted, key=lambda j: j.admitted)] == [f"job{i}" for i in range(6)]
     assert waits[5][0] == 3 and min(waits[5]) < 3  # it saw its position go down
-    assert queue.snapshot() == {"running": [], "waiting": []}
+    assert idle(queue)
 
 
 def test_a_waiting_job_can_be_cancelled_and_a_full_queue_refuses(monkeypatch):
@@ -182,7 +193,7 @@ def test_a_waiting_job_can_be_cancelled_and_a_full_queue_refuses(monkeypatch):
     hold.set()
     t.join(timeout=5)
     w1.join(timeout=5)
-    assert queue.snapshot() == {"running": [], "waiting": []}
+    assert idle(queue)
 
 
 def test_a_running_job_computes_at_background_priority():
@@ -213,6 +224,59 @@ def test_a_running_job_computes_at_background_priority():
     assert main == seen["before"]
     if os.geteuid() == 0:  # lowering a nice value back needs privileges
         assert seen["after"] == seen["before"]
+
+
+def _hold(queue: JobQueue, job: Job, gate: threading.Event) -> threading.Thread:
+    """A thread that holds `job` in a slot of `queue` until `gate` is set; returns once it runs or waits."""
+    def run():
+        with queue.slot(job):
+            gate.wait(10)
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    deadline = time.time() + 5
+    while time.time() < deadline and job.state not in ("running", "waiting"):
+        time.sleep(0.005)
+    return t
+
+
+def test_the_queue_admits_jobs_within_the_memory_budget():
+    """Two slots, a budget of 100: a job of 60 runs, a second of 60 waits for memory (saying so) although a slot
+    is free, a job of 150 is refused before it waits, with the numbers; the reservation is returned at the end."""
+    queue = JobQueue(slots=2, poll=0.01, budget=lambda reserved: 100)
+    gate = threading.Event()
+    first, second = Job("a", memory=60), Job("b", memory=60)
+    t1 = _hold(queue, first, gate)
+    t2 = _hold(queue, second, gate)
+    assert first.state == "running" and second.state == "waiting"
+    assert second.message.startswith("waiting for memory") and queue.snapshot()["reserved"] == 60
+    with pytest.raises(EditkitError, match=r"needs about .* of working memory, more than this server's budget"):
+        with queue.slot(Job("huge", memory=150)):
+            pass
+    gate.set()
+    t1.join(5)
+    t2.join(5)
+    assert second.state == "done" and idle(queue)
+
+
+def test_a_session_and_a_visitor_get_their_quotas(monkeypatch):
+    monkeypatch.setenv(limits.ENV, '{"session_jobs": 1, "visitor_jobs": 2, "jobs": 5}')
+    queue = JobQueue(poll=0.01, budget=lambda reserved: 1 << 40)
+    gate = threading.Event()
+    threads = [_hold(queue, Job("mine", owner="s1"), gate),
+               _hold(queue, Job("tab 1", owner="s2", address="198.51.100.7"), gate),
+               _hold(queue, Job("tab 2", owner="s3", address="198.51.100.7"), gate)]
+    with pytest.raises(EditkitError, match=r"this session already has 1 .*limits.session_jobs = 1, from"):
+        with queue.slot(Job("again", owner="s1")):
+            pass
+    with pytest.raises(EditkitError, match=r"your address already has 2 .*limits.visitor_jobs = 2, from"):
+        with queue.slot(Job("tab 3", owner="s4", address="198.51.100.7")):
+            pass
+    with queue.slot(Job("another visitor", owner="s5", address="198.51.100.8")):
+        pass  # not held back by the others' quotas
+    gate.set()
+    for t in threads:
+        t.join(5)
+    assert idle(queue)
 
 
 def test_a_job_extrapolates_the_time_left_once_it_has_enough_to_go_on():

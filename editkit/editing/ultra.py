@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import torch
 
 from ..core.errors import EditkitError
-from ..core.limits import limits
+from ..core.settings import limits
 from ..model.scoring import target_ids
 from ..model.sites import Site
 

@@ -391,6 +391,27 @@ def lifelong_run(lm, methods_: list[str], n: int, batch: int, progress=None) -> 
             "source": "your run"}
 
 
+def own_memory(lm, step: int, s: Settings, methods_: list[str] | None = None) -> int:
+    """Bytes a "try your own" run of `step` needs beyond the weights (the queue admits it within its budget): the
+    step's traces (tracing/memory.py) and edits (editing/memory.py) at this pack's settings."""
+    from ..editing.memory import edit_memory, scoring_memory
+    from ..model.footprint import vocab_bytes, with_margin
+    from ..tracing.memory import FACT_TOKENS, trace_memory
+
+    names = methods_ or [m["name"] for m in methods()]
+    trace = trace_memory(lm, "", s.samples, tokens=FACT_TOKENS)
+    rome = edit_memory(lm, ["rome"])
+    lens = with_margin(vocab_bytes(lm, FACT_TOKENS))
+    return {1: lens, 2: trace, 3: trace, 4: lens, 5: rome, 6: rome + trace, 7: rome, 8: edit_memory(lm, names),
+            9: rome + trace, 10: edit_memory(lm, names, 50) + scoring_memory(lm)}.get(step, trace + rome)
+
+
+def build_memory(lm, s: Settings, methods_: list[str] | None = None) -> int:
+    """Bytes adding a fact to a pack needs: every step's computation, one after another, while the edits' deltas
+    are kept (the largest trace plus the largest edit)."""
+    return own_memory(lm, 8, s, methods_) + own_memory(lm, 2, s, methods_)
+
+
 # --- the comparisons' conclusions (evaluation/verdict.py) ----------------------------------------------------------
 def sweep_ranking(sweep: dict):
     """A layer sweep's layers (the pack's JSON) ranked by the summed margins, with their noise (None: stored

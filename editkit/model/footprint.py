@@ -8,6 +8,12 @@ The parameters are counted on a model built on PyTorch's meta device (shapes onl
 count once. A load needs the weights plus a margin (`OVERHEAD`: activations of short prompts, buffers, the
 tokenizer); editing adds the statistics C (d_ff x d_ff floats per edited layer) and tracing a batch of
 `samples + 1` prompts, both small beside the weights of a large model.
+
+A long job's working memory (what a served app's queue admits within its budget, editkit/runtime/jobs.py) is built
+from the same dimensions: `step_bytes` (a forward's live activations in one block), `graph_bytes` (what autograd
+keeps of a forward for its backward), `vocab_bytes` (rows of logits over the vocabulary) and `matrix_bytes`
+(d_ff x d_ff statistics). The algorithms combine them (tracing/memory.py, editing/memory.py); `MARGIN` covers the
+allocator's slack and the temporaries the sums leave out (measured peaks: docs/results/serving.md).
 """
 from __future__ import annotations
 
@@ -19,6 +25,7 @@ from ..core.errors import EditkitError
 
 OVERHEAD = 1.2  # what a load needs beyond the weights themselves
 GB = 1e9
+MARGIN = 1.5  # a job's estimate over the sum of its large tensors (allocator slack, temporaries)
 
 
 def count_parameters(config, trust_remote_code: bool = False) -> int:
@@ -127,3 +134,46 @@ def _accelerate_plan(config, fp: Footprint, max_memory: dict[int, int]) -> dict:
         model = AutoModelForCausalLM.from_config(config)
     return infer_auto_device_map(model, max_memory=max_memory, dtype=fp.dtype,
                                  no_split_module_classes=list(getattr(model, "_no_split_modules", None) or []))
+
+
+# --- a long job's working memory ------------------------------------------------------------------------------
+def _act(lm) -> int:
+    """Bytes of one activation value (the model's dtype; half precision halves the activations)."""
+    return torch.empty((), dtype=next(lm.model.parameters()).dtype).element_size()
+
+
+def step_bytes(lm, row_positions: int) -> int:
+    """Live activations of a forward step through one block over `row_positions` (rows x positions) without
+    autograd: the residual in and out, attention's queries, keys, values and output, and the MLP's gate, up and
+    activated hidden units (3 x d_ff + 8 x d_model values per row-position)."""
+    a = lm.adapter
+    return int(row_positions) * (3 * a.d_ff + 8 * a.d_model) * _act(lm)
+
+
+def graph_bytes(lm, row_positions: int, layers: int) -> int:
+    """What autograd keeps of a forward over `layers` blocks for a backward: every block's inputs of its linear
+    maps, norms and nonlinearities (about 4 x d_ff + 12 x d_model values per row-position and block)."""
+    a = lm.adapter
+    return int(row_positions) * int(layers) * (4 * a.d_ff + 12 * a.d_model) * _act(lm)
+
+
+def capture_bytes(lm, row_positions: int, layers: int | None = None) -> int:
+    """Hidden units (d_ff values) captured at `layers` layers (default: all) for `row_positions` row-positions,
+    float32 (the memory analyses read every layer's MLP keys in one forward)."""
+    layers = lm.adapter.n_layers if layers is None else layers
+    return int(row_positions) * int(layers) * lm.adapter.d_ff * 4
+
+
+def vocab_bytes(lm, rows: int, copies: int = 2) -> int:
+    """`rows` rows of float32 logits over the vocabulary, `copies` times (the logits and their softmax or
+    gradient)."""
+    return int(rows) * lm.adapter.vocab_size * 4 * copies
+
+
+def matrix_bytes(lm, count: int = 1) -> int:
+    """`count` float32 d_ff x d_ff matrices (key statistics C, their inverse, AlphaEdit's projection)."""
+    return int(count) * lm.adapter.d_ff ** 2 * 4
+
+
+def with_margin(n_bytes: float) -> int:
+    return int(n_bytes * MARGIN)

@@ -196,7 +196,7 @@ def _checked(name: str) -> str:
     return name
 
 
-def _path_like(name: str) -> bool:
+def path_like(name: str) -> bool:
     """A name that can only be a folder (never a hub id)."""
     return "\\" in name or name.count("/") > 1 or name.startswith((".", "/", "~"))
 
@@ -217,7 +217,7 @@ def model_config(name: str, trust_remote_code: bool = False):
             return None
     for local_only in (True, False):
         if not local_only and (os.environ.get("HF_HUB_OFFLINE") or Path(name).expanduser().exists()
-                               or _path_like(name) or not _hub_reachable()):
+                               or path_like(name) or not _hub_reachable()):
             return None
         try:
             return AutoConfig.from_pretrained(name, local_files_only=local_only, trust_remote_code=trust_remote_code)
@@ -395,7 +395,7 @@ def _pretrained(name: str, trust_remote_code: bool, say: Say, dtype: torch.dtype
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     is_folder = Path(name).expanduser().exists()
-    if not is_folder and _path_like(name):
+    if not is_folder and path_like(name):
         raise EditkitError(f"no model {'file' if name.lower().endswith('.gguf') else 'folder'} at '{name}'")
     kwargs = dict(trust_remote_code=trust_remote_code)
 

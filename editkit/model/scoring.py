@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..core.errors import EditkitError
-from ..core.limits import limits
+from ..core.settings import limits
 
 
 @dataclass

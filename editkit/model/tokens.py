@@ -3,12 +3,12 @@ range. Below the runner, which encodes the prompts it completes."""
 from __future__ import annotations
 
 from ..core.errors import EditkitError
-from ..core.limits import limits
+from ..core.settings import limits
 
 
 def check_prompt(lm, prompt: str, max_tokens: int | None = None) -> None:
     """Clear errors for empty prompts and prompts over the model's limit or the cap (`max_tokens`, default the
-    configured limit limits.limits().prompt_tokens, 512 unless EDITKIT_LIMITS says otherwise)."""
+    configured limit settings.limits().prompt_tokens, 512 unless EDITKIT_LIMITS says otherwise)."""
     if not isinstance(prompt, str) or not prompt.strip():
         raise EditkitError("the prompt is empty")
     if "\x00" in prompt:

@@ -36,6 +36,7 @@ import torch
 import torch.nn.functional as F
 
 from ..core.errors import EditkitError
+from ..core.settings import limits
 from .hooks import Hooks
 
 WeightDelta = dict  # str (parameter name) -> torch.Tensor
@@ -65,11 +66,18 @@ def _params(model) -> dict[str, torch.nn.Parameter]:
 
 
 def check_delta(model, delta: WeightDelta) -> None:
-    """EditkitError unless every entry names a weight matrix of this model, has its shape and finite values."""
+    """EditkitError unless every entry names a weight matrix of this model, has its shape and finite values, and
+    moves it by at most limits.patch_scale times its own norm (||dW||_F / ||W||_F; an edit moves a matrix by a
+    small fraction of it, a crafted patch with huge values would turn the model's outputs into noise or inf)."""
     params = _check(_module(model), delta)
-    for name in delta:
+    lim = limits()
+    for name, d in delta.items():
         if not name.endswith(".weight") or params[name].dim() != 2:
             raise EditkitError(f"patch names '{name}', which is not a weight matrix (only linear maps are edited)")
+        ratio = float(d.double().norm() / params[name].double().norm().clamp_min(1e-30))
+        if not ratio <= lim.patch_scale:
+            raise EditkitError(f"patch for '{name}' moves it by {ratio:.3g} times its own norm (||dW|| / ||W||), "
+                               f"over this server's limit of {lim.patch_scale} ({lim.cite('patch_scale')})")
 
 
 def _check(model, delta: WeightDelta) -> dict[str, torch.nn.Parameter]:

@@ -12,7 +12,15 @@ long job computes at a lower CPU priority (Linux: its thread's nice value is rai
 and the threads torch starts for it inherit that), so a student's prediction stays quick while traces and edits
 fill the cores; a job that a person prepares a class with and waits on (a teacher adding a fact) keeps the normal
 priority instead (`Job.niceness` 0), so it is not starved by other work on the machine. How many jobs compute and
-wait at once is configuration (editkit/core/limits.py: `jobs`, `waiting`).
+wait at once is configuration (editkit/core/limits.py: `jobs`, `waiting`), and so is how many one session and one
+visitor may hold (`session_jobs`, `visitor_jobs`).
+
+Memory: each job declares its working memory (`Job.memory`, bytes: what it allocates beyond the loaded weights,
+estimated by the library that runs it), and the queue admits a job only while the running jobs' declared memory
+plus its own fits in the budget (editkit/core/settings.py memory.budget: by default half of the memory free for
+jobs, i.e. what is free now plus what the running jobs reserved). A job that needs more than the whole budget is
+refused before it waits, with the numbers. The first job in line is admitted whenever nothing runs, so a budget
+that shrank (another program took memory) delays jobs but never stops the queue.
 """
 from __future__ import annotations
 
@@ -24,7 +32,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..core.errors import Cancelled, EditkitError
-from ..core.limits import limits
+from ..core.settings import limits, settings
+from ..model.footprint import available, gigabytes
 
 JOB_NICENESS = 10  # CFS weight 110 against 1024 for a normal thread: predictions win the CPU over long jobs
 
@@ -34,11 +43,13 @@ class Job:
     """One long computation: its name, owner (a session), progress, state and cancel flag."""
 
     name: str
-    owner: str = ""
+    owner: str = ""  # the session that started it
     on_progress: Callable[[float, str], None] | None = None
     fraction: float = 0.0
     message: str = ""
     state: str = "new"  # new, waiting, running, done, cancelled, failed
+    memory: int = 0  # declared working memory in bytes (beyond the loaded weights)
+    address: str | None = None  # the visitor's address when not on the server's machine (visitor_jobs)
     niceness: int = JOB_NICENESS  # the nice value it computes at (0: the normal priority)
 
     def __post_init__(self):
@@ -79,7 +90,7 @@ class Job:
 
     def summary(self) -> dict:
         return {"name": self.name, "owner": self.owner, "state": self.state, "fraction": self.fraction,
-                "message": self.message}
+                "message": self.message, "memory": self.memory}
 
 
 @contextmanager
@@ -104,13 +115,24 @@ def background_priority(niceness: int = JOB_NICENESS):
                 pass
 
 
-class JobQueue:
-    """At most `limits().jobs` long jobs compute at once; the others wait in arrival order (first come, first
-    served). A waiting job sees how many jobs are ahead of it and can be cancelled while it waits."""
+def free_memory() -> int:
+    """Bytes free for jobs on the device they compute on (RAM, or the first GPU's memory)."""
+    import torch
 
-    def __init__(self, slots: int | None = None, poll: float = 0.25):
+    return available(torch.device("cuda" if torch.cuda.is_available() else "cpu"))[0]
+
+
+class JobQueue:
+    """At most `limits().jobs` long jobs compute at once, within the memory budget; the others wait in arrival
+    order (first come, first served). A waiting job sees how many jobs are ahead of it and can be cancelled while
+    it waits. `budget(reserved)`: the memory budget in bytes given the running jobs' reservation (default: the
+    settings' memory.budget over the free memory)."""
+
+    def __init__(self, slots: int | None = None, poll: float = 0.25,
+                 budget: Callable[[int], int] | None = None):
         self._slots = slots
         self.poll = poll
+        self._budget = budget
         self._cond = threading.Condition()
         self._running: list[Job] = []
         self._waiting: list[Job] = []
@@ -119,10 +141,23 @@ class JobQueue:
     def slots(self) -> int:
         return self._slots if self._slots is not None else limits().jobs
 
-    def snapshot(self) -> dict:
-        """{"running": [...], "waiting": [...]} job summaries, for a status view."""
+    def budget(self, reserved: int | None = None) -> int:
+        """The jobs' memory budget in bytes now (`reserved`: the running jobs' declared memory)."""
+        reserved = self.reserved() if reserved is None else reserved
+        return self._budget(reserved) if self._budget else settings().budget_bytes(free_memory(), reserved)
+
+    def reserved(self) -> int:
+        """The running jobs' declared working memory in bytes."""
         with self._cond:
-            return {"running": [j.summary() for j in self._running], "waiting": [j.summary() for j in self._waiting]}
+            return sum(j.memory for j in self._running)
+
+    def snapshot(self) -> dict:
+        """{"running": [...], "waiting": [...]} job summaries and the memory "reserved" of the "budget" (bytes),
+        for a status view."""
+        with self._cond:
+            running, waiting = [j.summary() for j in self._running], [j.summary() for j in self._waiting]
+        reserved = sum(j["memory"] for j in running)
+        return {"running": running, "waiting": waiting, "reserved": reserved, "budget": self.budget(reserved)}
 
     def ahead(self, job: Job) -> int | None:
         """Jobs waiting ahead of `job` (0: it is next), or None when it is not waiting."""
@@ -130,22 +165,49 @@ class JobQueue:
             return self._waiting.index(job) if job in self._waiting else None
 
     def _admit(self, job: Job) -> bool:
-        if self._waiting[0] is job and len(self._running) < self.slots:  # only the first in line may start
-            self._waiting.pop(0)
-            self._running.append(job)
-            job.admitted = time.monotonic()  # under the lock: admissions are strictly ordered
-            self._cond.notify_all()  # the next in line may take another free slot at once
-            return True
-        return False
+        if self._waiting[0] is not job or len(self._running) >= self.slots:  # only the first in line may start
+            return False
+        reserved = sum(j.memory for j in self._running)
+        budget = self.budget(reserved) if self._running and job.memory else None
+        if budget is not None and reserved + job.memory > budget:
+            job.message = (f"waiting for memory: the running jobs hold {gigabytes(reserved)} of the jobs' "
+                           f"{gigabytes(budget)}, this one needs {gigabytes(job.memory)}")
+            return False
+        self._waiting.pop(0)
+        self._running.append(job)
+        job.admitted = time.monotonic()  # under the lock: admissions are strictly ordered
+        job.message = ""
+        self._cond.notify_all()  # the next in line may take another free slot at once
+        return True
+
+    def _refuse(self, job: Job) -> None:
+        """EditkitError (naming the setting) when the queue is full, the job's session or visitor already holds its
+        quota, or the job needs more memory than the whole budget. Called under the lock."""
+        lim, jobs = limits(), self._running + self._waiting
+        if len(self._waiting) >= lim.waiting:
+            raise EditkitError(f"the server is busy: {len(self._running)} jobs running and {len(self._waiting)} "
+                               f"waiting; try again in a minute ({lim.cite('waiting')})")
+        mine = sum(1 for j in jobs if job.owner and j.owner == job.owner)
+        if mine >= lim.session_jobs:
+            raise EditkitError(f"this session already has {mine} long job(s) running or waiting; wait for it or "
+                               f"cancel it ({lim.cite('session_jobs')})")
+        theirs = sum(1 for j in jobs if job.address and j.address == job.address)
+        if theirs >= lim.visitor_jobs:
+            raise EditkitError(f"your address already has {theirs} long jobs running or waiting (all its "
+                               f"sessions together); wait for one to finish ({lim.cite('visitor_jobs')})")
+        whole = self.budget(sum(j.memory for j in self._running))
+        if job.memory > whole:
+            s = settings()
+            raise EditkitError(f"{job.name} needs about {gigabytes(job.memory)} of working memory, more than this "
+                               f"server's budget for jobs, {gigabytes(whole)} ({s.cite('memory.budget')}); "
+                               "smaller inputs need less")
 
     @contextmanager
     def slot(self, job: Job, on_wait: Callable[[int, int], None] | None = None):
         """Wait for a turn (on_wait(jobs ahead, jobs running) is called while waiting, at most every `poll`
         seconds, and may raise to give up), run the block, and free the slot whatever happens."""
         with self._cond:
-            if len(self._waiting) >= limits().waiting:
-                raise EditkitError(f"the server is busy: {len(self._running)} jobs running and "
-                                   f"{len(self._waiting)} waiting; try again in a minute")
+            self._refuse(job)
             self._waiting.append(job)
             job.state = "waiting"
         try:
