@@ -35,7 +35,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from browser_util import free_port, wait_http  # noqa: E402
-from load_util import PeakMemory, memory_mb, start_server, stop_server, weights_mb  # noqa: E402
+from load_util import PeakMemory, memory_mb, run_async, start_server, stop_server, weights_mb  # noqa: E402
 from ws_util import WsSession  # noqa: E402
 
 FACTS = [  # (prompt, request template, subject, new target, true target): ROME flips both on Gemma 3 270M
@@ -240,10 +240,10 @@ def run(students: int = 30, own: int = 8, think: float = 3.0, rounds: int = 2, b
     try:
         url = f"http://127.0.0.1:{port}"
         wait_http(url, proc, timeout=240)
-        asyncio.run(_base(url, report))
+        run_async(_base(url, report))
         report["rss_base_mb"] = round(memory_mb(proc.pid)[0])
         watcher.start()
-        asyncio.run(_class(url, report, students, own, think, rounds, timeout))
+        run_async(_class(url, report, students, own, think, rounds, timeout))
         report["rss_peak_mb"] = round(max(watcher.peak, memory_mb(proc.pid)[1]))
     finally:
         watcher.stop()

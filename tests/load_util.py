@@ -102,6 +102,16 @@ class Report:
 
 
 # --- the server -----------------------------------------------------------------------------------------------------
+def run_async(coro):
+    """asyncio.run(coro) on a thread of its own: the session's Chromium (Playwright's sync API, conftest.chromium)
+    keeps an event loop running in the main thread once a browser test opened it, and asyncio.run refuses to
+    start there ("cannot be called from a running event loop"), so a load test after a browser test failed."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
 def start_server(port: int, log_path: Path, limits: dict | None, ray: str | None = None,
                  env: dict | None = None) -> subprocess.Popen:
     """`streamlit run app.py`; with `ray` (EDITKIT_RAY: local:N, or a cluster's host:port) its page jobs that are
@@ -443,7 +453,7 @@ def run(sessions: int = 6, timeout_s: float = 600, limits: dict | None = None, c
         url = f"http://127.0.0.1:{port}"
         wait_http(url, proc, timeout=240)
         watcher.start()
-        asyncio.run(_run(url, sessions, report, proc.pid, timeout_s, sessions >= 6 if cancel is None else cancel))
+        run_async(_run(url, sessions, report, proc.pid, timeout_s, sessions >= 6 if cancel is None else cancel))
         report.rss_peak_mb = max(watcher.peak, memory_mb(proc.pid)[1])
     finally:
         watcher.stop()

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from browser_util import ROOT, free_port, wait_http
-from load_util import start_server, stop_server
+from load_util import run_async, start_server, stop_server
 from ws_util import WsSession
 
 pytestmark = pytest.mark.load
@@ -54,7 +54,7 @@ def remote(address: str) -> dict:
 
 
 def run(coro):
-    return asyncio.run(coro)
+    return run_async(coro)
 
 
 def test_teacher_mode_from_another_machine_is_refused(server):
