@@ -281,11 +281,13 @@ class Session:
         await page.get_by_label("Subject", exact=True).fill(subject)
         await page.get_by_label("New target").fill(new)
         await page.get_by_label("True target (optional)").fill("")
-        for label in ("Paraphrase prompts (one per line)", "Neighborhood prompts (unrelated subjects, same relation)",
-                      "Generation prompts"):
+        from editkit.editing.methods import all_methods
+        from editkit.editing.requests import NEIGHBOURS_LABEL
+
+        for label in ("Paraphrase prompts (one per line)", NEIGHBOURS_LABEL + " (one per line)", "Generation prompts"):
             await page.get_by_label(label).fill("")
-        for method in ("MEMIT", "PMET", "AlphaEdit"):  # ROME only; .first: the request's multiselect, not lifelong's
-            await page.get_by_role("button", name=f"Remove {method}").first.click()
+        for method in [m.label for m in all_methods() if m.name != "rome"]:  # ROME only; .first: the request's
+            await page.get_by_role("button", name=f"Remove {method}").first.click()  # multiselect, not lifelong's
             await self.idle(quiet=0.5)
         await page.get_by_label("Generations per request").fill("0")
         await page.get_by_label("Generations per request").press("Tab")
