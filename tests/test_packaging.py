@@ -65,13 +65,18 @@ print("ok", ed.method, len(tr.to_frame()))
 
 @pytest.mark.full
 def test_an_installed_copy_works_from_another_folder(tmp_path):
-    """A venv that sees the installed dependencies (--system-site-packages) gets editkit itself from the checkout
-    (pip install, no editable link); from a folder outside the checkout the API runs on a tiny model and the
+    """A venv that sees the installed dependencies (--system-site-packages) gets editkit itself from a wheel of the
+    checkout (no editable link); from a folder outside the checkout the API runs on a tiny model and the
     console script answers --help."""
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
     python = venv / "bin" / "python"
-    subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", str(ROOT)],
+    # the wheel is built by this interpreter's setuptools: a venv's own bundled setuptools (65 on Python 3.11)
+    # shadows the installed one and has no bdist_wheel without the wheel package
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
+                    str(tmp_path / "dist"), str(ROOT)], check=True, env=_clean_env(), cwd=tmp_path)
+    wheel = next((tmp_path / "dist").glob("editkit-*.whl"))
+    subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", str(wheel)],
                    check=True, env=_clean_env(), cwd=tmp_path)
     work = tmp_path / "elsewhere"
     work.mkdir()
