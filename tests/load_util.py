@@ -285,7 +285,7 @@ class Session:
         from editkit.editing.requests import NEIGHBOURS_LABEL
 
         for label in ("Paraphrase prompts (one per line)", NEIGHBOURS_LABEL + " (one per line)", "Generation prompts"):
-            await page.get_by_label(label).fill("")
+            await page.get_by_label(label, exact=True).fill("")
         for method in [m.label for m in all_methods() if m.name != "rome"]:  # ROME only; .first: the request's
             await page.get_by_role("button", name=f"Remove {method}").first.click()  # multiselect, not lifelong's
             await self.idle(quiet=0.5)
