@@ -135,7 +135,7 @@ def test_requests_in_three_schemas():
     ({"prompt": "{} is", "subject": "", "target_new": "y"}, "subject is empty"),
     ({"prompt": "{} is", "subject": "Paris", "target_new": "  "}, "new target is empty"),
     ({"prompt": "{} is {}", "subject": "Paris", "target_new": "x"}, "exactly one"),
-    ({"prompt": "{} is", "subject": "Paris", "target_new": "x", "target_true": "x"}, "equals"),
+    ({"prompt": "{} is", "subject": "Paris", "target_new": "x", "target_true": "x"}, "same as the true target"),
     ('{"prompt": ', "not valid JSON"),
     ("/no/such/file.json", "no requests file"),
     ([], "no requests"),
