@@ -72,4 +72,6 @@ def test_the_lesson_section_builds_one_new_fact_per_part(tiny_by_name, monkeypat
     assert cache_dir() == real  # the overlay is gone
     parts = [p["part"] for p in out["parts"]]
     assert parts[0] == "logit lens" and any("layer sweep" in p for p in parts)
-    assert out["seconds"] >= sum(p["seconds"] for p in out["parts"]) * 0.99 and out["methods"]
+    # the parts ran inside the total; the build rounds the total to 0.1 s and each part to 0.01 s
+    slack = 0.05 + 0.005 * len(out["parts"])
+    assert out["seconds"] >= sum(p["seconds"] for p in out["parts"]) - slack and out["methods"]

@@ -172,7 +172,9 @@ def score_restorations(lm, setup: TraceSetup, restores: list[Restore], progress=
     final = torch.cat(finals)
     if progress:
         progress(steps / total, "p(answer) over the vocabulary")  # also checks a cancel flag before the projection
-    p = _answer_probs(lm, setup, final.float(), work, precision == "bfloat16")
+    # the restored runs may leave bf16 rows (fast mode); the final norm wants the model's own dtype (a LayerNorm
+    # refuses mixed dtypes, and a float64 or half-precision model's states must stay in theirs)
+    p = _answer_probs(lm, setup, final.to(lm.dtype), work, precision == "bfloat16")
     for i, members in chain_rows.items():
         out[i] = p[members].mean()
     if progress:
