@@ -252,8 +252,9 @@ def conclusion(out: dict) -> str:
     best, (mv, st) = ranked[0], score(ranked[0])
     if len({score(m) for m in ranked}) == 1:
         both = "Both" if len(ranked) == 2 else f"All {len(ranked)}"
-        return (f"{both} score the same here ({mv} of {len(moves)} facts that should move moved, {st} of "
-                f"{len(stays)} that should stay stayed): no method propagates better on this edit.")
+        parts = ([f"{mv} of {len(moves)} facts that should move moved"] if moves else []) + \
+            ([f"{st} of {len(stays)} that should stay stayed"] if stays else [])  # no "0 of 0" clause
+        return f"{both} score the same here ({', '.join(parts)}): no method propagates better on this edit."
     if moves:
         text = (f"{best['label']} propagates best here: {mv} of {len(moves)} facts that should move moved and {st} "
                 f"of {len(stays)} that should stay stayed")
