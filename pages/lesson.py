@@ -914,16 +914,19 @@ def teacher_view(pack) -> None:
     st.subheader("The class's answers")
     store = class_store()
     rows = store.summary(lesson_id(pack))
-    if rows:
+    by_fact: dict = {}
+    for r in rows:  # one table per fact: a fact column beside the step and the answers pushed them off-screen
+        by_fact.setdefault(where_label(pack, r["fact"]), []).append(r)
+    for i, (fact, group) in enumerate(by_fact.items()):
+        st.markdown(f"**{ui.md_escape(fact)}**")
         st.dataframe(pd.DataFrame([{
-            "fact": where_label(pack, r["fact"]), "step": f"{r['step']}. {STEPS.get(int(r['step']), '')}",
-            "students": r["students"],
+            "step": f"{r['step']}. {STEPS.get(int(r['step']), '')}", "students": r["students"],
             "right": r["right"], "close": r["close"], "wrong": r["wrong"],
             "mean score": round(r["mean_score"], 2) if r["mean_score"] is not None else None,
             "answers (most frequent first)": "; ".join(f"{a} ({n})"
                                                        for a, n in list(r["answers"].items())[:4]),
-        } for r in rows]), hide_index=True, width="stretch")
-    else:
+        } for r in group]), hide_index=True, width="stretch", key=f"lesson_class_answers_{i}")
+    if not rows:
         st.caption("No answers yet. Each student's answers are counted here, anonymously, as they check "
                    "them.")
     m = pack.manifest

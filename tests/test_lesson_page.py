@@ -269,7 +269,9 @@ def test_the_class_keeps_its_answers_when_a_fact_is_added(env, tmp_path, monkeyp
     assert len(at.selectbox(key="lesson_fact").options) == 2
     table = at.dataframe[-1].value
     assert list(table["students"]) == [1]
-    assert list(table["fact"]) == ["The Eiffel Tower is located in the city of → B"]
+    # one table per fact, named above it in words (a fact column pushed the answers off-screen, seen in Chromium)
+    assert "fact" not in table.columns and table.columns[-1] == "answers (most frequent first)"
+    assert any(m.value == "**The Eiffel Tower is located in the city of → B**" for m in at.markdown)
     sidebar = " ".join(c.value for c in at.sidebar.caption)
     assert "git" not in sidebar and pack.manifest["fingerprint"] not in sidebar
     assert any("about" in m.value and "min for a fact with one new target" in m.value for m in at.markdown)
