@@ -6,6 +6,7 @@ their own prompt (through the job queue). A teacher adds facts and sees the clas
 The pack: $EDITKIT_LESSON, else the class's copy in the cache (a teacher added facts), else assets/lesson/.
 """
 import hmac
+import math
 
 import pandas as pd
 import streamlit as st
@@ -949,6 +950,11 @@ def where_label(pack, where: str) -> str:
     return f"{name}, edited to {target}" if target else name
 
 
+def duration(seconds: float) -> str:
+    """'40 s' or '23 min' (a small pack's fact takes seconds: '0 min' read as nothing to wait for)."""
+    return f"{seconds:.0f} s" if seconds < 90 else f"{math.ceil(seconds / 60)} min"
+
+
 def _add_cancelled() -> None:
     st.session_state["lesson_add_cancelled"] = True
 
@@ -960,7 +966,7 @@ def add_fact_form(pack) -> None:
     one, how = estimate(pack, 1)
     two, _ = estimate(pack, 2)
     st.markdown("The same computation as `python -m editkit lesson build`, as a job on this server: about "
-                f"{one / 60:.0f} min for a fact with one new target, {two / 60:.0f} min with two ({how}; "
+                f"{duration(one)} for a fact with one new target, {duration(two)} with two ({how}; "
                 "longer while other jobs compute). Students see the fact once every part of it is computed; until "
                 "then, and if the job is cancelled, they are served the pack as it was.")
     added = st.session_state.pop("lesson_added", None)
@@ -1002,7 +1008,7 @@ def add_fact_form(pack) -> None:
                 niceness=0)  # the teacher waits on it while preparing: normal priority, not starved by other work
             fact = packs.Pack.open(folder).fact(out["facts"][-1])
             st.session_state["lesson_added"] = (f"Added “{fact_label(fact)}” ({out['computed']} part(s) computed "
-                                                f"in {out['seconds'] / 60:.0f} min). Every student now sees it in "
+                                                f"in {duration(out['seconds'])}). Every student now sees it in "
                                                 "the fact list.")
             st.rerun()  # the sidebar's fact list shows it
     if packs.served_folder() == packs.class_copy():
