@@ -972,9 +972,15 @@ def add_fact_form(pack) -> None:
     added = st.session_state.pop("lesson_added", None)
     if added:
         st.success(added)
+    adding = st.session_state.pop("lesson_adding", None)  # (the fact's key, the pack's facts before the job)
     if st.session_state.pop("lesson_add_cancelled", False):
-        st.info("Adding the fact was cancelled: the students' pack is unchanged (the fact is not in it). The parts "
-                "computed so far are kept, so adding the same fact again continues where it stopped.")
+        done = [f for f in pack.fact_ids if adding and f not in adding[1] and pack.fact(f).get("key") == adding[0]]
+        if done:  # the click came after the last part: the build had already published the fact
+            st.success(f"The cancel came too late: every part of “{fact_label(pack.fact(done[0]))}” was already "
+                       "computed, so it is added, and every student now sees it in the fact list.")
+        else:
+            st.info("Adding the fact was cancelled: the students' pack is unchanged (the fact is not in it). The "
+                    "parts computed so far are kept, so adding the same fact again continues where it stopped.")
     with st.form("lesson_add_form"):
         c1, c2 = st.columns(2)
         prompt = c1.text_input("Prompt with {} for the subject", "{} is located in the city of",
@@ -997,7 +1003,8 @@ def add_fact_form(pack) -> None:
             from editkit.lesson.build import build
             from editkit.lesson.facts import read_facts
 
-            read_facts([record])  # a bad record is refused before anything loads
+            [new_fact] = read_facts([record])  # a bad record is refused before anything loads
+            st.session_state["lesson_adding"] = (new_fact.key, list(pack.fact_ids))  # for a cancel's message
             lm = ui.get_lm(pack.model, served=True)
             folder = packs.writable_folder()
             new = compute.Settings.for_new_facts(pack.manifest.get("settings"))

@@ -282,6 +282,30 @@ def test_the_class_keeps_its_answers_when_a_fact_is_added(env, tmp_path, monkeyp
     assert any("cancelled" in i.value and "unchanged" in i.value for i in at.info)
 
 
+def test_a_cancel_that_comes_after_the_fact_is_published_says_it_is_added(env):
+    """Cancel pressed while the build finished its last part (seen in Chromium: the fact was in the students' list
+    while the page said "the students' pack is unchanged (the fact is not in it)"): the message follows the pack,
+    not the click."""
+    pack = env
+    [fid] = pack.fact_ids
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.query_params["teacher"] = "1"
+    at.switch_page("pages/lesson.py").run()
+    ok(at)
+    at.session_state["lesson_adding"] = (pack.fact(fid)["key"], [])  # the job began before this fact was published
+    at.session_state["lesson_add_cancelled"] = True
+    at.run()
+    ok(at)
+    assert not any("unchanged" in i.value for i in at.info)
+    assert any(s.value.startswith("The cancel came too late") and "The Eiffel Tower" in s.value
+               for s in at.success)
+    at.session_state["lesson_adding"] = ("another key", [])  # the job's fact is not in the pack: cancelled
+    at.session_state["lesson_add_cancelled"] = True
+    at.run()
+    assert any("cancelled" in i.value and "unchanged" in i.value for i in at.info)
+    assert not any(s.value.startswith("The cancel came too late") for s in at.success)
+
+
 def test_the_ripple_step_renders_from_the_pack(env, monkeypatch):
     """Step 11 reads the pack's ripple part (computed by the builder): its question, or the model's lack of any
     implied fact in words."""
