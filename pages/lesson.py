@@ -27,7 +27,7 @@ ui.leave_legacy_multipage_mode()
 STEPS = {1: "Next-token prediction and the logit lens", 2: "Causal tracing: which state carries the fact?",
          3: "MLP or attention? Windows and severing", 4: "FFN memories at the traced peak",
          5: "Edit the fact with ROME", 6: "Where does the new fact live now?",
-         7: "Side effects: which neighbours move?", 8: f"{ui.method_list()} side by side",
+         7: "Side effects: which neighbours move?", 8: "The methods side by side",
          9: "Does the traced layer edit best?", 10: "After hundreds of edits",
          11: "Will the Eiffel Tower's country follow? Ripple effects"}
 FEEDBACK = {"right": st.success, "close": st.info, "wrong": st.warning}
@@ -1058,6 +1058,16 @@ def my_answers(where) -> None:
                                key="lesson_dl_json")
 
 
+def step_title(pack, step: int) -> str:
+    """A step's heading; step 8 names the methods the pack was built with (the registry may hold more: the
+    heading listed six methods above a table of the pack's four)."""
+    labels = [m["label"] for m in pack.manifest.get("methods", [])]
+    if step == 8 and labels:
+        return f"{', '.join(labels[:-1])} and {labels[-1]} side by side" if len(labels) > 1 else \
+            f"{labels[0]} on its own"
+    return STEPS[step]
+
+
 def _go(delta: int) -> None:
     st.session_state["lesson_step"] = min(max(st.session_state.get("lesson_step", 1) + delta, 1), len(STEPS))
 
@@ -1080,7 +1090,7 @@ def main() -> None:
         st.markdown(f"**The fact:** “{ui.md_escape(fact_prompt(fact))}” → **{ui.md_escape(true)}** "
                     f"({pack.model} predicts it with p = {fact['known']['predicted'][0]['prob']:.2f}).")
         step = st.radio("Step", list(STEPS), format_func=lambda n: f"{n}", horizontal=True, key="lesson_step")
-        st.header(f"Step {step}. {STEPS[step]}")
+        st.header(f"Step {step}. {step_title(pack, step)}")
         with ui.guard(f"step {step}"):
             RUN[step](pack, fid, fact)
         c1, c2, _ = st.columns([1, 1, 6])

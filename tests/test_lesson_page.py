@@ -306,6 +306,22 @@ def test_a_cancel_that_comes_after_the_fact_is_published_says_it_is_added(env):
     assert not any(s.value.startswith("The cancel came too late") for s in at.success)
 
 
+def test_step_8_names_the_packs_methods(env, tmp_path, monkeypatch):
+    """Step 8's heading lists the methods the pack was built with, not every registered one (seen in Chromium: six
+    methods in the heading above the shipped pack's table of four)."""
+    own = tmp_path / "pack"
+    shutil.copytree(env.folder, own)
+    manifest = json.loads((own / "manifest.json").read_text())
+    manifest["methods"], manifest["method_names"] = manifest["methods"][:2], manifest["method_names"][:2]
+    (own / "manifest.json").write_text(json.dumps(manifest))
+    monkeypatch.setenv("EDITKIT_LESSON", str(own))
+    at = open_lesson()
+    go(at, 8)
+    first, second = (m["label"] for m in manifest["methods"])
+    headings = [h.value for h in at.header if h.value.startswith("Step 8.")]
+    assert headings == [f"Step 8. {first} and {second} side by side"], headings
+
+
 def test_the_ripple_step_renders_from_the_pack(env, monkeypatch):
     """Step 11 reads the pack's ripple part (computed by the builder): its question, or the model's lack of any
     implied fact in words."""
