@@ -123,10 +123,18 @@ c1, c2 = st.columns(2)
 n_gen = c1.number_input("Generations per request", 0, 5, ui.kept("ec_ngen", 1), key="ec_ngen")
 gen_tokens = c2.number_input("Tokens per generation", 5, 100, ui.kept("ec_gentokens", 30), key="ec_gentokens")
 ui.keep("ec_methods", "ec_ngen", "ec_gentokens")
-if records and methods:
-    with ui.guard("time estimate"):
-        st.caption("Time: " + estimate(lm, methods, len(records), {m: o for m, o in overrides.items()
-                                                                     if m not in hp_errors})[1])
+time_box = st.empty()
+
+
+def show_estimate() -> None:
+    """The run's time estimate (drawn again after a run: its statistics and edit timings are then known)."""
+    if records and methods:
+        with time_box.container(), ui.guard("time estimate"):
+            st.caption("Time: " + estimate(lm, methods, len(records), {m: o for m, o in overrides.items()
+                                                                         if m not in hp_errors})[1])
+
+
+show_estimate()
 
 ui.cancelled_note()
 if st.button("Edit and compare", type="primary", key="ec_run", disabled=not (records and methods)):
@@ -139,6 +147,7 @@ if st.button("Edit and compare", type="primary", key="ec_run", disabled=not (rec
                                                  memory=edit_memory(lm, methods, len(records), overrides),
                                                  new_tokens=int(gen_tokens) if int(n_gen) else None)
         st.session_state.pop("ec_traces", None)
+        show_estimate()  # not "No estimate yet" above the results of the run that timed it
 
 
 # ---- results ------------------------------------------------------------------------------------------------------
@@ -154,7 +163,8 @@ def show_metrics(out: Comparison):
         "says the new target and no longer the true one, what a user actually reads.")
     df = out.to_frame()
     st.markdown(f"**Who did best.** {conclusion(out).sentence()}")
-    st.dataframe(pd.DataFrame(by_column(figures.metrics_table(out.to_json()))), hide_index=True, width="stretch")
+    st.dataframe(pd.DataFrame(by_column(figures.metrics_table(out.to_json()))), hide_index=True, width="stretch",
+                 height="content")  # every measure's row on screen (the default height hid the last rows)
     st.caption("One column per method, so every measure is on screen. Each measure names its family: " + legend())
     ui.keep_buttons(lm, out.deltas, LABELS, "; ".join(f"{r.rewrite} → {r.target_new}" for r in out.requests),
                     {"model": lm.name, "requests": [r.to_dict() for r in out.requests]})
@@ -359,7 +369,8 @@ def draw_runs(runs: dict, keys: tuple[str, str], layer_caption: str = "") -> Non
     if layer_caption:
         st.caption(layer_caption)
     st.plotly_chart(life.layer_figure(), width="stretch", key=keys[1])
-    st.dataframe(pd.DataFrame(by_column(labelled(life.table), "label")), hide_index=True, width="stretch")
+    st.dataframe(pd.DataFrame(by_column(labelled(life.table), "label")), hide_index=True, width="stretch",
+                 height="content")
 
 
 spectrum_section(lm)

@@ -6,6 +6,7 @@ their own prompt (through the job queue). A teacher adds facts and sees the clas
 The pack: $EDITKIT_LESSON, else the class's copy in the cache (a teacher added facts), else assets/lesson/.
 """
 import hmac
+import math
 
 import pandas as pd
 import streamlit as st
@@ -26,7 +27,7 @@ ui.leave_legacy_multipage_mode()
 STEPS = {1: "Next-token prediction and the logit lens", 2: "Causal tracing: which state carries the fact?",
          3: "MLP or attention? Windows and severing", 4: "FFN memories at the traced peak",
          5: "Edit the fact with ROME", 6: "Where does the new fact live now?",
-         7: "Side effects: which neighbours move?", 8: f"{ui.method_list()} side by side",
+         7: "Side effects: which neighbours move?", 8: "The methods side by side",
          9: "Does the traced layer edit best?", 10: "After hundreds of edits",
          11: "Will the Eiffel Tower's country follow? Ripple effects"}
 FEEDBACK = {"right": st.success, "close": st.info, "wrong": st.warning}
@@ -914,16 +915,19 @@ def teacher_view(pack) -> None:
     st.subheader("The class's answers")
     store = class_store()
     rows = store.summary(lesson_id(pack))
-    if rows:
+    by_fact: dict = {}
+    for r in rows:  # one table per fact: a fact column beside the step and the answers pushed them off-screen
+        by_fact.setdefault(where_label(pack, r["fact"]), []).append(r)
+    for i, (fact, group) in enumerate(by_fact.items()):
+        st.markdown(f"**{ui.md_escape(fact)}**")
         st.dataframe(pd.DataFrame([{
-            "fact": where_label(pack, r["fact"]), "step": f"{r['step']}. {STEPS.get(int(r['step']), '')}",
-            "students": r["students"],
+            "step": f"{r['step']}. {STEPS.get(int(r['step']), '')}", "students": r["students"],
             "right": r["right"], "close": r["close"], "wrong": r["wrong"],
             "mean score": round(r["mean_score"], 2) if r["mean_score"] is not None else None,
             "answers (most frequent first)": "; ".join(f"{a} ({n})"
                                                        for a, n in list(r["answers"].items())[:4]),
-        } for r in rows]), hide_index=True, width="stretch")
-    else:
+        } for r in group]), hide_index=True, width="stretch", key=f"lesson_class_answers_{i}")
+    if not rows:
         st.caption("No answers yet. Each student's answers are counted here, anonymously, as they check "
                    "them.")
     m = pack.manifest
@@ -946,6 +950,11 @@ def where_label(pack, where: str) -> str:
     return f"{name}, edited to {target}" if target else name
 
 
+def duration(seconds: float) -> str:
+    """'40 s' or '23 min' (a small pack's fact takes seconds: '0 min' read as nothing to wait for)."""
+    return f"{seconds:.0f} s" if seconds < 90 else f"{math.ceil(seconds / 60)} min"
+
+
 def _add_cancelled() -> None:
     st.session_state["lesson_add_cancelled"] = True
 
@@ -957,15 +966,21 @@ def add_fact_form(pack) -> None:
     one, how = estimate(pack, 1)
     two, _ = estimate(pack, 2)
     st.markdown("The same computation as `python -m editkit lesson build`, as a job on this server: about "
-                f"{one / 60:.0f} min for a fact with one new target, {two / 60:.0f} min with two ({how}; "
+                f"{duration(one)} for a fact with one new target, {duration(two)} with two ({how}; "
                 "longer while other jobs compute). Students see the fact once every part of it is computed; until "
                 "then, and if the job is cancelled, they are served the pack as it was.")
     added = st.session_state.pop("lesson_added", None)
     if added:
         st.success(added)
+    adding = st.session_state.pop("lesson_adding", None)  # (the fact's key, the pack's facts before the job)
     if st.session_state.pop("lesson_add_cancelled", False):
-        st.info("Adding the fact was cancelled: the students' pack is unchanged (the fact is not in it). The parts "
-                "computed so far are kept, so adding the same fact again continues where it stopped.")
+        done = [f for f in pack.fact_ids if adding and f not in adding[1] and pack.fact(f).get("key") == adding[0]]
+        if done:  # the click came after the last part: the build had already published the fact
+            st.success(f"The cancel came too late: every part of “{fact_label(pack.fact(done[0]))}” was already "
+                       "computed, so it is added, and every student now sees it in the fact list.")
+        else:
+            st.info("Adding the fact was cancelled: the students' pack is unchanged (the fact is not in it). The "
+                    "parts computed so far are kept, so adding the same fact again continues where it stopped.")
     with st.form("lesson_add_form"):
         c1, c2 = st.columns(2)
         prompt = c1.text_input("Prompt with {} for the subject", "{} is located in the city of",
@@ -988,7 +1003,8 @@ def add_fact_form(pack) -> None:
             from editkit.lesson.build import build
             from editkit.lesson.facts import read_facts
 
-            read_facts([record])  # a bad record is refused before anything loads
+            [new_fact] = read_facts([record])  # a bad record is refused before anything loads
+            st.session_state["lesson_adding"] = (new_fact.key, list(pack.fact_ids))  # for a cancel's message
             lm = ui.get_lm(pack.model, served=True)
             folder = packs.writable_folder()
             new = compute.Settings.for_new_facts(pack.manifest.get("settings"))
@@ -999,7 +1015,7 @@ def add_fact_form(pack) -> None:
                 niceness=0)  # the teacher waits on it while preparing: normal priority, not starved by other work
             fact = packs.Pack.open(folder).fact(out["facts"][-1])
             st.session_state["lesson_added"] = (f"Added “{fact_label(fact)}” ({out['computed']} part(s) computed "
-                                                f"in {out['seconds'] / 60:.0f} min). Every student now sees it in "
+                                                f"in {duration(out['seconds'])}). Every student now sees it in "
                                                 "the fact list.")
             st.rerun()  # the sidebar's fact list shows it
     if packs.served_folder() == packs.class_copy():
@@ -1042,6 +1058,16 @@ def my_answers(where) -> None:
                                key="lesson_dl_json")
 
 
+def step_title(pack, step: int) -> str:
+    """A step's heading; step 8 names the methods the pack was built with (the registry may hold more: the
+    heading listed six methods above a table of the pack's four)."""
+    labels = [m["label"] for m in pack.manifest.get("methods", [])]
+    if step == 8 and labels:
+        return f"{', '.join(labels[:-1])} and {labels[-1]} side by side" if len(labels) > 1 else \
+            f"{labels[0]} on its own"
+    return STEPS[step]
+
+
 def _go(delta: int) -> None:
     st.session_state["lesson_step"] = min(max(st.session_state.get("lesson_step", 1) + delta, 1), len(STEPS))
 
@@ -1064,7 +1090,7 @@ def main() -> None:
         st.markdown(f"**The fact:** “{ui.md_escape(fact_prompt(fact))}” → **{ui.md_escape(true)}** "
                     f"({pack.model} predicts it with p = {fact['known']['predicted'][0]['prob']:.2f}).")
         step = st.radio("Step", list(STEPS), format_func=lambda n: f"{n}", horizontal=True, key="lesson_step")
-        st.header(f"Step {step}. {STEPS[step]}")
+        st.header(f"Step {step}. {step_title(pack, step)}")
         with ui.guard(f"step {step}"):
             RUN[step](pack, fid, fact)
         c1, c2, _ = st.columns([1, 1, 6])

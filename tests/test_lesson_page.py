@@ -2,6 +2,7 @@
 right and wrong answers get the feedback the pack's numbers give, the answers reach the student's download and the
 class's counts, "try your own" runs through the job queue, and the teacher mode shows, clears and adds."""
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -269,13 +270,56 @@ def test_the_class_keeps_its_answers_when_a_fact_is_added(env, tmp_path, monkeyp
     assert len(at.selectbox(key="lesson_fact").options) == 2
     table = at.dataframe[-1].value
     assert list(table["students"]) == [1]
-    assert list(table["fact"]) == ["The Eiffel Tower is located in the city of → B"]
+    # one table per fact, named above it in words (a fact column pushed the answers off-screen, seen in Chromium)
+    assert "fact" not in table.columns and table.columns[-1] == "answers (most frequent first)"
+    assert any(m.value == "**The Eiffel Tower is located in the city of → B**" for m in at.markdown)
     sidebar = " ".join(c.value for c in at.sidebar.caption)
     assert "git" not in sidebar and pack.manifest["fingerprint"] not in sidebar
-    assert any("about" in m.value and "min for a fact with one new target" in m.value for m in at.markdown)
+    estimate = next(m.value for m in at.markdown if "for a fact with one new target" in m.value)
+    assert re.search(r"about (\d+ s|[1-9]\d* min) for a fact with one new target", estimate), estimate  # not "0 min"
     at.session_state["lesson_add_cancelled"] = True
     at.run()
     assert any("cancelled" in i.value and "unchanged" in i.value for i in at.info)
+
+
+def test_a_cancel_that_comes_after_the_fact_is_published_says_it_is_added(env):
+    """Cancel pressed while the build finished its last part (seen in Chromium: the fact was in the students' list
+    while the page said "the students' pack is unchanged (the fact is not in it)"): the message follows the pack,
+    not the click."""
+    pack = env
+    [fid] = pack.fact_ids
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.query_params["teacher"] = "1"
+    at.switch_page("pages/lesson.py").run()
+    ok(at)
+    at.session_state["lesson_adding"] = (pack.fact(fid)["key"], [])  # the job began before this fact was published
+    at.session_state["lesson_add_cancelled"] = True
+    at.run()
+    ok(at)
+    assert not any("unchanged" in i.value for i in at.info)
+    assert any(s.value.startswith("The cancel came too late") and "The Eiffel Tower" in s.value
+               for s in at.success)
+    at.session_state["lesson_adding"] = ("another key", [])  # the job's fact is not in the pack: cancelled
+    at.session_state["lesson_add_cancelled"] = True
+    at.run()
+    assert any("cancelled" in i.value and "unchanged" in i.value for i in at.info)
+    assert not any(s.value.startswith("The cancel came too late") for s in at.success)
+
+
+def test_step_8_names_the_packs_methods(env, tmp_path, monkeypatch):
+    """Step 8's heading lists the methods the pack was built with, not every registered one (seen in Chromium: six
+    methods in the heading above the shipped pack's table of four)."""
+    own = tmp_path / "pack"
+    shutil.copytree(env.folder, own)
+    manifest = json.loads((own / "manifest.json").read_text())
+    manifest["methods"], manifest["method_names"] = manifest["methods"][:2], manifest["method_names"][:2]
+    (own / "manifest.json").write_text(json.dumps(manifest))
+    monkeypatch.setenv("EDITKIT_LESSON", str(own))
+    at = open_lesson()
+    go(at, 8)
+    first, second = (m["label"] for m in manifest["methods"])
+    headings = [h.value for h in at.header if h.value.startswith("Step 8.")]
+    assert headings == [f"Step 8. {first} and {second} side by side"], headings
 
 
 def test_the_ripple_step_renders_from_the_pack(env, monkeypatch):

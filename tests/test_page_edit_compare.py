@@ -11,7 +11,18 @@ from editkit.evaluation.compare import Comparison
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 
 
-def test_edit_compare_page_runs_three_methods():
+def test_edit_compare_page_runs_three_methods(tmp_path, monkeypatch):
+    import streamlit as st
+
+    monkeypatch.setenv("EDITKIT_CACHE", str(tmp_path))  # no statistics or timings yet: "No estimate yet"
+    tables = []  # the keyword arguments of every st.dataframe call, with the table's columns
+    real = st.dataframe
+
+    def spy(data=None, *args, **kwargs):
+        tables.append((list(getattr(data, "columns", [])), kwargs))
+        return real(data, *args, **kwargs)
+
+    monkeypatch.setattr(st, "dataframe", spy)
     at = AppTest.from_file(APP, default_timeout=600)
     at.session_state["model_choice"] = "tiny-llama"
     at.switch_page("pages/edit_compare.py").run()
@@ -27,7 +38,14 @@ def test_edit_compare_page_runs_three_methods():
     table = at.dataframe[0].value  # one column per method (every measure on screen), the first names the measure
     assert list(table.columns) == ["measure", "before edit"] + [m.label for m in chosen]
     assert any(m.value.startswith("**Who did best.** By the summed margin") for m in at.markdown)
-    assert any(c.value.startswith("Time: ") for c in at.caption)
+    # the estimate above the results is the one after the run (seen in Chromium: "No estimate yet ... timed after
+    # the first comparison" above that comparison's results)
+    times = [c.value for c in at.caption if c.value.startswith("Time: ")]
+    assert len(times) == 1 and times[0].startswith("Time: About "), times
+    # every measure's row is on screen: the tables with one column per method (metrics, lifelong runs) are as high
+    # as their content (seen in Chromium: the default height hid the metrics' last rows under a scroll bar)
+    metrics = [k for cols, k in tables if cols[:1] == ["measure"]]
+    assert metrics and all(k.get("height") == "content" for k in metrics), metrics
     assert len(at.get("plotly_chart")) >= 4  # three probability panels and the norms
     at.button(key="ec_trace_go").click().run()
     assert not at.exception and set(at.session_state["ec_traces"]) == {m.name for m in chosen}
