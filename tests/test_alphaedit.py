@@ -55,12 +55,13 @@ def test_update_normal_equations_and_null_space(alpha):
 
 def test_basis_solve_equals_upstream_solve():
     """The k x k Cholesky solve in the null space's basis gives upstream's d x d solve (with and without P, with
-    earlier keys and a preserved term)."""
+    earlier keys and a preserved term; with fewer keys than directions, the m x m push-through solve)."""
     g = torch.Generator().manual_seed(2)
     C, U, P, K, R, _ = _problem(seed=2)
     Kp = torch.randn(K.shape[0], 5, generator=g, dtype=torch.float64)
+    many = torch.randn(K.shape[0], 45, generator=g, dtype=torch.float64)  # more keys than directions: k x k
     for U0, PP in ((U[:, :25], P), (None, None)):
-        for prior_keys in (None, Kp):
+        for prior_keys in (None, Kp, many):
             prior = None if prior_keys is None else prior_keys @ prior_keys.T
             for preserved in (None, 3.0 * C):
                 a = alphaedit_update(K, R, PP, 0.5, prior, preserved)

@@ -59,6 +59,21 @@ def test_early_stop_rules_stop_where_they_say(tiny_by_name):
     assert [o["losses"] for o in top1] == [o["losses"] for o in plain]
 
 
+def test_an_early_stop_cuts_the_plain_optimisation(tiny_by_name):
+    """A request stopped at step k by a stop rule has the delta of the plain optimisation run for k + 1 loss
+    evaluations, bit for bit (a stop only truncates the same steps: why a stop rule can be validated by cutting
+    one plain trajectory, docs/results/speed.md)."""
+    lm = tiny_by_name("tiny-llama")
+    hp = load_hparams("memit", lm, {"v_num_grad_steps": 8, "v_stop_loss": 0.0, "v_lr": 1.0})
+    reqs = _requests(1)
+    stopped = optimize_targets_batch(lm, reqs, 2, ("resid_post",), hp.replace(v_stop_stall=0.5))[0]
+    k = len(stopped["losses"])
+    assert 1 < k < 8 and stopped["losses"][-1]["stopped_by"] == "stall"
+    cut = optimize_targets_batch(lm, reqs, 2, ("resid_post",), hp.replace(v_num_grad_steps=k))[0]
+    assert torch.equal(stopped["resid_post"]["delta"], cut["resid_post"]["delta"])
+    assert [e["loss"] for e in stopped["losses"]] == [e["loss"] for e in cut["losses"]]
+
+
 def test_most_probable_rule_counts_steps_per_request():
     """ENCORE's rule on a batch of two requests (two target tokens each): it stops a request at the n-th step at
     which all its target tokens are the argmax, counted per request across steps."""

@@ -69,7 +69,8 @@ class Hparams(BaseHparams):
     clamp_norm_factor: float = 4.0  # ||delta|| <= clamp_norm_factor * ||init|| after every step
     nll_loss_factor: float = 1.0  # weight of the NLL of the new target
     v_stop_loss: float = 5e-2  # early stop once the loss is below this
-    # Stabilisers of the target optimisation (ENCORE, Gupta et al. 2025; targets.py), all off by default:
+    # Stabilisers of the target optimisation (ENCORE, Gupta et al. 2025; targets.py), all off here (a model's file
+    # may turn one on: Gemma 3 270M's locate-then-edit files set v_stop_top1 2, docs/results/speed.md):
     v_stop_top1: int = 0  # > 0: stop at the n-th step at which the new target is the most probable token at every
     # target position of every template (ENCORE's most-probable early stopping; its prob_cutoff -n)
     v_stop_prob: float = 0.0  # > 0: stop once the mean over templates of P(target_new) passes this (ENCORE's

@@ -99,9 +99,21 @@ def alphaedit_update_in_basis(K: torch.Tensor, R: torch.Tensor, U0: torch.Tensor
     leaves the k x k symmetric positive definite system
         (U0^T A U0 + alpha I) Y = U0^T K R^T,   U0^T A U0 = B B^T (+ U0^T preserved U0),  B = U0^T [K_p, K],
     solved by Cholesky: O(k^2 m + k^3) instead of O(d^3) with d x d products, for k null directions and m keys.
+    With fewer keys than directions and nothing preserved, the push-through identity
+    (B B^T + alpha I)^-1 B = B (B^T B + alpha I)^-1 leaves an m x m system instead: Y = B Z with
+    (B^T B + alpha I) Z = [0; R^T] (zero rows for the earlier keys) and Delta^T = (U0 B) Z, O(d k m + m^3).
     `prior_keys` are the earlier edits' keys K_p (d_in, m_p) themselves, not their Gram matrix."""
     K64, R64 = K.double(), R.double()
     keys = K64 if prior_keys is None else torch.cat([prior_keys.double().to(K64.device), K64], 1)
+    cols = keys if U0 is None else U0.double().T @ keys  # B (P = I: the keys themselves)
+    if preserved is None and cols.shape[1] < cols.shape[0]:
+        S = cols.T @ cols + alpha * torch.eye(cols.shape[1], dtype=torch.float64, device=cols.device)
+        e_rt = torch.zeros(cols.shape[1], R64.shape[0], dtype=torch.float64, device=cols.device)
+        e_rt[-K64.shape[1]:] = R64.T
+        L, info = torch.linalg.cholesky_ex(S)
+        Z = torch.cholesky_solve(e_rt, L) if int(info) == 0 else torch.linalg.solve(S, e_rt)
+        back = cols if U0 is None else U0.double() @ cols  # U0 B (d_in, m) first: no (d_in, k) x (k, d_out) product
+        return (back @ Z).T
     if U0 is None:  # P = I: (A + alpha I) Delta^T = K R^T
         G = keys @ keys.T
         rhs = K64 @ R64.T
