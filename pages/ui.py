@@ -380,9 +380,7 @@ def edits_panel(lm) -> None:
         if c2.button("Clear", key="edits_clear"):
             edits.clear()
             st.rerun()
-        manifest = {"model": lm.name, "edits": [e["manifest"] | {"label": e["label"]} for e in edits]}
-        st.download_button("Download as a patch", weights.patch_bytes(weights.combined([e["delta"] for e in edits]),
-                                                                      manifest),
+        st.download_button("Download as a patch", _patch(lm, edits),
                            f"{lm.name.replace('/', '--')}-edits.safetensors", "application/octet-stream",
                            key="edits_download")
     else:
@@ -398,6 +396,19 @@ def edits_panel(lm) -> None:
                 raise EditkitError(f"{upload.name} was made for {manifest['model']}, not {lm.name}")
             keep_edit(lm, f"patch {upload.name}", delta, manifest)
             st.rerun()
+
+
+def _patch(lm, edits: list[dict]) -> bytes:
+    """The patch file of these kept edits, built once per set of edits (kept in the session): the sidebar draws its
+    download button on every page run, and summing and serializing the deltas each time cost the server a few
+    megabytes of copying per click of every student holding an edit."""
+    digests = (lm.name, tuple(e.get("digest", id(e["delta"])) for e in edits), tuple(e["label"] for e in edits))
+    cached = st.session_state.get("_editkit_patch")
+    if cached is None or cached[0] != digests:
+        manifest = {"model": lm.name, "edits": [e["manifest"] | {"label": e["label"]} for e in edits]}
+        cached = (digests, weights.patch_bytes(weights.combined([e["delta"] for e in edits]), manifest))
+        st.session_state["_editkit_patch"] = cached
+    return cached[1]
 
 
 def method_list(last: str = "and") -> str:
