@@ -63,7 +63,22 @@ def _load_builtin(name: str, dtype: str = "float32", _progress=None):
     evicted (evicting one would load a second copy while sessions still compute with the first)."""
     from editkit.model.loading import load_model
 
-    return load_model(name, dtype=dtype, progress=_progress)
+    lm = load_model(name, dtype=dtype, progress=_progress)
+    threading.Thread(target=_warm_vocabulary, args=(lm,), name="editkit-vocabulary", daemon=True).start()
+    return lm
+
+
+def _warm_vocabulary(lm) -> None:
+    """Decode and classify the model's vocabulary (what FFN memories' value tokens are read with) in the background
+    just after the model loads, at a job's CPU priority: built at the first inspection instead, it took that student
+    2-7 s on Gemma 3 270M while the class waited for the same shared result (tests/class_load.py)."""
+    from editkit.memories.vocab import vocab
+
+    try:
+        with jobs.background_priority():
+            vocab(lm)
+    except Exception:  # noqa: BLE001 - the first inspection builds it then, and says what failed
+        log.warning("building the vocabulary of %s in the background failed\n%s", lm.name, traceback.format_exc())
 
 
 @st.cache_resource(show_spinner=False, max_entries=1)
