@@ -5,7 +5,7 @@ pages/ that calls the editkit library.
 """
 import streamlit as st
 
-from editkit.lens import logit_lens, predict
+from editkit.lens import predict_with_lens
 from editkit.model.weights import model_key
 from pages import ui
 
@@ -51,8 +51,9 @@ def home():
 def predict_shared(key: str, prompt: str, k: int, _lm):
     """The top-k predictions and the logit lens of `prompt`, computed once per server for the weights `key` names
     (weights.model_key: the model plus the deltas in force), so a class typing the same prompts (the default one,
-    the teacher's examples) shares one computation; a session with kept edits has its own key."""
-    return predict(_lm, prompt, k), logit_lens(_lm, prompt, k=k)
+    the teacher's examples) shares one computation; a session with kept edits has its own key. One run gives both
+    (lens.predict_with_lens): a new prompt costs one forward pass and one vocabulary projection."""
+    return predict_with_lens(_lm, prompt, k)
 
 
 def show_prediction(preds, lens) -> None:

@@ -16,7 +16,7 @@ import torch
 from .core.errors import EditkitError
 from .core.results import JsonObject, Result, frame
 from .figures.lens import logit_lens_figure, predictions_figure
-from .model.text import Prediction, block_outputs, top_k
+from .model.text import Prediction, block_states, top_k
 from .model.tokens import check_prompt, token_strings
 
 
@@ -125,8 +125,31 @@ def logit_lens(lm, prompt: str, k: int = 5, position: int = -1) -> LogitLens:
     check_prompt(lm, prompt)
     if k < 1:
         raise EditkitError("the logit lens needs k >= 1")
-    hidden, _ = block_outputs(lm, prompt)
-    probs = torch.softmax(lm.runner.logits(hidden[:, position]), -1)  # (layers, vocab)
+    return _lens(lm, prompt, k, position)[0]
+
+
+def _lens(lm, prompt: str, k: int, position: int) -> tuple[LogitLens, torch.Tensor]:
+    """The logit lens and the last layer's logits at `position` (the model's own logits there), from one run that
+    stops after the last block and one vocabulary projection of its L rows."""
+    hidden = block_states(lm, prompt)
+    logits = lm.runner.logits(hidden[:, position])  # (layers, vocab)
+    probs = torch.softmax(logits, -1)
     p, i = probs.topk(min(k, probs.shape[-1]), dim=-1)
     rows = [[LensToken(lm.tok.decode([int(t)]), float(q)) for q, t in zip(p[l], i[l])] for l in range(len(p))]
-    return LogitLens(token_strings(lm, prompt), position, rows)
+    return LogitLens(token_strings(lm, prompt), position, rows), logits[-1]
+
+
+@torch.no_grad()
+def predict_with_lens(lm, prompt: str, k: int = 5) -> tuple[Predictions, LogitLens]:
+    """`predict` and `logit_lens` at the last token from one run: the lens's last row is the model's own next-token
+    distribution (runner.logits of the last block's output, as the model's head computes it), so one forward and
+    one projection of L rows give both (about a third of what the two calls cost; a served home page makes both
+    for every new prompt)."""
+    check_prompt(lm, prompt)
+    if k < 1:
+        raise EditkitError("top-k needs k >= 1")
+    lens, logits = _lens(lm, prompt, k, -1)
+    probs = torch.softmax(logits, -1)
+    p, i = probs.topk(min(k, probs.numel()))
+    preds = [Prediction(lm.tok.decode([int(t)]), int(t), float(q), float(logits[t])) for q, t in zip(p, i)]
+    return Predictions(prompt, preds, lm.name), lens

@@ -1,6 +1,7 @@
 """Edit & compare: one request (or a few), every registered editing method on the same base weights, every side
 effect visible."""
 import json
+from pathlib import Path
 from dataclasses import replace
 
 import pandas as pd
@@ -302,7 +303,7 @@ def spectrum_section(lm) -> None:
 
 def lifelong_section(lm) -> None:
     """Lifelong editing: the shipped run's curves (500 edits), and a short run of your own."""
-    from editkit.evaluation.lifelong import SHIPPED, SHIPPED_STABILISERS, load_results
+    from editkit.evaluation.lifelong import SHIPPED, SHIPPED_STABILISERS
     from editkit.figures.labels import legend
 
     st.subheader("Lifelong editing: hundreds of edits, one batch after another")
@@ -318,10 +319,10 @@ def lifelong_section(lm) -> None:
         "left unchanged. Headers tag each metric's family: " + legend())
     if SHIPPED.exists():
         with ui.guard("the shipped run"):
-            shipped = load_results(SHIPPED)
+            shipped, parts = shipped_runs(str(SHIPPED), SHIPPED.stat().st_mtime)
             first = next(iter(shipped.values()))
             st.caption(f"Shipped run on {first.model}: {first.n} CounterFact edits; {first.notes}")
-            draw_runs(shipped, ("ec_life_shipped", "ec_life_shipped_layers"))
+            draw_parts(parts, ("ec_life_shipped", "ec_life_shipped_layers"))
     if SHIPPED_STABILISERS.exists():
         title = "Stabilisers against ROME's collapse (120 edits, shipped run)"
         with st.expander(title), ui.guard("the stabilisers' run"):
@@ -332,7 +333,8 @@ def lifelong_section(lm) -> None:
                 "and the condition number cond(W + ΔW) = σ_max/σ_min: with the defaults they climb before the "
                 "perplexity does, and ROME collapses at edit 100 (perplexity > 2x); with either stabiliser they stay "
                 "flat.")
-            draw_runs(load_results(SHIPPED_STABILISERS), ("ec_life_stab", "ec_life_stab_layers"))
+            draw_parts(shipped_runs(str(SHIPPED_STABILISERS), SHIPPED_STABILISERS.stat().st_mtime)[1],
+                       ("ec_life_stab", "ec_life_stab_layers"))
     c1, c2, c3 = st.columns(3)
     chosen = c1.multiselect("Methods", list(LABELS), list(LABELS), format_func=LABELS.get, key="ec_life_methods")
     n = int(c2.number_input("Edits", 2, 200, 20, key="ec_life_n"))
@@ -357,20 +359,41 @@ def lifelong_section(lm) -> None:
                   "PRUNE bounds), after each checkpoint.")
 
 
-def draw_runs(runs: dict, keys: tuple[str, str], layer_caption: str = "") -> None:
-    """Lifelong runs (method -> LifelongRun): the sentence that concludes them, the metric curves, the per-layer
-    norm and condition number, the table (one column per method, so it fits the page)."""
+def run_parts(runs: dict) -> tuple:
+    """Lifelong runs (method -> LifelongRun) as what the page draws: the sentence that concludes them, the metric
+    curves, the per-layer norm and condition number, the table (one column per method, so it fits the page)."""
     from editkit.evaluation.lifelong import Lifelong
     from editkit.figures.labels import labelled
 
     life = Lifelong.of(runs, "counterfact")
-    st.markdown(life.conclusion())
-    st.plotly_chart(life.figure(), width="stretch", key=keys[0])
+    return (life.conclusion(), life.figure(), life.layer_figure(),
+            pd.DataFrame(by_column(labelled(life.table), "label")))
+
+
+@st.cache_resource(show_spinner=False, max_entries=4)
+def shipped_runs(path: str, mtime: float) -> tuple[dict, tuple]:
+    """A shipped lifelong file's runs and drawn parts, built once per server process (per file version): its four
+    figures took ~0.25 s of the server's one Python core (plotly, under the GIL) on every visit of this page.
+    Shared between sessions and never changed (st.plotly_chart copies a figure before serializing it)."""
+    from editkit.evaluation.lifelong import load_results
+
+    runs = load_results(Path(path))
+    return runs, run_parts(runs)
+
+
+def draw_parts(parts: tuple, keys: tuple[str, str], layer_caption: str = "") -> None:
+    conclusion_text, figure, layer_figure, table = parts
+    st.markdown(conclusion_text)
+    st.plotly_chart(figure, width="stretch", key=keys[0])
     if layer_caption:
         st.caption(layer_caption)
-    st.plotly_chart(life.layer_figure(), width="stretch", key=keys[1])
-    st.dataframe(pd.DataFrame(by_column(labelled(life.table), "label")), hide_index=True, width="stretch",
-                 height="content")
+    st.plotly_chart(layer_figure, width="stretch", key=keys[1])
+    st.dataframe(table, hide_index=True, width="stretch", height="content")
+
+
+def draw_runs(runs: dict, keys: tuple[str, str], layer_caption: str = "") -> None:
+    """Lifelong runs (method -> LifelongRun): see run_parts."""
+    draw_parts(run_parts(runs), keys, layer_caption)
 
 
 spectrum_section(lm)

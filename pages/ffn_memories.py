@@ -7,6 +7,7 @@ from editkit.memories import geva, triggers, vocab
 from editkit.memories.inspect import memories_at
 from editkit.memories.intervene import intervene, parse_memory
 from editkit.memories.memory import analyses_memory, index_memory
+from editkit.model.weights import model_key
 from pages import ui
 
 ui.leave_legacy_multipage_mode()
@@ -53,11 +54,22 @@ with st.form("mem_form"):
     inspect_clicked = st.form_submit_button("Inspect", type="primary")
 
 ui.cancelled_note()
+
+
+@st.cache_data(max_entries=256, show_spinner=False)
+def memories_shared(key: str, prompt: str, layer: int, position: int, top: int, norm: bool, token_filter: str,
+                    _lm):
+    """memories_at, computed once per server for the weights `key` names (weights.model_key: the model plus the
+    deltas in force), so a class inspecting the teacher's example shares one computation (~0.6 s of a core on
+    Gemma 3 270M); a session with kept edits has its own key."""
+    return memories_at(_lm, prompt, layer, position, top, norm, token_filter=token_filter)
+
+
 if inspect_clicked:
     with ui.guard("memories"):
         with ui.session(lm):
-            view = memories_at(lm, prompt, int(layer), int(position), int(top), bool(norm),
-                               token_filter=token_filter)
+            view = memories_shared(model_key(lm), prompt, int(layer), int(position), int(top), bool(norm),
+                                   token_filter, lm)
         st.session_state["mem_view"] = view
 
 view = st.session_state.get("mem_view")

@@ -63,7 +63,22 @@ def _load_builtin(name: str, dtype: str = "float32", _progress=None):
     evicted (evicting one would load a second copy while sessions still compute with the first)."""
     from editkit.model.loading import load_model
 
-    return load_model(name, dtype=dtype, progress=_progress)
+    lm = load_model(name, dtype=dtype, progress=_progress)
+    threading.Thread(target=_warm_vocabulary, args=(lm,), name="editkit-vocabulary", daemon=True).start()
+    return lm
+
+
+def _warm_vocabulary(lm) -> None:
+    """Decode and classify the model's vocabulary (what FFN memories' value tokens are read with) in the background
+    just after the model loads, at a job's CPU priority: built at the first inspection instead, it took that student
+    2-7 s on Gemma 3 270M while the class waited for the same shared result (tests/class_load.py)."""
+    from editkit.memories.vocab import vocab
+
+    try:
+        with jobs.background_priority():
+            vocab(lm)
+    except Exception:  # noqa: BLE001 - the first inspection builds it then, and says what failed
+        log.warning("building the vocabulary of %s in the background failed\n%s", lm.name, traceback.format_exc())
 
 
 @st.cache_resource(show_spinner=False, max_entries=1)
@@ -380,9 +395,7 @@ def edits_panel(lm) -> None:
         if c2.button("Clear", key="edits_clear"):
             edits.clear()
             st.rerun()
-        manifest = {"model": lm.name, "edits": [e["manifest"] | {"label": e["label"]} for e in edits]}
-        st.download_button("Download as a patch", weights.patch_bytes(weights.combined([e["delta"] for e in edits]),
-                                                                      manifest),
+        st.download_button("Download as a patch", _patch(lm, edits),
                            f"{lm.name.replace('/', '--')}-edits.safetensors", "application/octet-stream",
                            key="edits_download")
     else:
@@ -398,6 +411,19 @@ def edits_panel(lm) -> None:
                 raise EditkitError(f"{upload.name} was made for {manifest['model']}, not {lm.name}")
             keep_edit(lm, f"patch {upload.name}", delta, manifest)
             st.rerun()
+
+
+def _patch(lm, edits: list[dict]) -> bytes:
+    """The patch file of these kept edits, built once per set of edits (kept in the session): the sidebar draws its
+    download button on every page run, and summing and serializing the deltas each time cost the server a few
+    megabytes of copying per click of every student holding an edit."""
+    digests = (lm.name, tuple(e.get("digest", id(e["delta"])) for e in edits), tuple(e["label"] for e in edits))
+    cached = st.session_state.get("_editkit_patch")
+    if cached is None or cached[0] != digests:
+        manifest = {"model": lm.name, "edits": [e["manifest"] | {"label": e["label"]} for e in edits]}
+        cached = (digests, weights.patch_bytes(weights.combined([e["delta"] for e in edits]), manifest))
+        st.session_state["_editkit_patch"] = cached
+    return cached[1]
 
 
 def method_list(last: str = "and") -> str:

@@ -226,7 +226,7 @@ def summary(report: dict) -> dict:
 
 
 def run(students: int = 30, own: int = 8, think: float = 3.0, rounds: int = 2, budget: str | None = None,
-        jobs: int | None = None, timeout: float = 1800) -> dict:
+        jobs: int | None = None, timeout: float = 1800, save: str | None = None) -> dict:
     import os
 
     report = {"students": students, "own": own, "think_s": think, "rounds": rounds, "errors": [], "leaks": [],
@@ -254,6 +254,8 @@ def run(students: int = 30, own: int = 8, think: float = 3.0, rounds: int = 2, b
         report["errors"].append(f"server log: {text[m.start():m.start() + 300]}")
     out = summary(report)
     out["server_log"] = str(log)
+    if save:  # every action and job with its start time (what the summary's percentiles are made of)
+        Path(save).write_text(json.dumps({k: report[k] for k in ("actions", "jobs", "errors", "leaks")}, indent=0))
     return out
 
 
@@ -267,8 +269,9 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=None, help="long jobs computing at once (limits.jobs)")
     ap.add_argument("--timeout", type=float, default=1800,
                     help="seconds any one page run may take (a queued job's run waits for its turn)")
+    ap.add_argument("--save", default=None, metavar="PATH", help="also write every action and job (JSON) here")
     args = ap.parse_args(argv)
-    out = run(args.students, args.own, args.think, args.rounds, args.budget, args.jobs, args.timeout)
+    out = run(args.students, args.own, args.think, args.rounds, args.budget, args.jobs, args.timeout, args.save)
     print(json.dumps(out, indent=1))
     ok = out["errors"] == 0 and out["leaks"] == 0 and out["jobs_finished"] == out["jobs"]
     return 0 if ok and out["peak_under_base_plus_budget"] else 1

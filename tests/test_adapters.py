@@ -6,7 +6,7 @@ from torch import nn
 from editkit.core.errors import EditkitError
 from editkit.model.adapters import adapter_for
 from editkit.model.hooks import Hooks
-from editkit.lens import logit_lens
+from editkit.lens import logit_lens, predict, predict_with_lens
 from editkit.model.text import block_outputs
 from editkit.model.tokens import encode
 
@@ -72,6 +72,20 @@ def test_logit_lens_last_layer_equals_model_logits(tiny):
     assert len(lens.layers) == tiny.adapter.n_layers and lens.k == 3
     top = tiny.tok.decode([int(logits[-1].argmax())])
     assert lens.layers[-1][0].token == top
+
+
+def test_predict_with_lens_gives_what_predict_and_logit_lens_give(tiny):
+    """One run for both (the served home page): the same top tokens, probabilities and lens rows."""
+    preds, lens = predict_with_lens(tiny, PROMPT, k=3)
+    ref, ref_lens = predict(tiny, PROMPT, 3), logit_lens(tiny, PROMPT, k=3)
+    assert [p.token_id for p in preds] == [p.token_id for p in ref] and preds.prompt == ref.prompt
+    for got, want in zip(preds, ref):
+        assert got.prob == pytest.approx(want.prob, abs=1e-5) and got.logit == pytest.approx(want.logit, abs=1e-4)
+    assert lens.tokens == ref_lens.tokens and len(lens.layers) == len(ref_lens.layers)
+    for row, want in zip(lens.layers, ref_lens.layers):
+        assert [t.token for t in row] == [t.token for t in want]
+        assert [t.prob for t in row] == pytest.approx([t.prob for t in want], abs=1e-6)
+    assert lens.layers[-1][0].token == preds.top.token
 
 
 def test_hooks_removed_on_exception(tiny):

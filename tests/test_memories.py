@@ -376,3 +376,26 @@ def test_vocabulary_is_built_once_by_concurrent_sessions(tiny_by_name):
     for t in threads:
         t.join(timeout=60)
     assert len(got) == 4 and all(g is got[0] for g in got)
+
+
+def test_vocabulary_decodes_in_chunks_so_other_sessions_can_tokenize(tiny_by_name, monkeypatch):
+    """A served tokenizer is locked per call (loading.SerialTokenizer): the vocabulary is decoded DECODE_CHUNK ids
+    per call, so another session's tokenizing waits for one chunk, not for the whole vocabulary; the texts are
+    the same as one call's."""
+    from editkit.memories import vocab
+
+    lm = tiny_by_name("tiny-llama")
+    monkeypatch.setattr(vocab, "DECODE_CHUNK", 7)
+    sizes, decode = [], lm.tok.batch_decode
+
+    class Counting:
+        all_special_ids = lm.tok.all_special_ids
+
+        def batch_decode(self, batch):
+            sizes.append(len(batch))
+            return decode(batch)
+
+    n = lm.adapter.vocab_size
+    built = vocab._Vocab(Counting(), n)
+    assert max(sizes) <= 7 and sum(sizes) == n and len(sizes) == -(-n // 7)
+    assert built.texts == decode([[i] for i in range(n)])

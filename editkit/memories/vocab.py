@@ -70,12 +70,20 @@ def readable(text: str) -> str:
     return "".join(out) or "∅"
 
 
+DECODE_CHUNK = 4096  # token ids per batch_decode call (see _Vocab)
+
+
 class _Vocab:
-    """Decoded strings and classes of every token id of one tokenizer, built once."""
+    """Decoded strings and classes of every token id of one tokenizer, built once. The ids are decoded
+    DECODE_CHUNK at a time: a served model's tokenizer is shared and locked per call (loading.SerialTokenizer), so
+    another session's tokenizing waits for one chunk (milliseconds), not for all 262k of Gemma's tokens (seconds:
+    with one call, every session of a class of 30 stalled for up to 7 s at the first FFN inspection)."""
 
     def __init__(self, tok, size: int):
         ids = list(range(size))
-        texts = tok.batch_decode([[i] for i in ids])
+        texts = []
+        for start in range(0, size, DECODE_CHUNK):
+            texts += tok.batch_decode([[i] for i in ids[start:start + DECODE_CHUNK]])
         special = set(getattr(tok, "all_special_ids", []) or [])
         self.texts = texts
         self.classes = [classify(t, i in special) for i, t in zip(ids, texts)]

@@ -61,3 +61,12 @@ def block_outputs(lm, prompt: str) -> tuple[torch.Tensor, torch.Tensor]:
     L = lm.adapter.n_layers
     got = lm.runner.read(layers("resid_post", L), full=True, **encode(lm, prompt))
     return torch.stack([got[f"resid_post.{l}"][0] for l in range(L)]), lm.runner.logits(got.hidden, norm=False)[0]
+
+
+@torch.no_grad()
+def block_states(lm, prompt: str) -> torch.Tensor:
+    """Every block's output (layers, tokens, d_model) for one prompt, without projecting any of them to the
+    vocabulary (the run stops after the last block: cheaper than block_outputs when the logits are not needed)."""
+    L = lm.adapter.n_layers
+    got = lm.runner.read(layers("resid_post", L), **encode(lm, prompt))
+    return torch.stack([got[f"resid_post.{l}"][0] for l in range(L)])
