@@ -210,8 +210,9 @@ def _screen(lm, records: list[EvalRecord]) -> list[dict]:
         d = derived.get(_key(rec))
         use = d is not None and any(f.criterion == "logical" for f in d.facts)
         reason = "" if use else ("the model does not know the fact" if d is None else "no logical fact it knows")
-        rows.append({"key": _key(rec), "use": use, "reason": reason, "derivation": d.to_dict() if use else None,
-                     "pre": list(counterfact_rates(lm, rec.request)) if use else None})
+        rows.append({"key": _key(rec), "use": use, "reason": reason} if not use else  # a left-out one: why only
+                    {"key": _key(rec), "use": use, "reason": reason, "derivation": d.to_dict(),
+                     "pre": list(counterfact_rates(lm, rec.request))})
     return rows
 
 
