@@ -208,8 +208,8 @@ def ripple_evaluation(lm, methods, n: int = 100, set_name: str = "counterfact", 
     """Ripple effects over `n` CounterFact edits the model knows (each edited alone; subjects of counterfact-val
     left out unless `set_name="counterfact-val"`, where settings are chosen): per method and criterion the share
     of implied facts that moved / stayed as they should, with 95% intervals and the paired difference to MEMIT.
-    Results files (in a checkout: assets/results/ripple/<model>/) resume an interrupted run; `backend` spreads the
-    edits over Ray with the same numbers; `run=False` tabulates the rows already there (a partial table)."""
+    Results files (in a checkout: assets/results/ripple/<model>/) resume an interrupted run; `backend` spreads
+    the edits over Ray with the same numbers; `run=False` tabulates the rows already there (a partial table)."""
     names = [methods] if isinstance(methods, str) else list(methods)
     return evaluate_ripple(lm, names, RippleSpec(set_name=set_name, n=n), hparams, out_dir, backend, progress,
                            run=run)

@@ -40,7 +40,8 @@ def register(sub):
                         "counterfact-val); its files go to assets/results/ripple/<model>/ in a checkout "
                         "(--out to change), one line per edit, and a rerun resumes")
     p.add_argument("--report-only", action="store_true",
-                   help="with --ripple: only tabulate the rows already written (a partial table); edit nothing")
+                   help="with --ripple: only tabulate the rows already written (a partial table); "
+                        "edit nothing")
     p.add_argument("--sequential", action="store_true",
                    help="instead: lifelong editing, batch after batch on the weights the earlier ones left")
     lifelong.add_arguments(p)

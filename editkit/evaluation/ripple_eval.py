@@ -10,7 +10,7 @@ fact at a time) and its results go one line per record to its own file, resumabl
 this process or on Ray workers (runtime/cluster.py), edit by edit with the methods interleaved (the first edit
 with every method, then the second...), so an interrupted run leaves paired rows.
 
-Checkpoint: in a checkout the files go to `assets/results/ripple/<model>/` in the repository (`checkpoint_dir`),
+Checkpoint: in a checkout the files go to the repository's `assets/results/ripple/<model>/` (`checkpoint_dir`),
 which a lost cache does not lose and a commit carries to another machine; an installed package uses the cache.
 Each file's name carries a hash of its settings and its first line is a header with the settings themselves; a
 file whose header differs is refused, never mixed. In process every edit's row is appended as it finishes.
@@ -68,8 +68,10 @@ class RippleEvaluation(Result):
         return any(v < self.n for v in self.done.values())
 
     def headline(self) -> str:
-        part_ = f" (partial: {', '.join(f'{m} {k}' for m, k in self.done.items())} edits)" if self.partial else ""
-        return f"ripple effects on {self.model}, {self.n} edits of {self.set}{part_}, methods: {', '.join(self.table)}"
+        done = ", ".join(f"{m} {k}" for m, k in self.done.items())
+        part_ = f" (partial: {done} edits)" if self.partial else ""
+        return (f"ripple effects on {self.model}, {self.n} edits of {self.set}{part_}, "
+                f"methods: {', '.join(self.table)}")
 
     def to_json(self) -> JsonObject:
         return {"model": self.model, "set": self.set, "n": self.n, "facts": self.facts, "against": self.against,
@@ -126,8 +128,8 @@ def pool(set_name: str) -> list[EvalRecord]:
 
 
 def checkpoint_dir(lm) -> Path:
-    """Where the selection and results files go by default: the repository's assets/results/ripple/<model>/ in a
-    checkout (they survive a lost cache and travel with a commit), else the cache."""
+    """Where the selection and results files go by default: in a checkout the repository's
+    assets/results/ripple/<model>/ (they survive a lost cache and travel with a commit), else the cache."""
     if (ROOT / ".git").exists() and ASSETS == ROOT / "assets":
         return ASSETS / "results" / "ripple" / safe_name(lm.name)
     return cache_dir("evaluations", safe_name(lm.name))
@@ -141,7 +143,7 @@ def results_dir(lm, out_dir=None) -> Path:
 
 def header_row(path: Path, settings: dict) -> None:
     """A new file starts with {"header": settings}; an existing one must carry the same settings (a file from
-    before headers, named by the same settings hash, is accepted). read_rows skips the header (it has no key)."""
+    before headers, named by the same settings hash, is accepted). read_rows skips the header (no key)."""
     settings = json.loads(json.dumps(settings, default=str))
     if path.exists() and path.stat().st_size:
         with path.open(encoding="utf-8") as f:
@@ -163,14 +165,15 @@ def _deciding() -> dict:
     return {k: v for k, v in table().items() if not k.startswith("synonyms")}
 
 
-def select(lm, spec: RippleSpec, out_dir: Path, progress=None, screen: bool = True) -> list[tuple[EvalRecord, dict]]:
+def select(lm, spec: RippleSpec, out_dir: Path, progress=None,
+           screen: bool = True) -> list[tuple[EvalRecord, dict]]:
     """The first spec.n usable records of the pool with their derivations, screening (and recording) more as
     needed; without `screen`, only those the selection file already holds (possibly fewer)."""
     settings = {'format': FORMAT, 'cap': spec.max_per_criterion, 'rules': _deciding()}
     path = out_dir / f"ripple-select-{safe_name(lm.name)}-{spec.set_name}-{_hash(settings)}.jsonl"
     if screen:
-        header_row(path, {"model": lm.name, "set": spec.set_name, "format": FORMAT, "cap": spec.max_per_criterion,
-                          "rules": _hash(_deciding())})
+        header_row(path, {"model": lm.name, "set": spec.set_name, "format": FORMAT,
+                          "cap": spec.max_per_criterion, "rules": _hash(_deciding())})
     done = read_rows(path)
     records = pool(spec.set_name)
     chosen = []
@@ -210,9 +213,10 @@ def _screen(lm, records: list[EvalRecord]) -> list[dict]:
         d = derived.get(_key(rec))
         use = d is not None and any(f.criterion == "logical" for f in d.facts)
         reason = "" if use else ("the model does not know the fact" if d is None else "no logical fact it knows")
-        rows.append({"key": _key(rec), "use": use, "reason": reason} if not use else  # a left-out one: why only
-                    {"key": _key(rec), "use": use, "reason": reason, "derivation": d.to_dict(),
-                     "pre": list(counterfact_rates(lm, rec.request))})
+        row = {"key": _key(rec), "use": use, "reason": reason}  # a left-out one: why only
+        if use:
+            row.update(derivation=d.to_dict(), pre=list(counterfact_rates(lm, rec.request)))
+        rows.append(row)
     return rows
 
 
