@@ -203,13 +203,16 @@ def ripple(lm, request, methods=("rome", "memit"), relation: str | None = None, 
 
 
 def ripple_evaluation(lm, methods, n: int = 100, set_name: str = "counterfact", hparams: dict | None = None,
-                      out_dir=None, progress=None, backend: Backend | None = None) -> RippleEvaluation:
+                      out_dir=None, progress=None, backend: Backend | None = None,
+                      run: bool = True) -> RippleEvaluation:
     """Ripple effects over `n` CounterFact edits the model knows (each edited alone; subjects of counterfact-val
     left out unless `set_name="counterfact-val"`, where settings are chosen): per method and criterion the share
     of implied facts that moved / stayed as they should, with 95% intervals and the paired difference to MEMIT.
-    Results files resume an interrupted run; `backend` spreads the edits over Ray with the same numbers."""
+    Results files (in a checkout: assets/results/ripple/<model>/) resume an interrupted run; `backend` spreads
+    the edits over Ray with the same numbers; `run=False` tabulates the rows already there (a partial table)."""
     names = [methods] if isinstance(methods, str) else list(methods)
-    return evaluate_ripple(lm, names, RippleSpec(set_name=set_name, n=n), hparams, out_dir, backend, progress)
+    return evaluate_ripple(lm, names, RippleSpec(set_name=set_name, n=n), hparams, out_dir, backend, progress,
+                           run=run)
 
 
 def evaluate(lm, methods, spec: EvalSpec = EvalSpec(), hparams: dict | None = None, out_dir=None,

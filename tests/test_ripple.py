@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from editkit.cli import main
+from editkit.core.errors import EditkitError
 from editkit.data import implications
 from editkit.data.implications import Derivation, ImpliedFact, derive, match_answer, rules_for, table, user_fact
 from editkit.editing.requests import EditRequest
@@ -199,6 +200,61 @@ def test_evaluate_ripple_on_a_tiny_model_resumes(tiny_by_name, tmp_path, monkeyp
     rc = main(["evaluate", "--ripple", "--model", "tiny-gemma3", "--methods", "memit", "--n", "2", "--out",
                str(tmp_path), "--hparams-json", json.dumps({"memit": FAST})])
     assert rc == 0 and "logical / compositional" in capsys.readouterr().out
+
+
+def test_an_interrupted_ripple_run_resumes_to_the_same_table(tiny_by_name, tmp_path, monkeypatch):
+    """Rows are appended edit by edit, the methods interleaved; a run killed mid-way (and a line cut short) resumes
+    from its files to the table of one uninterrupted run; the rows so far give a partial table."""
+    monkeypatch.setattr(ripple_eval, "derive_many", _fake_derive)
+    monkeypatch.setattr(ripple_eval, "_knows", lambda lm, rs: [True] * len(rs))
+    lm = tiny_by_name("tiny-gemma3")
+    spec = ripple_eval.RippleSpec(n=3)
+    methods = ["memit", IN_CONTEXT]
+    whole = ripple_eval.evaluate_ripple(lm, methods, spec, {"memit": FAST}, out_dir=tmp_path / "whole")
+    assert whole.done == {"memit": 3, IN_CONTEXT: 3} and not whole.partial
+
+    real, calls = ripple_eval.ripple_batch, []
+
+    def dies_on_the_fourth(*args):
+        calls.append(args[1])  # (lm, method, ...)
+        if len(calls) == 4:
+            raise KeyboardInterrupt
+        return real(*args)
+
+    monkeypatch.setattr(ripple_eval, "ripple_batch", dies_on_the_fourth)
+    with pytest.raises(KeyboardInterrupt):
+        ripple_eval.evaluate_ripple(lm, methods, spec, {"memit": FAST}, out_dir=tmp_path / "cut")
+    assert calls == ["memit", IN_CONTEXT, "memit", IN_CONTEXT]  # edit by edit, the methods interleaved
+    files = sorted((tmp_path / "cut").glob("ripple-memit-*.jsonl"))
+    assert len(files) == 1
+    lines = files[0].read_text().splitlines()
+    assert json.loads(lines[0])["header"]["method"] == "memit" and len(lines) == 1 + 2  # header + 2 edits
+    with files[0].open("a") as f:
+        f.write('{"key": "cut sh')  # killed while writing a line
+    part = ripple_eval.evaluate_ripple(lm, methods, spec, {"memit": FAST}, out_dir=tmp_path / "cut", run=False)
+    assert part.partial and part.done == {"memit": 2, IN_CONTEXT: 1} and part.n == 3
+    assert part.table["memit"]["logical"]["edits"] == 2
+    monkeypatch.setattr(ripple_eval, "ripple_batch", real)
+    resumed = ripple_eval.evaluate_ripple(lm, methods, spec, {"memit": FAST}, out_dir=tmp_path / "cut")
+    assert resumed.table == whole.table and resumed.done == whole.done
+    assert len(files[0].read_text().splitlines()) == 1 + 2 + 1 + 1  # the cut line stays alone, the third edit after it
+
+
+def test_a_checkpoint_with_other_settings_is_refused(tmp_path):
+    path = tmp_path / "r.jsonl"
+    ripple_eval.header_row(path, {"method": "memit", "hp": {"lr": 1}})
+    ripple_eval.header_row(path, {"method": "memit", "hp": {"lr": 1}})  # the same settings: resumed
+    assert path.read_text().count("header") == 1
+    with pytest.raises(EditkitError, match="other settings"):
+        ripple_eval.header_row(path, {"method": "memit", "hp": {"lr": 2}})
+
+
+def test_the_checkpoint_lives_in_the_repository(tiny_by_name):
+    from editkit.core.paths import ROOT
+
+    lm = tiny_by_name("tiny-gemma3")
+    if (ROOT / ".git").exists():
+        assert ripple_eval.checkpoint_dir(lm) == ROOT / "assets" / "results" / "ripple" / lm.name
 
 
 def test_coedit_writes_the_implications_in_the_edit_phrasing(tiny_by_name, monkeypatch):

@@ -37,7 +37,11 @@ def register(sub):
     p.add_argument("--ripple", action="store_true",
                    help="instead: ripple effects, the share of implied facts that move / stay with each method "
                         "and the in-context reference (--methods may name in-context; --set counterfact or "
-                        "counterfact-val)")
+                        "counterfact-val); its files go to assets/results/ripple/<model>/ in a checkout "
+                        "(--out to change), one line per edit, and a rerun resumes")
+    p.add_argument("--report-only", action="store_true",
+                   help="with --ripple: only tabulate the rows already written (a partial table); "
+                        "edit nothing")
     p.add_argument("--sequential", action="store_true",
                    help="instead: lifelong editing, batch after batch on the weights the earlier ones left")
     lifelong.add_arguments(p)
@@ -65,6 +69,8 @@ def run(args):
         raise EditkitError(f"{', '.join(sequential_only)}: only for --sequential runs")
     if args.ripple and args.set_name not in ("counterfact", "counterfact-val"):
         raise EditkitError("--ripple evaluates --set counterfact or counterfact-val")
+    if args.report_only and not args.ripple:
+        raise EditkitError("--report-only tabulates a --ripple run's rows: add --ripple")
     if args.ripple and args.sequential:
         raise EditkitError("--ripple and --sequential are two different evaluations: pick one")
     load_eval_set(args.set_name, 1)  # an unknown set fails before the model loads
@@ -103,7 +109,7 @@ def ripple_run(args, lm, methods, hparams, progress, backend):
     if IN_CONTEXT not in methods:  # the bar every weight edit is read against
         methods = methods + [IN_CONTEXT]
     out = evaluate_ripple(lm, methods, RippleSpec(set_name=args.set_name, n=args.n), hparams, out_dir=args.out,
-                          backend=backend, progress=progress).to_json()
+                          backend=backend, progress=progress, run=not args.report_only).to_json()
     out["ripple"] = True
     if args.save:
         with open(args.save, "w", encoding="utf-8") as f:
@@ -117,10 +123,14 @@ def show_ripple(out):
 
     print(f"Ripple effects on {out['model']}, {out['n']} edits of {out['set']} (each edited alone); implied facts: "
           + ", ".join(f"{v} {k}" for k, v in out["facts"].items()))
+    done = out.get("done") or {}
+    if any(v < out["n"] for v in done.values()):
+        print("PARTIAL: edits with a row so far: " + ", ".join(f"{m} {v}" for m, v in done.items())
+              + f" of {out['n']} (a rerun without --report-only resumes)")
     print("% of implied facts that moved / stayed as they should, mean over edits ± 95% half-width; [d vs "
           f"{out['against'].upper()}: paired difference]")
     cols = [c for c, _ in COLUMNS]
-    print(f"{'':22s}" + "".join(f"{label:>26s}" for _, label in COLUMNS))
+    print(f"{'':22s}{'edits':>6s}" + "".join(f"{label:>26s}" for _, label in COLUMNS))
     for m, cells in out["table"].items():
         line = ""
         for c in cols:
@@ -133,7 +143,7 @@ def show_ripple(out):
                 d = cell["diff"]
                 text += f" [d {d['mean']:+5.1f}±{d['ci95'] or 0:4.1f}]"
             line += f"{text:>26s}"
-        print(f"{m:22s}{line}")
+        print(f"{m:22s}{done.get(m, out['n']):>6d}{line}")
     print("criteria: " + "; ".join(f"{k} = {v}" for k, v in CRITERIA.items()) + "; efficacy = P(new) > P(true) on "
           "the rewrite; specificity = neighbourhood prompts keeping P(true) > P(new), after the edit, and its "
           "change from before")

@@ -83,9 +83,15 @@ def read_rows(path: Path) -> dict:
 
 
 def append_row(path: Path, row: dict) -> None:
-    """One line more, on disk before this returns (an interruption loses at most the line being written)."""
+    """One line more, on disk before this returns (an interruption loses at most the line being written; a line
+    an interruption cut short is ended first, so the new one is not glued to it)."""
+    cut = False
+    if path.exists() and path.stat().st_size:
+        with path.open("rb") as f:
+            f.seek(-1, os.SEEK_END)
+            cut = f.read(1) != b"\n"
     with path.open("a", encoding="utf-8") as f:
-        f.write(json.dumps(row, default=str) + "\n")
+        f.write(("\n" if cut else "") + json.dumps(row, default=str) + "\n")
         f.flush()
         os.fsync(f.fileno())
 

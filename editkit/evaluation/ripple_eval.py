@@ -7,7 +7,14 @@ prompt is target_true) and with at least one logical-generalization fact the mod
 in file order until `n` are found; every screened candidate is kept in a selection file (its derivation, or why
 it was left out), so a rerun resumes. Each method then edits every selected record alone (RippleEdits edits one
 fact at a time) and its results go one line per record to its own file, resumable too; the work items run in
-this process or on Ray workers (runtime/cluster.py).
+this process or on Ray workers (runtime/cluster.py), edit by edit with the methods interleaved (the first edit
+with every method, then the second...), so an interrupted run leaves paired rows.
+
+Checkpoint: in a checkout the files go to the repository's `assets/results/ripple/<model>/` (`checkpoint_dir`),
+which a lost cache does not lose and a commit carries to another machine; an installed package uses the cache.
+Each file's name carries a hash of its settings and its first line is a header with the settings themselves; a
+file whose header differs is refused, never mixed. In process every edit's row is appended as it finishes.
+`evaluate_ripple(..., run=False)` tabulates the rows already there and edits nothing (a partial table).
 
 Per method and criterion: the mean over edits of the share of implied facts that moved / stayed as they should,
 with a 95% interval over edits and the paired difference to MEMIT (same edits, same facts).
@@ -16,11 +23,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core.errors import EditkitError
-from ..core.paths import cache_dir, safe_name
+from ..core.paths import ASSETS, ROOT, cache_dir, safe_name
 from ..core.progress import part
 from ..core.results import JsonObject, Result, frame
 from ..data.implications import ImpliedFact, derive_many, kept, rules_for, table
@@ -54,17 +61,26 @@ class RippleEvaluation(Result):
     against: str
     table: dict[str, dict]
     files: dict[str, str]
+    done: dict[str, int] = field(default_factory=dict)  # edits with a row, per method (< n: a partial table)
+
+    @property
+    def partial(self) -> bool:
+        return any(v < self.n for v in self.done.values())
 
     def headline(self) -> str:
-        return f"ripple effects on {self.model}, {self.n} edits of {self.set}, methods: {', '.join(self.table)}"
+        done = ", ".join(f"{m} {k}" for m, k in self.done.items())
+        part_ = f" (partial: {done} edits)" if self.partial else ""
+        return (f"ripple effects on {self.model}, {self.n} edits of {self.set}{part_}, "
+                f"methods: {', '.join(self.table)}")
 
     def to_json(self) -> JsonObject:
         return {"model": self.model, "set": self.set, "n": self.n, "facts": self.facts, "against": self.against,
-                "table": self.table, "files": self.files}
+                "table": self.table, "files": self.files, "done": self.done}
 
     @classmethod
     def _from_json(cls, d: dict) -> "RippleEvaluation":
-        return cls(d["model"], d["set"], d["n"], d["facts"], d["against"], d["table"], d.get("files", {}))
+        return cls(d["model"], d["set"], d["n"], d["facts"], d["against"], d["table"], d.get("files", {}),
+                   d.get("done", {}))
 
     def figure(self):
         """Bars per criterion and method with 95% intervals over edits (figures/ripple.share_figure)."""
@@ -111,10 +127,36 @@ def pool(set_name: str) -> list[EvalRecord]:
     return out
 
 
+def checkpoint_dir(lm) -> Path:
+    """Where the selection and results files go by default: in a checkout the repository's
+    assets/results/ripple/<model>/ (they survive a lost cache and travel with a commit), else the cache."""
+    if (ROOT / ".git").exists() and ASSETS == ROOT / "assets":
+        return ASSETS / "results" / "ripple" / safe_name(lm.name)
+    return cache_dir("evaluations", safe_name(lm.name))
+
+
 def results_dir(lm, out_dir=None) -> Path:
-    out = Path(out_dir) if out_dir else cache_dir("evaluations", safe_name(lm.name))
+    out = Path(out_dir) if out_dir else checkpoint_dir(lm)
     out.mkdir(parents=True, exist_ok=True)
     return out
+
+
+def header_row(path: Path, settings: dict) -> None:
+    """A new file starts with {"header": settings}; an existing one must carry the same settings (a file from
+    before headers, named by the same settings hash, is accepted). read_rows skips the header (no key)."""
+    settings = json.loads(json.dumps(settings, default=str))
+    if path.exists() and path.stat().st_size:
+        with path.open(encoding="utf-8") as f:
+            try:
+                first = json.loads(f.readline())
+            except ValueError:
+                first = {}
+        if isinstance(first, dict) and "header" in first and first["header"] != settings:
+            raise EditkitError(f"{path} was written with other settings ({first['header']}); not mixing rows "
+                               f"of {settings} into it")
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    append_row(path, {"header": settings})
 
 
 def _deciding() -> dict:
@@ -123,11 +165,15 @@ def _deciding() -> dict:
     return {k: v for k, v in table().items() if not k.startswith("synonyms")}
 
 
-def select(lm, spec: RippleSpec, out_dir: Path, progress=None) -> list[tuple[EvalRecord, dict]]:
+def select(lm, spec: RippleSpec, out_dir: Path, progress=None,
+           screen: bool = True) -> list[tuple[EvalRecord, dict]]:
     """The first spec.n usable records of the pool with their derivations, screening (and recording) more as
-    needed."""
-    path = out_dir / f"ripple-select-{safe_name(lm.name)}-{spec.set_name}-" \
-                     f"{_hash({'format': FORMAT, 'cap': spec.max_per_criterion, 'rules': _deciding()})}.jsonl"
+    needed; without `screen`, only those the selection file already holds (possibly fewer)."""
+    settings = {'format': FORMAT, 'cap': spec.max_per_criterion, 'rules': _deciding()}
+    path = out_dir / f"ripple-select-{safe_name(lm.name)}-{spec.set_name}-{_hash(settings)}.jsonl"
+    if screen:
+        header_row(path, {"model": lm.name, "set": spec.set_name, "format": FORMAT,
+                          "cap": spec.max_per_criterion, "rules": _hash(_deciding())})
     done = read_rows(path)
     records = pool(spec.set_name)
     chosen = []
@@ -135,6 +181,8 @@ def select(lm, spec: RippleSpec, out_dir: Path, progress=None) -> list[tuple[Eva
     while len(chosen) < spec.n and i < len(records):
         chunk = records[i:i + SCREEN_CHUNK]
         todo = [r for r in chunk if _key(r) not in done]
+        if todo and not screen:
+            break
         if todo:
             if progress:
                 progress(min(len(chosen) / spec.n, 1.0), f"screening records {i + 1}-{i + len(chunk)} "
@@ -147,7 +195,7 @@ def select(lm, spec: RippleSpec, out_dir: Path, progress=None) -> list[tuple[Eva
             if row["use"] and len(chosen) < spec.n:
                 chosen.append((rec, row))
         i += len(chunk)
-    if len(chosen) < spec.n:
+    if len(chosen) < spec.n and screen:
         raise EditkitError(f"only {len(chosen)} records of {spec.set_name} are usable (known, with a logical fact "
                            f"the model knows); ask for at most that many")
     return chosen
@@ -165,8 +213,10 @@ def _screen(lm, records: list[EvalRecord]) -> list[dict]:
         d = derived.get(_key(rec))
         use = d is not None and any(f.criterion == "logical" for f in d.facts)
         reason = "" if use else ("the model does not know the fact" if d is None else "no logical fact it knows")
-        rows.append({"key": _key(rec), "use": use, "reason": reason, "derivation": d.to_dict() if d else None,
-                     "pre": list(counterfact_rates(lm, rec.request)) if use else None})
+        row = {"key": _key(rec), "use": use, "reason": reason}  # a left-out one: why only
+        if use:
+            row.update(derivation=d.to_dict(), pre=list(counterfact_rates(lm, rec.request)))
+        rows.append(row)
     return rows
 
 
@@ -190,30 +240,42 @@ def ripple_batch(lm, method: str, requests: list, facts: list[list[dict]], pre: 
 
 def evaluate_ripple(lm, methods: list[str], spec: RippleSpec = RippleSpec(), hparams: dict | None = None,
                     out_dir=None, backend: Backend | None = None, progress=None,
-                    batch: int = 5) -> RippleEvaluation:
-    """Every method (and IN_CONTEXT) on the selected edits; the share table (ripple.share_table)."""
+                    batch: int | None = None, run: bool = True) -> RippleEvaluation:
+    """Every method (and IN_CONTEXT) on the selected edits; the share table (ripple.share_table). `batch`: edits
+    per work item (default 1 in process, each row on disk as its edit finishes; 5 on Ray). Without `run`, the table
+    of the rows already in the files (each method's `edits` may be fewer than n), nothing edited or screened."""
     if spec.n < 1:
         raise EditkitError("the number of edits must be at least 1")
     methods = [m.strip().lower() for m in methods if m.strip()]
     if not methods:
         raise EditkitError("give at least one method")
+    backend = backend or Backend()
+    batch = batch or (5 if backend.ray else 1)
     hps = {m: None if m == IN_CONTEXT else load_hparams(m, lm, (hparams or {}).get(m)) for m in methods}
     out_dir = results_dir(lm, out_dir)
-    chosen = select(lm, spec, out_dir, part(progress, 0.0, 0.2) if progress else None)
+    chosen = select(lm, spec, out_dir, part(progress, 0.0, 0.2) if progress else None, screen=run)
+    if not chosen:
+        raise EditkitError(f"no selected edit in {out_dir} yet: run without --report-only first")
     facts = {_key(rec): row["derivation"]["facts"] for rec, row in chosen}
+    settings = {m: {"format": FORMAT, "model": lm.name, "set": spec.set_name, "method": m,
+                    "hp": hps[m].to_dict() if hps[m] else None, "n_cap": spec.max_per_criterion} for m in methods}
     paths = {m: out_dir / f"ripple-{safe_name(m)}-{safe_name(lm.name)}-{spec.set_name}-"
-                          f"{_hash({'format': FORMAT, 'hp': hps[m].to_dict() if hps[m] else None, 'n_cap': spec.max_per_criterion})}.jsonl"
+                          f"{_hash({'format': FORMAT, 'hp': settings[m]['hp'], 'n_cap': spec.max_per_criterion})}.jsonl"
              for m in methods}
+    if run:
+        for m in methods:
+            header_row(paths[m], settings[m])
     done = {m: read_rows(paths[m]) for m in methods}
-    items, where = [], []
-    for m in methods:
+    order = {_key(rec): i for i, (rec, _) in enumerate(chosen)}
+    chunks = []  # (position of its first edit, method index, method, [(rec, row)])
+    for j, m in enumerate(methods):
         todo = [(rec, row) for rec, row in chosen if _key(rec) not in done[m]]
-        for i in range(0, len(todo), batch):
-            part_ = todo[i:i + batch]
-            items.append(Item(ripple_batch, (m, [rec.request for rec, _ in part_], [facts[_key(rec)] for rec, _ in part_],
-                                             [row["pre"] for _, row in part_], hps[m]),
-                              label=f"{m}: {len(part_)} edit(s)"))
-            where.append((m, [_key(rec) for rec, _ in part_]))
+        chunks += [(order[_key(todo[i][0])], j, m, todo[i:i + batch]) for i in range(0, len(todo), batch)]
+    chunks.sort(key=lambda c: c[:2])  # edit by edit, the methods interleaved: an interruption leaves paired rows
+    items = [Item(ripple_batch, (m, [rec.request for rec, _ in part_], [facts[_key(rec)] for rec, _ in part_],
+                                 [row["pre"] for _, row in part_], hps[m]), label=f"{m}: {len(part_)} edit(s)")
+             for _, _, m, part_ in chunks]
+    where = [(m, [_key(rec) for rec, _ in part_]) for _, _, m, part_ in chunks]
 
     def written(j: int, rows: list[dict]) -> None:
         m, keys = where[j]
@@ -222,14 +284,16 @@ def evaluate_ripple(lm, methods: list[str], spec: RippleSpec = RippleSpec(), hpa
             append_row(paths[m], row)
             done[m][key] = row
 
-    run_items(lm, items, backend or Backend(), part(progress, 0.2, 1.0) if progress else None, done=written)
+    if run:
+        run_items(lm, items, backend, part(progress, 0.2, 1.0) if progress else None, done=written)
     masks = {_key(rec): [kept(f, row["derivation"]["relation"]) for f in row["derivation"]["facts"]]
              for rec, row in chosen}
     facts = {k: [f for f, ok in zip(fs, masks[k]) if ok] for k, fs in facts.items()}
     rows = {m: [{**done[m][_key(rec)], "outcomes": [o for o, ok in zip(done[m][_key(rec)]["outcomes"],
                                                                         masks[_key(rec)]) if ok]}
-                for rec, _ in chosen] for m in methods}
+                for rec, _ in chosen if _key(rec) in done[m]] for m in methods}
     n_facts = {c: sum(1 for fs in facts.values() for f in fs if f["criterion"] == c) for c in
                ("logical", "aliasing", "specificity", "preservation")}
     return RippleEvaluation(lm.name, spec.set_name, len(chosen), n_facts, spec.against,
-                            share_table(rows, facts, spec.against), {m: str(p) for m, p in paths.items()})
+                            share_table(rows, facts, spec.against), {m: str(p) for m, p in paths.items()},
+                            {m: len(r) for m, r in rows.items()})
