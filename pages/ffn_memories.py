@@ -92,18 +92,20 @@ if view:
                 "Latin-script words are added with their rank among all tokens.")
     st.plotly_chart(view.figure(), width="stretch", key="mem_bars")
     # the table gets the page's whole width (beside the chart its token columns ran off the right edge)
+    # the readable words (with the filter) and the kinds before the raw tokens, which come last and narrower: two
+    # wide token columns ran off the right edge at 1400 px (seen in the browser walk's screenshot)
+    words = any(m.filtered_tokens for m in mems)
     st.dataframe(pd.DataFrame([{
         "memory": m.label, "m_i": round(m.coefficient, 3), "||v_i||": round(m.value_norm, 3),
         "contribution": round(m.contribution, 3),
-        "value tokens": " · ".join(vocab.readable(t["token"]) for t in m.value_tokens),
+        **({"Latin-script words (rank among all)": " · ".join(
+            f"{vocab.readable(t['token'])} (#{t['rank']:,})" for t in m.filtered_tokens)} if words else {}),
         "kinds": ", ".join(f"{n} {c}" for c, n in vocab.class_counts(
             lm, [t["token_id"] for t in m.value_tokens]).items()),
-        **({"Latin-script words (rank among all)": " · ".join(
-            f"{vocab.readable(t['token'])} (#{t['rank']:,})" for t in m.filtered_tokens)}
-           if m.filtered_tokens else {}),
+        "value tokens": " · ".join(vocab.readable(t["token"]) for t in m.value_tokens),
     } for m in mems]), hide_index=True, width="stretch",
         column_config={"memory": st.column_config.TextColumn(width="small"),
-                       "value tokens": st.column_config.TextColumn(width="large"),
+                       "value tokens": st.column_config.TextColumn(width="medium" if words else "large"),
                        "Latin-script words (rank among all)": st.column_config.TextColumn(width="large")})
     st.caption("Tokens as decoded: ␣ is a leading space, ⏎ a newline, � an incomplete UTF-8 piece (a "
                "byte fragment of a longer character). \"kinds\" counts Latin-script words, other scripts, "
