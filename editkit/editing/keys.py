@@ -123,7 +123,8 @@ class SiteReader:
         out = {}
         for name in averaged:
             x = got[name][self.rows_t, self.idx].float()
-            out[name] = (torch.zeros(self.n, x.shape[1]).index_add(0, self.owner_t, x) / self.counts).T.contiguous()
+            mean = torch.zeros(self.n, x.shape[1], device=x.device).index_add(0, self.owner_t.to(x.device), x)
+            out[name] = (mean / self.counts.to(x.device)).T.contiguous()
         for name in plain:
             out[name] = got[name][self.plain_t, self.idx[self.plain_t]].float().T.contiguous()
         return out

@@ -237,7 +237,7 @@ def _run_group(lm, setup: TraceSetup, t: int, chains: list, work: Work, tick) ->
             h = h_in
             break
         t0 = time.perf_counter()
-        rows = torch.tensor(samples)
+        rows = torch.tensor(samples, device=h_in.device)
         with Hooks(lm) as hooks:
             _set_patches(hooks, setup, j, t, t - base, nodes)
             kv = None
@@ -267,7 +267,8 @@ def _inputs(setup, j, t, base, h, nodes: list[Node]) -> torch.Tensor:
     """The residuals entering block j (positions base..T-1) of each node: the parent's output, or for a chain
     entering here, its sample's corrupted residual, with the clean one at token t if it restores the hidden state."""
     corrupt = setup.block_input(j)
-    h_in = torch.empty(len(nodes), corrupt.shape[1] - base, corrupt.shape[2], dtype=corrupt.dtype)
+    h_in = torch.empty(len(nodes), corrupt.shape[1] - base, corrupt.shape[2], dtype=corrupt.dtype,
+                       device=corrupt.device)
     old = [k for k, v in enumerate(nodes) if not v.entry]
     if old:
         h_in[old] = h[torch.tensor([nodes[k].parent for k in old])]
@@ -288,8 +289,8 @@ def _set_patches(hooks: Hooks, setup, j, t, pos, nodes: list[Node]) -> None:
         for kind, src in v.patch:
             by_kind.setdefault(kind, []).append((k, src, v.sample))
     for kind, items in by_kind.items():
-        rows = torch.tensor([k for k, _, _ in items])
         clean = setup.state(kind, j, "clean")[0, t]
+        rows = torch.tensor([k for k, _, _ in items], device=clean.device)
         corrupt = setup.state(kind, j)[:, t]
         values = torch.stack([clean if src == "clean" else corrupt[s] for _, src, s in items])
 

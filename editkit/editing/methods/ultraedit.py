@@ -157,7 +157,8 @@ def _statistics(lm, state: SequenceState, K: dict, G: dict, normalizer: str) -> 
 
 def _solve_summary(layer: int, K: torch.Tensor, up: dict) -> dict:
     """How well the ridge solve writes its values (||K Delta - V|| / ||V||) and the sizes that set them."""
-    fit = (K.double() @ up["delta"].T - up["values"]).norm() / up["values"].norm().clamp_min(1e-300)
+    K = K.double().to(up["delta"].device)  # the keys stay where the model runs; the solve is on the CPU
+    fit = (K @ up["delta"].T - up["values"]).norm() / up["values"].norm().clamp_min(1e-300)
     return {"layer": layer, "rows": K.shape[0], "key_norm": float(K.norm(dim=1).mean()),
             "key_hat_norm": float(up["k_hat"].norm(dim=1).mean()), "fit_residual": float(fit)}
 
