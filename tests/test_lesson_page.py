@@ -224,6 +224,32 @@ def test_teacher_adds_a_fact_from_the_page(env, tmp_path, monkeypatch):
     assert len(at.selectbox(key="lesson_fact").options) == 2
 
 
+def test_the_add_a_fact_estimate_says_what_it_is_based_on(tmp_path, monkeypatch):
+    """The shipped pack on a server that has computed nothing yet: the estimate is the idle benchmark's few minutes
+    and says so (it said "about 24 min", from the seconds the shipped facts took when they were built on a loaded
+    machine before a speed-up); once this server has timed the parts, it says it is from them."""
+    from editkit.lesson import compute
+    from editkit.lesson.pack import SHIPPED
+
+    monkeypatch.delenv("EDITKIT_LESSON", raising=False)
+    monkeypatch.setenv("EDITKIT_CACHE", str(tmp_path / "cache"))
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.query_params["teacher"] = "1"
+    at.switch_page("pages/lesson.py").run()
+    ok(at)
+    text = next(m.value for m in at.markdown if "for a fact with one new target" in m.value)
+    assert re.search(r"about [2-4] min for a fact with one new target", text), text
+    assert "benchmark" in text and "nothing was computed on this server yet" in text
+    from editkit.lesson.build import COST, remember
+
+    shipped = Pack.open(SHIPPED)
+    s = compute.Settings.for_new_facts(shipped.manifest["settings"])
+    remember(shipped.model, s, "trace", COST["trace"] + 600)  # this server's trace took 10 min longer
+    at.run()
+    text = next(m.value for m in at.markdown if "for a fact with one new target" in m.value)
+    assert "when this server last computed it" in text and not re.search(r"about [2-4] min for a fact", text), text
+
+
 def test_a_folder_that_is_no_pack_gets_a_message(tmp_path, monkeypatch):
     monkeypatch.setenv("EDITKIT_LESSON", str(tmp_path))
     at = AppTest.from_file(APP, default_timeout=60)
