@@ -194,6 +194,7 @@ def show_changes(out: Comparison) -> None:
                 "surgical edit, a large one a risk for everything else the matrix stores.")
     st.plotly_chart(out.norms_figure(), width="stretch", key="ec_norms")
     st.dataframe(out.diagnostics(), hide_index=True, width="stretch")
+    st.caption(figures.DIAGNOSTICS_BLANK)
     with st.expander("Optimisation loss curves"):
         st.plotly_chart(out.loss_figure(), width="stretch", key="ec_losses")
 
