@@ -187,9 +187,14 @@ def test_the_shipped_pack_is_estimated_from_the_idle_benchmark_until_a_fact_is_c
     one, how = estimate(shipped, 1, s)
     assert 120 < one < 300 and "benchmark" in how and "nothing was computed on this server yet" in how
     assert estimate(shipped, 2, s)[0] > one
+    remember(shipped.model, s, "lens", 8.27)  # a cancelled build's first part, under load: 16x the benchmark's
+    lens, how = estimate(shipped, 1, s)
+    assert lens == pytest.approx(one + 8.27 - COST["lens"]) and "the others are from editkit's benchmark" in how
     remember(shipped.model, s, "trace", 2 * COST["trace"])  # this machine traced at half the benchmark's speed
     slow, how = estimate(shipped, 1, s)
-    assert slow == pytest.approx(2 * one) and "1 of the 10 kinds of part were computed here" in how
+    rate = (8.27 + 2 * COST["trace"]) / (COST["lens"] + COST["trace"])  # the trace covers enough to scale by
+    assert slow == pytest.approx(8.27 + 2 * COST["trace"] + rate * (one - COST["lens"] - COST["trace"]))
+    assert "2 of the 10 kinds of part were computed here, the others are scaled from them" in how
 
 
 def _cli_error(capsys, *argv) -> str:

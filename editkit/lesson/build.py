@@ -378,38 +378,43 @@ def _day(when: str) -> str:
         return "an unknown time"
 
 
+SCALE_FROM = 0.2  # the share of a fact's COST the parts timed here must cover before the others are scaled by them
+
+
 def estimate(pack, n_targets: int, settings: compute.Settings | None = None) -> tuple[float, str]:
     """(seconds, what it is based on) to add one fact with `n_targets` new targets to `pack`, computed with
-    `settings` (default: the pack's settings for new facts). In order of trust:
-    1. the parts this machine computed last for the pack's model with these settings (remember(): every build
-       records its parts, first-use statistics left out); a kind of part it has not computed yet is scaled from
-       the ones it has, by COST;
-    2. nothing measured here, the embedded model: the idle benchmark (COST);
-    3. another model: the seconds its own facts recorded when they were computed (on the machine that built the
-       pack), else COST, said to be the embedded model's."""
+    `settings` (default: the pack's settings for new facts). Each kind of part, in order of trust:
+    1. how long it took when this machine last computed it for the pack's model with these settings (remember():
+       every build records its parts, first-use statistics left out);
+    2. not computed here yet: its COST (the idle benchmark, the embedded model's), scaled by how much slower or
+       faster the parts timed here were once they cover SCALE_FROM of a fact (a cancelled build's logit lens
+       alone, 8 s under load against the benchmark's 0.5 s, made a 3-minute fact 48 minutes); before that, for
+       another model than the embedded one, scaled to the time the pack's own facts recorded when they were
+       computed (on the machine that built it), else unscaled and said to be the embedded model's."""
     from ..model.loading import DEFAULT_MODEL
 
     methods = list(pack.manifest.get("method_names") or ["rome"])
     n_layers = int(pack.manifest.get("layers", 18))
     s = settings or compute.Settings.for_new_facts(pack.manifest.get("settings"))
     parts = _parts(n_targets, methods, n_layers)
-    have = {k: v for k, v in measured(pack.model, s).items() if k in parts}
-    if have:
-        rate = sum(v["seconds"] for v in have.values()) / max(sum(parts[k][1] for k in have), 1e-9)
-        seconds = sum(n * (have[k]["seconds"] if k in have else rate * cost) for k, (n, cost) in parts.items())
-        how = (f"from how long each part took when this server last computed it, on "
-               f"{_day(max(v['when'] for v in have.values()))}")
-        if len(have) < len(parts) - 1:  # the known-fact check is not a unit: never timed on its own
-            how += (f"; {len(have)} of the {len(parts) - 1} kinds of part were computed here, the others are scaled "
-                    "from them")
-        return seconds, how
+    have = {k: v["seconds"] for k, v in measured(pack.model, s).items() if k in parts}
+    when = max((v["when"] for k, v in measured(pack.model, s).items() if k in parts), default="")
     reference = sum(n * cost for n, cost in parts.values())
-    if pack.model == DEFAULT_MODEL:
-        return reference, f"from {REFERENCE}; nothing was computed on this server yet"
-    own = _packs_own(pack, n_targets)
-    if own is not None:
-        return own
-    return reference, f"from {REFERENCE} for the embedded model; {pack.model} was never timed here"
+    covered = sum(parts[k][0] * parts[k][1] for k in have)
+    if have and covered >= SCALE_FROM * reference:
+        rate, basis = sum(parts[k][0] * t for k, t in have.items()) / covered, None
+    else:
+        own = None if pack.model == DEFAULT_MODEL else _packs_own(pack, n_targets)
+        rate, basis = (own[0] / reference, own[1]) if own else (1.0, f"from {REFERENCE}" + (
+            "" if pack.model == DEFAULT_MODEL else f" for the embedded model ({pack.model} was never timed)"))
+    seconds = sum(n * (have[k] if k in have else rate * cost) for k, (n, cost) in parts.items())
+    if not have:
+        return seconds, f"{basis}; nothing was computed on this server yet"
+    how = f"from how long each part took when this server last computed it, on {_day(when)}"
+    if len(have) < len(parts) - 1:  # the known-fact check is not a unit: never timed on its own
+        how += (f"; {len(have)} of the {len(parts) - 1} kinds of part were computed here, the others are "
+                + ("scaled from them" if basis is None else basis))
+    return seconds, how
 
 
 def _packs_own(pack, n_targets: int) -> tuple[float, str] | None:
@@ -430,8 +435,7 @@ def _packs_own(pack, n_targets: int) -> tuple[float, str] | None:
         return None
     seconds = sum(fixed) / len(fixed) + n_targets * sum(per_target) / len(per_target)
     return seconds, (f"as long as this pack's {len(fixed)} fact{'s' if len(fixed) > 1 else ''} took to compute on "
-                     f"the machine that built {'them' if len(fixed) > 1 else 'it'}{built_on(pack.manifest)}; "
-                     "nothing was computed on this server yet")
+                     f"the machine that built {'them' if len(fixed) > 1 else 'it'}{built_on(pack.manifest)}")
 
 
 def _fact_ids(folder: Path, manifest: dict, facts: list[LessonFact]) -> list[str]:
