@@ -193,7 +193,10 @@ def show_changes(out: Comparison) -> None:
     st.markdown("The Frobenius norm of each matrix's change relative to the matrix: a small number means a "
                 "surgical edit, a large one a risk for everything else the matrix stores.")
     st.plotly_chart(out.norms_figure(), width="stretch", key="ec_norms")
-    st.dataframe(out.diagnostics(), hide_index=True, width="stretch")
+    diagnostics = out.diagnostics()
+    st.dataframe(diagnostics, hide_index=True, width="stretch")
+    if (diagnostics == figures.NOT_APPLICABLE).to_numpy().any():
+        st.caption(figures.DIAGNOSTICS_BLANK)
     with st.expander("Optimisation loss curves"):
         st.plotly_chart(out.loss_figure(), width="stretch", key="ec_losses")
 

@@ -963,12 +963,14 @@ def add_fact_form(pack) -> None:
     from editkit.lesson.build import estimate
 
     st.subheader("Add a fact")
-    one, how = estimate(pack, 1)
-    two, _ = estimate(pack, 2)
+    new = compute.Settings.for_new_facts(pack.manifest.get("settings"))
+    one, how = estimate(pack, 1, new)
+    two, _ = estimate(pack, 2, new)
     st.markdown("The same computation as `python -m editkit lesson build`, as a job on this server: about "
-                f"{duration(one)} for a fact with one new target, {duration(two)} with two ({how}; "
-                "longer while other jobs compute). Students see the fact once every part of it is computed; until "
-                "then, and if the job is cancelled, they are served the pack as it was.")
+                f"{duration(one)} for a fact with one new target, {duration(two)} with two ({how}; longer while "
+                "other jobs compute, and on a server that has never computed the model's statistics the first fact "
+                "computes them too). Students see the fact once every part of it is computed; until then, and if "
+                "the job is cancelled, they are served the pack as it was.")
     added = st.session_state.pop("lesson_added", None)
     if added:
         st.success(added)
@@ -1007,7 +1009,6 @@ def add_fact_form(pack) -> None:
             st.session_state["lesson_adding"] = (new_fact.key, list(pack.fact_ids))  # for a cancel's message
             lm = ui.get_lm(pack.model, served=True)
             folder = packs.writable_folder()
-            new = compute.Settings.for_new_facts(pack.manifest.get("settings"))
             out = ui.run_job("adding a fact to the lesson", lambda progress: build(
                 [record], folder, lm=lm, progress=progress, methods=pack.manifest.get("method_names"),
                 settings=new), on_cancel=_add_cancelled, samples=new.samples,

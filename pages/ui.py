@@ -272,6 +272,10 @@ def run_job(name: str, fn, cancel_label: str = "Cancel", on_cancel=None, memory:
         draw(f, (f"{name}: {msg}" if msg else name) + (f" ({left} left in all)" if left else ""))
 
     job.on_progress = show
+    # This session's job still in the queue is one its stopped script run left computing (a Cancel, or any click,
+    # starts the new run at once): cancelled now, it stops at its next progress step and this one waits for that,
+    # saying so ("Add the fact" clicked just after a Cancel was refused for the session's one job).
+    jobs.QUEUE.supersede(job.owner)
     try:
         return jobs.run(job, fn, on_wait=waiting)
     finally:

@@ -35,3 +35,25 @@ def test_similarity_figure():
     assert [t.name for t in fig.data if t.showlegend is not False] == ["MHSA", "FFN"]
     assert list(fig.data[2].x) == [1, 2]  # layers counted from 1, as in PMET's figure
     assert fig.layout.yaxis.title.text == "Top-50 Jaccard similarity" and tuple(fig.layout.yaxis.range) == (0, 1)
+
+
+def test_the_diagnostics_table_marks_cells_that_do_not_apply():
+    """Every method's row has every column; what does not apply to a method is "–" (a missing key showed as "None"
+    in Edit & compare's table), a column no method has is left out, and a request without a reached target is "–"
+    in its list (it raised on None)."""
+    from editkit.figures.editing import NOT_APPLICABLE, diagnostics_table
+
+    out = {"methods": {
+        "rome": {"label": "ROME", "seconds": 1.234, "info": {
+            "target_reached": [0.91], "requests": [{"division_factor": 2.5, "losses": [{"loss": 1}] * 7}]}},
+        "memit": {"label": "MEMIT", "seconds": 2.0, "info": {
+            "target_reached": [0.8, None], "requests": [{"losses": [{"loss": 1}] * 5}, {"losses": [{"loss": 1}]}]}},
+        "ultraedit": {"label": "UltraEdit", "seconds": 0.2, "info": {"requests": [{"losses": []}]}}}}
+    rows = diagnostics_table(out)
+    assert [r["method"] for r in rows] == ["ROME", "MEMIT", "UltraEdit"]
+    assert all(None not in r.values() and len(r) == 5 for r in rows)
+    assert [r["ROME division factor"] for r in rows] == ["2.5000", NOT_APPLICABLE, NOT_APPLICABLE]
+    assert [r["target reached (per request)"] for r in rows] == ["0.91", "0.80, –", NOT_APPLICABLE]
+    assert [r["optimisation steps"] for r in rows] == ["7", "5, 1", NOT_APPLICABLE]
+    del out["methods"]["rome"]
+    assert "ROME division factor" not in diagnostics_table(out)[0]

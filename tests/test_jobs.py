@@ -289,3 +289,45 @@ def test_a_job_extrapolates_the_time_left_once_it_has_enough_to_go_on():
     job.fraction = 0.25
     assert job.left(now=1005.0) is None  # under 10 s spent
     assert job.left(now=1020.0) == "about 60 s" and job.left(now=1600.0) == "about 30 min"
+
+
+def test_a_sessions_new_job_waits_for_its_cancelled_one_to_stop_instead_of_being_refused(monkeypatch):
+    """A Cancel (any click) starts the session's new script run at once, while the old run's job computes on
+    until its next progress step. "Add the fact" clicked in that window was refused for the session's one job;
+    now the old job is cancelled (supersede) and the new one waits for it to stop, saying so, and then starts.
+    Another session's job behind it is not held back meanwhile."""
+    monkeypatch.setenv(limits.ENV, '{"session_jobs": 1, "jobs": 2}')
+    queue = JobQueue(poll=0.01, budget=lambda reserved: 1 << 40)
+    old = Job("adding a fact to the lesson", owner="s1")
+    started, stopped, step = threading.Event(), threading.Event(), threading.Event()
+
+    def old_run():  # computes until its next progress step, which comes only when `step` is set
+        with pytest.raises(Cancelled):
+            with queue.slot(old):
+                started.set()
+                while True:
+                    step.wait(10)
+                    old.progress(0.5, "tracing")
+        stopped.set()
+
+    t = threading.Thread(target=old_run)
+    t.start()
+    assert started.wait(5)
+    assert queue.supersede("s1") == [old] and old.cancelled and queue.supersede("nobody") == []
+    new, messages, order = Job("adding a fact to the lesson", owner="s1"), [], []
+
+    def new_run():
+        with queue.slot(new, lambda ahead, running: messages.append(new.message)):
+            order.append("s1")
+
+    n = threading.Thread(target=new_run)
+    n.start()
+    time.sleep(0.2)
+    assert new.state == "waiting" and not stopped.is_set()
+    assert messages and messages[-1] == "waiting for your cancelled job (adding a fact to the lesson) to stop"
+    with queue.slot(Job("a trace", owner="s2")):  # the free slot is not held up by s1's wait
+        order.append("s2")
+    step.set()  # the old job reaches its next progress step and stops
+    n.join(5)
+    t.join(5)
+    assert stopped.is_set() and order == ["s2", "s1"] and new.state == "done" and idle(queue)

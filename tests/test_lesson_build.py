@@ -3,6 +3,7 @@ message naming the record for every bad facts file (before the model loads) and 
 know (with what it predicts instead)."""
 import json
 import re
+import shutil
 
 import pytest
 from lesson_util import FACT, MODEL, SAMPLES, tiny_pack, write_facts
@@ -99,7 +100,6 @@ def test_a_cancelled_fact_is_not_published_and_the_next_build_continues(tmp_path
     """What "Add a fact" does on the Lesson page: a build into the pack students are served, cancelled (a progress
     step raises Cancelled, as the page's Cancel button makes it) half way through the new fact. The served pack is
     the same as before; adding the fact again computes only its missing parts and then publishes it."""
-    import shutil
 
     from editkit.core.errors import Cancelled
 
@@ -128,16 +128,73 @@ def test_a_cancelled_fact_is_not_published_and_the_next_build_continues(tmp_path
     assert Pack.open(served).fact_ids == pack.fact_ids + new and Pack.open(served).missing(new[0]) == []
 
 
-def test_the_estimate_comes_from_the_packs_own_timings(pack):
-    from editkit.lesson.build import estimate
+def test_a_build_times_its_parts_on_this_machine_and_the_estimate_starts_from_them(pack, tmp_path, monkeypatch):
+    """Every computed part's seconds go to the cache's timings/lesson/<model> (first-use statistics left out); the
+    estimate of the next fact is their sum, and says so. Before, it came from the seconds the pack's facts recorded
+    when they were built (the shipped pack: about 24 min, on a loaded machine before a speed-up; a fact now takes
+    about 3)."""
+    from editkit.lesson.build import COST, estimate, measured
 
-    one, how = estimate(pack, 1)
-    two, _ = estimate(pack, 2)
-    [fid] = pack.fact_ids
-    trace = pack.part(fid, "trace")
-    fixed = sum(t["seconds"] for t in trace["traces"].values()) + sum(r["seconds"] for r in pack.part(fid, "sweep")
-                                                                       ["rows"])
-    assert one > fixed and two > one and "this pack's 1 fact took" in how
+    monkeypatch.setenv("EDITKIT_CACHE", str(tmp_path / "cache"))
+    s = compute.Settings(samples=SAMPLES)
+    served = tmp_path / "served"
+    shutil.copytree(pack.folder, served)
+    other = {**FACT, "prompt": "The {} is in downtown", "subject": "Space Needle", "target_true": "turn",
+             "target_new": "Seattle", "lesson_targets": []}
+    assert measured(MODEL, s) == {}
+    one, how = estimate(Pack.open(served), 1, s)
+    assert "this pack's 1 fact took" in how and "nothing was computed on this server yet" in how
+    out = build([other], served, MODEL, methods=pack.manifest["method_names"], settings=s)
+    times = measured(MODEL, s)
+    kinds = {"lens", "trace", "memories", "bleed", "ripple", "sweep"} | {f"edit {m}" for m in
+                                                                         pack.manifest["method_names"]}
+    assert set(times) == kinds and all(t["seconds"] >= 0 for t in times.values())
+    assert sum(t["seconds"] for t in times.values()) <= sum(p["seconds"] for p in out["profile"]) + 0.1
+    one, how = estimate(Pack.open(served), 1, s)
+    two, _ = estimate(Pack.open(served), 2, s)
+    per_target = sum(times[k]["seconds"] for k in kinds if k.startswith("edit ") or k in ("bleed", "ripple"))
+    rate = sum(t["seconds"] for t in times.values()) / sum(
+        COST[k.split()[0] if k != "sweep" else "sweep_layer"] * (4 if k == "sweep" else 1) for k in times)
+    assert one == pytest.approx(sum(t["seconds"] for t in times.values()) + rate * COST["check"])
+    assert two == pytest.approx(one + per_target)
+    assert how.startswith("from how long each part took when this server last computed it, on ") and "kinds" not in how
+    assert estimate(Pack.open(served), 1, compute.Settings(samples=SAMPLES + 1))[1] != how  # other settings
+
+
+def test_first_use_statistics_are_timed_apart(tiny_by_name, tmp_path, monkeypatch):
+    """A part that computed first-use statistics is recorded without them (the next fact finds them cached)."""
+    from editkit.editing import stats
+
+    monkeypatch.setenv("EDITKIT_CACHE", str(tmp_path / "cache"))
+    lm = tiny_by_name(MODEL)
+    before = stats.spent()
+    stats.second_moment(lm, [1], n_tokens=200)
+    grew = stats.spent() - before
+    assert grew > 0
+    stats.second_moment(lm, [1], n_tokens=200)  # cached: no pass
+    assert stats.spent() - before == grew
+
+
+def test_the_shipped_pack_is_estimated_from_the_idle_benchmark_until_a_fact_is_computed_here(tmp_path, monkeypatch):
+    """Nothing timed on this machine: the shipped (embedded-model) pack's estimate is the idle benchmark's ~3 min and
+    says so, not the ~24 min its facts recorded when they were built; one part timed here scales the rest."""
+    from editkit.lesson.build import COST, estimate, remember
+    from editkit.lesson.pack import SHIPPED
+
+    monkeypatch.setenv("EDITKIT_CACHE", str(tmp_path / "cache"))
+    shipped = Pack.open(SHIPPED)
+    s = compute.Settings.for_new_facts(shipped.manifest["settings"])
+    one, how = estimate(shipped, 1, s)
+    assert 120 < one < 300 and "benchmark" in how and "nothing was computed on this server yet" in how
+    assert estimate(shipped, 2, s)[0] > one
+    remember(shipped.model, s, "lens", 8.27)  # a cancelled build's first part, under load: 16x the benchmark's
+    lens, how = estimate(shipped, 1, s)
+    assert lens == pytest.approx(one + 8.27 - COST["lens"]) and "the others are from editkit's benchmark" in how
+    remember(shipped.model, s, "trace", 2 * COST["trace"])  # this machine traced at half the benchmark's speed
+    slow, how = estimate(shipped, 1, s)
+    rate = (8.27 + 2 * COST["trace"]) / (COST["lens"] + COST["trace"])  # the trace covers enough to scale by
+    assert slow == pytest.approx(8.27 + 2 * COST["trace"] + rate * (one - COST["lens"] - COST["trace"]))
+    assert "2 of the 10 kinds of part were computed here, the others are scaled from them" in how
 
 
 def _cli_error(capsys, *argv) -> str:

@@ -224,6 +224,80 @@ def test_teacher_adds_a_fact_from_the_page(env, tmp_path, monkeypatch):
     assert len(at.selectbox(key="lesson_fact").options) == 2
 
 
+def test_the_add_a_fact_estimate_says_what_it_is_based_on(tmp_path, monkeypatch):
+    """The shipped pack on a server that has computed nothing yet: the estimate is the idle benchmark's few minutes
+    and says so (it said "about 24 min", from the seconds the shipped facts took when they were built on a loaded
+    machine before a speed-up); once this server has timed the parts, it says it is from them."""
+    from editkit.lesson import compute
+    from editkit.lesson.pack import SHIPPED
+
+    monkeypatch.delenv("EDITKIT_LESSON", raising=False)
+    monkeypatch.setenv("EDITKIT_CACHE", str(tmp_path / "cache"))
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.query_params["teacher"] = "1"
+    at.switch_page("pages/lesson.py").run()
+    ok(at)
+    text = next(m.value for m in at.markdown if "for a fact with one new target" in m.value)
+    assert re.search(r"about [2-4] min for a fact with one new target", text), text
+    assert "benchmark" in text and "nothing was computed on this server yet" in text
+    from editkit.lesson.build import COST, remember
+
+    shipped = Pack.open(SHIPPED)
+    s = compute.Settings.for_new_facts(shipped.manifest["settings"])
+    remember(shipped.model, s, "trace", COST["trace"] + 600)  # this server's trace took 10 min longer
+    at.run()
+    text = next(m.value for m in at.markdown if "for a fact with one new target" in m.value)
+    assert "when this server last computed it" in text and not re.search(r"about [2-4] min for a fact", text), text
+
+
+def test_add_the_fact_right_after_a_cancel_waits_for_the_cancelled_job(env, tmp_path, monkeypatch):
+    """Cancel starts the session's next script run at once, while the cancelled build computes on until its next
+    progress step and holds the session's one job slot. "Add the fact" clicked in that window was refused ("this
+    session already has 1 long job(s) running"; seen in Chromium as an add that started nothing); now the
+    cancelled job is stopped and the new one waits for it, then adds the fact."""
+    import threading
+    import time
+
+    from editkit.core.errors import Cancelled
+    from editkit.runtime import jobs
+
+    own = tmp_path / "pack"
+    shutil.copytree(env.folder, own)
+    monkeypatch.setenv("EDITKIT_LESSON", str(own))
+    at = AppTest.from_file(APP, default_timeout=600)
+    at.query_params["teacher"] = "1"
+    at.switch_page("pages/lesson.py").run()
+    ok(at)
+    at.session_state["_editkit_session"] = "teacher-tab"
+    old = jobs.Job("adding a fact to the lesson", owner="teacher-tab")
+    started, outcome = threading.Event(), []
+
+    def cancelled_run():  # the stopped run's build: between two progress steps for up to 20 s
+        try:
+            with jobs.QUEUE.slot(old):
+                started.set()
+                end = time.time() + 20
+                while time.time() < end:
+                    time.sleep(0.5)
+                    old.progress(0.3, "causal traces")
+            outcome.append("ran on")
+        except Cancelled:
+            outcome.append("stopped")
+
+    t = threading.Thread(target=cancelled_run, daemon=True)
+    t.start()
+    assert started.wait(10)
+    at.text_input(key="lesson_add_prompt").set_value("The {} is in downtown")
+    at.text_input(key="lesson_add_subject").set_value("Space Needle")
+    at.text_input(key="lesson_add_true").set_value("turn")
+    at.text_input(key="lesson_add_targets").set_value("Seattle")
+    click(at, "Add the fact")
+    t.join(30)
+    ok(at)
+    assert outcome == ["stopped"] and old.state == "cancelled"
+    assert any(s.value.startswith("Added “The Space Needle is in downtown → turn”") for s in at.success)
+
+
 def test_a_folder_that_is_no_pack_gets_a_message(tmp_path, monkeypatch):
     monkeypatch.setenv("EDITKIT_LESSON", str(tmp_path))
     at = AppTest.from_file(APP, default_timeout=60)

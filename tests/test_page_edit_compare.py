@@ -47,6 +47,12 @@ def test_edit_compare_page_runs_three_methods(tmp_path, monkeypatch):
     metrics = [k for cols, k in tables if cols[:1] == ["measure"]]
     assert metrics and all(k.get("height") == "content" for k in metrics), metrics
     assert len(at.get("plotly_chart")) >= 4  # three probability panels and the norms
+    # the diagnostics: a cell that does not apply (ROME's division factor for MEMIT and PMET) is "–", explained
+    # below the table (it showed "None")
+    diag = next(d.value for d in at.dataframe if list(d.value.columns)[:1] == ["method"])
+    assert "ROME division factor" in diag.columns and not diag.isna().any().any(), diag
+    assert list(diag["ROME division factor"] == "–") == [m.name != "rome" for m in chosen]
+    assert any(c.value.startswith("– : does not apply to that method") for c in at.caption)
     at.button(key="ec_trace_go").click().run()
     assert not at.exception and set(at.session_state["ec_traces"]) == {m.name for m in chosen}
     # bad input: a prompt without "{}" -> a clear error box, the earlier results kept on the page

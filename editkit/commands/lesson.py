@@ -88,7 +88,8 @@ def show_build(out):
           f"{out['computed']} part(s) computed, {out['skipped']} already there; {out['seconds']:.0f} s; "
           f"{out['bytes'] / 1024:.0f} KiB")
     for p in out.get("profile", []):
-        print(f"  {p['seconds']:7.1f} s  ({p['cpu_seconds']:7.1f} CPU s)  {p['fact']}: {p['part']}")
+        first = f", {p['statistics_seconds']:.1f} s of it first-use statistics" if p.get("statistics_seconds") else ""
+        print(f"  {p['seconds']:7.1f} s  ({p['cpu_seconds']:7.1f} CPU s{first})  {p['fact']}: {p['part']}")
     if out.get("restored"):
         print(f"restored {len(out['restored'])} statistics file(s) the pack carries into this machine's cache")
     print(f"serve it: EDITKIT_LESSON={out['pack']} streamlit run app.py")

@@ -28,6 +28,8 @@ import json
 import time
 from pathlib import Path
 
+import threading
+
 import torch
 
 from ..core.cache import Store
@@ -39,6 +41,15 @@ from ..model.weights import unedited
 # the key site of each editable linear map: the FFN down-projection's input (every method), or W_O's (PMET's
 # MHSA update)
 MODULES = {"down_proj": "mlp_key", "o_proj": "attn_z"}
+
+
+_SPENT = threading.local()  # seconds this thread spent in statistics passes (first use), for timings without them
+
+
+def spent() -> float:
+    """Seconds this thread has spent computing statistics passes so far (a clock for first-use statistics: a timing
+    that subtracts what this grew by during it is the time with the statistics cached)."""
+    return getattr(_SPENT, "seconds", 0.0)
 
 
 def key_width(lm, module: str) -> int:
@@ -127,6 +138,15 @@ def second_moment(lm, layers, n_tokens: int = 20000, progress=None, seq_len: int
             todo.append(l)
     if not todo:
         return out
+    began = time.perf_counter()
+    try:
+        return _pass(lm, todo, out, n_tokens, progress, seq_len, module, also, positions)
+    finally:
+        _SPENT.seconds = spent() + time.perf_counter() - began
+
+
+def _pass(lm, todo, out, n_tokens, progress, seq_len, module, also, positions) -> dict[int, torch.Tensor]:
+    """second_moment's streaming pass over the corpus for the layers `todo` (not cached), added to `out`."""
     a = lm.adapter
     d = key_width(lm, module)
     sites = {l: Site(MODULES[module], l) for l in todo}

@@ -103,19 +103,30 @@ def norms_figure(out: dict) -> go.Figure:
     return fig
 
 
+NOT_APPLICABLE = "–"  # a diagnostics cell that does not apply to the method (DIAGNOSTICS_BLANK says so)
+DIAGNOSTICS_BLANK = ("– : does not apply to that method (the division factor is ROME's alone; a method without a "
+                     "target optimisation has no target to reach and no optimisation steps).")
+
+
 def diagnostics_table(out: dict) -> list[dict]:
-    """Per method: time, optimisation steps per request, how far each target was reached, ROME's division factor."""
+    """Per method: time, optimisation steps per request, how far each target was reached, ROME's division factor.
+    Every row has every column; a cell that does not apply to a method holds NOT_APPLICABLE (a missing key showed
+    as "None" in the page's table), and a column that applies to none of the methods is left out."""
     rows = []
     for r in out["methods"].values():
         info = r["info"]
-        row = {"method": r["label"], "time (s)": round(r["seconds"], 2)}
-        if "target_reached" in info:
-            row["target reached (per request)"] = ", ".join(f"{x:.2f}" for x in info["target_reached"])
-        if info.get("requests") and "division_factor" in info["requests"][0]:
-            row["ROME division factor"] = round(info["requests"][0]["division_factor"], 4)
-        row["optimisation steps"] = ", ".join(str(len(q["losses"])) for q in info.get("requests", []))
-        rows.append(row)
-    return rows
+        reqs = info.get("requests") or []
+        reached = info.get("target_reached")
+        rows.append({
+            "method": r["label"], "time (s)": round(r["seconds"], 2),
+            "target reached (per request)": ", ".join(NOT_APPLICABLE if x is None else f"{x:.2f}" for x in reached)
+            if reached and any(x is not None for x in reached) else None,
+            "ROME division factor": f"{reqs[0]['division_factor']:.4f}" if reqs and "division_factor" in reqs[0]
+            else None,
+            "optimisation steps": ", ".join(str(len(q.get("losses") or [])) for q in reqs)
+            if any(q.get("losses") for q in reqs) else None})
+    keep = [k for k in (rows[0] if rows else {}) if any(row[k] is not None for row in rows)]
+    return [{k: NOT_APPLICABLE if row[k] is None else row[k] for k in keep} for row in rows]
 
 
 def loss_figure(out: dict) -> go.Figure:

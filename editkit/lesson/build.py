@@ -19,18 +19,23 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core.cache import Store, digest
 from ..core.errors import EditkitError
 from ..core.progress import part as part_of
 from ..core.progress import silent
+from ..editing import stats
 from . import carry, compute
 from .facts import LessonFact, read_facts, refusal
-from .pack import (FORMAT, KIND, MANIFEST, bleed_name, edit_name, editkit_version, read_json, retrace_name,
-                   ripple_name, write_json)
+from .pack import (FORMAT, KIND, MANIFEST, bleed_name, built_on, edit_name, editkit_version, read_json,
+                   retrace_name, ripple_name, write_json)
 
-# relative cost of each unit of work (CPU seconds on the embedded model, one thread, from the per-part profile of
-# `lesson build`): the time estimate's weights until the parts done so far give the machine's own speed
-COST = {"check": 1.0, "lens": 1.0, "trace": 26.0, "memories": 3.0, "edit": 17.0, "bleed": 3.0, "ripple": 20.0,
-        "sweep_layer": 1.5}
+# the seconds of each unit of work on the embedded model, from the idle benchmark of a new fact (`editkit bench
+# report`: 2 cores, statistics cached, 179 s in all, 26 Nov 2026): the estimate's reference until this machine has
+# timed its own parts (measured()), and the units' weights in the progress estimate
+COST = {"check": 1.0, "lens": 0.5, "trace": 41.0, "memories": 3.0, "edit": 19.0, "bleed": 3.0, "ripple": 2.5,
+        "sweep_layer": 2.8}
+REFERENCE = "editkit's benchmark of a new fact on an idle 2-core machine (26 Nov 2026)"
+TIMES = Store("timings")  # timings/lesson/<model>: how long each kind of part last took on this machine
 
 
 @dataclass
@@ -43,6 +48,7 @@ class Unit:
     cost: float
     run: object  # run(lm, progress) -> {part name: value}
     after_trace: bool = False  # reads the fact's stored trace: computed once the trace is written
+    kind: str = ""  # what its timing is recorded as: "trace", "edit rome", ... (measured())
 
     def done(self, folder: Path) -> bool:
         return all(read_json(folder / "facts" / self.fact / f"{name}.json") is not None for name in self.files)
@@ -68,11 +74,13 @@ def plan(fid: str, fact: LessonFact, folder: Path, methods: list[str], s: comput
 
     units = [
         Unit(fid, "logit lens", ("lens",), COST["lens"],
-             lambda lm, p: {"lens": compute.lens(lm, r.rewrite, answer, s.lens_k)}),
+             lambda lm, p: {"lens": compute.lens(lm, r.rewrite, answer, s.lens_k)}, kind="lens"),
         Unit(fid, "causal traces and severing", ("trace",), COST["trace"],
-             lambda lm, p: {"trace": compute.traces(lm, r.rewrite, r.subject, answer, s, progress=p)}),
+             lambda lm, p: {"trace": compute.traces(lm, r.rewrite, r.subject, answer, s, progress=p)},
+             kind="trace"),
         Unit(fid, "FFN memories at the traced peak", ("memories",), COST["memories"],
-             lambda lm, p: {"memories": compute.memories_at_peak(lm, r.rewrite, trace_of(lm), s)}, True),
+             lambda lm, p: {"memories": compute.memories_at_peak(lm, r.rewrite, trace_of(lm), s)}, True,
+             kind="memories"),
     ]
     for t, target in enumerate(fact.targets):
         rec = compute.with_target(record, target)
@@ -83,15 +91,19 @@ def plan(fid: str, fact: LessonFact, folder: Path, methods: list[str], s: comput
                 return {edit_name(t, m): result, retrace_name(t, m): retraced}
 
             units.append(Unit(fid, f"{m} edit to {target.strip()!r} and its re-trace",
-                              (edit_name(t, m), retrace_name(t, m)), COST["edit"], edit_unit))
+                              (edit_name(t, m), retrace_name(t, m)), COST["edit"], edit_unit,
+                              kind=f"edit {m}"))
         units.append(Unit(fid, f"bleed map of the ROME edit to {target.strip()!r}", (bleed_name(t),), COST["bleed"],
-                          lambda lm, p, rec=rec, t=t: {bleed_name(t): compute.bleed(lm, rec, s, progress=p)}))
+                          lambda lm, p, rec=rec, t=t: {bleed_name(t): compute.bleed(lm, rec, s, progress=p)},
+                          kind="bleed"))
         units.append(Unit(fid, f"ripple effects of the ROME edit to {target.strip()!r}", (ripple_name(t),),
                           COST["ripple"], lambda lm, p, rec=rec, t=t: {ripple_name(t): compute.ripple(lm, rec,
-                                                                                                     progress=p)}))
+                                                                                                     progress=p)},
+                          kind="ripple"))
     first = compute.with_target(record, fact.targets[0])
     units.append(Unit(fid, "layer sweep (ROME at every layer)", ("sweep",), COST["sweep_layer"] * n_layers,
-                      lambda lm, p: {"sweep": compute.layer_sweep(lm, first, trace_of(lm), s, progress=p)}, True))
+                      lambda lm, p: {"sweep": compute.layer_sweep(lm, first, trace_of(lm), s, progress=p)}, True,
+                      kind="sweep"))
     return units
 
 
@@ -268,7 +280,7 @@ def build(facts, out, model: str | None = None, methods=None, settings: compute.
     if backend is not None and backend.ray:
         _on_cluster(lm, facts, folder, methods, s, [e for e in entries if not e[3].done(folder)], backend, say)
         todo = []  # computed on the cluster
-    clock = Clock(say, sum(u.cost for u in todo), _rate(folder, methods, lm.adapter.n_layers))
+    clock = Clock(say, sum(u.cost for u in todo), _rate(folder, methods, lm.adapter.n_layers, s))
     profile = []  # per computed part: seconds and CPU seconds (this process)
     with compute.shared_targets():  # ROME's targets serve its edit, bleed map and sweep row; MEMIT's AlphaEdit's
         for i, u in enumerate(todo):
@@ -277,11 +289,14 @@ def build(facts, out, model: str | None = None, methods=None, settings: compute.
             if u.done(folder):  # another process finished it meanwhile
                 finish(False)
                 continue
-            t0, c0 = time.perf_counter(), time.process_time()
+            t0, c0, s0 = time.perf_counter(), time.process_time(), stats.spent()
             for name, value in u.run(lm, step).items():
                 write_json(folder / "facts" / u.fact / f"{name}.json", compute.rounded(value))
+            first_use = stats.spent() - s0  # first-use statistics computed inside it (a one-time cost)
             profile.append({"fact": u.fact, "part": u.what, "seconds": round(time.perf_counter() - t0, 2),
-                            "cpu_seconds": round(time.process_time() - c0, 2)})
+                            "cpu_seconds": round(time.process_time() - c0, 2),
+                            "statistics_seconds": round(first_use, 2)})
+            remember(lm.name, s, u.kind, time.perf_counter() - t0 - first_use)
             finish(True)
             if all(v.done(folder) for v in units if v.fact == u.fact):
                 publish(folder, [u.fact])
@@ -308,13 +323,22 @@ def publish(folder: Path, fids: list[str]) -> None:
         write_json(folder / MANIFEST, manifest)
 
 
+def _parts(n_targets: int, methods: list[str], n_layers: int) -> dict[str, tuple[int, float]]:
+    """kind -> (how many, COST of one) of one fact's units with `n_targets` new targets (plan()'s units, and the
+    known-fact check before them)."""
+    out = {"check": (1, COST["check"]), "lens": (1, COST["lens"]), "trace": (1, COST["trace"]),
+           "memories": (1, COST["memories"]), "sweep": (1, COST["sweep_layer"] * n_layers)}
+    out.update({f"edit {m}": (n_targets, COST["edit"]) for m in methods})
+    out.update({"bleed": (n_targets, COST["bleed"]), "ripple": (n_targets, COST["ripple"])})
+    return out
+
+
 def _cost(n_targets: int, n_methods: int, n_layers: int) -> float:
     """The COST of one fact with `n_targets` new targets (its plan's units)."""
-    return (COST["check"] + COST["lens"] + COST["trace"] + COST["memories"]
-            + n_targets * (n_methods * COST["edit"] + COST["bleed"]) + COST["sweep_layer"] * n_layers)
+    return sum(n * c for n, c in _parts(n_targets, [str(i) for i in range(n_methods)], n_layers).values())
 
 
-def _rate(folder: Path, methods: list[str], n_layers: int) -> float | None:
+def _rate(folder: Path, methods: list[str], n_layers: int, s: compute.Settings | None = None) -> float | None:
     """Seconds per unit of COST that `estimate` assumes for this pack (None for a pack without facts yet)."""
     from .pack import Pack
 
@@ -324,14 +348,78 @@ def _rate(folder: Path, methods: list[str], n_layers: int) -> float | None:
         return None
     if not pack.fact_ids:
         return None
-    return estimate(pack, 1)[0] / _cost(1, len(methods), n_layers)
+    return estimate(pack, 1, s)[0] / _cost(1, len(methods), n_layers)
 
 
-def estimate(pack, n_targets: int) -> tuple[float, str]:
-    """(seconds, how it was estimated) to add one fact with `n_targets` new targets to `pack`: the time its own
-    facts took when they were computed (the seconds each trace, edit, re-trace and layer of the sweep recorded),
-    averaged per fact and scaled to the targets; a pack without timings is estimated from COST (an idle embedded
-    model on 2 cores)."""
+def remember(model: str, s: compute.Settings, kind: str, seconds: float) -> None:
+    """Record how long a part of `kind` took on this machine (the cache's timings/lesson/<model>), first-use
+    statistics left out: the next estimate of a fact on this model, with these settings, starts from it."""
+    if not kind:
+        return
+    path = TIMES.path(model, within="lesson")
+    entries = TIMES.get(path) or {}
+    entries[kind] = {"seconds": round(max(seconds, 0.0), 2), "when": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                     "settings": digest(s.to_dict())}
+    TIMES.put(path, entries)
+
+
+def measured(model: str, s: compute.Settings) -> dict[str, dict]:
+    """kind -> {"seconds", "when"}: how long each kind of part took when this machine last computed it for `model`
+    with the settings `s` (remember())."""
+    key = digest(s.to_dict())
+    return {k: v for k, v in (TIMES.get(TIMES.path(model, within="lesson")) or {}).items()
+            if isinstance(v, dict) and v.get("settings") == key and isinstance(v.get("seconds"), (int, float))}
+
+
+def _day(when: str) -> str:
+    try:
+        return time.strftime("%d %b %Y, %H:%M", time.strptime(when, "%Y-%m-%dT%H:%M:%S")).lstrip("0")
+    except (TypeError, ValueError):
+        return "an unknown time"
+
+
+SCALE_FROM = 0.2  # the share of a fact's COST the parts timed here must cover before the others are scaled by them
+
+
+def estimate(pack, n_targets: int, settings: compute.Settings | None = None) -> tuple[float, str]:
+    """(seconds, what it is based on) to add one fact with `n_targets` new targets to `pack`, computed with
+    `settings` (default: the pack's settings for new facts). Each kind of part, in order of trust:
+    1. how long it took when this machine last computed it for the pack's model with these settings (remember():
+       every build records its parts, first-use statistics left out);
+    2. not computed here yet: its COST (the idle benchmark, the embedded model's), scaled by how much slower or
+       faster the parts timed here were once they cover SCALE_FROM of a fact (a cancelled build's logit lens
+       alone, 8 s under load against the benchmark's 0.5 s, made a 3-minute fact 48 minutes); before that, for
+       another model than the embedded one, scaled to the time the pack's own facts recorded when they were
+       computed (on the machine that built it), else unscaled and said to be the embedded model's."""
+    from ..model.loading import DEFAULT_MODEL
+
+    methods = list(pack.manifest.get("method_names") or ["rome"])
+    n_layers = int(pack.manifest.get("layers", 18))
+    s = settings or compute.Settings.for_new_facts(pack.manifest.get("settings"))
+    parts = _parts(n_targets, methods, n_layers)
+    have = {k: v["seconds"] for k, v in measured(pack.model, s).items() if k in parts}
+    when = max((v["when"] for k, v in measured(pack.model, s).items() if k in parts), default="")
+    reference = sum(n * cost for n, cost in parts.values())
+    covered = sum(parts[k][0] * parts[k][1] for k in have)
+    if have and covered >= SCALE_FROM * reference:
+        rate, basis = sum(parts[k][0] * t for k, t in have.items()) / covered, None
+    else:
+        own = None if pack.model == DEFAULT_MODEL else _packs_own(pack, n_targets)
+        rate, basis = (own[0] / reference, own[1]) if own else (1.0, f"from {REFERENCE}" + (
+            "" if pack.model == DEFAULT_MODEL else f" for the embedded model ({pack.model} was never timed)"))
+    seconds = sum(n * (have[k] if k in have else rate * cost) for k, (n, cost) in parts.items())
+    if not have:
+        return seconds, f"{basis}; nothing was computed on this server yet"
+    how = f"from how long each part took when this server last computed it, on {_day(when)}"
+    if len(have) < len(parts) - 1:  # the known-fact check is not a unit: never timed on its own
+        how += (f"; {len(have)} of the {len(parts) - 1} kinds of part were computed here, the others are "
+                + ("scaled from them" if basis is None else basis))
+    return seconds, how
+
+
+def _packs_own(pack, n_targets: int) -> tuple[float, str] | None:
+    """The time the pack's own facts took when they were computed (the seconds each trace, edit, re-trace and layer
+    of the sweep recorded), averaged per fact and scaled to the targets; None when no fact recorded them."""
     fixed, per_target = [], []
     for fid in pack.fact_ids:
         fact, trace, sweep = pack.fact(fid), pack.part(fid, "trace"), pack.part(fid, "sweep")
@@ -342,13 +430,12 @@ def estimate(pack, n_targets: int) -> tuple[float, str]:
             continue
         fixed.append(sum(t.get("seconds", 0) for t in trace["traces"].values())
                      + sum(r.get("seconds", 0) for r in sweep["rows"]))
-        per_target.append((sum(p["seconds"] for p in parts) + COST["bleed"]) / targets)
-    if fixed:
-        seconds = sum(fixed) / len(fixed) + n_targets * sum(per_target) / len(per_target)
-        return seconds, (f"as long as this pack's {len(fixed)} fact{'s' if len(fixed) > 1 else ''} took to compute "
-                         "on the machine that built them")
-    seconds = _cost(n_targets, len(pack.manifest.get("method_names", [])) or 1, int(pack.manifest.get("layers", 18)))
-    return seconds, "on an idle 2-core machine, for the embedded model"
+        per_target.append((sum(p["seconds"] for p in parts) + COST["bleed"] + COST["ripple"]) / targets)
+    if not fixed:
+        return None
+    seconds = sum(fixed) / len(fixed) + n_targets * sum(per_target) / len(per_target)
+    return seconds, (f"as long as this pack's {len(fixed)} fact{'s' if len(fixed) > 1 else ''} took to compute on "
+                     f"the machine that built {'them' if len(fixed) > 1 else 'it'}{built_on(pack.manifest)}")
 
 
 def _fact_ids(folder: Path, manifest: dict, facts: list[LessonFact]) -> list[str]:

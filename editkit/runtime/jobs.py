@@ -164,8 +164,31 @@ class JobQueue:
         with self._cond:
             return self._waiting.index(job) if job in self._waiting else None
 
+    def supersede(self, owner: str) -> list[Job]:
+        """Cancel every job of `owner` (a session) still running or waiting, and return them: a session runs one
+        script at a time, so its job still here when it starts another belongs to a script run that was stopped (a
+        Cancel or any other click: Streamlit starts the new run at once, while the old one computes on until its
+        next progress step). The new job then waits for them to stop (_stopping), visibly, instead of being refused
+        for the session's quota."""
+        with self._cond:
+            mine = [j for j in self._running + self._waiting if owner and j.owner == owner]
+        for j in mine:
+            j.cancel()
+        return mine
+
+    def _stopping(self, job: Job) -> Job | None:
+        """A cancelled job of `job`'s owner that has not stopped yet (it holds the session's slot until its next
+        progress step), or None."""
+        return next((j for j in self._running + self._waiting
+                     if job.owner and j is not job and j.owner == job.owner and j.cancelled), None)
+
     def _admit(self, job: Job) -> bool:
-        if self._waiting[0] is not job or len(self._running) >= self.slots:  # only the first in line may start
+        old = self._stopping(job)
+        if old is not None:
+            job.message = f"waiting for your cancelled job ({old.name}) to stop"
+            return False
+        line = [j for j in self._waiting if self._stopping(j) is None]  # a job held back lets the others pass
+        if line[0] is not job or len(self._running) >= self.slots:  # only the first in line may start
             return False
         reserved = sum(j.memory for j in self._running)
         budget = self.budget(reserved) if self._running and job.memory else None
@@ -173,7 +196,7 @@ class JobQueue:
             job.message = (f"waiting for memory: the running jobs hold {gigabytes(reserved)} of the jobs' "
                            f"{gigabytes(budget)}, this one needs {gigabytes(job.memory)}")
             return False
-        self._waiting.pop(0)
+        self._waiting.remove(job)
         self._running.append(job)
         job.admitted = time.monotonic()  # under the lock: admissions are strictly ordered
         job.message = ""
@@ -183,7 +206,7 @@ class JobQueue:
     def _refuse(self, job: Job) -> None:
         """EditkitError (naming the setting) when the queue is full, the job's session or visitor already holds its
         quota, or the job needs more memory than the whole budget. Called under the lock."""
-        lim, jobs = limits(), self._running + self._waiting
+        lim, jobs = limits(), [j for j in self._running + self._waiting if not j.cancelled]  # stopping: not counted
         if len(self._waiting) >= lim.waiting:
             raise EditkitError(f"the server is busy: {len(self._running)} jobs running and {len(self._waiting)} "
                                f"waiting; try again in a minute ({lim.cite('waiting')})")
