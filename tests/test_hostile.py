@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -303,17 +304,23 @@ class Held:
     def __init__(self):
         self.gate, self.threads = threading.Event(), []
 
-    def hold(self, owner: str, address: str | None = None) -> None:
-        ready = threading.Event()
+    def hold(self, owner: str, address: str | None = None, stops_on_cancel: bool = False) -> jobs.Job:
+        """A job of `owner` holding its slot until release(), or (stops_on_cancel) until it is cancelled, as a
+        real job stops at its next progress step."""
+        ready, job = threading.Event(), jobs.Job("held", owner=owner, address=address)
 
         def run():
-            with jobs.QUEUE.slot(jobs.Job("held", owner=owner, address=address)):
+            with jobs.QUEUE.slot(job):
                 ready.set()
-                self.gate.wait(60)
+                for _ in range(600):
+                    if self.gate.wait(0.1) or (stops_on_cancel and job.cancelled):
+                        break
+            job.stopped_at = time.monotonic()
         t = threading.Thread(target=run, daemon=True)
         t.start()
         self.threads.append(t)
         assert ready.wait(10)
+        return job
 
     def release(self) -> None:
         self.gate.set()
@@ -340,14 +347,24 @@ def still_held(n: int) -> None:
     assert [j["name"] for j in jobs.QUEUE.snapshot()["running"]] == ["held"] * n, jobs.QUEUE.snapshot()
 
 
-def test_a_session_gets_its_own_quota_of_jobs(config, held, monkeypatch):
+def test_a_session_runs_one_job_at_a_time(config, held, monkeypatch):
+    """A session's job still in the queue when the session starts another was left by a stopped script run (a
+    Cancel or any click starts the next run at once): it is cancelled, and the new job starts only after it stopped,
+    so a session never holds two jobs."""
     monkeypatch.setenv("EDITKIT_LIMITS", '{"jobs": 4}')
     at, before = open_after_home("causal_tracing")
-    held.hold(at.session_state["_editkit_session"])  # this session's earlier job is still in the queue
+    old = held.hold(at.session_state["_editkit_session"], stops_on_cancel=True)
+    started, real_slot = [], jobs.QUEUE.slot
+
+    def slot(job, *a, **k):
+        started.append(job)
+        return real_slot(job, *a, **k)
+    monkeypatch.setattr(jobs.QUEUE, "slot", slot)
     _trace(at)
-    refused(at, "this session already has 1 long job(s)", "limits.session_jobs = 1, the default")
-    still_held(1)
-    kept_result(at, before)
+    assert old.cancelled and not at.exception and not at.error
+    assert at.session_state["trace_state"]["exact"]
+    assert started and all(j.admitted >= old.stopped_at for j in started)  # never two of the session at once
+    assert [j["name"] for j in jobs.QUEUE.snapshot()["running"]] == []
     other = open_page("causal_tracing", remote=False)  # another session is not held back
     _trace(other)
     assert not other.exception and not other.error and other.session_state["trace_state"]["exact"]
