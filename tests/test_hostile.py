@@ -8,8 +8,8 @@ tries the hostile action in one of them, and checks the refusal text, that the h
 still there, and that the bystander's result and kept edit are untouched. Cases: model names outside the allowed
 list, `../` and absolute paths, a symlink out of the open folders, a folder with its own Python code, the
 trust_remote_code box, `?teacher=1` from another machine, uploads over their cap, patches crafted for another
-model or with NaN or huge values, a session's second job (it replaces its first), more jobs than a visitor's quota, a job larger than the memory
-budget, and malformed query parameters on every page.
+model or with NaN or huge values, a session's second job (it replaces its first), more jobs than a visitor's
+quota, a job larger than the memory budget, and malformed query parameters on every page.
 """
 from __future__ import annotations
 
