@@ -8,8 +8,8 @@ tries the hostile action in one of them, and checks the refusal text, that the h
 still there, and that the bystander's result and kept edit are untouched. Cases: model names outside the allowed
 list, `../` and absolute paths, a symlink out of the open folders, a folder with its own Python code, the
 trust_remote_code box, `?teacher=1` from another machine, uploads over their cap, patches crafted for another
-model or with NaN or huge values, more jobs than a session's or a visitor's quota, a job larger than the memory
-budget, and malformed query parameters on every page.
+model or with NaN or huge values, a session's second job (it replaces its first), more jobs than a visitor's
+quota, a job larger than the memory budget, and malformed query parameters on every page.
 """
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ import streamlit as st
 import torch
 from streamlit.testing.v1 import AppTest
 
+from editkit.core.errors import Cancelled
 from editkit.core.visitor import Visitor
 from editkit.model.loading import load_model
 from editkit.model.weights import patch_bytes
@@ -302,20 +303,21 @@ class Held:
     """Queue entries held by other threads (jobs of a given owner and address) until release()."""
 
     def __init__(self):
-        self.gate, self.threads = threading.Event(), []
+        self.gate, self.threads, self.stopped = threading.Event(), [], []
 
-    def hold(self, owner: str, address: str | None = None, stops_on_cancel: bool = False) -> jobs.Job:
-        """A job of `owner` holding its slot until release(), or (stops_on_cancel) until it is cancelled, as a
-        real job stops at its next progress step."""
+    def hold(self, owner: str, address: str | None = None, step: float | None = None) -> jobs.Job:
+        """`step`: the job reaches a progress step every `step` seconds (where a cancel stops it, as a real job's
+        does); None: it never does."""
         ready, job = threading.Event(), jobs.Job("held", owner=owner, address=address)
 
         def run():
-            with jobs.QUEUE.slot(job):
-                ready.set()
-                for _ in range(600):
-                    if self.gate.wait(0.1) or (stops_on_cancel and job.cancelled):
-                        break
-            job.stopped_at = time.monotonic()
+            try:
+                with jobs.QUEUE.slot(job):
+                    ready.set()
+                    while not self.gate.wait(step or 60) and step:
+                        job.progress(0.5, "holding")
+            except Cancelled:
+                self.stopped.append((job, time.monotonic()))
         t = threading.Thread(target=run, daemon=True)
         t.start()
         self.threads.append(t)
@@ -347,24 +349,31 @@ def still_held(n: int) -> None:
     assert [j["name"] for j in jobs.QUEUE.snapshot()["running"]] == ["held"] * n, jobs.QUEUE.snapshot()
 
 
-def test_a_session_runs_one_job_at_a_time(config, held, monkeypatch):
-    """A session's job still in the queue when the session starts another was left by a stopped script run (a
-    Cancel or any click starts the next run at once): it is cancelled, and the new job starts only after it stopped,
-    so a session never holds two jobs."""
+def test_a_sessions_new_job_replaces_its_earlier_one_and_never_runs_beside_it(config, held, monkeypatch):
+    """A session's job still in the queue when it starts another belongs to a script run that was stopped (a Cancel
+    or any click starts the next run at once; the old job computes on to its next progress step). The new job
+    cancels it and waits for it to stop, instead of being refused for the session's quota ("Add the fact" right
+    after a Cancel was refused): a session never has two jobs computing, and other sessions are not held back."""
     monkeypatch.setenv("EDITKIT_LIMITS", '{"jobs": 4}')
-    at, before = open_after_home("causal_tracing")
-    old = held.hold(at.session_state["_editkit_session"], stops_on_cancel=True)
-    started, real_slot = [], jobs.QUEUE.slot
+    at, _ = open_after_home("causal_tracing")
+    mine = at.session_state["_editkit_session"]
+    earlier = held.hold(mine, step=0.2)  # this session's earlier job, still computing
+    admitted, real = [], jobs.QUEUE._admit
 
-    def slot(job, *a, **k):
-        started.append(job)
-        return real_slot(job, *a, **k)
-    monkeypatch.setattr(jobs.QUEUE, "slot", slot)
+    def admit(job):
+        ok = real(job)
+        if ok:
+            admitted.append((job.name, time.monotonic(), [j.name for j in jobs.QUEUE._running
+                                                          if j.owner == job.owner and j is not job]))
+        return ok
+
+    monkeypatch.setattr(jobs.QUEUE, "_admit", admit)
     _trace(at)
-    assert old.cancelled and not at.exception and not at.error
-    assert at.session_state["trace_state"]["exact"]
-    assert started and all(j.admitted >= old.stopped_at for j in started)  # never two of the session at once
-    assert [j["name"] for j in jobs.QUEUE.snapshot()["running"]] == []
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert earlier.cancelled and earlier.state == "cancelled" and held.stopped
+    [(name, when, beside)] = admitted
+    assert name == "causal trace" and beside == [] and when >= held.stopped[0][1]
+    assert at.session_state["trace_state"]["exact"]  # the new trace ran
     other = open_page("causal_tracing", remote=False)  # another session is not held back
     _trace(other)
     assert not other.exception and not other.error and other.session_state["trace_state"]["exact"]

@@ -150,13 +150,15 @@ def test_a_build_times_its_parts_on_this_machine_and_the_estimate_starts_from_th
                                                                          pack.manifest["method_names"]}
     assert set(times) == kinds and all(t["seconds"] >= 0 for t in times.values())
     assert sum(t["seconds"] for t in times.values()) <= sum(p["seconds"] for p in out["profile"]) + 0.1
+    def expected(n):  # every part as timed here (per target n times), the known-fact check scaled by them
+        per = {k: n if k.startswith("edit ") or k in ("bleed", "ripple") else 1 for k in kinds}
+        cost = {k: COST[k.split()[0]] if k != "sweep" else COST["sweep_layer"] * 4 for k in kinds}
+        spent = sum(per[k] * times[k]["seconds"] for k in kinds)
+        return spent + spent / sum(per[k] * cost[k] for k in kinds) * COST["check"]
+
     one, how = estimate(Pack.open(served), 1, s)
     two, _ = estimate(Pack.open(served), 2, s)
-    per_target = sum(times[k]["seconds"] for k in kinds if k.startswith("edit ") or k in ("bleed", "ripple"))
-    rate = sum(t["seconds"] for t in times.values()) / sum(
-        COST[k.split()[0] if k != "sweep" else "sweep_layer"] * (4 if k == "sweep" else 1) for k in times)
-    assert one == pytest.approx(sum(t["seconds"] for t in times.values()) + rate * COST["check"])
-    assert two == pytest.approx(one + per_target)
+    assert one == pytest.approx(expected(1)) and two == pytest.approx(expected(2)) and two > one
     assert how.startswith("from how long each part took when this server last computed it, on ") and "kinds" not in how
     assert estimate(Pack.open(served), 1, compute.Settings(samples=SAMPLES + 1))[1] != how  # other settings
 

@@ -253,8 +253,8 @@ def test_the_add_a_fact_estimate_says_what_it_is_based_on(tmp_path, monkeypatch)
 def test_add_the_fact_right_after_a_cancel_waits_for_the_cancelled_job(env, tmp_path, monkeypatch):
     """Cancel starts the session's next script run at once, while the cancelled build computes on until its next
     progress step and holds the session's one job slot. "Add the fact" clicked in that window was refused ("this
-    session already has 1 long job(s) running"; seen in Chromium as an add that started nothing); now the
-    cancelled job is stopped and the new one waits for it, then adds the fact."""
+    session already has 1 long job(s) running", the likely cause of an add seen in Chromium to start nothing);
+    now the cancelled job is stopped and the new one waits for it, then adds the fact."""
     import threading
     import time
 
