@@ -83,9 +83,10 @@ def two_models_section(lm, spec: TraceSpec | None) -> None:
     if not out:
         return
     runs = {name: r.to_json() for name, r in out.items()}
-    for warning in answer_mismatches(runs, st.session_state.get("two_tops") or {}):
+    mismatches = answer_mismatches(runs, st.session_state.get("two_tops") or {})
+    for warning in mismatches.values():
         st.warning(warning)
-    st.markdown(depth_summary(runs))
+    st.markdown(depth_summary(runs, list(mismatches)))
     st.plotly_chart(depth_comparison(runs), width="stretch", key="two_fig")
     for col, (name, r) in zip(st.columns(len(out)), out.items()):
         col.markdown(f"**{name}**: {len(r.scores[0])} layers, answer {r.answer!r} (clean p = "

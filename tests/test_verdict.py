@@ -97,4 +97,6 @@ def test_two_models_summary_and_the_warning_for_another_answer():
     assert "relative depth" in text and "restores more" in text
     warn = answer_mismatches({"gemma-3-270m": a, "smollm2-135m": b},
                              {"gemma-3-270m": (a["answer"], 0.7), "smollm2-135m": (" Los", 0.16)})
-    assert len(warn) == 1 and warn[0].startswith("smollm2-135m itself predicts ' Los'")
+    assert list(warn) == ["smollm2-135m"] and warn["smollm2-135m"].startswith("smollm2-135m itself predicts ' Los'")
+    text = depth_summary({"gemma-3-270m": a, "smollm2-135m": b}, list(warn))  # no comparison of different facts
+    assert "Not compared: smollm2-135m" in text and "restores more" not in text and "earlier" not in text

@@ -191,11 +191,12 @@ def depth_comparison(traces: dict[str, dict]) -> go.Figure:
     return fig
 
 
-def depth_summary(traces: dict[str, dict]) -> str:
+def depth_summary(traces: dict[str, dict], not_given: list[str] = ()) -> str:
     """One fact traced on several models (as depth_comparison draws it) in words: where each model's restored share
     peaks (relative depth and layer), whether the peaks sit at the same relative depth (within one layer's spacing
     of the shallower model: the resolution of the axis), and which model's restoration brings back more of the
-    answer. No noise estimate: a trace keeps no per-sample spread, so the shares are compared as measured."""
+    answer. No noise estimate: a trace keeps no per-sample spread, so the shares are compared as measured.
+    `not_given`: models whose own prediction is another answer (answer_mismatches): no comparison is drawn."""
     peaks = {}
     for name, r in traces.items():
         token = r["subject_range"][1] - 1
@@ -205,6 +206,9 @@ def depth_summary(traces: dict[str, dict]) -> str:
     parts = [f"{n} peaks at relative depth {d:.2f} (layer {l} of {L}, share {s:.2f})" for n, (d, l, L, s) in
              peaks.items()]
     text = "; ".join(parts) + "."
+    if not_given:  # one model's curve follows a fact it does not give: the depths are not the same recall
+        return text + (f" Not compared: {', '.join(not_given)} does not give this answer itself (the warning "
+                       "above), so the curves are not the same fact recalled.")
     if len(peaks) == 2:
         (a, pa), (b, pb) = peaks.items()
         step = max(1 / max(pa[2] - 1, 1), 1 / max(pb[2] - 1, 1))
@@ -217,10 +221,11 @@ def depth_summary(traces: dict[str, dict]) -> str:
     return text
 
 
-def answer_mismatches(traces: dict[str, dict], tops: dict[str, tuple[str, float]]) -> list[str]:
-    """A warning per model whose own top prediction (`tops`: name -> (token, p)) is not the traced answer: its curve
-    follows an answer it does not give, so it is not the same fact recalled."""
+def answer_mismatches(traces: dict[str, dict], tops: dict[str, tuple[str, float]]) -> dict[str, str]:
+    """A warning per model (name -> text) whose own top prediction (`tops`: name -> (token, p)) is not the traced
+    answer: its curve follows an answer it does not give, so it is not the same fact recalled."""
     answer = next(iter(traces.values()))["answer"]
-    return [f"{name} itself predicts {token!r} here (p = {p:.2f}), not {answer!r}: its trace follows {answer!r}, a "
-            "fact it does not give, so its curve is not the same fact recalled. Pick a fact both models know."
-            for name, (token, p) in tops.items() if token.strip() != answer.strip()]
+    return {name: f"{name} itself predicts {token!r} here (p = {p:.2f}), not {answer!r}: its trace follows "
+                  f"{answer!r}, a fact it does not give, so its curve is not the same fact recalled. Pick a fact "
+                  "both models know."
+            for name, (token, p) in tops.items() if token.strip() != answer.strip()}
