@@ -1,10 +1,15 @@
 """The shortcuts that make a lesson fact faster give what the straightforward computation gives, on tiny models:
 a measurement that scores every (prompt, target) pair in one batched run equals scoring each group and target on
 its own (1e-5), and a generation whose LM head is computed by rows (runner._head_by_rows) gives the plain head's
-logits (1e-5) and tokens, with or without an edit of the head."""
+logits (1e-5) and tokens, with or without an edit of the head, and ROME's keys read at every layer in one run (a
+layer sweep's) equal each layer's read alone, and give the same edit."""
 import pytest
 import torch
 
+from editkit.editing.api import run_edit
+from editkit.editing.defaults import load_hparams
+from editkit.editing.keys import key_star, keys_at, prefetch_keys, reuse_keys
+from editkit.editing.requests import parse_record
 from editkit.evaluation.measure import measure
 from editkit.evaluation.datasets import as_record
 from editkit.lesson.compute import record_of
@@ -92,3 +97,37 @@ def test_the_head_by_rows_sees_an_edit_of_the_head(tiny_by_name):
         ids0, logits0, _ = _generate(lm, rows=False)
     assert torch.equal(ids, ids0)
     assert float((logits - logits0).abs().max()) <= EXACT * max(1.0, float(logits0.abs().max()))
+
+
+@pytest.mark.parametrize("name", ["tiny-gpt2", "tiny-gemma3"])
+def test_keys_read_at_every_layer_in_one_run_equal_each_layer_alone(tiny_by_name, name):
+    lm = tiny_by_name(name)
+    request = parse_record(REQUEST)
+    hp = load_hparams("rome", lm)
+    layers = list(range(lm.adapter.n_layers))
+    alone = {l: (key_star(lm, l, request, hp), keys_at(lm, l, [(request.rewrite, 0)], request.subject)) for l in layers}
+    with reuse_keys() as memo:
+        prefetch_keys(lm, layers, request, hp)
+        assert len(memo) == 2 * len(layers)
+        shared = {l: (key_star(lm, l, request, hp), keys_at(lm, l, [(request.rewrite, 0)], request.subject))
+                  for l in layers}
+        assert len(memo) == 2 * len(layers)  # every read served by the prefetch
+        edit = run_edit(lm, "rome", [request], {"layers": [layers[-1]]})
+    for l in layers:
+        for a, b in zip(shared[l], alone[l]):
+            assert float((a - b).abs().max()) <= EXACT * max(1.0, float(b.abs().max())), l
+    plain = run_edit(lm, "rome", [request], {"layers": [layers[-1]]})
+    for k, d in plain.delta.items():
+        assert float((edit.delta[k] - d).abs().max()) <= EXACT * max(1.0, float(d.abs().max()))
+
+
+def test_the_keys_memo_tells_edited_weights_apart(tiny_by_name):
+    lm = tiny_by_name("tiny-gpt2")
+    request = parse_record(REQUEST)
+    hp = load_hparams("rome", lm, {"layers": [1]})
+    with reuse_keys():
+        before = key_star(lm, 2, request, hp)
+        edit = run_edit(lm, "rome", [request], hp)
+        with applied(lm.model, edit.delta):
+            after = key_star(lm, 2, request, hp)  # layer 2 reads the edited layer 1's output
+    assert not torch.equal(before, after)
