@@ -4,8 +4,16 @@ kmeng01/rome; the targets, its "compute_v" half, are in targets.py).
 Keys (ROME Sec. 3.1, Eq. 3): k* = mean over context templates x_j of the down-projection input at the subject's last
 token of x_j + prompt(subject). `SiteReader` reads keys and other sites for a batch of requests, again and again
 while a multi-layer edit is applied layer after layer (spread.py).
+
+Inside `reuse_keys()` the keys `keys_at` reads are kept per (weights this context sees, layer, texts, subject): a
+lesson's ROME edit, its bleed map, its ripple and the layer sweep's row at that layer read them once, and
+`prefetch_keys` reads one request's keys at many layers in one run (a layer sweep), each equal to the run that stops
+at its layer (the same rows, the same blocks up to it).
 """
 from __future__ import annotations
+
+import contextvars
+from contextlib import contextmanager
 
 import torch
 
@@ -43,15 +51,62 @@ def pad_rows(lm, rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
     return ids.to(lm.device), mask.to(lm.device)
 
 
+_KEYS: contextvars.ContextVar = contextvars.ContextVar("editkit_keys_memo", default=None)
+
+
+@contextmanager
+def reuse_keys():
+    """Keep the keys keys_at reads in this context (module docstring); yields the memo (a dict)."""
+    if _KEYS.get() is not None:  # nested: the outer memo serves
+        yield _KEYS.get()
+        return
+    token = _KEYS.set({})
+    try:
+        yield _KEYS.get()
+    finally:
+        _KEYS.reset(token)
+
+
+def _memo_key(lm, layer: int, texts, subject: str) -> tuple:
+    from ..model.weights import fingerprint
+
+    return fingerprint(lm), layer, tuple((t, c) for t, c in texts), subject
+
+
 @torch.no_grad()
+def _read_keys(lm, layers: list[int], texts: list[tuple[str, int]], subject: str) -> dict[int, torch.Tensor]:
+    """{layer: down-projection inputs (len(texts), d_ff) at the subject's last token}, in one run stopped at the
+    last layer needed."""
+    rows = [lm.tok(t, add_special_tokens=True)["input_ids"] for t, _ in texts]
+    idx = torch.tensor([subject_last(lm.tok, t, subject, c) for t, c in texts])
+    ids, mask = pad_rows(lm, rows)
+    keys = [Site("mlp_key", l) for l in layers]
+    got = lm.runner.read(keys, input_ids=ids, attention_mask=mask)
+    return {k.layer: got[k.name][torch.arange(len(rows)), idx].float() for k in keys}
+
+
 def keys_at(lm, layer: int, texts: list[tuple[str, int]], subject: str) -> torch.Tensor:
     """Down-projection inputs (len(texts), d_ff) at the subject's last token of each text."""
-    rows = [lm.tok(t, add_special_tokens=True)["input_ids"] for t, _ in texts]
-    idx = [subject_last(lm.tok, t, subject, c) for t, c in texts]
-    ids, mask = pad_rows(lm, rows)
-    key = Site("mlp_key", layer)
-    got = lm.runner.read([key], input_ids=ids, attention_mask=mask)
-    return got[key.name][torch.arange(len(rows)), torch.tensor(idx)].float()
+    memo = _KEYS.get()
+    if memo is None:
+        return _read_keys(lm, [layer], texts, subject)[layer]
+    key = _memo_key(lm, layer, texts, subject)
+    if key not in memo:
+        memo[key] = _read_keys(lm, [layer], texts, subject)[layer]
+    return memo[key].clone()
+
+
+def prefetch_keys(lm, layers: list[int], request: EditRequest, hp) -> None:
+    """Inside reuse_keys(): the keys ROME reads for `request` (k* over the context templates, and the bare rewrite
+    prompt's) at every layer of `layers`, in one run each, for the edits at those layers that follow."""
+    memo = _KEYS.get()
+    if memo is None:
+        return
+    for texts in (contexts(lm, request, hp), [(request.rewrite, 0)]):
+        todo = [l for l in layers if _memo_key(lm, l, texts, request.subject) not in memo]
+        if todo:
+            for l, k in _read_keys(lm, todo, texts, request.subject).items():
+                memo[_memo_key(lm, l, texts, request.subject)] = k
 
 
 def key_star(lm, layer: int, request: EditRequest, hp) -> torch.Tensor:

@@ -17,7 +17,8 @@ process they run one after the other; on Ray (`backend`) the workers run them in
 computed and cached here first), and the rows come back in layer order, equal to the serial run's. Before the items,
 a method that declares its target optimisation (Method.targets) has every layer's targets optimized in one batch
 (targets.optimize_layers: one larger batch per block instead of one small run per layer), kept in the targets
-cache (editing/memo.py) where each layer's edit finds them.
+cache (editing/memo.py) where each layer's edit finds them; ROME's keys at every layer are read in one run
+(keys.prefetch_keys) for the edits in this process.
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from ..core.progress import part
 from ..core.results import JsonObject, Result, frame
 from ..editing.api import prepare_first_use, run_edit
 from ..editing.defaults import load_hparams
+from ..editing.keys import prefetch_keys, reuse_keys
 from ..editing.memo import reuse_targets
 from ..editing.methods import get
 from ..editing.requests import EditRequest, parse_record
@@ -216,20 +218,23 @@ def layer_sweep(lm, request, layers=None, method: str = "rome", hparams: dict | 
         raise EditkitError("a layer sweep edits one layer at a time")
     say = progress or (lambda f, m: None)
     say(0.0, f"what {spec.label} reads at layers {layers[0]}..{layers[-1]} (one statistics pass, cached)")
-    with isolation.session(lm):
-        prepare_first_use(lm, list(hps.values()), progress=lambda f, m: say(0.1 * f, m), method=spec.name)
-        pre = measure(lm, record, n_gen=0, greedy_tokens=0)
-    start = 0.1
-    if spec.targets:
-        start = 0.5
-        _targets_together(lm, spec, request, hps, part(say, 0.1, start, "targets at every layer in one batch: "))
-    items = [Item(edit_at_layer, (spec.name, record, hps[l], pre), label=f"{spec.label} at layer {l}")
-             for l in layers]
-    traced = trace_kind and not trace_result
-    if traced:
-        items.append(Item(trace_profile, (request, trace_kind, samples),
-                          label=f"causal trace ({trace_kind}, {samples} samples)"))
-    rows = run_items(lm, items, backend, part(say, start, 1.0))
+    with reuse_keys():  # every layer's keys read in one run, for the edits in this process
+        with isolation.session(lm):
+            prepare_first_use(lm, list(hps.values()), progress=lambda f, m: say(0.1 * f, m), method=spec.name)
+            pre = measure(lm, record, n_gen=0, greedy_tokens=0)
+            if spec.name == "rome":  # the keys its edits read (keys.keys_at), every layer's in one run
+                prefetch_keys(lm, layers, request, hps[layers[0]])
+        start = 0.1
+        if spec.targets:
+            start = 0.5
+            _targets_together(lm, spec, request, hps, part(say, 0.1, start, "targets at every layer in one batch: "))
+        items = [Item(edit_at_layer, (spec.name, record, hps[l], pre), label=f"{spec.label} at layer {l}")
+                 for l in layers]
+        traced = trace_kind and not trace_result
+        if traced:
+            items.append(Item(trace_profile, (request, trace_kind, samples),
+                              label=f"causal trace ({trace_kind}, {samples} samples)"))
+        rows = run_items(lm, items, backend, part(say, start, 1.0))
     profile = rows.pop() if traced else None
     if trace_result:
         profile = profile_of(trace_result)

@@ -80,17 +80,22 @@ def measure(lm, record, n_gen: int = N_GEN, gen_tokens: int = GEN_TOKENS,
     record = as_record(record)
     r = record.request
     groups = {"rewrite": [r.rewrite], "paraphrase": r.paraphrase_prompts, "neighborhood": r.neighborhood_prompts}
+    # every (prompt, target) pair scored once, in one batched run (score_targets: 16 rows a forward pass)
+    pairs = [(p, t) for prompts in groups.values() for t in (r.target_new, r.target_true) if t for p in prompts]
+    pairs += [(p, a) for p, a in record.locality or []]
+    pairs = list(dict.fromkeys(pairs))
+    scored = dict(zip(pairs, score_targets(lm, [p for p, _ in pairs], [t for _, t in pairs]))) if pairs else {}
     out: dict = {}
     true_scores = {}
     for group, prompts in groups.items():
-        new = score_targets(lm, prompts, [r.target_new] * len(prompts)) if prompts else []
-        true = score_targets(lm, prompts, [r.target_true] * len(prompts)) if prompts and r.target_true else []
+        new = [scored[(p, r.target_new)] for p in prompts]
+        true = [scored[(p, r.target_true)] for p in prompts] if r.target_true else []
         true_scores[group] = true
         out[group] = {"prompts": list(prompts), "nll_new": [s.mean_nll for s in new],
                       "nll_true": [s.mean_nll for s in true], "acc_new": [s.accuracy for s in new],
                       "p_new": [s.prob for s in new], "p_true": [s.prob for s in true]}
     if record.locality:
-        scores = score_targets(lm, [p for p, _ in record.locality], [a for _, a in record.locality])
+        scores = [scored[(p, a)] for p, a in record.locality]
         out["locality_argmax"] = [s.token_argmax for s in scores]
         out["locality_acc"] = [s.accuracy for s in scores]
     elif r.target_true:  # EasyEdit's CounterFact locality: the neighborhood prompts, target_true as the answer

@@ -139,10 +139,12 @@ def first_token(lm, target: str) -> int:
 def shared_targets():
     """Target optimisations reused within a build, and by a resumed one (editing/memo.py: the same weights,
     request, layer and target hyperparameters give the same v*): ROME's default edit serves its bleed map and the
-    sweep's row at that layer, MEMIT's targets serve AlphaEdit (its null space acts only in the solve)."""
+    sweep's row at that layer, MEMIT's targets serve AlphaEdit (its null space acts only in the solve); and the keys
+    ROME reads, within the build (editing/keys.py: the same weights, layer and texts give the same keys)."""
+    from ..editing.keys import reuse_keys
     from ..editing.memo import reuse_targets
 
-    with reuse_targets(disk=True) as memo:
+    with reuse_targets(disk=True) as memo, reuse_keys():
         yield memo
 
 

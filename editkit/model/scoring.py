@@ -77,14 +77,18 @@ def _score_batch(lm, prompts, targets):
         mask[i, : len(r)] = 1
     ids, mask = ids.to(lm.device), mask.to(lm.device)
     h = lm.runner.hidden(input_ids=ids, attention_mask=mask)  # final norm applied
-    scores = []
-    for i, (n_p, n_t) in enumerate(spans):
-        pos = torch.arange(n_p - 1, n_p + n_t - 1, device=ids.device)
-        logits = lm.runner.logits(h[i, pos], norm=False)
-        logp = torch.log_softmax(logits, -1)
-        tgt = ids[i, n_p: n_p + n_t]
-        tok_lp = logp.gather(1, tgt[:, None])[:, 0]
-        argmax = logits.argmax(-1)
-        scores.append(TargetScore(float(tok_lp.sum()), n_t, tok_lp.tolist(), (argmax == tgt).tolist(),
+    # every row's target positions projected to the vocabulary together: one read of the unembedding matrix
+    # (Gemma's is 671 MB) for the batch instead of one per row
+    at = [(i, n_p - 1 + j) for i, (n_p, n_t) in enumerate(spans) for j in range(n_t)]
+    logits = lm.runner.logits(h[[i for i, _ in at], [p for _, p in at]], norm=False)
+    logp = torch.log_softmax(logits, -1)
+    tgt = torch.cat([ids[i, n_p: n_p + n_t] for i, (n_p, n_t) in enumerate(spans)])
+    tok_lp_all = logp.gather(1, tgt[:, None])[:, 0]
+    argmax_all = logits.argmax(-1)
+    scores, start = [], 0
+    for n_p, n_t in spans:
+        tok_lp, argmax, t = tok_lp_all[start:start + n_t], argmax_all[start:start + n_t], tgt[start:start + n_t]
+        scores.append(TargetScore(float(tok_lp.sum()), n_t, tok_lp.tolist(), (argmax == t).tolist(),
                                   argmax.tolist()))
+        start += n_t
     return scores
