@@ -304,8 +304,8 @@ class Runner:
         step) MKL's float32 GEMM with the rows on the left runs several times slower than one read of a large
         vocabulary's weight (measured in docs/results/speed.md). The head's input is taken by a pre-hook and
         handed on with no positions, so the module's own product computes nothing, and the output hook computes it
-        with the weight this context sees (an edit of the head counts). The same map; a logit may differ in its
-        last bit."""
+        with the weight this context sees (an edit of the head, whose own hook then sees no positions, counts; no
+        site names the head, so nothing else hooks it). The same map; a logit may differ in its last bit."""
         head = self.adapter.unembed_module
         if not isinstance(head, torch.nn.Linear):
             return
