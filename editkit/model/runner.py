@@ -28,7 +28,8 @@
   `answer_logprob` walks the vocabulary in blocks for all rows at once with an online logsumexp (`vocab_pass`: one
   read of the unembedding matrix in all, no (N, V) matrix).
 - `complete` continues prompts (greedy, or top-k sampled from a private seeded stream: `Decoding`), with the same
-  `edit(hooks)` as `read` for an intervention that must act during the generation.
+  `edit(hooks)` as `read` for an intervention that must act during the generation; a generation of a few prompts
+  computes the LM head with the weight on the left (`_head_by_rows`).
 """
 from __future__ import annotations
 
@@ -300,10 +301,11 @@ class Runner:
     def _head_by_rows(self, hooks: Hooks) -> None:
         """In this context's runs of the whole model (a generation's steps), the LM head's product as W x^T, the
         weight on the left, instead of x W^T: for a few rows (a generation projects one row per prompt at every
-        step) MKL's float32 GEMM with the rows on the left runs 4-5x slower than one read of the weight (Gemma's
-        262k x 640 head, 2 to 8 rows; the same at 1 row). The head's input is taken by a pre-hook and handed on
-        with no positions, so the module's own product computes nothing, and the output hook computes it with the
-        weight this context sees (an edit of the head counts). The same map; a logit may differ in its last bit."""
+        step) MKL's float32 GEMM with the rows on the left runs several times slower than one read of a large
+        vocabulary's weight (measured in docs/results/speed.md). The head's input is taken by a pre-hook and
+        handed on with no positions, so the module's own product computes nothing, and the output hook computes it
+        with the weight this context sees (an edit of the head, whose own hook then sees no positions, counts; no
+        site names the head, so nothing else hooks it). The same map; a logit may differ in its last bit."""
         head = self.adapter.unembed_module
         if not isinstance(head, torch.nn.Linear):
             return
