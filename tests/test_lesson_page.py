@@ -200,7 +200,8 @@ def test_teacher_sees_and_clears_the_class_answers(env, monkeypatch):
     assert ClassStore(default_path()).count() == 0
 
 
-def test_teacher_adds_a_fact_from_the_page(env, tmp_path, monkeypatch):
+def _teacher_on_own_pack(env, tmp_path, monkeypatch) -> tuple:
+    """A copy of the test pack served to a teacher: (its folder, the Lesson page opened in teacher mode)."""
     own = tmp_path / "pack"
     shutil.copytree(env.folder, own)
     monkeypatch.setenv("EDITKIT_LESSON", str(own))
@@ -208,6 +209,11 @@ def test_teacher_adds_a_fact_from_the_page(env, tmp_path, monkeypatch):
     at.query_params["teacher"] = "1"
     at.switch_page("pages/lesson.py").run()
     ok(at)
+    return own, at
+
+
+def test_teacher_adds_a_fact_from_the_page(env, tmp_path, monkeypatch):
+    own, at = _teacher_on_own_pack(env, tmp_path, monkeypatch)
     at.text_input(key="lesson_add_prompt").set_value("The {} is in downtown")
     at.text_input(key="lesson_add_subject").set_value("Space Needle")
     at.text_input(key="lesson_add_true").set_value("Paris")  # tiny-gpt2 does not know that
@@ -261,13 +267,7 @@ def test_add_the_fact_right_after_a_cancel_waits_for_the_cancelled_job(env, tmp_
     from editkit.core.errors import Cancelled
     from editkit.runtime import jobs
 
-    own = tmp_path / "pack"
-    shutil.copytree(env.folder, own)
-    monkeypatch.setenv("EDITKIT_LESSON", str(own))
-    at = AppTest.from_file(APP, default_timeout=600)
-    at.query_params["teacher"] = "1"
-    at.switch_page("pages/lesson.py").run()
-    ok(at)
+    _, at = _teacher_on_own_pack(env, tmp_path, monkeypatch)
     at.session_state["_editkit_session"] = "teacher-tab"
     old = jobs.Job("adding a fact to the lesson", owner="teacher-tab")
     started, outcome = threading.Event(), []
