@@ -104,8 +104,10 @@ def norms_figure(out: dict) -> go.Figure:
 
 
 NOT_APPLICABLE = "–"  # a diagnostics cell that does not apply to the method (DIAGNOSTICS_BLANK says so)
-DIAGNOSTICS_BLANK = ("– : does not apply to that method (the division factor is ROME's alone; a method without a "
-                     "target optimisation has no target to reach and no optimisation steps).")
+DIAGNOSTICS_BLANK = ("– : does not apply to that method. The division factor is ROME's alone. \"Target reached\" is "
+                     "the share of the way to its target vector a multi-layer spread covers at the target site (1: all "
+                     "of it; below 0: it moved the other way); ROME writes one layer exactly (W k* = v*), so it has "
+                     "none. A method without a target optimisation has no target and no optimisation steps.")
 
 
 def diagnostics_table(out: dict) -> list[dict]:
