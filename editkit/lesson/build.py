@@ -30,10 +30,11 @@ from .pack import (FORMAT, KIND, MANIFEST, bleed_name, built_on, edit_name, edit
                    retrace_name, ripple_name, write_json)
 
 # the seconds of each unit of work on the embedded model, from the idle benchmark of a new fact (`editkit bench
-# report`: 2 cores, statistics cached, 179 s in all, 26 Nov 2026): the estimate's reference until this machine has
+# report --skip ...`: 2 cores, statistics cached, the mean of two runs after the shared keys and batched scoring, 26
+# Nov 2026; docs/results/speed.md): the estimate's reference until this machine has
 # timed its own parts (measured()), and the units' weights in the progress estimate
-COST = {"check": 1.0, "lens": 0.5, "trace": 41.0, "memories": 3.0, "edit": 19.0, "bleed": 3.0, "ripple": 2.5,
-        "sweep_layer": 2.8}
+COST = {"check": 1.0, "lens": 0.5, "trace": 50.0, "memories": 3.0, "edit": 15.7, "bleed": 1.8, "ripple": 2.5,
+        "sweep_layer": 1.9}
 REFERENCE = "editkit's benchmark of a new fact on an idle 2-core machine (26 Nov 2026)"
 TIMES = Store("timings")  # timings/lesson/<model>: how long each kind of part last took on this machine
 
