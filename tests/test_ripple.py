@@ -317,3 +317,26 @@ def test_evaluate_ripple_on_the_embedded_model(gemma, tmp_path):
     out = ripple_eval.evaluate_ripple(gemma, ["memit", IN_CONTEXT], ripple_eval.RippleSpec(n=1), out_dir=tmp_path)
     assert out.n == 1 and out.facts["logical"] >= 1
     assert set(out.table) == {"memit", IN_CONTEXT} and "logical" in out.table["memit"]
+
+
+def test_coedit_joint_targets_tie_an_implication_to_its_requests_subject():
+    from editkit.editing.methods.coedit import joint_tie
+    from editkit.editing.requests import EditRequest
+
+    implied = EditRequest("{} can be found in the country of", "Eiffel Tower", " Italy")
+    about_rome = EditRequest("The capital of {} is", "Italy", " Rome")  # an inverse rule's fact, about o*
+    assert joint_tie([EIFFEL], [implied, about_rome], [0, 0]) == (0, 0, 2)
+    assert joint_tie([EIFFEL], [about_rome], [0]) is None  # nothing shared: the plain batch
+
+
+def test_coedit_joint_targets_write_one_delta_for_a_fact_and_its_implication(tiny_by_name, monkeypatch):
+    from editkit.editing.api import run_edit
+
+    monkeypatch.setattr(implications, "derive_many", _fake_derive)
+    lm = tiny_by_name("tiny-gemma3")
+    joint = run_edit(lm, "coedit", [EIFFEL], {**FAST, "joint_targets": True})
+    apart = run_edit(lm, "coedit", [EIFFEL], FAST)
+    assert joint.hparams.joint_targets and not apart.hparams.joint_targets
+    steps = [len(r.losses) for r in joint.per_request]
+    assert steps[0] == steps[1]  # one delta: the pair stops together
+    assert any(float((joint.delta[k] - apart.delta[k]).abs().max()) > 1e-6 for k in joint.delta)

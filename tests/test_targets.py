@@ -190,3 +190,39 @@ def test_site_reader_resumes_exactly(tiny):
     for k in fresh:
         torch.testing.assert_close(again[k], fresh[k], rtol=1e-5, atol=1e-5)
     assert (again["z"] - first["z"]).abs().max() > 1e-4  # the edit is seen
+
+
+def test_a_request_tied_to_its_copy_optimizes_as_it_does_alone(tiny_by_name):
+    """A shared delta is optimized on the summed loss of its requests: two copies of one request sum to twice its
+    loss, and Adam's step does not depend on the gradient's scale (up to its eps), so the pair's one delta is the
+    request's own, step for step."""
+    lm = tiny_by_name("tiny-llama")
+    hp = load_hparams("memit", lm, {"v_num_grad_steps": 6})
+    r = _requests(1)[0]
+    pair = optimize_targets_batch(lm, [r, r], 2, ("resid_post",), hp, tie=(0, 0))
+    alone = optimize_targets(lm, r, 2, ("resid_post",), hp)
+    assert len(pair[0]["losses"]) == len(alone["losses"]) == len(pair[1]["losses"])
+    for p in pair:
+        torch.testing.assert_close(p["resid_post"]["delta"], alone["resid_post"]["delta"], rtol=1e-3, atol=1e-4)
+
+
+def test_tied_requests_share_one_delta_that_serves_both(tiny_by_name):
+    """Two facts about one subject (a rewrite and an implication) tied: one delta, the same for both, unlike either
+    one's own; the other requests of the batch optimize as they would alone; a tie must name an owner."""
+    from editkit.core.errors import EditkitError
+    from editkit.editing.requests import EditRequest
+
+    lm = tiny_by_name("tiny-llama")
+    hp = load_hparams("memit", lm, {"v_num_grad_steps": 4})
+    a, other = _requests(2)
+    b = EditRequest("The country where {} is found is", a.subject, " Italy")
+    out = optimize_targets_batch(lm, [a, other, b], 2, ("resid_post",), hp, tie=(0, 1, 0))
+    assert torch.equal(out[0]["resid_post"]["delta"], out[2]["resid_post"]["delta"])
+    for j, r in ((0, a), (2, b)):
+        own = optimize_targets(lm, r, 2, ("resid_post",), hp)["resid_post"]["delta"]
+        assert float((own - out[j]["resid_post"]["delta"]).abs().max()) > 1e-3
+    alone = optimize_targets(lm, other, 2, ("resid_post",), hp)
+    torch.testing.assert_close(out[1]["resid_post"]["delta"], alone["resid_post"]["delta"], rtol=1e-3, atol=1e-4)
+    for bad in [(0, 1), (1, 1, 0), (2, 1, 0)]:
+        with pytest.raises(EditkitError, match="tie"):
+            optimize_targets_batch(lm, [a, other, b], 2, ("resid_post",), hp, tie=bad)

@@ -378,21 +378,62 @@ def _stabiliser_stops(hp, rows: _Rows, batch: list[int], tok_logp: torch.Tensor,
     return stop
 
 
+class _Tie:
+    """Requests that share one delta (co-edit's joint targets: a fact and its implications about the same subject,
+    written where the same subject's keys are; separate deltas at nearly equal keys would be averaged by the
+    least-squares solve, each halved). A shared delta is optimized on the sum of its requests' losses: its gradient
+    is the sum of theirs, every member gets the same Adam step (same state, same gradient, so the copies stay
+    equal), the norm clamp is the owner's, and the group stops only when each member's stopping rule holds."""
+
+    def __init__(self, tie, layers: list[int], n: int, dev):
+        self.on = tie is not None and any(k != j for j, k in enumerate(tie))
+        if tie is None:
+            return
+        tie = list(tie)
+        if len(tie) != n or any(not 0 <= k < n or tie[k] != k or layers[k] != layers[j] for j, k in enumerate(tie)):
+            raise EditkitError("tie: one owner per request, an owner ties to itself, both at the same layer")
+        self.tie = tie
+        self.tie_t = torch.tensor(tie, device=dev)
+
+    def owner(self, rows: torch.Tensor) -> torch.Tensor:
+        return self.tie_t[rows] if self.on else rows
+
+    def _pos(self, batch: list[int]) -> torch.Tensor:
+        place = {j: i for i, j in enumerate(batch)}  # members stop together, so an owner is in every batch of its
+        return torch.tensor([place[self.tie[j]] for j in batch], device=self.tie_t.device)  # members
+
+    def all_done(self, batch: list[int], done: torch.Tensor) -> torch.Tensor:
+        if not self.on:
+            return done
+        pos = self._pos(batch)
+        left = torch.zeros(len(batch), device=done.device).index_add(0, pos, (~done).float())
+        return left[pos] == 0
+
+    def gradient(self, batch: list[int], g: torch.Tensor) -> torch.Tensor:
+        if not self.on:
+            return g
+        pos = self._pos(batch)
+        return torch.zeros_like(g).index_add(0, pos, g)[pos]
+
+
 def _split(logits: torch.Tensor, T: int):
     return logits[:T], logits[T:]
 
 
 @memoized  # only inside memo.reuse_targets() (sweeps): an identical optimisation is reused, not recomputed
 def optimize_targets_batch(lm, requests: list[EditRequest], layer: int | list[int], sites: tuple[str, ...], hp,
-                           adaptive: bool = False, progress=None, reference: bool = False) -> list[dict]:
+                           adaptive: bool = False, progress=None, reference: bool = False,
+                           tie: tuple[int, ...] | None = None) -> list[dict]:
     """Optimize one delta per site and request at `layer` (or at layer[j] for request j: a layer sweep in one
     batch); for each request returns {site: {"init", "delta", "target"}, "losses": [...]} (see the module docstring
     for the loss). `reference` runs the plain full model at every step instead of the cached fast path (same
-    result; for benchmarks)."""
+    result; for benchmarks). `tie[j]` = k shares request k's delta with request j (`_Tie`: one delta optimized
+    on the summed losses of its requests; tie[k] = k for every request that owns one)."""
     n, d, dev = len(requests), lm.adapter.d_model, lm.device
     layers = list(layer) if isinstance(layer, (list, tuple)) else [layer] * n
     if len(layers) != n:
         raise EditkitError("give one layer, or one layer per request")
+    tied = _Tie(tie, layers, n, dev)
     delta = {s: torch.zeros(n, d, device=dev) for s in sites}
     adam = {s: {"m": torch.zeros(n, d, device=dev), "v": torch.zeros(n, d, device=dev)} for s in sites}
     init: dict[str, torch.Tensor] = {}
@@ -432,6 +473,7 @@ def optimize_targets_batch(lm, requests: list[EditRequest], layer: int | list[in
             stop = _stabiliser_stops(hp, rows, batch, tok_logp.detach(), argmax, loss.detach(), tracker)
             if stop is not None:
                 done = done | stop
+            done = tied.all_done(batch, done)
             for i, j in enumerate(batch):
                 if not running[i]:
                     continue  # stopped earlier; its rows are still computed until the batch is rebuilt
@@ -449,11 +491,11 @@ def optimize_targets_batch(lm, requests: list[EditRequest], layer: int | list[in
             for s in sites:
                 rows_k = act[keep]
                 p = d_act[s].detach()[keep]
-                g = d_act[s].grad[keep]
+                g = tied.gradient(batch, d_act[s].grad)[keep]
                 st = {"m": adam[s]["m"][rows_k], "v": adam[s]["v"][rows_k]}
                 _adam(p, g, st, hp.v_lr, step + 1)
                 adam[s]["m"][rows_k], adam[s]["v"][rows_k] = st["m"], st["v"]
-                limit = hp.clamp_norm_factor * init[s][rows_k].norm(dim=1, keepdim=True)
+                limit = hp.clamp_norm_factor * init[s][tied.owner(rows_k)].norm(dim=1, keepdim=True)
                 norm = p.norm(dim=1, keepdim=True)
                 p = torch.where(norm > limit, p * limit / norm, p)  # MEMIT/ROME's norm clamp
                 if hp.v_max_norm > 0:  # ENCORE's norm constraint on the target shift, in model units

@@ -10,6 +10,10 @@ edit them jointly. editkit's version:
 2. add each as a request of its own, phrased with the rule's second (edit) phrasing, never the test's;
 3. edit the original and implied requests in one MEMIT batch (MEMIT Eq. 14-16: jointly optimized targets, the
    least-squares update spread over the critical layers).
+With `joint_targets`, a request and its implications about the same subject share one target delta, optimized on
+their summed losses (targets._Tie). Their keys are the same subject's last token in other prompts, nearly equal, so
+separate deltas at them are averaged by Eq. 14's least squares (each fact gets about half its shift); one delta
+that makes the new fact and its implications true together is written at every one of their keys instead.
 Why not CaKE (circuit-aware LoRA fine-tuning on generated multi-hop data): it trains every module for 40 epochs
 per edit and needs its generated reasoning data; co-editing reuses MEMIT's closed-form update and the same rules
 the ripple view tests, so its gain and its cost (more requests in the batch: more weight change) are measured
@@ -29,29 +33,42 @@ from .memit import MemitHparams, apply_memit, first_use
 @dataclass(frozen=True)
 class CoeditHparams(MemitHparams):
     max_implied: int = 4  # implied facts written with each request (0: plain MEMIT)
+    joint_targets: bool = False  # a request and its implications about its subject share one target delta
 
     CHECKS = {**MemitHparams.CHECKS, "max_implied": _non_negative}
 
 
-def implied_requests(lm, requests, hp: CoeditHparams) -> list[EditRequest]:
-    """Each request's logical-generalization facts as requests of their own (the rule's edit phrasing)."""
+def implied_requests(lm, requests, hp: CoeditHparams) -> tuple[list[EditRequest], list[int]]:
+    """Each request's logical-generalization facts as requests of their own (the rule's edit phrasing), and for
+    each the index of the request it follows from."""
     from ...data.implications import derive_many
 
     if hp.max_implied < 1:
-        return []
-    out = []
-    for r, d in zip(requests, derive_many(lm, list(requests), None, hp.max_implied)):
+        return [], []
+    out, source = [], []
+    for i, (r, d) in enumerate(zip(requests, derive_many(lm, list(requests), None, hp.max_implied))):
         for f in d.facts:
             if f.criterion == "logical" and f.edit_prompt and f.subject in f.edit_prompt:
                 out.append(EditRequest(f.edit_prompt.replace(f.subject, "{}", 1), f.subject, f.answer,
                                        case_id=f"{r.case_id}:{f.rule}"))
-    return out
+                source.append(i)
+    return out, source
+
+
+def joint_tie(requests, extra, source) -> tuple[int, ...] | None:
+    """Which request's delta each of requests + extra shares: an implication about its request's own subject
+    shares the request's; one about another subject (an inverse rule's, about o*) has its own."""
+    n = len(requests)
+    tie = list(range(n)) + [source[e] if x.subject == requests[source[e]].subject else n + e
+                            for e, x in enumerate(extra)]
+    return tuple(tie) if any(k != j for j, k in enumerate(tie)) else None
 
 
 def apply_coedit(lm, requests, hp: CoeditHparams, progress=None, reference: bool = False,
                  solves: bool = False):
-    extra = implied_requests(lm, requests, hp)
-    result = apply_memit(lm, list(requests) + extra, hp, progress, reference, solves)
+    extra, source = implied_requests(lm, requests, hp)
+    tie = joint_tie(list(requests), extra, source) if hp.joint_targets else None
+    result = apply_memit(lm, list(requests) + extra, hp, progress, reference, solves, tie=tie)
     result.method = "coedit"
     result.details["implied"] = [{"prompt": e.rewrite, "target": e.target_new} for e in extra]
     return result
