@@ -84,6 +84,20 @@ def test_a_known_rule_gives_the_expected_prompt_and_answer(monkeypatch):
     assert "not the same entity" in reasons["the Eiffel tower is located in the city of"]
 
 
+def test_asking_for_the_logical_facts_only_gives_the_same_facts_with_fewer_clozes(monkeypatch):
+    """Co-edit writes only the logical facts: their derivation asks no alias or specificity cloze, and each
+    criterion's facts are chosen apart from the others', so they are the full derivation's."""
+    monkeypatch.setattr(implications, "score_targets", _scores(FIXTURE, {}))
+    asked = []
+    lm = _LM(FIXTURE)
+    complete = lm.runner.complete
+    lm.runner.complete = lambda prompts, decoding: asked.append(list(prompts)) or complete(prompts, decoding)
+    full = implications.derive_many(lm, [EIFFEL])[0]
+    only = implications.derive_many(lm, [EIFFEL], criteria=("logical",))[0]
+    assert only.facts == [f for f in full.facts if f.criterion == "logical"] and only.facts
+    assert len(asked[1]) < len(asked[0]) and "Tour Eiffel is located in the city of" not in asked[1]
+
+
 def test_a_fact_the_model_does_not_know_is_dropped_with_the_reason(monkeypatch):
     said = {**FIXTURE, "Rome is located in the country of": " the same name"}
     monkeypatch.setattr(implications, "score_targets", _scores(said, {}))
@@ -170,7 +184,7 @@ def test_cli_ripple_on_a_tiny_model(tmp_path, capsys):
     assert main(["ripple", "--model", "tiny-gemma3", "--requests", str(path), "--fact", "no answer"]) == 2
 
 
-def _fake_derive(lm, requests, relations=None, cap=4, progress=None):
+def _fake_derive(lm, requests, relations=None, cap=4, progress=None, criteria=None):
     """A derivation for any request: the tiny random model knows nothing, so the facts are given."""
     out = []
     for r in requests:

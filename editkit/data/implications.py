@@ -240,16 +240,19 @@ def derive(lm, request, relation: str | None = None, max_per_criterion: int = 4)
 
 
 def derive_many(lm, requests: list, relations: list | None = None, max_per_criterion: int = 4,
-                progress=None) -> list[Derivation]:
-    """`derive` for many requests, their clozes asked in shared batches."""
+                progress=None, criteria: tuple[str, ...] | None = None) -> list[Derivation]:
+    """`derive` for many requests, their clozes asked in shared batches. `criteria` (e.g. ("logical",), what
+    co-edit writes): only those criteria's facts, without asking the clozes of the others (each criterion's facts
+    are chosen apart from the others', so they are the same facts)."""
     relations = relations or [None] * len(requests)
-    plans = [_plan(r, rel) for r, rel in zip(requests, relations)]
+    plans = [_plan(r, rel, criteria) for r, rel in zip(requests, relations)]
     if progress:
         progress(0.0, f"asking the model {sum(len(p[1]) for p in plans)} clozes")
     said = _complete(lm, [q for _, prompts in plans for q in prompts])
     outs, cands = [], []
     for request, (out, _) in zip(requests, plans):
-        cands.append(_candidates(request, out, said) if out.relation else [])
+        found = _candidates(request, out, said, criteria) if out.relation else []
+        cands.append([c for c in found if criteria is None or c.criterion in criteria])
         outs.append(out)
     if progress:
         progress(0.6, "scoring the candidate answers")
@@ -257,8 +260,8 @@ def derive_many(lm, requests: list, relations: list | None = None, max_per_crite
     return outs
 
 
-def _plan(request, relation: str | None) -> tuple[Derivation, list[str]]:
-    """The derivation to fill and the clozes it asks."""
+def _plan(request, relation: str | None, criteria=None) -> tuple[Derivation, list[str]]:
+    """The derivation to fill and the clozes it asks (those of `criteria` only, when given)."""
     if relation is None:  # read from the request, or its template; "" = none
         relation = getattr(request, "relation", None) or relation_of(request.prompt)
     out = Derivation(relation if relation in table()["relations"] else None)
@@ -272,18 +275,23 @@ def _plan(request, relation: str | None) -> tuple[Derivation, list[str]]:
             prompts += [_fill(rule["hop"], new), _fill(rule["prompts"][0], s)] + ([_fill(rule["hop"], o)] if o else [])
         else:
             prompts.append(_fill(rule["prompts"][0], new if rule["kind"] == "inverse" else s))
-    prompts += [_fill(request.prompt, a) for a, _ in alias_names(s, relation)]
-    prompts += [_fill(table()["relations"][r]["probe"], s) for r in _specificity_relations(relation, rules)]
+    if criteria is None or "aliasing" in criteria:
+        prompts += [_fill(request.prompt, a) for a, _ in alias_names(s, relation)]
+    if criteria is None or "specificity" in criteria:
+        prompts += [_fill(table()["relations"][r]["probe"], s) for r in _specificity_relations(relation, rules)]
     return out, prompts
 
 
-def _candidates(request, out: Derivation, said: dict) -> list[ImpliedFact]:
+def _candidates(request, out: Derivation, said: dict, criteria=None) -> list[ImpliedFact]:
     relation, s = out.relation, request.subject
     rules = rules_for(relation)
     cands: list[ImpliedFact] = []
-    for rule in rules:
+    for rule in rules:  # logical facts and preservation (the rules' second hop about o)
         cands += _from_rule(rule, request, said, out)
-    cands += _aliasing(request, relation, alias_names(s, relation), said, out)
+    if criteria is None or "aliasing" in criteria:
+        cands += _aliasing(request, relation, alias_names(s, relation), said, out)
+    if criteria is not None and "specificity" not in criteria:
+        return cands
     for r in _specificity_relations(relation, rules):
         label = table()["relations"][r]["label"]
         p = _fill(table()["relations"][r]["probe"], s)

@@ -46,7 +46,8 @@ def implied_requests(lm, requests, hp: CoeditHparams) -> tuple[list[EditRequest]
     if hp.max_implied < 1:
         return [], []
     out, source = [], []
-    for i, (r, d) in enumerate(zip(requests, derive_many(lm, list(requests), None, hp.max_implied))):
+    derived = derive_many(lm, list(requests), None, hp.max_implied, criteria=("logical",))
+    for i, (r, d) in enumerate(zip(requests, derived)):
         for f in d.facts:
             if f.criterion == "logical" and f.edit_prompt and f.subject in f.edit_prompt:
                 out.append(EditRequest(f.edit_prompt.replace(f.subject, "{}", 1), f.subject, f.answer,
