@@ -349,7 +349,7 @@ def test_coedit_joint_targets_write_one_delta_for_a_fact_and_its_implication(tin
     monkeypatch.setattr(implications, "derive_many", _fake_derive)
     lm = tiny_by_name("tiny-gemma3")
     joint = run_edit(lm, "coedit", [EIFFEL], {**FAST, "joint_targets": True})
-    apart = run_edit(lm, "coedit", [EIFFEL], FAST)
+    apart = run_edit(lm, "coedit", [EIFFEL], {**FAST, "joint_targets": False})
     assert joint.hparams.joint_targets and not apart.hparams.joint_targets
     steps = [len(r.losses) for r in joint.per_request]
     assert steps[0] == steps[1]  # one delta: the pair stops together
