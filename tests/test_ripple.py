@@ -65,6 +65,7 @@ def test_rules_are_data_with_a_relation_pair_and_one_slot():
         assert rule["kind"] in ("compose", "implies", "inverse") and rule["why"]
         assert all(p.count("{}") == 1 for p in rule["prompts"] + ([rule["hop"]] if "hop" in rule else []))
         assert len(rule["prompts"]) >= 2  # a test phrasing and an edit phrasing
+        assert all(m.count("{}") == 1 and m not in rule["prompts"] for m in rule.get("more_edit_prompts", []))
     assert [r["pair"] for r in rules_for("P131")] == [["P131", "P17"]]
 
 
@@ -354,3 +355,25 @@ def test_coedit_joint_targets_write_one_delta_for_a_fact_and_its_implication(tin
     steps = [len(r.losses) for r in joint.per_request]
     assert steps[0] == steps[1]  # one delta: the pair stops together
     assert any(float((joint.delta[k] - apart.delta[k]).abs().max()) > 1e-6 for k in joint.delta)
+
+
+def test_coedit_writes_each_implication_in_its_rules_phrasings_never_the_tests(tiny_by_name, monkeypatch):
+    from editkit.editing.api import run_edit
+
+    monkeypatch.setattr(implications, "derive_many", _fake_derive)
+    lm = tiny_by_name("tiny-gemma3")
+    result = run_edit(lm, "coedit", [EIFFEL], {**FAST, "implied_phrasings": 3})
+    rule = next(r for r in table()["rules"] if r["pair"] == ["P131", "P17"])
+    written = [x["prompt"] for x in result.details["implied"]]
+    assert written == ["Eiffel Tower can be found in the country of"] + [
+        p.format("Eiffel Tower") for p in rule["more_edit_prompts"][:2]]
+    assert rule["prompts"][0].format("Eiffel Tower") not in written  # the test's phrasing is never written
+    assert len({len(r.losses) for r in result.per_request}) == 1  # one subject: one delta, stopped together
+
+
+def test_more_edit_prompts_do_not_change_a_selection():
+    """The phrasings only a propagation method writes are not part of what a ripple selection depends on, so the
+    committed selections and their rows stay valid when phrasings are added."""
+    rules = ripple_eval._deciding()["rules"]
+    assert rules and all("more_edit_prompts" not in r for r in rules)
+    assert all(r.get("more_edit_prompts") for r in table()["rules"])

@@ -16,6 +16,9 @@ the answers come from the model being edited, so a test only asks what the model
 Every candidate the model does not know is dropped with its reason (`Derivation.dropped`). A fact's answer counts
 as the model's when every one of its tokens is the argmax after the prompt (teacher forced: what greedy decoding
 writes) and its probability is at least MIN_P (below that it is a guess); the probability is shown beside it.
+A rule's `prompts` are its test phrasing, then the phrasing a propagation method writes (`edit_prompt`); its
+`more_edit_prompts` are further phrasings such a method may write too (`edit_phrasings`), never a test's, and no
+derivation reads them.
 """
 from __future__ import annotations
 
@@ -121,6 +124,13 @@ def rules_for(relation: str | None) -> list[dict]:
 
 def rule_name(rule: dict) -> str:
     return ">".join(rule["pair"])
+
+
+def edit_phrasings(fact: "ImpliedFact", n: int) -> list[str]:
+    """Up to `n` phrasings of a logical fact a propagation method may write: its rule's edit phrasing, then the
+    rule's more_edit_prompts, each about the fact's subject."""
+    more = next((r.get("more_edit_prompts", []) for r in table()["rules"] if rule_name(r) == fact.rule), [])
+    return ([fact.edit_prompt] + [_fill(m, fact.subject) for m in more])[:max(n, 0)]
 
 
 def _kinds(kind: str) -> set[str]:

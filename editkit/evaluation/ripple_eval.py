@@ -161,8 +161,11 @@ def header_row(path: Path, settings: dict) -> None:
 
 def _deciding() -> dict:
     """The parts of the rule table a selection depends on (synonym groups only filter specificity facts, which no
-    selection reads: they are applied when the facts are counted)."""
-    return {k: v for k, v in table().items() if not k.startswith("synonyms")}
+    selection reads: they are applied when the facts are counted; a rule's more_edit_prompts are phrasings only
+    a propagation method writes)."""
+    out = {k: v for k, v in table().items() if not k.startswith("synonyms")}
+    out["rules"] = [{k: v for k, v in r.items() if k != "more_edit_prompts"} for r in out["rules"]]
+    return out
 
 
 def select(lm, spec: RippleSpec, out_dir: Path, progress=None,

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..hparams import _non_negative
+from ..hparams import _non_negative, _positive
 from ..requests import EditRequest
 from ..share import update_share
 from . import Method, register
@@ -33,16 +33,18 @@ from .memit import MemitHparams, apply_memit, first_use
 @dataclass(frozen=True)
 class CoeditHparams(MemitHparams):
     max_implied: int = 4  # implied facts written with each request (0: plain MEMIT)
+    implied_phrasings: int = 1  # phrasings each implied fact is written in (the rule's edit phrasing, then its
+    # more_edit_prompts; never the test's)
     joint_targets: bool = True  # a request and its implications about its subject share one target delta
     # (chosen on counterfact-val for both shipped models: docs/results/ripple.md)
 
-    CHECKS = {**MemitHparams.CHECKS, "max_implied": _non_negative}
+    CHECKS = {**MemitHparams.CHECKS, "max_implied": _non_negative, "implied_phrasings": _positive}
 
 
 def implied_requests(lm, requests, hp: CoeditHparams) -> tuple[list[EditRequest], list[int]]:
     """Each request's logical-generalization facts as requests of their own (the rule's edit phrasing), and for
     each the index of the request it follows from."""
-    from ...data.implications import derive_many
+    from ...data.implications import derive_many, edit_phrasings
 
     if hp.max_implied < 1:
         return [], []
@@ -50,10 +52,13 @@ def implied_requests(lm, requests, hp: CoeditHparams) -> tuple[list[EditRequest]
     derived = derive_many(lm, list(requests), None, hp.max_implied, criteria=("logical",))
     for i, (r, d) in enumerate(zip(requests, derived)):
         for f in d.facts:
-            if f.criterion == "logical" and f.edit_prompt and f.subject in f.edit_prompt:
-                out.append(EditRequest(f.edit_prompt.replace(f.subject, "{}", 1), f.subject, f.answer,
-                                       case_id=f"{r.case_id}:{f.rule}"))
-                source.append(i)
+            if f.criterion != "logical" or not f.edit_prompt:
+                continue
+            for k, phrasing in enumerate(edit_phrasings(f, hp.implied_phrasings)):
+                if f.subject in phrasing:
+                    out.append(EditRequest(phrasing.replace(f.subject, "{}", 1), f.subject, f.answer,
+                                           case_id=f"{r.case_id}:{f.rule}" + (f":{k}" if k else "")))
+                    source.append(i)
     return out, source
 
 
