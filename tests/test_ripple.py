@@ -377,3 +377,16 @@ def test_more_edit_prompts_do_not_change_a_selection():
     rules = ripple_eval._deciding()["rules"]
     assert rules and all("more_edit_prompts" not in r for r in rules)
     assert all(r.get("more_edit_prompts") for r in table()["rules"])
+
+
+def test_a_results_file_named_before_a_field_existed_stays_valid_at_its_neutral_value(tiny_by_name):
+    """Settings recorded for a results file leave out a field added later when it has the value that means the
+    behaviour before it (NEUTRAL), and keep it otherwise, so old rows are resumed only for the same behaviour."""
+    from editkit.editing.defaults import load_hparams
+
+    lm = tiny_by_name("tiny-gemma3")
+    hp = load_hparams("coedit", lm, {"joint_targets": False, "implied_phrasings": 1})
+    assert "implied_phrasings" not in hp.recorded() and "joint_targets" not in hp.recorded()
+    assert hp.recorded() == {k: v for k, v in hp.to_dict().items() if k not in ("joint_targets", "implied_phrasings")}
+    other = hp.replace(joint_targets=True, implied_phrasings=3)
+    assert other.recorded()["joint_targets"] is True and other.recorded()["implied_phrasings"] == 3

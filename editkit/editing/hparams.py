@@ -39,6 +39,8 @@ class BaseHparams:
     layers: tuple[int, ...]  # edited layers (ROME: one; MEMIT/PMET/AlphaEdit: the critical window, increasing)
 
     CHECKS: ClassVar[dict] = {}  # field -> range check; ints are coerced
+    # fields added after results were recorded -> the value that means the behaviour before them (`recorded`)
+    NEUTRAL: ClassVar[dict] = {}
     # fields that act after any target optimisation (editing/memo.py may reuse targets optimized with others)
     SOLVE_ONLY: ClassVar[frozenset] = frozenset()
 
@@ -53,6 +55,12 @@ class BaseHparams:
         d = dataclasses.asdict(self)
         d["layers"] = list(self.layers)
         return d
+
+    def recorded(self) -> dict:
+        """`to_dict` less the NEUTRAL fields at their neutral value: the settings a results file is named and
+        headed by, so files recorded before such a field existed stay valid for the same behaviour."""
+        neutral = type(self).NEUTRAL
+        return {k: v for k, v in self.to_dict().items() if not (k in neutral and v == neutral[k])}
 
     def replace(self, **changes) -> "BaseHparams":
         return from_dict(type(self), {**self.to_dict(), **changes})

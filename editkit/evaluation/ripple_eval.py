@@ -261,7 +261,7 @@ def evaluate_ripple(lm, methods: list[str], spec: RippleSpec = RippleSpec(), hpa
         raise EditkitError(f"no selected edit in {out_dir} yet: run without --report-only first")
     facts = {_key(rec): row["derivation"]["facts"] for rec, row in chosen}
     settings = {m: {"format": FORMAT, "model": lm.name, "set": spec.set_name, "method": m,
-                    "hp": hps[m].to_dict() if hps[m] else None, "n_cap": spec.max_per_criterion} for m in methods}
+                    "hp": hps[m].recorded() if hps[m] else None, "n_cap": spec.max_per_criterion} for m in methods}
     paths = {m: out_dir / f"ripple-{safe_name(m)}-{safe_name(lm.name)}-{spec.set_name}-"
                           f"{_hash({'format': FORMAT, 'hp': settings[m]['hp'], 'n_cap': spec.max_per_criterion})}.jsonl"
              for m in methods}

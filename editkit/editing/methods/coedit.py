@@ -39,6 +39,7 @@ class CoeditHparams(MemitHparams):
     # (chosen on counterfact-val for both shipped models: docs/results/ripple.md)
 
     CHECKS = {**MemitHparams.CHECKS, "max_implied": _non_negative, "implied_phrasings": _positive}
+    NEUTRAL = {**MemitHparams.NEUTRAL, "joint_targets": False, "implied_phrasings": 1}
 
 
 def implied_requests(lm, requests, hp: CoeditHparams) -> tuple[list[EditRequest], list[int]]:
