@@ -151,10 +151,12 @@ class _Rows:
         slot = [first.setdefault((tuple(self.ids[i]), self.subj[i]), len(first)) for i in rows]
         prefix_len = max(s for _, s in first)
         suffix_len = max(len(r) - s for r, s in first)
-        # only where the shared runs' matmuls keep at least SHARE_MIN_POSITIONS rows: MKL's float32 matmul gives a
-        # row the same bits in a batch of 12 or more rows as in a larger one, not in a batch of 1-3, 5-7 or 9-11
-        # (measured on this CPU), and the optimisation must not change by a bit (Adam turns one into 0.1-0.4)
-        shared = SHARE_ROWS and len(first) < len(rows) and len(first) * suffix_len >= SHARE_MIN_POSITIONS and \
+        # only on the CPU and where the shared runs' matmuls keep at least SHARE_MIN_POSITIONS rows: MKL's float32
+        # matmul gives a row the same bits in a batch of 12 or more rows as in a larger one, not in a batch of 1-3,
+        # 5-7 or 9-11 (measured on this CPU), and the optimisation must not change by a bit (Adam turns one into
+        # 0.1-0.4); a GPU's kernels were not measured, so a GPU runs every row as before
+        shared = SHARE_ROWS and dev.type == "cpu" and len(first) < len(rows) and \
+            len(first) * suffix_len >= SHARE_MIN_POSITIONS and \
             (prefix_len == 0 or len(first) * prefix_len >= SHARE_MIN_POSITIONS)
         unique = list(first) if shared else [(self.ids[i], self.subj[i]) for i in rows]
         ids = [list(r) for r, _ in unique]
