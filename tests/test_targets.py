@@ -226,3 +226,38 @@ def test_tied_requests_share_one_delta_that_serves_both(tiny_by_name):
     for bad in [(0, 1), (1, 1, 0), (2, 1, 0)]:
         with pytest.raises(EditkitError, match="tie"):
             optimize_targets_batch(lm, [a, other, b], 2, ("resid_post",), hp, tie=bad)
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-gemma3", "tiny-gpt2", "tiny-gemma2"])
+def test_a_layer_sweep_runs_its_identical_rows_once_with_the_same_results(tiny_by_name, name, monkeypatch):
+    """_Rows runs the rows of a request repeated at every layer once (targets.SHARE_ROWS; the context templates'
+    rows, not the KL rows, whose shared run would be too small to keep the matmul's bits: SHARE_MIN_POSITIONS): the
+    same logits and optimised targets as each row run on its own, bit for bit, with fewer rows run."""
+    from editkit.editing import targets
+
+    lm = tiny_by_name(name)
+    hp = load_hparams("rome", lm, {"v_num_grad_steps": 4})
+    request = _requests(1)[0]
+    layers = list(range(lm.adapter.n_layers))
+    ran = []
+    real = lm.runner.forward
+
+    def counting(**kw):
+        ran.append(int((kw.get("input_ids") if kw.get("input_ids") is not None else kw["inputs_embeds"]).shape[0]))
+        return real(**kw)
+    monkeypatch.setattr(lm.runner, "forward", counting)
+    out = {}
+    for share in (True, False):
+        monkeypatch.setattr(targets, "SHARE_ROWS", share)
+        ran.clear()
+        rows = _Rows(lm, [request] * len(layers), layers, ("mlp_out",), hp)
+        g = torch.Generator().manual_seed(0)
+        deltas = {"mlp_out": torch.randn(len(layers), lm.adapter.d_model, generator=g)}
+        with torch.no_grad():
+            out[share] = (rows.logits(deltas), sum(ran),
+                          optimize_targets_batch(lm, [request] * len(layers), layers, ("mlp_out",), hp))
+    (shared, n_shared, t_shared), (alone, n_alone, t_alone) = out[True], out[False]
+    assert n_shared < n_alone / 2
+    assert all(torch.equal(a, b) for a, b in zip(shared, alone))
+    for a, b in zip(t_shared, t_alone):
+        assert a["losses"] == b["losses"] and torch.equal(a["mlp_out"]["target"], b["mlp_out"]["target"])

@@ -48,6 +48,8 @@ from .requests import EditRequest
 # A block's matmul costs about as much for one token as for ~30 (reading the weights dominates on a CPU), then
 # grows with the tokens: cost(group) ~ _FIXED_TOKENS + rows * longest suffix.
 _FIXED_TOKENS = 32
+SHARE_ROWS = True  # _Rows runs identical rows once (a layer sweep's); False: each row on its own (the tests' reference)
+SHARE_MIN_POSITIONS = 16  # ... when the shared run keeps at least this many rows x positions (_prepare_group)
 
 
 def _merge_groups(by_len: dict[int, list[int]]) -> list[list[int]]:
@@ -143,9 +145,23 @@ class _Rows:
     def _prepare_group(self, rows: list[int]) -> dict:
         lm, dev = self.lm, self.lm.device
         pad = lm.tok.pad_token_id
-        ids = [self.ids[i] for i in rows]
-        subj = [self.subj[i] for i in rows]
-        B, P, S = len(rows), max(subj), max(len(r) - s for r, s in zip(ids, subj))
+        # Rows with the same tokens and subject position (a layer sweep: one request at every layer) are run once
+        # and their states repeated: the prefix cache, the block arguments and the residuals entering each block.
+        first: dict = {}
+        slot = [first.setdefault((tuple(self.ids[i]), self.subj[i]), len(first)) for i in rows]
+        prefix_len = max(s for _, s in first)
+        suffix_len = max(len(r) - s for r, s in first)
+        # only on the CPU and where the shared runs' matmuls keep at least SHARE_MIN_POSITIONS rows: MKL's float32
+        # matmul gives a row the same bits in a batch of 12 or more rows as in a larger one, not in a batch of 1-3,
+        # 5-7 or 9-11 (measured on this CPU), and the optimisation must not change by a bit (Adam turns one into
+        # 0.1-0.4); a GPU's kernels were not measured, so a GPU runs every row as before
+        shared = SHARE_ROWS and dev.type == "cpu" and len(first) < len(rows) and \
+            len(first) * suffix_len >= SHARE_MIN_POSITIONS and \
+            (prefix_len == 0 or len(first) * prefix_len >= SHARE_MIN_POSITIONS)
+        unique = list(first) if shared else [(self.ids[i], self.subj[i]) for i in rows]
+        ids = [list(r) for r, _ in unique]
+        subj = [s for _, s in unique]
+        B, P, S = len(ids), max(subj), max(len(r) - s for r, s in zip(ids, subj))
         kv = None
         if P > 0:
             # Prefix, right-padded and unmasked: a real token never attends to the pads after it, and no query row
@@ -168,6 +184,11 @@ class _Rows:
             h = hooks.capture(list(entries.values()))
             calls = lm.runner.forward(input_ids=suffix.to(dev), attention_mask=mask.to(dev), position_ids=pos.to(dev),
                                       kv=kv, calls=True).calls
+        if shared:
+            index = torch.tensor(slot, device=dev)
+            kv = kv.rows(index) if kv is not None else None
+            h = {name: t.index_select(0, index) for name, t in h.items()}
+            calls = [None if c is None else _rows_of(c, index, B) for c in calls]
         # rows [start, end) of the group enter at block l (the rows are in layer order)
         joins = {l: (row_layers.index(l), len(row_layers) - row_layers[::-1].index(l)) for l in entries}
         local = {r: i for i, r in enumerate(rows)}
@@ -270,6 +291,19 @@ class _Rows:
         rw = lm.runner.logits(h[torch.tensor(self.t_row), torch.tensor(self.t_pos)], norm=False)
         kl = lm.runner.logits(h[self.kl_rows, subj[self.kl_rows]], norm=False)
         return rw, kl
+
+
+def _rows_of(call: tuple, index: torch.Tensor, batch: int) -> tuple:
+    """A recorded block call (args, kwargs) of `batch` rows for the rows `index` (repeats allowed): every per-row
+    tensor (two or more dimensions, the batch first, as _first_rows) indexed; the rest as recorded."""
+    def pick(v):
+        if isinstance(v, torch.Tensor) and v.dim() >= 2 and v.shape[0] == batch:
+            return v.index_select(0, index)
+        if isinstance(v, tuple):
+            return tuple(pick(x) for x in v)
+        return v
+    args, kwargs = call
+    return tuple(pick(a) for a in args), {k: pick(v) for k, v in kwargs.items()}
 
 
 def _first_rows(call: tuple, n: int, batch: int) -> tuple:

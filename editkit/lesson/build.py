@@ -31,10 +31,11 @@ from .pack import (FORMAT, KIND, MANIFEST, bleed_name, built_on, edit_name, edit
 
 # the seconds of each unit of work on the embedded model, from the idle benchmark of a new fact (`editkit bench
 # report --skip ...`: 2 cores, statistics cached, the mean of two runs after the shared keys and batched scoring, 26
-# Nov 2026; docs/results/speed.md): the estimate's reference until this machine has
+# Nov 2026; "edit" and "sweep_layer": the mean of two runs after the fast projection's sum and the sweep's shared
+# rows, 20:17 and 20:58; docs/results/speed.md): the estimate's reference until this machine has
 # timed its own parts (measured()), and the units' weights in the progress estimate
-COST = {"check": 1.0, "lens": 0.5, "trace": 50.0, "memories": 3.0, "edit": 15.7, "bleed": 1.8, "ripple": 2.5,
-        "sweep_layer": 1.9}
+COST = {"check": 1.0, "lens": 0.5, "trace": 50.0, "memories": 3.0, "edit": 12.7, "bleed": 1.8, "ripple": 2.5,
+        "sweep_layer": 1.6}
 REFERENCE = "editkit's benchmark of a new fact on an idle 2-core machine (26 Nov 2026)"
 TIMES = Store("timings")  # timings/lesson/<model>: how long each kind of part last took on this machine
 

@@ -44,6 +44,7 @@ from .tokens import encode
 
 UNEMBED_ROWS = 512  # rows per unembedding chunk: (512 x d) @ (d x V) reads the matrix once per 512 rows
 VOCAB_BLOCK = 4096  # vocabulary tokens per block of the online logsumexp (vocab_pass): the block's logits stay in cache
+SUM_COLUMNS = 512  # vocab_pass_bf16 sums a block's exponentials in float64 this many columns at a time
 HEAD_BY_ROWS = 8  # a generation of at most this many prompts computes its LM head by rows (Runner._head_by_rows)
 
 
@@ -526,9 +527,9 @@ def vocab_pass(x: torch.Tensor, W: torch.Tensor, b: torch.Tensor | None = None, 
 
 def vocab_pass_bf16(x: torch.Tensor, W: torch.Tensor, b: torch.Tensor | None, cap: float | None,
                     ids: torch.Tensor, block: int = VOCAB_BLOCK) -> tuple[torch.Tensor, torch.Tensor]:
-    """(lse, z at `ids`) as vocab_pass, with the logits from bfloat16 matmuls (an approximation, ~4x the float32
-    rate on a CPU with bf16 dot products). The answer's own logit z_a is a float32 dot product; every other logit
-    is computed as z - c inside the matmul's float32 accumulator (x gets a column -c, W a column of ones), with c a
+    """(lse, z at `ids`) as vocab_pass, with the logits from bfloat16 matmuls (an approximation; bf16 matmuls run at
+    2.2-2.5x the float32 rate on this CPU). The answer's own logit z_a is a float32 dot product; every other logit is
+    computed as z - c inside the matmul's float32 accumulator (x gets a column -c, W a column of ones), with c a
     bf16 number next to z_a, so the bf16 rounding of the output is relative to z - c, small for the tokens that
     hold the probability mass, instead of to z (a logit of 30 rounds to +-0.06 in bf16)."""
     z_a = (x * W[ids].to(x.dtype)).sum(-1)
@@ -540,13 +541,18 @@ def vocab_pass_bf16(x: torch.Tensor, W: torch.Tensor, b: torch.Tensor | None, ca
     for j in range(0, W.shape[0], block):
         Wj = W[j:j + block]
         We = torch.cat([Wj.to(torch.bfloat16), torch.ones(Wj.shape[0], 1, dtype=torch.bfloat16, device=x.device)], 1)
-        z = torch.nn.functional.linear(xe, We).float() + c[:, None]
+        # in place from here: the (rows x block) logits are written once, not once per operation
+        z = torch.nn.functional.linear(xe, We).float().add_(c[:, None])
         if b is not None:
-            z = z + b[j:j + block].float()
+            z.add_(b[j:j + block].float())
         if cap:
-            z = torch.tanh(z / cap) * cap
-        new = torch.maximum(m, z.max(1).values.double())
-        total = total * torch.exp(m - new) + torch.exp(z - new[:, None].float()).sum(1, dtype=torch.float64)
+            z.div_(cap).tanh_().mul_(cap)
+        new = torch.maximum(m, z.amax(1).double())  # amax: max(1) also finds the argmax, unused here
+        e = z.sub_(new[:, None].float()).exp_()
+        # the float64 sum a few columns at a time: sum(dtype=float64) converts its whole input first, and a block
+        # of 1,540 rows is a 50 MB float64 copy (the same sum up to float64 rounding, ~1e-16)
+        s = sum(e[:, i:i + SUM_COLUMNS].sum(1, dtype=torch.float64) for i in range(0, e.shape[1], SUM_COLUMNS))
+        total = total * torch.exp(m - new) + s
         m = new
     answer = z_a + (b[ids].to(x.dtype) if b is not None else 0)
     if cap:
