@@ -261,8 +261,7 @@ def derive_many(lm, requests: list, relations: list | None = None, max_per_crite
     said = _complete(lm, [q for _, prompts in plans for q in prompts])
     outs, cands = [], []
     for request, (out, _) in zip(requests, plans):
-        found = _candidates(request, out, said, criteria) if out.relation else []
-        cands.append([c for c in found if criteria is None or c.criterion in criteria])
+        cands.append(_candidates(request, out, said, criteria) if out.relation else [])
         outs.append(out)
     if progress:
         progress(0.6, "scoring the candidate answers")
@@ -293,6 +292,7 @@ def _plan(request, relation: str | None, criteria=None) -> tuple[Derivation, lis
 
 
 def _candidates(request, out: Derivation, said: dict, criteria=None) -> list[ImpliedFact]:
+    """The candidate facts (of `criteria` only, when given) before the model's knowledge of them is checked."""
     relation, s = out.relation, request.subject
     rules = rules_for(relation)
     cands: list[ImpliedFact] = []
@@ -300,8 +300,13 @@ def _candidates(request, out: Derivation, said: dict, criteria=None) -> list[Imp
         cands += _from_rule(rule, request, said, out)
     if criteria is None or "aliasing" in criteria:
         cands += _aliasing(request, relation, alias_names(s, relation), said, out)
-    if criteria is not None and "specificity" not in criteria:
-        return cands
+    if criteria is None or "specificity" in criteria:
+        cands += _specificity(relation, rules, s, said, out)
+    return [c for c in cands if criteria is None or c.criterion in criteria]
+
+
+def _specificity(relation: str, rules: list[dict], s: str, said: dict, out: Derivation) -> list[ImpliedFact]:
+    cands = []
     for r in _specificity_relations(relation, rules):
         label = table()["relations"][r]["label"]
         p = _fill(table()["relations"][r]["probe"], s)

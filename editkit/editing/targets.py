@@ -428,13 +428,18 @@ class _Tie:
             raise EditkitError("tie: one owner per request, an owner ties to itself, both at the same layer")
         self.tie = tie
         self.tie_t = torch.tensor(tie, device=dev)
+        self._batch, self._at = None, None  # the batch positions of the last batch asked (it changes rarely)
 
     def owner(self, rows: torch.Tensor) -> torch.Tensor:
         return self.tie_t[rows] if self.on else rows
 
     def _pos(self, batch: list[int]) -> torch.Tensor:
-        place = {j: i for i, j in enumerate(batch)}  # members stop together, so an owner is in every batch of its
-        return torch.tensor([place[self.tie[j]] for j in batch], device=self.tie_t.device)  # members
+        """Each batch position's owner's position (members stop together: an owner is in every batch of theirs)."""
+        if batch != self._batch:
+            place = {j: i for i, j in enumerate(batch)}
+            self._batch = list(batch)
+            self._at = torch.tensor([place[self.tie[j]] for j in batch], device=self.tie_t.device)
+        return self._at
 
     def all_done(self, batch: list[int], done: torch.Tensor) -> torch.Tensor:
         if not self.on:

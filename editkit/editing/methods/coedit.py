@@ -53,7 +53,7 @@ def implied_requests(lm, requests, hp: CoeditHparams) -> tuple[list[EditRequest]
     derived = derive_many(lm, list(requests), None, hp.max_implied, criteria=("logical",))
     for i, (r, d) in enumerate(zip(requests, derived)):
         for f in d.facts:
-            if f.criterion != "logical" or not f.edit_prompt:
+            if not f.edit_prompt:
                 continue
             for k, phrasing in enumerate(edit_phrasings(f, hp.implied_phrasings)):
                 if f.subject in phrasing:
