@@ -1,6 +1,7 @@
 """Ripple effects: the derivation of implied facts from the model's own answers, the in-context reference, the
 one-edit view and the evaluation over many edits, the co-editing method."""
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -253,6 +254,36 @@ def test_an_interrupted_ripple_run_resumes_to_the_same_table(tiny_by_name, tmp_p
     resumed = ripple_eval.evaluate_ripple(lm, methods, spec, {"memit": FAST}, out_dir=tmp_path / "cut")
     assert resumed.table == whole.table and resumed.done == whole.done
     assert len(files[0].read_text().splitlines()) == 1 + 2 + 1 + 1  # the cut line stays alone, the third edit after it
+
+
+def test_a_rephrased_rule_measures_again_only_the_edits_whose_facts_changed(tiny_by_name, tmp_path, monkeypatch):
+    """A row stands for the facts it measured: after the rule table changes, the selection is screened again and
+    only the records whose facts differ are edited again; the others' rows are kept, and none is read against
+    facts it did not measure."""
+    monkeypatch.setattr(ripple_eval, "derive_many", _fake_derive)
+    monkeypatch.setattr(ripple_eval, "_knows", lambda lm, rs: [True] * len(rs))
+    lm = tiny_by_name("tiny-gemma3")
+    spec, methods = ripple_eval.RippleSpec(n=2), ["memit", IN_CONTEXT]
+    first = ripple_eval.evaluate_ripple(lm, methods, spec, {"memit": FAST}, out_dir=tmp_path)
+    keys = [k for k in ripple_eval.read_rows(Path(first.files["memit"]))]
+    assert len(keys) == 2 and all(r["facts"] for r in ripple_eval.read_rows(Path(first.files["memit"])).values())
+
+    def rephrased(lm, requests, relations=None, cap=4, progress=None, criteria=None):
+        out = _fake_derive(lm, requests, relations, cap, progress, criteria)
+        for r, d in zip(requests, out):
+            if str(r.case_id) == keys[1].split(":")[-1]:
+                d.facts[0].prompt = f"{r.subject} lies in the country of"
+        return out
+
+    real, edited = ripple_eval.ripple_batch, []
+    monkeypatch.setattr(ripple_eval, "ripple_batch", lambda *a: edited.append((a[1], len(a[2]))) or real(*a))
+    monkeypatch.setattr(ripple_eval, "derive_many", rephrased)
+    monkeypatch.setattr(ripple_eval, "_deciding", lambda: {"rules": ["rephrased"]})
+    again = ripple_eval.evaluate_ripple(lm, methods, spec, {"memit": FAST}, out_dir=tmp_path)
+    assert sorted(edited) == [(IN_CONTEXT, 1), ("memit", 1)]  # the changed record only, once per method
+    assert len(list(tmp_path.glob("ripple-select-*.jsonl"))) == 2 and again.done == first.done
+    rows = ripple_eval.read_rows(Path(again.files["memit"]))
+    assert rows[keys[0]] == ripple_eval.read_rows(Path(first.files["memit"]))[keys[0]]  # kept as it was
 
 
 def test_a_checkpoint_with_other_settings_is_refused(tmp_path):

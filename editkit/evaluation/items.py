@@ -69,14 +69,16 @@ def edit_batch(lm, method: str, records, hp, spec: EvalSpec, pre: list[dict], re
     return {"rows": rows, "reused": None if memo is None else [memo.hits, memo.misses]}
 
 
-def read_rows(path: Path) -> dict:
-    """The rows of a results file by key; a line cut by an interruption is skipped (its record is recomputed)."""
+def read_rows(path: Path, keep=None) -> dict:
+    """The rows of a results file by key (the last one of a key; with `keep`, the last one `keep(row)` accepts); a
+    line cut by an interruption is skipped (its record is recomputed)."""
     done = {}
     if path.exists():
         for line in path.read_text(encoding="utf-8").splitlines():
             try:
                 row = json.loads(line)
-                done[row["key"]] = row
+                if keep is None or keep(row):
+                    done[row["key"]] = row
             except (ValueError, KeyError, TypeError):
                 continue
     return done

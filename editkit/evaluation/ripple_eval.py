@@ -13,7 +13,9 @@ with every method, then the second...), so an interrupted run leaves paired rows
 Checkpoint: in a checkout the files go to the repository's `assets/results/ripple/<model>/` (`checkpoint_dir`),
 which a lost cache does not lose and a commit carries to another machine; an installed package uses the cache.
 Each file's name carries a hash of its settings and its first line is a header with the settings themselves; a
-file whose header differs is refused, never mixed. In process every edit's row is appended as it finishes.
+file whose header differs is refused, never mixed. In process every edit's row is appended as it finishes. Each
+row carries a hash of the facts it measured (`facts`): when the rule table changes, the selection is screened
+again and only the records whose facts changed are edited again (a rule's rephrasing does not redo the rest).
 `evaluate_ripple(..., run=False)` tabulates the rows already there and edits nothing (a partial table).
 
 Per method and criterion: the mean over edits of the share of implied facts that moved / stayed as they should,
@@ -268,7 +270,10 @@ def evaluate_ripple(lm, methods: list[str], spec: RippleSpec = RippleSpec(), hpa
     if run:
         for m in methods:
             header_row(paths[m], settings[m])
-    done = {m: read_rows(paths[m]) for m in methods}
+    # a row stands for the facts it measured: one whose record's facts have changed since (a rule rephrased) is
+    # measured again, while the rows of every other record are kept
+    stamp = {k: _hash(fs) for k, fs in facts.items()}
+    done = {m: read_rows(paths[m], keep=lambda r: r.get("facts") == stamp.get(r.get("key"))) for m in methods}
     order = {_key(rec): i for i, (rec, _) in enumerate(chosen)}
     chunks = []  # (position of its first edit, method index, method, [(rec, row)])
     for j, m in enumerate(methods):
@@ -283,7 +288,7 @@ def evaluate_ripple(lm, methods: list[str], spec: RippleSpec = RippleSpec(), hpa
     def written(j: int, rows: list[dict]) -> None:
         m, keys = where[j]
         for key, row in zip(keys, rows):
-            row = {"key": key, **row}
+            row = {"key": key, "facts": stamp[key], **row}
             append_row(paths[m], row)
             done[m][key] = row
 
