@@ -175,6 +175,19 @@ def test_conclusion_within_noise():
     assert "within noise" not in conclusion(out)
 
 
+def test_conclusion_names_every_method_tied_at_the_top_and_no_empty_clause():
+    """Three methods tied at the top are all named (not one called best, one within noise, one left out), and a
+    criterion with no fact gets no "0 of 0" clause."""
+    def m(label, verdicts):
+        return {"label": label, "outcomes": [{"verdict": v} for v in verdicts]}
+    out = {"facts": [{"move": True}, {"move": True}],
+           "methods": {"r": m("ROME", ["moved", "moved"]), "me": m("MEMIT", ["moved", "moved"]),
+                       "c": m("Co-edit", ["moved", "moved"]), "i": m("In-context", ["moved", "failed"])}}
+    text = conclusion(out)
+    assert text.startswith("ROME, MEMIT and Co-edit tie for best here: 2 of 2 facts that should move moved;")
+    assert "In-context is within noise of them (1 moved:" in text and "0 of 0" not in text
+
+
 def test_cli_ripple_on_a_tiny_model(tmp_path, capsys):
     path = tmp_path / "r.json"
     path.write_text(json.dumps({**EIFFEL.to_dict(), "case_id": 1}))

@@ -235,8 +235,9 @@ def summary_of(out: dict) -> dict:
 
 
 def conclusion(out: dict) -> str:
-    """One sentence: which method propagates the edit best (most should-move facts moved, should-stay facts kept
-    counted too), and whether the lead is within noise (one fact on one edit)."""
+    """One sentence: which method(s) propagate the edit best (most should-move facts moved, should-stay facts kept
+    counted too; every method tied at the top named), and whether the next one is within noise (one fact on one
+    edit)."""
     if not out["facts"]:
         return out.get("message") or "no implied fact the model knows"
     if not out["methods"]:
@@ -248,23 +249,34 @@ def conclusion(out: dict) -> str:
         v = [o["verdict"] for o in m["outcomes"]]
         return sum(v[i] == "moved" for i in moves), sum(v[i] == "stayed" for i in stays)
 
+    def counts(mv, st):  # no "0 of 0" clause
+        return ", ".join(([f"{mv} of {len(moves)} facts that should move moved"] if moves else []) +
+                         ([f"{st} of {len(stays)} that should stay stayed"] if stays else []))
+
     ranked = sorted(out["methods"].values(), key=lambda m: score(m), reverse=True)
-    best, (mv, st) = ranked[0], score(ranked[0])
-    if len({score(m) for m in ranked}) == 1:
+    mv, st = score(ranked[0])
+    top = [m for m in ranked if score(m) == (mv, st)]
+    rest = ranked[len(top):]
+    if not rest:
         both = "Both" if len(ranked) == 2 else f"All {len(ranked)}"
-        parts = ([f"{mv} of {len(moves)} facts that should move moved"] if moves else []) + \
-            ([f"{st} of {len(stays)} that should stay stayed"] if stays else [])  # no "0 of 0" clause
-        return f"{both} score the same here ({', '.join(parts)}): no method propagates better on this edit."
+        return f"{both} score the same here ({counts(mv, st)}): no method propagates better on this edit."
+    names = _and([m["label"] for m in top])
     if moves:
-        text = (f"{best['label']} propagates best here: {mv} of {len(moves)} facts that should move moved and {st} "
-                f"of {len(stays)} that should stay stayed")
+        text = (f"{names} propagates best here" if len(top) == 1 else f"{names} tie for best here") + \
+            f": {counts(mv, st)}"
     else:
-        text = f"No implied fact should move here; {best['label']} keeps the most: {st} of {len(stays)} stayed"
-    second = score(ranked[1])
+        text = f"No implied fact should move here; {names} {'keeps' if len(top) == 1 else 'keep'} the most: " \
+               f"{st} of {len(stays)} stayed"
+    second = score(rest[0])
     if (mv + st) - sum(second) <= 1:
-        text += (f"; {ranked[1]['label']} is within noise of it ({second[0]} moved, {second[1]} stayed: one "
+        said = ", ".join(([f"{second[0]} moved"] if moves else []) + ([f"{second[1]} stayed"] if stays else []))
+        text += (f"; {rest[0]['label']} is within noise of {'it' if len(top) == 1 else 'them'} ({said}: one "
                  "edit's few facts cannot separate them)")
     return text + "."
+
+
+def _and(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
 # ---- many edits --------------------------------------------------------------------------------------------------
