@@ -102,6 +102,13 @@ def _hash(obj) -> str:
     return hashlib.sha1(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:10]
 
 
+def facts_stamp(facts: list[dict]) -> str:
+    """What a row's outcomes stand for: each fact's identity (criterion, prompt, answer, rule, phrasings), not the
+    probabilities measured before the edit, which a screening in other batches reproduces only to float rounding."""
+    return _hash([[f.get(k) for k in ("criterion", "prompt", "answer", "move", "rule", "evidence", "edit_prompt",
+                                      "subject")] for f in facts])
+
+
 def _key(rec: EvalRecord) -> str:
     return rec.source
 
@@ -272,7 +279,7 @@ def evaluate_ripple(lm, methods: list[str], spec: RippleSpec = RippleSpec(), hpa
             header_row(paths[m], settings[m])
     # a row stands for the facts it measured: one whose record's facts have changed since (a rule rephrased) is
     # measured again, while the rows of every other record are kept
-    stamp = {k: _hash(fs) for k, fs in facts.items()}
+    stamp = {k: facts_stamp(fs) for k, fs in facts.items()}
     done = {m: read_rows(paths[m], keep=lambda r: r.get("facts") == stamp.get(r.get("key"))) for m in methods}
     order = {_key(rec): i for i, (rec, _) in enumerate(chosen)}
     chunks = []  # (position of its first edit, method index, method, [(rec, row)])
