@@ -12,7 +12,8 @@ from editkit.data import implications
 from editkit.data.implications import Derivation, ImpliedFact, derive, match_answer, rules_for, table, user_fact
 from editkit.editing.requests import EditRequest
 from editkit.evaluation import ripple_eval
-from editkit.evaluation.ripple import IN_CONTEXT, conclusion, context_prefix, method_ripple, ripple
+from editkit.evaluation.ripple import (IN_CONTEXT, conclusion, context_prefix, method_ripple, ripple,
+                                      share_table)
 from editkit.model.scoring import TargetScore
 
 EIFFEL = EditRequest("{} is located in the city of", "Eiffel Tower", "Rome", "Paris",
@@ -186,6 +187,19 @@ def test_conclusion_names_every_method_tied_at_the_top_and_no_empty_clause():
     text = conclusion(out)
     assert text.startswith("ROME, MEMIT and Co-edit tie for best here: 2 of 2 facts that should move moved;")
     assert "In-context is within noise of them (1 moved:" in text and "0 of 0" not in text
+
+
+def test_share_table_keeps_relation_and_neighbourhood_specificity_apart():
+    """A row's own "specificity" (its neighbourhood prompts, before and after) is not the relation-specificity
+    criterion of the same name: an edit whose other relation failed while every neighbour kept its answer scores 0
+    on the one and 100 on the other."""
+    facts = {"e": [{"criterion": "logical", "move": True}, {"criterion": "specificity", "move": False}]}
+    rows = {"memit": [{"key": "e", "outcomes": [{"verdict": "moved"}, {"verdict": "failed"}],
+                       "efficacy": [0.0, 1.0], "specificity": [1.0, 0.9]}]}
+    table = share_table(rows, facts)["memit"]
+    assert table["specificity"]["mean"] == 0.0 and table["logical"]["mean"] == 100.0
+    assert table["neighbourhood"]["mean"] == 90.0 and round(table["neighbourhood_change"]["mean"], 6) == -10.0
+    assert table["efficacy"]["mean"] == 100.0
 
 
 def test_cli_ripple_on_a_tiny_model(tmp_path, capsys):

@@ -145,8 +145,8 @@ def show_ripple(out):
             line += f"{text:>26s}"
         print(f"{m:22s}{done.get(m, out['n']):>6d}{line}")
     print("criteria: " + "; ".join(f"{k} = {v}" for k, v in CRITERIA.items()) + "; efficacy = P(new) > P(true) on "
-          "the rewrite; specificity = neighbourhood prompts keeping P(true) > P(new), after the edit, and its "
-          "change from before")
+          "the rewrite; neighb. specificity = neighbourhood prompts keeping P(true) > P(new), after the edit, and "
+          "its change from before")
 
 
 def _fmt(cell):

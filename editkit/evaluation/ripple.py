@@ -291,15 +291,17 @@ def share_table(rows_by_method: dict[str, list[dict]], facts: dict[str, list[dic
             for f, o in zip(facts[row["key"]], row["outcomes"]):
                 per.setdefault(f["criterion"], []).append(o["verdict"] != "failed")
             out[row["key"]] = {c: sum(v) / len(v) for c, v in per.items()}
-            for k in ("efficacy", "specificity"):
+            # the record's own rates, (before, after); a row's "specificity" is its neighbourhood prompts', kept
+            # apart from the relation-specificity criterion of the same name
+            for k, name in (("efficacy", "efficacy"), ("specificity", "neighbourhood")):
                 if row.get(k):
-                    out[row["key"]][k] = row[k][1]
-                    out[row["key"]][f"{k}_change"] = row[k][1] - row[k][0]
+                    out[row["key"]][name] = row[k][1]
+                    out[row["key"]][f"{name}_change"] = row[k][1] - row[k][0]
         return out
 
     per = {m: shares(rows) for m, rows in rows_by_method.items()}
     table = {}
-    keys = list(CRITERIA) + ["efficacy", "specificity", "specificity_change"]
+    keys = list(CRITERIA) + ["efficacy", "neighbourhood", "neighbourhood_change"]
     for m, by_edit in per.items():
         cells = {}
         for c in keys:

@@ -8,7 +8,8 @@ import plotly.graph_objects as go
 VERDICT = {"moved": 1.0, "stayed": 1.0, "failed": 0.0}
 GOOD, BAD, BEFORE = "#1b9e77", "#d95f02", "#e8e8e8"
 COLUMNS = [("logical", "logical / compositional"), ("aliasing", "aliasing"), ("specificity", "rel. specificity"),
-           ("preservation", "preservation"), ("efficacy", "efficacy"), ("specificity_change", "neighb. spec. change")]
+           ("preservation", "preservation"), ("efficacy", "efficacy"), ("neighbourhood", "neighb. specificity"),
+           ("neighbourhood_change", "neighb. spec. change")]
 SHORT = {"logical": "logical", "aliasing": "alias", "specificity": "specificity", "preservation": "preserve",
          "user": "yours"}
 
