@@ -35,11 +35,12 @@ def _share(lm, template: str, subjects: list[str], relation: str) -> tuple[int, 
 
 def speaks(lm, n: int) -> None:
     recs = [r.request for r in load_eval_set("counterfact-val") if relation_of(r.request.prompt) == "P103"][:n]
+    subjects, own_answers = [r.subject for r in recs], [r.target_true.strip() for r in recs]
     for c in SPEAKS:
-        subjects = [r.subject for r in recs]
         k, said = _share(lm, c, subjects, "P1412")
-        own = sum((match_answer(said[c.format(r.subject)], "P1412") or "") == r.target_true.strip() for r in recs)
-        scores = score_targets(lm, [c.format(r.subject) for r in recs], [" " + r.target_true.strip() for r in recs])
+        prompts = [c.format(s) for s in subjects]
+        own = sum((match_answer(said[p], "P1412") or "") == a for p, a in zip(prompts, own_answers))
+        scores = score_targets(lm, prompts, [" " + a for a in own_answers])
         print(f"{c:40s} a language {k:2d}/{len(recs)}  the person's own {own:2d}  "
               f"mean P(own) {sum(s.prob for s in scores) / len(scores):.3f}", flush=True)
 
@@ -65,11 +66,14 @@ def every_rule(lm, n: int) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="gemma-3-270m")
-    ap.add_argument("--n", type=int, default=40, help="subjects per rule (60 for --speaks)")
+    ap.add_argument("--n", type=int, default=None, help="subjects per rule (default 40; 60 for --speaks)")
     ap.add_argument("--speaks", action="store_true")
     args = ap.parse_args()
     lm = editkit.load(args.model)
-    speaks(lm, max(args.n, 60)) if args.speaks else every_rule(lm, args.n)
+    if args.speaks:
+        speaks(lm, args.n or 60)
+    else:
+        every_rule(lm, args.n or 40)
 
 
 if __name__ == "__main__":
