@@ -431,12 +431,52 @@ def test_coedit_writes_each_implication_in_its_rules_phrasings_never_the_tests(t
     assert len({len(r.losses) for r in result.per_request}) == 1  # one subject: one delta, stopped together
 
 
+def test_keep_facts_ask_the_subjects_other_relations_in_their_keep_phrasing_never_the_probe(monkeypatch):
+    """What co-edit's max_kept writes: s's other relations (here the continent of a place) at the model's own
+    answer, in the relation's keep phrasing; a test's probe is never asked, an answer the model does not know is
+    dropped with the reason."""
+    keep = table()["relations"]["P30"]["keep"].format("Eiffel Tower")
+    said = {**FIXTURE, keep: " Europe, the"}
+    monkeypatch.setattr(implications, "score_targets", _scores(said, {}))
+    asked = []
+    lm = _LM(said)
+    complete = lm.runner.complete
+    lm.runner.complete = lambda prompts, decoding: asked.append(list(prompts)) or complete(prompts, decoding)
+    d = implications.keep_facts(lm, [EIFFEL], 4)[0]
+    assert [(f.prompt, f.answer, f.move, f.rule) for f in d.facts] == [(keep, " Europe", False, "P30")]
+    probes = {d["probe"].format("Eiffel Tower") for d in table()["relations"].values()}
+    assert asked and not probes & set(asked[0])
+    unknown = implications.keep_facts(_LM(FIXTURE), [EIFFEL], 4)[0]
+    assert not unknown.facts and "not a known continent" in {x.prompt: x.reason for x in unknown.dropped}[keep]
+    assert implications.keep_facts(lm, [EIFFEL], 0)[0].facts == []
+
+
+def test_coedit_keeps_the_subjects_other_relations_with_the_same_delta(tiny_by_name, monkeypatch):
+    from editkit.editing.api import run_edit
+
+    monkeypatch.setattr(implications, "derive_many", _fake_derive)
+    kept = ImpliedFact("specificity", "Eiffel Tower lies in the continent of", " Europe", False, "P30",
+                       subject="Eiffel Tower")
+    monkeypatch.setattr(implications, "keep_facts",
+                        lambda lm, rs, cap: [Derivation(r.relation, [kept] if cap else []) for r in rs])
+    lm = tiny_by_name("tiny-gemma3")
+    result = run_edit(lm, "coedit", [EIFFEL], {**FAST, "max_kept": 1})
+    assert result.details["kept"] == [{"prompt": "Eiffel Tower lies in the continent of", "target": " Europe"}]
+    assert len(result.requests) == 3 and len({len(r.losses) for r in result.per_request}) == 1  # one delta
+    plain = run_edit(lm, "coedit", [EIFFEL], FAST)
+    assert plain.details["kept"] == [] and len(plain.requests) == 2
+    assert any(float((result.delta[k] - plain.delta[k]).abs().max()) > 1e-6 for k in result.delta)
+
+
 def test_more_edit_prompts_do_not_change_a_selection():
-    """The phrasings only a propagation method writes are not part of what a ripple selection depends on, so the
-    committed selections and their rows stay valid when phrasings are added."""
+    """The phrasings only a propagation method writes (a rule's more_edit_prompts, a relation's keep) are not
+    part of what a ripple selection depends on, so the committed selections and their rows stay valid when
+    phrasings are added."""
     rules = ripple_eval._deciding()["rules"]
     assert rules and all("more_edit_prompts" not in r for r in rules)
     assert all(r.get("more_edit_prompts") for r in table()["rules"])
+    assert not any("keep" in d for d in ripple_eval._deciding()["relations"].values())
+    assert any("keep" in d for d in table()["relations"].values())
 
 
 def test_a_results_file_named_before_a_field_existed_stays_valid_at_its_neutral_value(tiny_by_name):
@@ -447,6 +487,8 @@ def test_a_results_file_named_before_a_field_existed_stays_valid_at_its_neutral_
     lm = tiny_by_name("tiny-gemma3")
     hp = load_hparams("coedit", lm, {"joint_targets": False, "implied_phrasings": 1})
     assert "implied_phrasings" not in hp.recorded() and "joint_targets" not in hp.recorded()
-    assert hp.recorded() == {k: v for k, v in hp.to_dict().items() if k not in ("joint_targets", "implied_phrasings")}
-    other = hp.replace(joint_targets=True, implied_phrasings=3)
+    neutral = ("joint_targets", "implied_phrasings", "max_kept")
+    assert hp.recorded() == {k: v for k, v in hp.to_dict().items() if k not in neutral}
+    other = hp.replace(joint_targets=True, implied_phrasings=3, max_kept=2)
     assert other.recorded()["joint_targets"] is True and other.recorded()["implied_phrasings"] == 3
+    assert other.recorded()["max_kept"] == 2

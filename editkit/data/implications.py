@@ -18,7 +18,9 @@ as the model's when every one of its tokens is the argmax after the prompt (teac
 writes) and its probability is at least MIN_P (below that it is a guess); the probability is shown beside it.
 A rule's `prompts` are its test phrasing, then the phrasing a propagation method writes (`edit_prompt`); its
 `more_edit_prompts` are further phrasings such a method may write too (`edit_phrasings`), never a test's, and no
-derivation reads them.
+derivation reads them. A relation's `keep` is a second phrasing of its probe, which a propagation method writes to
+keep a subject's other relations (`keep_facts`; chosen on counterfact-val by how often the unedited models give
+the probe's own answer there: benchmarks/ripple_phrasings.py --keep); no test asks it.
 """
 from __future__ import annotations
 
@@ -318,6 +320,33 @@ def _specificity(relation: str, rules: list[dict], s: str, said: dict, out: Deri
         cands.append(ImpliedFact("specificity", p, " " + a, False, r, f"s's {label} does not depend on the "
                                  "edited fact", subject=s))
     return cands
+
+
+def keep_facts(lm, requests: list, cap: int) -> list[Derivation]:
+    """Per request, its subject's other relations (those relation specificity tests) asked in each relation's
+    `keep` phrasing, never the probe a test asks, with the model's own answer there when it knows it: what co-edit
+    writes beside the edit to keep them (`max_kept`), as a rule's edit phrasing is written for a logical fact."""
+    rels = table()["relations"]
+    outs, asked = [], []
+    for request in requests:
+        relation = getattr(request, "relation", None) or relation_of(request.prompt)
+        out = Derivation(relation if relation in rels else None)
+        outs.append(out)
+        others = _specificity_relations(out.relation, rules_for(out.relation)) if out.relation else []
+        asked.append([(r, _fill(rels[r]["keep"], request.subject)) for r in others if rels[r].get("keep")])
+    said = _complete(lm, [p for a in asked for _, p in a]) if cap > 0 else {}
+    cands = [[] for _ in requests]
+    for j, (request, a) in enumerate(zip(requests, asked)):
+        for r, p in a if cap > 0 else []:
+            answer = match_answer(said[p], r)
+            if answer is None:
+                outs[j].dropped.append(Dropped("specificity", p, f"the model's answer {_short(said[p])} is not a "
+                                                                 f"known {rels[r]['label']}"))
+                continue
+            cands[j].append(ImpliedFact("specificity", p, " " + answer, False, r, "kept by the edit",
+                                        subject=request.subject))
+    _keep_known(lm, cands, outs, cap)
+    return outs
 
 
 def synonyms(relation: str | None) -> set[str]:

@@ -170,10 +170,11 @@ def header_row(path: Path, settings: dict) -> None:
 
 def _deciding() -> dict:
     """The parts of the rule table a selection depends on (synonym groups only filter specificity facts, which no
-    selection reads: they are applied when the facts are counted; a rule's more_edit_prompts are phrasings only
-    a propagation method writes)."""
+    selection reads: they are applied when the facts are counted; a rule's more_edit_prompts and a relation's
+    keep phrasing are phrasings only a propagation method writes)."""
     out = {k: v for k, v in table().items() if not k.startswith("synonyms")}
     out["rules"] = [{k: v for k, v in r.items() if k != "more_edit_prompts"} for r in out["rules"]]
+    out["relations"] = {r: {k: v for k, v in d.items() if k != "keep"} for r, d in out["relations"].items()}
     return out
 
 

@@ -37,9 +37,12 @@ class CoeditHparams(MemitHparams):
     # more_edit_prompts; never the test's)
     joint_targets: bool = True  # a request and its implications about its subject share one target delta
     # (chosen on counterfact-val for both shipped models: docs/results/ripple.md)
+    max_kept: int = 0  # the subject's other relations written with each request at the model's own answer, in
+    # their `keep` phrasing (never the probe a test asks), so the shared delta must keep them (0: none)
 
-    CHECKS = {**MemitHparams.CHECKS, "max_implied": _non_negative, "implied_phrasings": _positive}
-    NEUTRAL = {**MemitHparams.NEUTRAL, "joint_targets": False, "implied_phrasings": 1}
+    CHECKS = {**MemitHparams.CHECKS, "max_implied": _non_negative, "implied_phrasings": _positive,
+              "max_kept": _non_negative}
+    NEUTRAL = {**MemitHparams.NEUTRAL, "joint_targets": False, "implied_phrasings": 1, "max_kept": 0}
 
 
 def implied_requests(lm, requests, hp: CoeditHparams) -> tuple[list[EditRequest], list[int]]:
@@ -63,6 +66,23 @@ def implied_requests(lm, requests, hp: CoeditHparams) -> tuple[list[EditRequest]
     return out, source
 
 
+def kept_requests(lm, requests, hp: CoeditHparams) -> tuple[list[EditRequest], list[int]]:
+    """Each request's subject's other relations as requests that keep the model's own answer (in the relations'
+    `keep` phrasing), and for each the index of its request: with joint targets the delta that writes the new
+    fact must also leave these answers (its loss sums theirs), and their keys are written with it."""
+    from ...data.implications import keep_facts
+
+    if hp.max_kept < 1:
+        return [], []
+    out, source = [], []
+    for i, (r, d) in enumerate(zip(requests, keep_facts(lm, list(requests), hp.max_kept))):
+        for f in d.facts:
+            out.append(EditRequest(f.prompt.replace(f.subject, "{}", 1), f.subject, f.answer,
+                                   case_id=f"{r.case_id}:keep:{f.rule}"))
+            source.append(i)
+    return out, source
+
+
 def joint_tie(requests, extra, source) -> tuple[int, ...] | None:
     """Which request's delta each of requests + extra shares: an implication about its request's own subject
     shares the request's; one about another subject (an inverse rule's, about o*) has its own."""
@@ -74,11 +94,14 @@ def joint_tie(requests, extra, source) -> tuple[int, ...] | None:
 
 def apply_coedit(lm, requests, hp: CoeditHparams, progress=None, reference: bool = False,
                  solves: bool = False):
-    extra, source = implied_requests(lm, requests, hp)
+    implied, source = implied_requests(lm, requests, hp)
+    kept, kept_source = kept_requests(lm, requests, hp)
+    extra, source = implied + kept, source + kept_source
     tie = joint_tie(list(requests), extra, source) if hp.joint_targets else None
     result = apply_memit(lm, list(requests) + extra, hp, progress, reference, solves, tie=tie)
     result.method = "coedit"
-    result.details["implied"] = [{"prompt": e.rewrite, "target": e.target_new} for e in extra]
+    result.details["implied"] = [{"prompt": e.rewrite, "target": e.target_new} for e in implied]
+    result.details["kept"] = [{"prompt": e.rewrite, "target": e.target_new} for e in kept]
     return result
 
 
