@@ -465,6 +465,8 @@ def test_coedit_keeps_the_subjects_other_relations_with_the_same_delta(tiny_by_n
     assert len(result.requests) == 3 and len({len(r.losses) for r in result.per_request}) == 1  # one delta
     plain = run_edit(lm, "coedit", [EIFFEL], FAST)
     assert plain.details["kept"] == [] and len(plain.requests) == 2
+    light = run_edit(lm, "coedit", [EIFFEL], {**FAST, "max_kept": 1, "keep_weight": 0.25})
+    assert any(float((result.delta[k] - light.delta[k]).abs().max()) > 1e-6 for k in result.delta)
     assert any(float((result.delta[k] - plain.delta[k]).abs().max()) > 1e-6 for k in result.delta)
 
 
@@ -487,7 +489,7 @@ def test_a_results_file_named_before_a_field_existed_stays_valid_at_its_neutral_
     lm = tiny_by_name("tiny-gemma3")
     hp = load_hparams("coedit", lm, {"joint_targets": False, "implied_phrasings": 1})
     assert "implied_phrasings" not in hp.recorded() and "joint_targets" not in hp.recorded()
-    neutral = ("joint_targets", "implied_phrasings", "max_kept")
+    neutral = ("joint_targets", "implied_phrasings", "max_kept", "keep_weight")
     assert hp.recorded() == {k: v for k, v in hp.to_dict().items() if k not in neutral}
     other = hp.replace(joint_targets=True, implied_phrasings=3, max_kept=2)
     assert other.recorded()["joint_targets"] is True and other.recorded()["implied_phrasings"] == 3

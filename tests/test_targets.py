@@ -228,6 +228,27 @@ def test_tied_requests_share_one_delta_that_serves_both(tiny_by_name):
             optimize_targets_batch(lm, [a, other, b], 2, ("resid_post",), hp, tie=bad)
 
 
+def test_a_request_weighted_zero_in_a_shared_delta_leaves_it_the_owners_own(tiny_by_name):
+    """`weights` scale each request's loss in its shared delta's sum: weight 0 takes a member out of the gradient
+    (the delta is the owner's alone, step for step, when no early stop ends either), weight 1 is no weight."""
+    from editkit.core.errors import EditkitError
+    from editkit.editing.requests import EditRequest
+
+    lm = tiny_by_name("tiny-llama")
+    hp = load_hparams("memit", lm, {"v_num_grad_steps": 5, "v_stop_loss": 0.0})
+    a = _requests(1)[0]
+    b = EditRequest("The country where {} is found is", a.subject, " Italy")
+    zero = optimize_targets_batch(lm, [a, b], 2, ("resid_post",), hp, tie=(0, 0), weights=(1.0, 0.0))
+    alone = optimize_targets(lm, a, 2, ("resid_post",), hp)
+    torch.testing.assert_close(zero[0]["resid_post"]["delta"], alone["resid_post"]["delta"], rtol=1e-4, atol=1e-5)
+    ones = optimize_targets_batch(lm, [a, b], 2, ("resid_post",), hp, tie=(0, 0), weights=(1.0, 1.0))
+    plain = optimize_targets_batch(lm, [a, b], 2, ("resid_post",), hp, tie=(0, 0))
+    assert torch.equal(ones[0]["resid_post"]["delta"], plain[0]["resid_post"]["delta"])
+    assert float((plain[0]["resid_post"]["delta"] - alone["resid_post"]["delta"]).abs().max()) > 1e-3
+    with pytest.raises(EditkitError, match="weights"):
+        optimize_targets_batch(lm, [a, b], 2, ("resid_post",), hp, tie=(0, 0), weights=(1.0,))
+
+
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-gemma3", "tiny-gpt2", "tiny-gemma2"])
 def test_a_layer_sweep_runs_its_identical_rows_once_with_the_same_results(tiny_by_name, name, monkeypatch):
     """_Rows runs the rows of a request repeated at every layer once (targets.SHARE_ROWS; the context templates'

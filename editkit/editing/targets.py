@@ -462,17 +462,22 @@ def _split(logits: torch.Tensor, T: int):
 @memoized  # only inside memo.reuse_targets() (sweeps): an identical optimisation is reused, not recomputed
 def optimize_targets_batch(lm, requests: list[EditRequest], layer: int | list[int], sites: tuple[str, ...], hp,
                            adaptive: bool = False, progress=None, reference: bool = False,
-                           tie: tuple[int, ...] | None = None) -> list[dict]:
+                           tie: tuple[int, ...] | None = None,
+                           weights: tuple[float, ...] | None = None) -> list[dict]:
     """Optimize one delta per site and request at `layer` (or at layer[j] for request j: a layer sweep in one
     batch); for each request returns {site: {"init", "delta", "target"}, "losses": [...]} (see the module docstring
     for the loss). `reference` runs the plain full model at every step instead of the cached fast path (same
     result; for benchmarks). `tie[j]` = k shares request k's delta with request j (`_Tie`: one delta optimized
-    on the summed losses of its requests; tie[k] = k for every request that owns one)."""
+    on the summed losses of its requests; tie[k] = k for every request that owns one); `weights[j]`: request j's
+    weight in that sum (default 1; its own stopping rule reads its unweighted loss)."""
     n, d, dev = len(requests), lm.adapter.d_model, lm.device
     layers = list(layer) if isinstance(layer, (list, tuple)) else [layer] * n
     if len(layers) != n:
         raise EditkitError("give one layer, or one layer per request")
     tied = _Tie(tie, layers, n, dev)
+    if weights is not None and (len(weights) != n or any(not w >= 0 for w in weights)):
+        raise EditkitError("weights: one non-negative weight per request")
+    weight = torch.tensor(weights if weights is not None else [1.0] * n, device=dev)
     delta = {s: torch.zeros(n, d, device=dev) for s in sites}
     adam = {s: {"m": torch.zeros(n, d, device=dev), "v": torch.zeros(n, d, device=dev)} for s in sites}
     init: dict[str, torch.Tensor] = {}
@@ -525,7 +530,7 @@ def optimize_targets_batch(lm, requests: list[EditRequest], layer: int | list[in
             keep = running & ~done
             if not bool(keep.any()):
                 break
-            (loss * keep).sum().backward()
+            (loss * keep * weight[act]).sum().backward()
         with torch.no_grad():
             for s in sites:
                 rows_k = act[keep]

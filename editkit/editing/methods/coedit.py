@@ -39,10 +39,12 @@ class CoeditHparams(MemitHparams):
     # (chosen on counterfact-val for both shipped models: docs/results/ripple.md)
     max_kept: int = 0  # the subject's other relations written with each request at the model's own answer, in
     # their `keep` phrasing (never the probe a test asks), so the shared delta must keep them (0: none)
+    keep_weight: float = 1.0  # each kept relation's weight in the shared delta's loss (the fact's own: 1)
 
     CHECKS = {**MemitHparams.CHECKS, "max_implied": _non_negative, "implied_phrasings": _positive,
-              "max_kept": _non_negative}
-    NEUTRAL = {**MemitHparams.NEUTRAL, "joint_targets": False, "implied_phrasings": 1, "max_kept": 0}
+              "max_kept": _non_negative, "keep_weight": _non_negative}
+    NEUTRAL = {**MemitHparams.NEUTRAL, "joint_targets": False, "implied_phrasings": 1, "max_kept": 0,
+               "keep_weight": 1.0}
 
 
 def implied_requests(lm, requests, hp: CoeditHparams) -> tuple[list[EditRequest], list[int]]:
@@ -98,7 +100,9 @@ def apply_coedit(lm, requests, hp: CoeditHparams, progress=None, reference: bool
     kept, kept_source = kept_requests(lm, requests, hp)
     extra, source = implied + kept, source + kept_source
     tie = joint_tie(list(requests), extra, source) if hp.joint_targets else None
-    result = apply_memit(lm, list(requests) + extra, hp, progress, reference, solves, tie=tie)
+    n = len(requests) + len(implied)
+    weights = [1.0] * n + [hp.keep_weight] * len(kept) if kept and hp.keep_weight != 1.0 else None
+    result = apply_memit(lm, list(requests) + extra, hp, progress, reference, solves, tie=tie, weights=weights)
     result.method = "coedit"
     result.details["implied"] = [{"prompt": e.rewrite, "target": e.target_new} for e in implied]
     result.details["kept"] = [{"prompt": e.rewrite, "target": e.target_new} for e in kept]
