@@ -489,8 +489,25 @@ def test_a_results_file_named_before_a_field_existed_stays_valid_at_its_neutral_
     lm = tiny_by_name("tiny-gemma3")
     hp = load_hparams("coedit", lm, {"joint_targets": False, "implied_phrasings": 1})
     assert "implied_phrasings" not in hp.recorded() and "joint_targets" not in hp.recorded()
-    neutral = ("joint_targets", "implied_phrasings", "max_kept", "keep_weight")
+    neutral = ("joint_targets", "implied_phrasings", "max_kept", "keep_weight", "source")
     assert hp.recorded() == {k: v for k, v in hp.to_dict().items() if k not in neutral}
     other = hp.replace(joint_targets=True, implied_phrasings=3, max_kept=2)
     assert other.recorded()["joint_targets"] is True and other.recorded()["implied_phrasings"] == 3
     assert other.recorded()["max_kept"] == 2
+    assert "keep_weight" not in hp.replace(keep_weight=0.25).recorded()  # nothing kept: the weight means nothing
+    assert other.replace(keep_weight=0.25).recorded()["keep_weight"] == 0.25
+
+
+def test_a_reworded_source_note_names_the_same_results_file(tmp_path, tiny_by_name):
+    """A results file is named and headed by what the settings do: the hyperparameters' `source` note is left
+    out, and a header written with an older note is accepted for the same behaviour, any other change refused."""
+    from editkit.editing.defaults import load_hparams
+
+    hp = load_hparams("coedit", tiny_by_name("tiny-gemma3"), {})
+    assert "source" not in hp.recorded() and hp.recorded() == hp.replace(source="reworded").recorded()
+    path = tmp_path / "rows.jsonl"
+    settings = {"format": 1, "hp": hp.recorded()}
+    path.write_text(json.dumps({"header": {"format": 1, "hp": {**hp.recorded(), "source": "old note"}}}) + "\n")
+    ripple_eval.header_row(path, settings)
+    with pytest.raises(EditkitError, match="other settings"):
+        ripple_eval.header_row(path, {"format": 1, "hp": {**hp.recorded(), "max_implied": 1}})

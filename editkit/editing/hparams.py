@@ -57,10 +57,12 @@ class BaseHparams:
         return d
 
     def recorded(self) -> dict:
-        """`to_dict` less the NEUTRAL fields at their neutral value: the settings a results file is named and
-        headed by, so files recorded before such a field existed stay valid for the same behaviour."""
+        """`to_dict` less the NEUTRAL fields at their neutral value and the `source` note: the settings a results
+        file is named and headed by, so files recorded before such a field existed, or before the note was
+        reworded, stay valid for the same behaviour."""
         neutral = type(self).NEUTRAL
-        return {k: v for k, v in self.to_dict().items() if not (k in neutral and v == neutral[k])}
+        return {k: v for k, v in self.to_dict().items()
+                if k != "source" and not (k in neutral and v == neutral[k])}
 
     def replace(self, **changes) -> "BaseHparams":
         return from_dict(type(self), {**self.to_dict(), **changes})

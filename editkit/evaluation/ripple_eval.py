@@ -150,9 +150,16 @@ def results_dir(lm, out_dir=None) -> Path:
     return out
 
 
+def behaviour(settings: dict) -> dict:
+    """Settings less the hyperparameters' `source` note (headers written before recorded() left it out carry it)."""
+    hp = settings.get("hp")
+    return {**settings, "hp": {k: v for k, v in hp.items() if k != "source"}} if isinstance(hp, dict) else settings
+
+
 def header_row(path: Path, settings: dict) -> None:
-    """A new file starts with {"header": settings}; an existing one must carry the same settings (a file from
-    before headers, named by the same settings hash, is accepted). read_rows skips the header (no key)."""
+    """A new file starts with {"header": settings}; an existing one must carry the same settings, its `source`
+    note aside (a file from before headers, named by the same settings hash, is accepted). read_rows skips the
+    header (no key)."""
     settings = json.loads(json.dumps(settings, default=str))
     if path.exists() and path.stat().st_size:
         with path.open(encoding="utf-8") as f:
@@ -160,7 +167,7 @@ def header_row(path: Path, settings: dict) -> None:
                 first = json.loads(f.readline())
             except ValueError:
                 first = {}
-        if isinstance(first, dict) and "header" in first and first["header"] != settings:
+        if isinstance(first, dict) and "header" in first and behaviour(first["header"]) != behaviour(settings):
             raise EditkitError(f"{path} was written with other settings ({first['header']}); not mixing rows "
                                f"of {settings} into it")
         return

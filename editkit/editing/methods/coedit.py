@@ -46,6 +46,11 @@ class CoeditHparams(MemitHparams):
     NEUTRAL = {**MemitHparams.NEUTRAL, "joint_targets": False, "implied_phrasings": 1, "max_kept": 0,
                "keep_weight": 1.0}
 
+    def recorded(self) -> dict:
+        """keep_weight means nothing while nothing is kept: `max_kept` 0 is co-edit before either existed."""
+        out = super().recorded()
+        return {k: v for k, v in out.items() if k != "keep_weight"} if not self.max_kept else out
+
 
 def implied_requests(lm, requests, hp: CoeditHparams) -> tuple[list[EditRequest], list[int]]:
     """Each request's logical-generalization facts as requests of their own (the rule's edit phrasing), and for
