@@ -66,10 +66,16 @@ KEEP = {
 }
 
 
-def keep(lm, n: int) -> None:
+def _subjects_by_relation() -> dict[str, list[str]]:
+    """counterfact-val's subjects per relation (read from each record's template)."""
     by = collections.defaultdict(list)
     for r in load_eval_set("counterfact-val"):
         by[relation_of(r.request.prompt)].append(r.request.subject)
+    return by
+
+
+def keep(lm, n: int) -> None:
+    by = _subjects_by_relation()
     for rel, cands in KEEP.items():
         subjects = by.get(rel, [])[:n]
         if not subjects:
@@ -104,9 +110,7 @@ def speaks(lm, n: int) -> None:
 
 
 def every_rule(lm, n: int) -> None:
-    by = collections.defaultdict(list)
-    for r in load_eval_set("counterfact-val"):
-        by[relation_of(r.request.prompt)].append(r.request.subject)
+    by = _subjects_by_relation()
     t = table()
     for rule in t["rules"]:
         r1, r2 = rule["pair"]

@@ -273,10 +273,9 @@ def derive_many(lm, requests: list, relations: list | None = None, max_per_crite
 
 def _plan(request, relation: str | None, criteria=None) -> tuple[Derivation, list[str]]:
     """The derivation to fill and the clozes it asks (those of `criteria` only, when given)."""
-    if relation is None:  # read from the request, or its template; "" = none
-        relation = getattr(request, "relation", None) or relation_of(request.prompt)
-    out = Derivation(relation if relation in table()["relations"] else None)
-    if out.relation is None:
+    relation = _relation(request, relation)
+    out = Derivation(relation)
+    if relation is None:
         return out, []
     s, o, new = request.subject, (request.target_true or "").strip(), request.target_new.strip()
     rules = rules_for(relation)
@@ -289,8 +288,16 @@ def _plan(request, relation: str | None, criteria=None) -> tuple[Derivation, lis
     if criteria is None or "aliasing" in criteria:
         prompts += [_fill(request.prompt, a) for a, _ in alias_names(s, relation)]
     if criteria is None or "specificity" in criteria:
-        prompts += [_fill(table()["relations"][r]["probe"], s) for r in _specificity_relations(relation, rules)]
+        prompts += [p for _, p in _other_relations(relation, rules, s)]
     return out, prompts
+
+
+def _relation(request, relation: str | None = None) -> str | None:
+    """The request's relation when the table has it: the one given, else the request's own, else its template's
+    ("" given = none)."""
+    if relation is None:
+        relation = getattr(request, "relation", None) or relation_of(request.prompt)
+    return relation if relation in table()["relations"] else None
 
 
 def _candidates(request, out: Derivation, said: dict, criteria=None) -> list[ImpliedFact]:
@@ -307,11 +314,19 @@ def _candidates(request, out: Derivation, said: dict, criteria=None) -> list[Imp
     return [c for c in cands if criteria is None or c.criterion in criteria]
 
 
-def _specificity(relation: str, rules: list[dict], s: str, said: dict, out: Derivation) -> list[ImpliedFact]:
+def _other_relations(relation: str, rules: list[dict], s: str, phrasing: str = "probe") -> list[tuple[str, str]]:
+    """(relation, cloze about s) for s's other relations (those relation specificity asks) that have `phrasing`:
+    the test's "probe", or the "keep" phrasing a propagation method writes."""
+    rels = table()["relations"]
+    return [(r, _fill(rels[r][phrasing], s)) for r in _specificity_relations(relation, rules)
+            if rels[r].get(phrasing)]
+
+
+def _specificity(relation: str, rules: list[dict], s: str, said: dict, out: Derivation,
+                 phrasing: str = "probe") -> list[ImpliedFact]:
     cands = []
-    for r in _specificity_relations(relation, rules):
+    for r, p in _other_relations(relation, rules, s, phrasing):
         label = table()["relations"][r]["label"]
-        p = _fill(table()["relations"][r]["probe"], s)
         a = match_answer(said[p], r)
         if a is None:
             out.dropped.append(Dropped("specificity", p, f"the model's answer {_short(said[p])} is not a known "
@@ -326,25 +341,14 @@ def keep_facts(lm, requests: list, cap: int) -> list[Derivation]:
     """Per request, its subject's other relations (those relation specificity tests) asked in each relation's
     `keep` phrasing, never the probe a test asks, with the model's own answer there when it knows it: what co-edit
     writes beside the edit to keep them (`max_kept`), as a rule's edit phrasing is written for a logical fact."""
-    rels = table()["relations"]
-    outs, asked = [], []
-    for request in requests:
-        relation = getattr(request, "relation", None) or relation_of(request.prompt)
-        out = Derivation(relation if relation in rels else None)
-        outs.append(out)
-        others = _specificity_relations(out.relation, rules_for(out.relation)) if out.relation else []
-        asked.append([(r, _fill(rels[r]["keep"], request.subject)) for r in others if rels[r].get("keep")])
-    said = _complete(lm, [p for a in asked for _, p in a]) if cap > 0 else {}
-    cands = [[] for _ in requests]
-    for j, (request, a) in enumerate(zip(requests, asked)):
-        for r, p in a if cap > 0 else []:
-            answer = match_answer(said[p], r)
-            if answer is None:
-                outs[j].dropped.append(Dropped("specificity", p, f"the model's answer {_short(said[p])} is not a "
-                                                                 f"known {rels[r]['label']}"))
-                continue
-            cands[j].append(ImpliedFact("specificity", p, " " + answer, False, r, "kept by the edit",
-                                        subject=request.subject))
+    outs = [Derivation(_relation(r)) for r in requests]
+    if cap < 1:
+        return outs
+    asked = [_other_relations(out.relation, rules_for(out.relation), r.subject, "keep") if out.relation else []
+             for r, out in zip(requests, outs)]
+    said = _complete(lm, [p for a in asked for _, p in a])
+    cands = [_specificity(out.relation, rules_for(out.relation), r.subject, said, out, "keep") if out.relation
+             else [] for r, out in zip(requests, outs)]
     _keep_known(lm, cands, outs, cap)
     return outs
 
