@@ -2,6 +2,7 @@
 one-edit view and the evaluation over many edits, the co-editing method."""
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -10,10 +11,11 @@ from editkit.cli import main
 from editkit.core.errors import EditkitError
 from editkit.data import implications
 from editkit.data.implications import Derivation, ImpliedFact, derive, match_answer, rules_for, table, user_fact
+from editkit.editing.defaults import load_hparams
 from editkit.editing.requests import EditRequest
 from editkit.evaluation import ripple_eval
 from editkit.evaluation.ripple import (IN_CONTEXT, conclusion, context_prefix, method_ripple, ripple,
-                                      share_table)
+                                      share_table, written)
 from editkit.model.scoring import TargetScore
 
 EIFFEL = EditRequest("{} is located in the city of", "Eiffel Tower", "Rome", "Paris",
@@ -468,6 +470,32 @@ def test_coedit_keeps_the_subjects_other_relations_with_the_same_delta(tiny_by_n
     light = run_edit(lm, "coedit", [EIFFEL], {**FAST, "max_kept": 1, "keep_weight": 0.25})
     assert any(float((result.delta[k] - light.delta[k]).abs().max()) > 1e-6 for k in result.delta)
     assert any(float((result.delta[k] - plain.delta[k]).abs().max()) > 1e-6 for k in result.delta)
+    assert written(result) == [  # what the ripple view lists as written besides the request
+        {"prompt": "Eiffel Tower can be found in the country of", "target": " Italy", "why": "implied"},
+        {"prompt": "Eiffel Tower lies in the continent of", "target": " Europe", "why": "kept"}]
+    assert written(plain) == written(result)[:1]
+
+
+def test_coedit_kept_relations_hold_the_shared_deltas_stop_only_when_asked(tiny_by_name, monkeypatch):
+    """kept_hold_stop False: a kept relation pulls on the shared delta but does not keep it running (targets.Joint
+    holds: tests/test_targets.py checks what that does); True: every member holds the stop, as before."""
+    from editkit.editing.api import run_edit
+    from editkit.editing.methods import coedit
+
+    monkeypatch.setattr(implications, "derive_many", _fake_derive)
+    kept = ImpliedFact("specificity", "Eiffel Tower lies in the continent of", " Asia", False, "P30",
+                       subject="Eiffel Tower")
+    monkeypatch.setattr(implications, "keep_facts",
+                        lambda lm, rs, cap: [Derivation(r.relation, [kept] if cap else []) for r in rs])
+    seen = []
+    monkeypatch.setattr(coedit, "apply_memit", lambda *a, joint=None, **k: seen.append(joint) or SimpleNamespace(
+        details={}))
+    lm = tiny_by_name("tiny-gemma3")
+    for hold in (True, False):
+        coedit.apply_coedit(lm, [EIFFEL], load_hparams("coedit", lm, {**FAST, "max_kept": 1, "kept_hold_stop": hold,
+                                                                         "keep_weight": 0.25}))
+    assert seen[0] == coedit.Joint((0, 0, 0), (1.0, 1.0, 0.25), None)
+    assert seen[1] == coedit.Joint((0, 0, 0), (1.0, 1.0, 0.25), (True, True, False))
 
 
 def test_more_edit_prompts_do_not_change_a_selection():
@@ -489,13 +517,15 @@ def test_a_results_file_named_before_a_field_existed_stays_valid_at_its_neutral_
     lm = tiny_by_name("tiny-gemma3")
     hp = load_hparams("coedit", lm, {"joint_targets": False, "implied_phrasings": 1})
     assert "implied_phrasings" not in hp.recorded() and "joint_targets" not in hp.recorded()
-    neutral = ("joint_targets", "implied_phrasings", "max_kept", "keep_weight", "source")
+    neutral = ("joint_targets", "implied_phrasings", "max_kept", "keep_weight", "kept_hold_stop", "source")
     assert hp.recorded() == {k: v for k, v in hp.to_dict().items() if k not in neutral}
     other = hp.replace(joint_targets=True, implied_phrasings=3, max_kept=2)
     assert other.recorded()["joint_targets"] is True and other.recorded()["implied_phrasings"] == 3
     assert other.recorded()["max_kept"] == 2
     assert "keep_weight" not in hp.replace(keep_weight=0.25).recorded()  # nothing kept: the weight means nothing
     assert other.replace(keep_weight=0.25).recorded()["keep_weight"] == 0.25
+    assert "kept_hold_stop" not in hp.replace(kept_hold_stop=False).recorded()
+    assert other.replace(kept_hold_stop=False).recorded()["kept_hold_stop"] is False
 
 
 def test_a_reworded_source_note_names_the_same_results_file(tmp_path, tiny_by_name):

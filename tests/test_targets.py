@@ -7,7 +7,7 @@ import torch
 from editkit.core.paths import DATA
 from editkit.editing.defaults import load_hparams
 from editkit.editing.requests import parse_requests
-from editkit.editing.targets import _Rows, optimize_targets, optimize_targets_batch
+from editkit.editing.targets import Joint, _Rows, optimize_targets, optimize_targets_batch
 
 
 def _requests(n=3):
@@ -199,7 +199,7 @@ def test_a_request_tied_to_its_copy_optimizes_as_it_does_alone(tiny_by_name):
     lm = tiny_by_name("tiny-llama")
     hp = load_hparams("memit", lm, {"v_num_grad_steps": 6})
     r = _requests(1)[0]
-    pair = optimize_targets_batch(lm, [r, r], 2, ("resid_post",), hp, tie=(0, 0))
+    pair = optimize_targets_batch(lm, [r, r], 2, ("resid_post",), hp, joint=Joint((0, 0)))
     alone = optimize_targets(lm, r, 2, ("resid_post",), hp)
     assert len(pair[0]["losses"]) == len(alone["losses"]) == len(pair[1]["losses"])
     for p in pair:
@@ -216,7 +216,7 @@ def test_tied_requests_share_one_delta_that_serves_both(tiny_by_name):
     hp = load_hparams("memit", lm, {"v_num_grad_steps": 4})
     a, other = _requests(2)
     b = EditRequest("The country where {} is found is", a.subject, " Italy")
-    out = optimize_targets_batch(lm, [a, other, b], 2, ("resid_post",), hp, tie=(0, 1, 0))
+    out = optimize_targets_batch(lm, [a, other, b], 2, ("resid_post",), hp, joint=Joint((0, 1, 0)))
     assert torch.equal(out[0]["resid_post"]["delta"], out[2]["resid_post"]["delta"])
     for j, r in ((0, a), (2, b)):
         own = optimize_targets(lm, r, 2, ("resid_post",), hp)["resid_post"]["delta"]
@@ -225,7 +225,7 @@ def test_tied_requests_share_one_delta_that_serves_both(tiny_by_name):
     torch.testing.assert_close(out[1]["resid_post"]["delta"], alone["resid_post"]["delta"], rtol=1e-3, atol=1e-4)
     for bad in [(0, 1), (1, 1, 0), (2, 1, 0)]:
         with pytest.raises(EditkitError, match="tie"):
-            optimize_targets_batch(lm, [a, other, b], 2, ("resid_post",), hp, tie=bad)
+            optimize_targets_batch(lm, [a, other, b], 2, ("resid_post",), hp, joint=Joint(bad))
 
 
 def test_a_request_weighted_zero_in_a_shared_delta_leaves_it_the_owners_own(tiny_by_name):
@@ -238,15 +238,41 @@ def test_a_request_weighted_zero_in_a_shared_delta_leaves_it_the_owners_own(tiny
     hp = load_hparams("memit", lm, {"v_num_grad_steps": 5, "v_stop_loss": 0.0})
     a = _requests(1)[0]
     b = EditRequest("The country where {} is found is", a.subject, " Italy")
-    zero = optimize_targets_batch(lm, [a, b], 2, ("resid_post",), hp, tie=(0, 0), weights=(1.0, 0.0))
+    zero = optimize_targets_batch(lm, [a, b], 2, ("resid_post",), hp, joint=Joint((0, 0), (1.0, 0.0)))
     alone = optimize_targets(lm, a, 2, ("resid_post",), hp)
     torch.testing.assert_close(zero[0]["resid_post"]["delta"], alone["resid_post"]["delta"], rtol=1e-4, atol=1e-5)
-    ones = optimize_targets_batch(lm, [a, b], 2, ("resid_post",), hp, tie=(0, 0), weights=(1.0, 1.0))
-    plain = optimize_targets_batch(lm, [a, b], 2, ("resid_post",), hp, tie=(0, 0))
+    ones = optimize_targets_batch(lm, [a, b], 2, ("resid_post",), hp, joint=Joint((0, 0), (1.0, 1.0)))
+    plain = optimize_targets_batch(lm, [a, b], 2, ("resid_post",), hp, joint=Joint((0, 0)))
     assert torch.equal(ones[0]["resid_post"]["delta"], plain[0]["resid_post"]["delta"])
     assert float((plain[0]["resid_post"]["delta"] - alone["resid_post"]["delta"]).abs().max()) > 1e-3
     with pytest.raises(EditkitError, match="weights"):
-        optimize_targets_batch(lm, [a, b], 2, ("resid_post",), hp, tie=(0, 0), weights=(1.0,))
+        optimize_targets_batch(lm, [a, b], 2, ("resid_post",), hp, joint=Joint((0, 0), (1.0,)))
+
+
+def test_a_member_that_does_not_hold_the_stop_never_keeps_its_group_running(tiny_by_name):
+    """Joint.holds: a member whose stopping rule does not hold its group (co-edit's kept relations) pulls on the
+    delta but the group stops when its owner's rule holds. Weighted 0 and not holding, a member the owner's target
+    contradicts (same prompt, another answer) leaves the owner's run exactly as alone, stop included; holding, it
+    keeps the group running to the last step."""
+    from editkit.core.errors import EditkitError
+    from editkit.editing.requests import EditRequest
+
+    lm = tiny_by_name("tiny-llama")
+    a = _requests(1)[0]
+    b = EditRequest(a.prompt, a.subject, " Italy")
+    free = optimize_targets(lm, a, 2, ("resid_post",), load_hparams("memit", lm, {"v_stop_loss": 0.0}))["losses"]
+    stop = (free[2]["loss"] + free[3]["loss"]) / 2  # the owner alone stops after 4 steps
+    hp = load_hparams("memit", lm, {"v_num_grad_steps": 10, "v_stop_loss": stop})
+    alone = optimize_targets(lm, a, 2, ("resid_post",), hp)
+    soft = optimize_targets_batch(lm, [a, b], 2, ("resid_post",), hp, joint=Joint((0, 0), (1.0, 0.0), (True, False)))
+    hard = optimize_targets_batch(lm, [a, b], 2, ("resid_post",), hp, joint=Joint((0, 0), (1.0, 0.0)))
+    assert len(alone["losses"]) == len(soft[0]["losses"]) == len(soft[1]["losses"]) == 4
+    assert min(x["loss"] for x in hard[1]["losses"]) > stop  # b never meets its rule ...
+    assert len(hard[0]["losses"]) == 10  # ... so, holding, it runs the group to the end
+    torch.testing.assert_close(soft[0]["resid_post"]["delta"], alone["resid_post"]["delta"], rtol=1e-4, atol=1e-5)
+    assert torch.equal(soft[0]["resid_post"]["delta"], soft[1]["resid_post"]["delta"])
+    with pytest.raises(EditkitError, match="holds"):
+        optimize_targets_batch(lm, [a, b], 2, ("resid_post",), hp, joint=Joint((0, 0), None, (False, True)))
 
 
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-gemma3", "tiny-gpt2", "tiny-gemma2"])

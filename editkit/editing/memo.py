@@ -60,14 +60,12 @@ def _code_digest() -> str:
     return hashlib.sha1(b"".join((here / f).read_bytes() for f in ("targets.py", "keys.py"))).hexdigest()[:12]
 
 
-def memo_key(lm, requests, layer: int, sites, hp, adaptive: bool, reference: bool = False, tie=None,
-             weights=None) -> str:
+def memo_key(lm, requests, layer: int, sites, hp, adaptive: bool, reference: bool = False, joint=None) -> str:
     """The digest that identifies one target optimisation (see the module docstring)."""
     hp_part = {f.name: getattr(hp, f.name) for f in fields(hp) if f.name not in type(hp).SOLVE_ONLY}
     req_part = [[r.prompt, r.subject, r.target_new] for r in requests]
     text = json.dumps([lm.name, fingerprint(lm), req_part, layer, list(sites), hp_part, bool(adaptive),
-                       _code_digest()] + (["reference"] if reference else []) + ([list(tie)] if tie else [])
-                      + ([["weights", *weights]] if weights else []),
+                       _code_digest()] + (["reference"] if reference else []) + (joint.key() if joint else []),
                       sort_keys=True, default=str)
     return hashlib.sha1(text.encode()).hexdigest()[:20]
 
@@ -141,19 +139,18 @@ def memoized(optimize):
     key) is returned instead of recomputed; outside it, the function runs unchanged."""
 
     @functools.wraps(optimize)
-    def wrapper(lm, requests, layer, sites, hp, adaptive=False, progress=None, reference=False, tie=None,
-                weights=None):
+    def wrapper(lm, requests, layer, sites, hp, adaptive=False, progress=None, reference=False, joint=None):
         memo = _ACTIVE.get()
         if memo is None:
-            return optimize(lm, requests, layer, sites, hp, adaptive, progress, reference, tie, weights)
-        key = memo_key(lm, requests, layer, sites, hp, adaptive, reference, tie, weights)
+            return optimize(lm, requests, layer, sites, hp, adaptive, progress, reference, joint)
+        key = memo_key(lm, requests, layer, sites, hp, adaptive, reference, joint)
         if _lookup(memo, lm, key) is not None:
             memo.hits += 1
             if progress:
                 progress(1.0, "targets: reused from an earlier setting")
             return _copy(memo.entries[key])
         memo.misses += 1
-        result = optimize(lm, requests, layer, sites, hp, adaptive, progress, reference, tie, weights)
+        result = optimize(lm, requests, layer, sites, hp, adaptive, progress, reference, joint)
         _remember(memo, lm, key, result)
         return result
 

@@ -15,6 +15,8 @@ probable token (v_stop_top1), once its mean probability passes v_stop_prob, or o
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from ..core.errors import EditkitError
@@ -412,22 +414,49 @@ def _stabiliser_stops(hp, rows: _Rows, batch: list[int], tok_logp: torch.Tensor,
     return stop
 
 
-class _Tie:
-    """Requests that share one delta (co-edit's joint targets: a fact and its implications about the same subject,
-    written where the same subject's keys are; separate deltas at nearly equal keys would be averaged by the
-    least-squares solve, each halved). A shared delta is optimized on the sum of its requests' losses: its gradient
-    is the sum of theirs, every member gets the same Adam step (same state, same gradient, so the copies stay
-    equal), the norm clamp is the owner's, and the group stops only when each member's stopping rule holds."""
+@dataclass(frozen=True)
+class Joint:
+    """Requests that share target deltas (co-edit's joint targets: a fact and its implications about the same
+    subject, written where the same subject's keys are; separate deltas at nearly equal keys would be averaged by
+    the least-squares solve, each halved). tie[j]: the request whose delta j shares (tie[k] = k for each owner);
+    weights[j]: j's weight in that delta's summed loss (None: 1 each; a stopping rule reads its unweighted loss);
+    holds[j]: whether j's stopping rule must hold before its group stops (None: every member's; an owner's always
+    does). A member that does not hold pulls on the delta while it runs but never keeps it running (co-edit's kept
+    relations: one the new fact pulls against may never reach its rule)."""
+    tie: tuple[int, ...]
+    weights: tuple[float, ...] | None = None
+    holds: tuple[bool, ...] | None = None
 
-    def __init__(self, tie, layers: list[int], n: int, dev):
-        self.on = tie is not None and any(k != j for j, k in enumerate(tie))
-        if tie is None:
-            return
-        tie = list(tie)
+    def check(self, layers: list[int]) -> None:
+        n, tie = len(layers), self.tie
         if len(tie) != n or any(not 0 <= k < n or tie[k] != k or layers[k] != layers[j] for j, k in enumerate(tie)):
             raise EditkitError("tie: one owner per request, an owner ties to itself, both at the same layer")
-        self.tie = tie
-        self.tie_t = torch.tensor(tie, device=dev)
+        if self.weights is not None and (len(self.weights) != n or any(not w >= 0 for w in self.weights)):
+            raise EditkitError("weights: one non-negative weight per request")
+        if self.holds is not None and (len(self.holds) != n or not all(self.holds[k] for k in set(tie))):
+            raise EditkitError("holds: one flag per request, and every owner's stopping rule holds its group")
+
+    def key(self) -> list:
+        """What a target memo key holds of it (editing/memo.py)."""
+        return [list(self.tie)] + ([["weights", *self.weights]] if self.weights else []) + \
+            ([["holds", *self.holds]] if self.holds and not all(self.holds) else [])
+
+
+class _Tie:
+    """A Joint during one optimisation: a shared delta is optimized on the sum of its requests' (weighted) losses:
+    its gradient is the sum of theirs, every member gets the same Adam step (same state, same gradient, so the
+    copies stay equal), the norm clamp is the owner's, and the group stops once each member that holds its stop
+    has met its stopping rule."""
+
+    def __init__(self, joint: Joint | None, layers: list[int], n: int, dev):
+        tie = joint.tie if joint is not None else tuple(range(n))
+        if joint is not None:
+            joint.check(layers)
+        self.on = any(k != j for j, k in enumerate(tie))
+        self.tie = list(tie)
+        self.tie_t = torch.tensor(self.tie, device=dev)
+        self.weight = torch.tensor(joint.weights if joint and joint.weights else [1.0] * n, device=dev)
+        self.holds = torch.tensor(joint.holds if joint and joint.holds else [True] * n, device=dev)
         self._batch, self._at = None, None  # the batch positions of the last batch asked (it changes rarely)
 
     def owner(self, rows: torch.Tensor) -> torch.Tensor:
@@ -441,11 +470,11 @@ class _Tie:
             self._at = torch.tensor([place[self.tie[j]] for j in batch], device=self.tie_t.device)
         return self._at
 
-    def all_done(self, batch: list[int], done: torch.Tensor) -> torch.Tensor:
+    def all_done(self, batch: list[int], act: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
         if not self.on:
             return done
         pos = self._pos(batch)
-        left = torch.zeros(len(batch), device=done.device).index_add(0, pos, (~done).float())
+        left = torch.zeros(len(batch), device=done.device).index_add(0, pos, (~done & self.holds[act]).float())
         return left[pos] == 0
 
     def gradient(self, batch: list[int], g: torch.Tensor) -> torch.Tensor:
@@ -462,22 +491,16 @@ def _split(logits: torch.Tensor, T: int):
 @memoized  # only inside memo.reuse_targets() (sweeps): an identical optimisation is reused, not recomputed
 def optimize_targets_batch(lm, requests: list[EditRequest], layer: int | list[int], sites: tuple[str, ...], hp,
                            adaptive: bool = False, progress=None, reference: bool = False,
-                           tie: tuple[int, ...] | None = None,
-                           weights: tuple[float, ...] | None = None) -> list[dict]:
+                           joint: Joint | None = None) -> list[dict]:
     """Optimize one delta per site and request at `layer` (or at layer[j] for request j: a layer sweep in one
     batch); for each request returns {site: {"init", "delta", "target"}, "losses": [...]} (see the module docstring
     for the loss). `reference` runs the plain full model at every step instead of the cached fast path (same
-    result; for benchmarks). `tie[j]` = k shares request k's delta with request j (`_Tie`: one delta optimized
-    on the summed losses of its requests; tie[k] = k for every request that owns one); `weights[j]`: request j's
-    weight in that sum (default 1; its own stopping rule reads its unweighted loss)."""
+    result; for benchmarks). `joint`: requests that share one delta, optimized on their summed losses (Joint)."""
     n, d, dev = len(requests), lm.adapter.d_model, lm.device
     layers = list(layer) if isinstance(layer, (list, tuple)) else [layer] * n
     if len(layers) != n:
         raise EditkitError("give one layer, or one layer per request")
-    tied = _Tie(tie, layers, n, dev)
-    if weights is not None and (len(weights) != n or any(not w >= 0 for w in weights)):
-        raise EditkitError("weights: one non-negative weight per request")
-    weight = torch.tensor(weights if weights is not None else [1.0] * n, device=dev)
+    tied = _Tie(joint, layers, n, dev)
     delta = {s: torch.zeros(n, d, device=dev) for s in sites}
     adam = {s: {"m": torch.zeros(n, d, device=dev), "v": torch.zeros(n, d, device=dev)} for s in sites}
     init: dict[str, torch.Tensor] = {}
@@ -517,7 +540,7 @@ def optimize_targets_batch(lm, requests: list[EditRequest], layer: int | list[in
             stop = _stabiliser_stops(hp, rows, batch, tok_logp.detach(), argmax, loss.detach(), tracker)
             if stop is not None:
                 done = done | stop
-            done = tied.all_done(batch, done)
+            done = tied.all_done(batch, act, done)
             for i, j in enumerate(batch):
                 if not running[i]:
                     continue  # stopped earlier; its rows are still computed until the batch is rebuilt
@@ -530,7 +553,7 @@ def optimize_targets_batch(lm, requests: list[EditRequest], layer: int | list[in
             keep = running & ~done
             if not bool(keep.any()):
                 break
-            (loss * keep * weight[act]).sum().backward()
+            (loss * keep * tied.weight[act]).sum().backward()
         with torch.no_grad():
             for s in sites:
                 rows_k = act[keep]

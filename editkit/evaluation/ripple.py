@@ -62,6 +62,7 @@ class MethodRipple:
     efficacy: tuple[float, float] | None = None  # (pre, post) P(new) > P(true) on the rewrite
     specificity: tuple[float, float] | None = None  # (pre, post) share of neighbourhood prompts kept
     seconds: float = 0.0
+    wrote: list[dict] = field(default_factory=list)  # facts written besides the request (`written`)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -109,7 +110,8 @@ class RippleResult(Result):
     def _from_json(cls, d: dict) -> "RippleResult":
         derivation = Derivation.from_dict(d)
         methods = [MethodRipple(name, m["label"], m["color"], [Outcome(**o) for o in m["outcomes"]],
-                                _tuple(m.get("efficacy")), _tuple(m.get("specificity")), m.get("seconds", 0.0))
+                                _tuple(m.get("efficacy")), _tuple(m.get("specificity")), m.get("seconds", 0.0),
+                                m.get("wrote", []))
                    for name, m in d["methods"].items()]
         return cls(parse_record(d["request"]), derivation, methods)
 
@@ -177,7 +179,18 @@ def method_ripple(lm, method: str, request, facts: list[ImpliedFact], hparams=No
         outcomes = measure_facts(lm, facts)
         post = counterfact_rates(lm, request)
     return MethodRipple(spec.name, spec.label, spec.color, outcomes, _pair(pre_rates[0], post[0]),
-                        _pair(pre_rates[1], post[1]), result.seconds)
+                        _pair(pre_rates[1], post[1]), result.seconds, written(result))
+
+
+WRITTEN = {"implied": "implied by the new fact, written to move", "kept": "the model's own answer, written to stay"}
+
+
+def written(result) -> list[dict]:
+    """The facts an edit wrote besides its requests, as a method reports them in its details (co-edit: the
+    implications it derived, "implied", and the subject's other relations it kept, "kept"): {"prompt", "target",
+    "why"}, so a user sees what a propagation method put in the batch."""
+    return [{"prompt": w["prompt"], "target": w["target"], "why": why}
+            for why in WRITTEN for w in result.details.get(why, [])]
 
 
 def _pair(a, b):

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from ..hparams import _non_negative, _positive
 from ..requests import EditRequest
 from ..share import update_share
+from ..targets import Joint
 from . import Method, register
 from .memit import MemitHparams, apply_memit, first_use
 
@@ -40,16 +41,20 @@ class CoeditHparams(MemitHparams):
     max_kept: int = 0  # the subject's other relations written with each request at the model's own answer, in
     # their `keep` phrasing (never the probe a test asks), so the shared delta must keep them (0: none)
     keep_weight: float = 1.0  # each kept relation's weight in the shared delta's loss (the fact's own: 1)
+    kept_hold_stop: bool = True  # the shared delta stops only once its kept relations meet their stopping rule
+    # too (False: the fact and its implications decide; a kept relation the fact pulls against may never meet it)
 
     CHECKS = {**MemitHparams.CHECKS, "max_implied": _non_negative, "implied_phrasings": _positive,
               "max_kept": _non_negative, "keep_weight": _non_negative}
     NEUTRAL = {**MemitHparams.NEUTRAL, "joint_targets": False, "implied_phrasings": 1, "max_kept": 0,
-               "keep_weight": 1.0}
+               "keep_weight": 1.0, "kept_hold_stop": True}
 
     def recorded(self) -> dict:
-        """keep_weight means nothing while nothing is kept: `max_kept` 0 is co-edit before either existed."""
+        """How kept relations are written means nothing while none is: `max_kept` 0 is co-edit before they
+        existed."""
         out = super().recorded()
-        return {k: v for k, v in out.items() if k != "keep_weight"} if not self.max_kept else out
+        return {k: v for k, v in out.items() if k not in ("keep_weight", "kept_hold_stop")} if not self.max_kept \
+            else out
 
 
 def implied_requests(lm, requests, hp: CoeditHparams) -> tuple[list[EditRequest], list[int]]:
@@ -99,15 +104,25 @@ def joint_tie(requests, extra, source) -> tuple[int, ...] | None:
     return tuple(tie) if any(k != j for j, k in enumerate(tie)) else None
 
 
+def _joint(requests, implied, kept, source, hp: CoeditHparams) -> Joint | None:
+    """How requests + implied + kept share target deltas (targets.Joint): each kept relation weighted keep_weight,
+    holding its delta's stop only with kept_hold_stop."""
+    n = len(requests) + len(implied)
+    tie = joint_tie(requests, implied + kept, source) if hp.joint_targets else None
+    weights = tuple([1.0] * n + [hp.keep_weight] * len(kept)) if kept and hp.keep_weight != 1.0 else None
+    holds = tuple([True] * n + [False] * len(kept)) if kept and tie and not hp.kept_hold_stop else None
+    if tie is None and weights is None:
+        return None
+    return Joint(tie or tuple(range(n + len(kept))), weights, holds)
+
+
 def apply_coedit(lm, requests, hp: CoeditHparams, progress=None, reference: bool = False,
                  solves: bool = False):
     implied, source = implied_requests(lm, requests, hp)
     kept, kept_source = kept_requests(lm, requests, hp)
     extra, source = implied + kept, source + kept_source
-    tie = joint_tie(list(requests), extra, source) if hp.joint_targets else None
-    n = len(requests) + len(implied)
-    weights = [1.0] * n + [hp.keep_weight] * len(kept) if kept and hp.keep_weight != 1.0 else None
-    result = apply_memit(lm, list(requests) + extra, hp, progress, reference, solves, tie=tie, weights=weights)
+    result = apply_memit(lm, list(requests) + extra, hp, progress, reference, solves,
+                         joint=_joint(list(requests), implied, kept, source, hp))
     result.method = "coedit"
     result.details["implied"] = [{"prompt": e.rewrite, "target": e.target_new} for e in implied]
     result.details["kept"] = [{"prompt": e.rewrite, "target": e.target_new} for e in kept]

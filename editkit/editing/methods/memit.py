@@ -36,11 +36,10 @@ def first_use(hp: MemitHparams) -> FirstUse:
 
 
 def apply_memit(lm, requests, hp: MemitHparams, progress=None, reference: bool = False,
-                solves: bool = False, tie=None, weights=None) -> EditResult:
-    """`tie`: requests that share one target delta (co-edit's joint targets; targets.optimize_targets_batch),
-    `weights`: each request's weight in its shared delta's loss."""
+                solves: bool = False, joint=None) -> EditResult:
+    """`joint`: requests that share one target delta (co-edit's joint targets; targets.Joint)."""
     start = time.perf_counter()
-    opts = optimize_residual_targets(lm, requests, hp, progress, reference, tie=tie, weights=weights)
+    opts = optimize_residual_targets(lm, requests, hp, progress, reference, joint=joint)
     t_targets = time.perf_counter() - start
     C = key_statistics(lm, hp.layers, hp)
     factors = {l: cholesky(lm, l, hp, C=C[l]) for l in hp.layers}
