@@ -131,6 +131,17 @@ def test_match_answer_reads_whole_words_and_the_article():
     assert match_answer(" Italyx", "P17") is None
 
 
+def test_a_relation_knows_the_answers_of_every_relation_of_its_kind():
+    """The table's extra answers are listed once, on one relation of a kind (P17, country); every relation whose
+    answers are countries (citizenship, country of origin) knows them too: "the United States of" was dropped as
+    "not a known citizenship"."""
+    countries = set(table()["relations"]["P17"]["answers"])
+    for rel in ("P27", "P495"):
+        assert countries <= set(implications.vocabulary(rel))
+    assert match_answer(" the United States of", "P27") == "the United States"
+    assert "United States" not in implications.vocabulary("P103")  # a language is not a country
+
+
 def test_in_context_reference_changes_no_weight(tiny_by_name):
     lm = tiny_by_name("tiny-gemma3")
     before = {n: p.detach().clone() for n, p in lm.model.named_parameters()}

@@ -178,13 +178,13 @@ def relation_of(prompt: str) -> str | None:
 
 @lru_cache(maxsize=None)
 def vocabulary(relation: str) -> tuple[str, ...]:
-    """The answers a relation can have: the shipped records' targets of that relation and of the relations whose
-    answers are of the same kind (records without a relation id count through their template), and the table's
-    extra answers; longest first."""
+    """The answers a relation can have: the shipped records' targets and the table's extra answers of that
+    relation and of the relations whose answers are of the same kind (records without a relation id count through
+    their template: a citizenship can be any country a record or the table names); longest first."""
     rels = table()["relations"]
     kind = rels.get(relation, {}).get("answer")
     same_kind = {r for r, d in rels.items() if kind and d.get("answer") == kind} | {relation}
-    words = set(rels.get(relation, {}).get("answers", []))
+    words = {w for r in same_kind for w in rels.get(r, {}).get("answers", [])}
     for template, rel, true, new in _records():
         if (rel or relation_of(template)) in same_kind:
             words.update(w.strip() for w in (true, new) if w and w.strip())

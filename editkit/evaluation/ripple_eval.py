@@ -39,7 +39,9 @@ from .datasets import EvalRecord, load_eval_set
 from .items import append_row, read_rows
 from .ripple import IN_CONTEXT, counterfact_rates, method_ripple, share_table
 
-FORMAT = 1  # bump when the derivation or the measurement changes, so old files are not resumed
+FORMAT = 1  # bump when the measurement changes, so no old row is resumed
+DERIVATION = 2  # bump when the derivation changes: the selections are screened anew and only the rows whose
+# record's facts changed are measured again (2: a relation's answers include those of its kind's relations)
 SCREEN_CHUNK = 24
 
 
@@ -189,10 +191,10 @@ def select(lm, spec: RippleSpec, out_dir: Path, progress=None,
            screen: bool = True) -> list[tuple[EvalRecord, dict]]:
     """The first spec.n usable records of the pool with their derivations, screening (and recording) more as
     needed; without `screen`, only those the selection file already holds (possibly fewer)."""
-    settings = {'format': FORMAT, 'cap': spec.max_per_criterion, 'rules': _deciding()}
+    settings = {'format': FORMAT, 'derivation': DERIVATION, 'cap': spec.max_per_criterion, 'rules': _deciding()}
     path = out_dir / f"ripple-select-{safe_name(lm.name)}-{spec.set_name}-{_hash(settings)}.jsonl"
     if screen:
-        header_row(path, {"model": lm.name, "set": spec.set_name, "format": FORMAT,
+        header_row(path, {"model": lm.name, "set": spec.set_name, "format": FORMAT, "derivation": DERIVATION,
                           "cap": spec.max_per_criterion, "rules": _hash(_deciding())})
     done = read_rows(path)
     records = pool(spec.set_name)
