@@ -561,10 +561,27 @@ def ripple_section(lm, records, overrides) -> None:
         st.caption("Criteria: " + "; ".join(f"{k} = {v}" for k, v in CRITERIA.items()) + ". Efficacy and "
                    "neighbourhood specificity of each method: " + "; ".join(
                        f"{m.label} {_rate(m.efficacy)} / {_rate(m.specificity)}" for m in out.methods))
+    show_written(out)
     dropped = out.derivation.dropped
     if dropped:
         with st.expander(f"{len(dropped)} candidate fact(s) dropped, each with its reason"):
             st.dataframe(pd.DataFrame([d.to_dict() for d in dropped]), hide_index=True, width="stretch")
+
+
+def show_written(out) -> None:
+    """What a propagation method put in its batch besides the request (co-edit's implications and kept facts)."""
+    from editkit.evaluation.ripple import WRITTEN
+
+    rows = [{"method": m.label, "prompt": w["prompt"], "answer written": w["target"].strip(), "why": WRITTEN[w["why"]]}
+            for m in out.methods for w in m.wrote]
+    if not rows:
+        return
+    names = ", ".join(dict.fromkeys(r["method"] for r in rows))
+    with st.expander(f"What {names} wrote besides the request ({len(rows)} fact(s))"):
+        st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+        st.caption("A propagation method edits more than the request: the facts the new one implies, so that they "
+                   "move with it, and the subject's other facts at the model's own answers, so that they stay. It "
+                   "writes them in other words than the prompts tested above, so a pass above is not a copy.")
 
 
 def _rate(pair) -> str:
