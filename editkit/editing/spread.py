@@ -189,8 +189,7 @@ def spread(lm, requests, hp, streams: list[Stream], divisor: Callable[[int], flo
 def optimize_residual_targets(lm, requests, hp, progress=None, reference: bool = False,
                               label: str = "MEMIT", joint=None) -> list[dict]:
     """MEMIT's targets (Eq. 16), also AlphaEdit's: one residual z_i at the last critical layer per request, over
-    the first half of the progress bar (`joint`: requests sharing one delta,
-    targets.Joint)."""
+    the first half of the progress bar (`joint`: requests sharing one delta, targets.Joint)."""
     opts = optimize_targets_batch(lm, list(requests), hp.layers[-1], ("resid_post",), hp, reference=reference,
                                   progress=part(progress, 0, 0.5, f"{label} ") if progress else None, joint=joint)
     return anchor_targets(lm, requests, opts, "resid_post", hp.layers[-1], hp)  # NAS, when chosen

@@ -41,7 +41,9 @@ from .ripple import IN_CONTEXT, counterfact_rates, method_ripple, share_table
 
 FORMAT = 1  # bump when the measurement changes, so no old row is resumed
 DERIVATION = 2  # bump when the derivation changes: the selections are screened anew and only the rows whose
-# record's facts changed are measured again (2: a relation's answers include those of its kind's relations)
+# record's facts changed are measured again (2: a relation's answers include those of its kind's relations).
+# A row's stamp is the facts it measured, not what a method derived for itself (co-edit's kept relations): such
+# a method's rows need a new file (a setting) or a check that its own derivations did not change.
 SCREEN_CHUNK = 24
 
 

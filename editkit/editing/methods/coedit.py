@@ -11,7 +11,7 @@ edit them jointly. editkit's version:
 3. edit the original and implied requests in one MEMIT batch (MEMIT Eq. 14-16: jointly optimized targets, the
    least-squares update spread over the critical layers).
 With `joint_targets`, a request and its implications about the same subject share one target delta, optimized on
-their summed losses (targets._Tie). Their keys are the same subject's last token in other prompts, nearly equal, so
+their summed losses (targets.Joint). Their keys are the same subject's last token in other prompts, nearly equal, so
 separate deltas at them are averaged by Eq. 14's least squares (each fact gets about half its shift); one delta
 that makes the new fact and its implications true together is written at every one of their keys instead.
 Why not CaKE (circuit-aware LoRA fine-tuning on generated multi-hop data): it trains every module for 40 epochs
