@@ -369,6 +369,7 @@ def own_traces(lm, progress, v) -> dict:
 
 def show_own_traces(r: dict) -> None:
     st.plotly_chart(figs.trace_with_marks(r["traces"]["hidden"]), width="stretch", key="lesson_own_fig_2")
+    fast_caption(r["traces"]["hidden"])
     if r.get("both"):
         st.markdown("The same fact on both models, each layer at its **relative depth** l / (L − 1): where does "
                     "restoring the last subject token's state bring back the most of p(answer), "
@@ -392,10 +393,19 @@ def trace_inputs(n: int, fact: dict, pack, second: bool = False):
     return (*out, other) if second else out
 
 
+def fast_caption(trace: dict) -> None:
+    """Under a trace computed in the engine's fast mode (the pack's settings say which are): what it is and its
+    measured error."""
+    meta = trace.get("meta", {})
+    if meta.get("approximation"):
+        st.caption(compute.fast_note(meta.get("model") or current_pack().model))
+
+
 def show_hidden(hidden: dict, done: dict) -> None:
     s = grading.sites(hidden)
     pick = picked_cell(done)
     chart(st, lambda: figs.trace_with_marks(hidden, pick, s["early"]), "lesson_fig_hidden", hidden, pick)
+    fast_caption(hidden)
     t, l = s["late"]
     st.markdown(grading.early_site_note(hidden))
     st.caption(f"★ the strongest state before the last token; the last token's own state recovers up to "
@@ -442,6 +452,7 @@ def show_windows(tr: dict, sev: dict, said: bool = False) -> None:
         chart(col, lambda kind=kind: figs.trace_with_marks(tr["traces"][kind]), f"lesson_fig_{kind}",
               tr["traces"][kind])
     chart(st, lambda: figs.severing_figure(sev), "lesson_fig_sever", sev)
+    fast_caption(tr["traces"]["mlp"])
     if not said:
         st.markdown(grading.severing_conclusion(sev))
 
@@ -459,6 +470,7 @@ def show_windows_own(r: dict) -> None:
                          key=f"lesson_own_fig_{kind}")
     if r.get("severing"):
         st.plotly_chart(figs.severing_figure(r["severing"]), width="stretch", key="lesson_own_fig_sever")
+    fast_caption(r["traces"]["mlp"])
 
 
 def step_memories(pack, fid, fact):
@@ -614,8 +626,12 @@ def show_retrace(pack, fid: str, t: int, trace: dict, done: dict) -> None:
     pick = picked_cell(done)
     chart(st, lambda: figs.trace_with_marks(trace, pick, grading.sites(trace)["early"]),
           "lesson_fig_retrace", trace, pick)
-    if trace.get("meta", {}).get("approximation"):
-        st.caption(compute.fast_note(pack.model))
+    fast_caption(trace)
+    first = (pack.part(fid, "trace") or {}).get("traces", {}).get("hidden", {}).get("samples")
+    if first and trace.get("samples", first) < first:
+        st.caption(f"Re-traced with {trace['samples']} noise samples, the first {trace['samples']} of the "
+                   f"{first} in step 2's trace: a noisier map. On the shipped facts, re-traces of 5 samples found "
+                   "the early site of a 30-sample trace about as often as re-traces of 10 did (19 and 20 of 28).")
     others = [(m, pack.part(fid, packs.retrace_name(t, m)), pack.part(fid, packs.edit_name(t, m)))
               for m in pack.manifest.get("method_names", []) if m != "rome"]
     others = [o for o in others if o[1] and o[2]]
@@ -631,7 +647,7 @@ def show_retrace(pack, fid: str, t: int, trace: dict, done: dict) -> None:
 
 def own_retrace(lm, progress, record, s) -> dict:
     edit, delta = compute.edit(lm, "rome", record, s, part(progress, 0, 0.6, "edit: "))
-    small = compute.Settings(**{**s.to_dict(), "samples": min(s.samples, 5)})
+    small = compute.Settings(**{**s.to_dict(), "retrace_samples": min(s.retrace_samples or s.samples, 5)})
     return {"trace": compute.retrace(lm, record, delta, small, part(progress, 0.6, 1, "trace: ")),
             "layers": edit["layers"]}
 

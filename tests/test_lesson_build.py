@@ -79,6 +79,10 @@ def test_a_rerun_computes_only_missing_parts(tmp_path):
     assert pack.fact_ids == []  # a half-built fact is never served
     [fid] = [p.name for p in (out / "facts").iterdir()]
     assert pack.missing(fid) == ["sweep"]  # its finished parts wait, unlisted, for the next build
+    exact = compute.Settings(**{**s.to_dict(), "trace_precision": "float32"})
+    with pytest.raises(EditkitError, match="started with other settings: trace_precision 'bfloat16' "
+                                           r"\(now 'float32'\); give the same options"):
+        build(facts, out, MODEL, methods=["rome", "memit"], settings=exact)  # never half one way, half another
     again = build(facts, out, MODEL, methods=["rome", "memit"], settings=s)
     assert again["computed"] == 1 and again["skipped"] == again["parts"] - 1
     assert Pack.open(out).fact_ids == [fid]
@@ -178,7 +182,7 @@ def test_first_use_statistics_are_timed_apart(tiny_by_name, tmp_path, monkeypatc
 
 
 def test_the_shipped_pack_is_estimated_from_the_idle_benchmark_until_a_fact_is_computed_here(tmp_path, monkeypatch):
-    """Nothing timed on this machine: the shipped (embedded-model) pack's estimate is the idle benchmark's ~3 min and
+    """Nothing timed on this machine: the shipped (embedded-model) pack's estimate is the idle benchmark's ~2 min and
     says so, not the ~24 min its facts recorded when they were built; one part timed here scales the rest."""
     from editkit.lesson.build import COST, estimate, remember
     from editkit.lesson.pack import SHIPPED
@@ -187,7 +191,7 @@ def test_the_shipped_pack_is_estimated_from_the_idle_benchmark_until_a_fact_is_c
     shipped = Pack.open(SHIPPED)
     s = compute.Settings.for_new_facts(shipped.manifest["settings"])
     one, how = estimate(shipped, 1, s)
-    assert 120 < one < 300 and "benchmark" in how and "nothing was computed on this server yet" in how
+    assert 60 < one < 300 and "benchmark" in how and "nothing was computed on this server yet" in how
     assert estimate(shipped, 2, s)[0] > one
     remember(shipped.model, s, "lens", 8.27)  # a cancelled build's first part, under load: 16x the benchmark's
     lens, how = estimate(shipped, 1, s)
@@ -230,6 +234,34 @@ def test_a_missing_file_and_a_fact_the_model_does_not_know(tmp_path, capsys):
     assert "record 2 (case_id 3): the model does not know this fact" in err
     assert "it predicts" in err and "not 'Paris'" in err
     assert not (tmp_path / "p" / "manifest.json").exists()
+
+
+@pytest.mark.parametrize("n", ["0", "11"])
+def test_retrace_samples_outside_the_facts_own_draws_are_refused(tmp_path, capsys, n):
+    path = write_facts(tmp_path)
+    err = _cli_error(capsys, "--facts", str(path), "--out", str(tmp_path / "p"), "--model", "no-such-model",
+                     "--retrace-samples", n)
+    assert "--retrace-samples must be between 1 and --samples (10)" in err
+
+
+def test_the_cli_records_how_the_traces_were_computed(tmp_path, monkeypatch):
+    """`lesson build`'s trace options reach the pack's settings (nothing computed here: the build is stubbed)."""
+    import editkit.lesson.build as build_mod
+
+    seen = []
+    monkeypatch.setattr(build_mod, "build", lambda *a, **k: seen.append(a[4]) or {})
+    path = write_facts(tmp_path)
+    from editkit.commands.lesson import build as cli_build
+    from editkit.cli import build_parser
+
+    for argv, want in ((["--samples", "4"], ("bfloat16", "bfloat16", 4)),
+                       ([], ("bfloat16", "bfloat16", 5)),
+                       (["--exact-traces", "--exact-retraces", "--retrace-samples", "10"], ("float32", "float32", 10))):
+        args = build_parser().parse_args(["lesson", "build", "--facts", str(path), "--out", str(tmp_path / "p"),
+                                          *argv])
+        cli_build(args)
+        s = seen[-1]
+        assert (s.trace_precision, s.retrace_precision, s.retrace_samples) == want, argv
 
 
 def test_show_and_open_errors(tmp_path, pack, capsys):

@@ -1,7 +1,7 @@
 """The shortcuts that make a lesson fact faster give what the straightforward computation gives, on tiny models:
 a measurement that scores every (prompt, target) pair in one batched run equals scoring each group and target on
 its own (1e-5), and a generation whose LM head is computed by rows (runner._head_by_rows) gives the plain head's
-logits (1e-5) and tokens, with or without an edit of the head, and ROME's keys read at every layer in one run (a
+logits (1e-5) and tokens, with or without an edit of the head, so does Runner.logits for a few rows, and ROME's keys read at every layer in one run (a
 layer sweep's) equal each layer's read alone, and give the same edit."""
 import pytest
 import torch
@@ -83,6 +83,27 @@ def test_the_head_by_rows_gives_the_heads_logits_and_tokens(tiny_by_name, name):
     ids0, logits0, texts0 = _generate(lm, rows=False)
     assert torch.equal(ids, ids0) and texts == texts0
     assert float((logits - logits0).abs().max()) <= EXACT * max(1.0, float(logits0.abs().max()))
+
+
+@pytest.mark.parametrize("name", ["tiny-gpt2", "tiny-gemma3", "tiny-llama"])
+def test_logits_of_a_few_rows_by_rows_equal_the_plain_head(tiny_by_name, name):
+    """Runner.logits puts the weight on the left up to HEAD_BY_ROWS rows: the same logits (1e-5), in the same
+    shape, for a few rows and for more than the limit; with a gradient asked for it stays the plain product."""
+    lm = tiny_by_name(name)
+    W, bias = lm.runner._head_weight()
+    torch.manual_seed(0)
+    d = lm.adapter.d_model
+    for shape in ((3, d), (2, 4, d), (runner_mod.HEAD_BY_ROWS + 5, d)):
+        h = torch.randn(*shape)
+        want = torch.nn.functional.linear(lm.adapter.final_norm(h), W, bias)
+        if lm.adapter.final_softcap:
+            want = torch.tanh(want / lm.adapter.final_softcap) * lm.adapter.final_softcap
+        got = lm.runner.logits(h)
+        assert got.shape == want.shape
+        assert float((got - want).abs().max()) <= EXACT * max(1.0, float(want.abs().max())), shape
+    h = torch.randn(3, lm.adapter.d_model, requires_grad=True)
+    lm.runner.logits(h).sum().backward()
+    assert h.grad is not None and bool(torch.isfinite(h.grad).all())
 
 
 def test_the_head_by_rows_sees_an_edit_of_the_head(tiny_by_name):

@@ -22,9 +22,14 @@ def register(sub):
     b.add_argument("--samples", type=int, default=10, help="noise samples per causal trace (10)")
     b.add_argument("--bleed-facts", type=int, default=12, help="known facts of the same relation in the bleed map")
     b.add_argument("--sweep-layers", default="all", help="layers of the layer sweep: 'all', '2,4,6' or '0-17'")
+    b.add_argument("--exact-traces", action="store_true",
+                   help="trace each fact with the exact engine (float32) instead of its fast mode (bf16, an "
+                        "approximation shown with its measured bound): as packs built before it")
     b.add_argument("--exact-retraces", action="store_true",
-                   help="re-trace the edited models with the exact engine (float32) instead of its fast mode "
-                        "(bf16, an approximation shown with its measured bound): as packs built before it")
+                   help="re-trace the edited models with the exact engine (float32) instead of its fast mode")
+    b.add_argument("--retrace-samples", type=int, default=None,
+                   help="noise samples of the re-traces (default 5, the first of the fact's own; as packs built "
+                        "before it: --retrace-samples 10)")
     b.add_argument("--keep-statistics", action="store_true",
                    help="copy the model's statistics into the pack (hundreds of MB on Gemma), so that the pack "
                         "moved to another machine adds facts without computing them first")
@@ -72,9 +77,16 @@ def build(args):
         raise EditkitError("--samples must be at least 1")
     if args.bleed_facts < 0:
         raise EditkitError("--bleed-facts cannot be negative")
+    if args.retrace_samples is not None and not 1 <= args.retrace_samples <= args.samples:
+        raise EditkitError(f"--retrace-samples must be between 1 and --samples ({args.samples}): the re-traces "
+                           "use the first of the fact's own noise draws")
     methods = [m.strip() for m in args.methods.split(",") if m.strip()] if args.methods else None
+    default = compute.Settings()
     settings = compute.Settings(samples=args.samples, bleed_facts=args.bleed_facts, sweep_layers=args.sweep_layers,
-                                retrace_precision="float32" if args.exact_retraces else "bfloat16")
+                                trace_precision="float32" if args.exact_traces else default.trace_precision,
+                                retrace_precision="float32" if args.exact_retraces else default.retrace_precision,
+                                retrace_samples=min(args.retrace_samples or default.retrace_samples or args.samples,
+                                                    args.samples))
     bar = Bar()
     try:
         return build_pack(args.facts, args.out, args.model, methods, settings, progress=bar,

@@ -29,14 +29,14 @@ from .facts import LessonFact, read_facts, refusal
 from .pack import (FORMAT, KIND, MANIFEST, bleed_name, built_on, edit_name, editkit_version, read_json,
                    retrace_name, ripple_name, write_json)
 
-# the seconds of each unit of work on the embedded model, from the idle benchmark of a new fact (`editkit bench
-# report --skip ...`: 2 cores, statistics cached, the mean of two runs after the shared keys and batched scoring, 26
-# Nov 2026; "edit" and "sweep_layer": the mean of two runs after the fast projection's sum and the sweep's shared
-# rows, 20:17 and 20:58; docs/results/speed.md): the estimate's reference until this machine has
-# timed its own parts (measured()), and the units' weights in the progress estimate
-COST = {"check": 1.0, "lens": 0.5, "trace": 50.0, "memories": 3.0, "edit": 12.7, "bleed": 1.8, "ripple": 2.5,
-        "sweep_layer": 1.6}
-REFERENCE = "editkit's benchmark of a new fact on an idle 2-core machine (26 Nov 2026)"
+# the seconds of each unit of work on the embedded model with today's default settings (fast traces, 5-sample
+# re-traces), from the idle benchmark of a new fact (benchmarks/lesson_settings.py and `editkit bench report --skip
+# ...`: 2 cores, statistics cached; the median of six builds, 27 Nov 2026 06:47-07:20; docs/results/speed.md): the
+# estimate's reference until this machine has timed its own parts (measured()), and the units' weights in the
+# progress estimate
+COST = {"check": 1.0, "lens": 0.4, "trace": 26.3, "memories": 2.9, "edit": 11.8, "bleed": 1.8, "ripple": 2.4,
+        "sweep_layer": 1.9}
+REFERENCE = "editkit's benchmark of a new fact on an idle 2-core machine (27 Nov 2026)"
 TIMES = Store("timings")  # timings/lesson/<model>: how long each kind of part last took on this machine
 
 
@@ -179,9 +179,13 @@ def _open(folder: Path, ident: dict, s: compute.Settings, methods: list[str], fa
 def _check_settings(folder: Path, fid: str, s: compute.Settings) -> None:
     """A fact is computed with one set of settings: resuming it with others is refused."""
     stored = read_json(folder / "facts" / fid / "fact.json")
-    if stored is not None and compute.Settings.from_dict(stored.get("settings")).to_dict() != s.to_dict():
-        raise EditkitError(f"{fid} in {folder} was built with other settings ({stored.get('settings')}); give the "
-                           "same options, or another folder")
+    if stored is None:
+        return
+    was, now = compute.Settings.from_dict(stored.get("settings")).to_dict(), s.to_dict()
+    if was != now:
+        differ = ", ".join(f"{k} {was[k]!r} (now {now[k]!r})" for k in was if was[k] != now[k])
+        raise EditkitError(f"{fid} in {folder} was started with other settings: {differ}; give the same options "
+                           "(lesson build --help), or another folder")
 
 
 def run_unit(lm, facts, position: int, fid: str, folder: str, methods: list[str], settings: dict, index: int,

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 KINDS = ("hidden", "mlp", "attn")
 
@@ -36,9 +36,12 @@ class Settings:
     greedy_tokens: int = 20  # greedy continuation of the rewrite / paraphrase prompts, before and after
     bleed_facts: int = 12  # known facts of the same relation in the bleed map
     sweep_layers: str = "all"  # layers of the layer sweep
-    # the re-traces of the edited models (step 6) in the tracing engine's fast mode: an approximation whose
-    # largest score difference from the exact engine is measured (tracing/bench.py) and shown beside them
+    # the fact's traces (steps 2-4) and the re-traces of the edited models (step 6): "bfloat16" is the tracing
+    # engine's fast mode, an approximation whose largest score difference from the exact engine is measured
+    # (tracing/bench.py) and shown beside them; chosen against the traces' own noise (benchmarks/lesson_noise.py)
+    trace_precision: str = "bfloat16"
     retrace_precision: str = "bfloat16"
+    retrace_samples: int | None = 5  # noise samples of the re-traces, at most `samples`; None: `samples`
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -58,7 +61,8 @@ class Settings:
         return cls(**{k: v for k, v in (d or {}).items() if k in names})
 
 
-LEGACY = {"retrace_precision": "float32"}  # what packs built before a setting existed computed with
+LEGACY = {"retrace_precision": "float32", "trace_precision": "float32",  # what packs built before a setting
+          "retrace_samples": None}  # existed computed with
 
 
 def rounded(value, digits: int = 6):
@@ -195,15 +199,16 @@ def lens(lm, prompt: str, answer: str | None = None, k: int = 10) -> dict:
 
 # --- steps 2-3 ----------------------------------------------------------------------------------------------------
 def traces(lm, prompt: str, subject: str, answer: str | None, s: Settings, kinds=KINDS, sever: bool = True,
-           progress=None, delta: dict | None = None, precision: str = "float32") -> dict:
+           progress=None, delta: dict | None = None, precision: str | None = None) -> dict:
     """{"traces": kind -> trace, "severing": ROME Fig. 4 at the last subject token or None}: ROME's causal traces
     of `prompt` with noise on `subject`'s embeddings, p(answer) per restored state (answer: the first token of
     `answer`, default the model's prediction), on the base weights + `delta`. Shared result cache: a fact traced
     before (on the same weights) comes back at once. `precision` "bfloat16": the engine's fast mode (labelled an
-    approximation in every result)."""
+    approximation in every result); default the settings' trace_precision."""
     from ..core.progress import part
     from ..tracing import Tracer, TraceSpec
 
+    precision = precision or s.trace_precision
     n = len(kinds) + bool(sever)
     out, severing = {}, None
     with session(lm, delta):  # the tracer is made and used in the context of the weights it traces
@@ -311,8 +316,9 @@ def pre_measure(lm, record, s: Settings) -> dict:
 
 def retrace(lm, record, delta: dict, s: Settings, progress=None) -> dict:
     """The hidden-state trace of the rewrite prompt in the edited model, with the new target as the answer, at the
-    settings' retrace_precision."""
+    settings' retrace_precision and retrace_samples (the first of the fact's trace's noise draws)."""
     r = record.request
+    s = replace(s, samples=min(s.retrace_samples or s.samples, s.samples))  # the first of the fact's noise draws
     out = traces(lm, r.rewrite, r.subject, r.target_new, s, kinds=("hidden",), sever=False, progress=progress,
                  delta=delta, precision=s.retrace_precision)
     return out["traces"]["hidden"]

@@ -45,7 +45,10 @@ from .tokens import encode
 UNEMBED_ROWS = 512  # rows per unembedding chunk: (512 x d) @ (d x V) reads the matrix once per 512 rows
 VOCAB_BLOCK = 4096  # vocabulary tokens per block of the online logsumexp (vocab_pass): the block's logits stay in cache
 SUM_COLUMNS = 512  # vocab_pass and vocab_pass_bf16 sum a block's exponentials in float64 this many columns at a time
-HEAD_BY_ROWS = 8  # a generation of at most this many prompts computes its LM head by rows (Runner._head_by_rows)
+# up to this many rows the LM head's product is computed as W x^T (Runner.logits, and a generation's steps:
+# Runner._head_by_rows): on Gemma's 262k x 640 head MKL's float32 x W^T takes 1.6-5.5x as long at 3-16 rows, about
+# the same at 32-64, less from 256 (benchmarks/head_rows.py)
+HEAD_BY_ROWS = 16
 
 
 @dataclass(frozen=True)
@@ -321,11 +324,7 @@ class Runner:
         def give(mod, args, output):
             x = kept.pop()
             W, bias = self._head_weight()
-            flat = x.reshape(-1, x.shape[-1])
-            z = torch.mm(W.to(flat.dtype), flat.T).T
-            if bias is not None:
-                z = z + bias.to(z.dtype)
-            return z.contiguous().reshape(*x.shape[:-1], W.shape[0])
+            return _head_product(x, W.to(x.dtype), bias)
 
         hooks.add_hook(head, take, "input")
         hooks.add_hook(head, give, "output")
@@ -387,7 +386,7 @@ class Runner:
         head = a.unembed_module
         if isinstance(head, torch.nn.Linear):
             W, bias = self._head_weight()
-            z = torch.nn.functional.linear(x, W, bias)
+            z = _head_product(x, W, bias)
         else:
             z = head(x)
         if a.final_softcap:
@@ -490,6 +489,19 @@ class Generated(list):
     def __init__(self, texts: list[str], ids: torch.Tensor):
         super().__init__(texts)
         self.ids = ids
+
+
+def _head_product(x: torch.Tensor, W: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """x W^T + b, the weight on the left (W x^T) for at most HEAD_BY_ROWS rows without gradients (the same map; a
+    logit may differ in its last bit)."""
+    rows = x.numel() // max(x.shape[-1], 1)
+    if rows > HEAD_BY_ROWS or x.dtype != W.dtype or (torch.is_grad_enabled() and x.requires_grad):
+        return torch.nn.functional.linear(x, W, bias)
+    flat = x.reshape(-1, x.shape[-1])
+    z = torch.mm(W, flat.T).T
+    if bias is not None:
+        z = z + bias.to(z.dtype)
+    return z.contiguous().reshape(*x.shape[:-1], W.shape[0])
 
 
 def vocab_pass(x: torch.Tensor, W: torch.Tensor, b: torch.Tensor | None = None, cap: float | None = None,
