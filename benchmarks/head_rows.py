@@ -9,19 +9,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
+import timeit
 
 import torch
 
 
 def best(fn, repeat: int = 5) -> float:
-    fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
+    fn()  # warm-up
+    return min(timeit.repeat(fn, number=1, repeat=repeat))
 
 
 def main() -> None:

@@ -74,7 +74,7 @@ def traces(lm, n: int) -> dict:
     variants = {"fast (bfloat16)": dict(precision="bfloat16", seed=1), "exact, other draws": dict(seed=2)}
     rows = []
     for prompt, subject, answer in _facts(lm, n):
-        base = compute.traces(lm, prompt, subject, answer, compute.Settings())
+        base = compute.traces(lm, prompt, subject, answer, compute.Settings(), precision="float32")  # the exact
         for name, v in variants.items():
             other = compute.traces(lm, prompt, subject, answer, compute.Settings(seed=v["seed"]),
                                    precision=v.get("precision", "float32"))
@@ -85,34 +85,25 @@ def traces(lm, n: int) -> dict:
 
 
 def retraces(lm, pack: Pack) -> dict:
-    from editkit.editing.api import run_edit
-    from editkit.evaluation.bench_report import FACT
-    from editkit.lesson.facts import read_facts
+    from lesson_sizes import edits  # benchmarks/: the same edits as its re-trace check
 
-    facts = read_facts(str(SHIPPED / "facts.json")) + read_facts([FACT])
     variants = {"10 samples (pack)": (10, 1), "5 samples": (5, 1), "10 samples, other draws": (10, 2)}
     rows = []
-    with compute.shared_targets():
-        for f in facts:
-            for target in f.targets:
-                record = compute.with_target(f.record, target)
-                for m in pack.manifest["method_names"]:
-                    with compute.session(lm):
-                        delta = run_edit(lm, m, [record.request]).delta
-                    ref = compute.retrace(lm, record, delta, compute.Settings(samples=30, seed=3))
-                    pack_t = None
-                    for name, (k, seed) in variants.items():
-                        t = compute.retrace(lm, record, delta, compute.Settings(samples=k, seed=seed))
-                        pack_t = pack_t or t
-                        row = {"check": "retrace", "fact": f.request.subject, "target": target.strip(), "method": m,
-                               "variant": name, "early_ref": list(grading.sites(ref)["early"]),
-                               "early": list(grading.sites(t)["early"]),
-                               "same_early_as_ref": grading.sites(ref)["early"] == grading.sites(t)["early"],
-                               "same_cell_grades_as_ref": _cells_same(ref, t),
-                               "same_early_as_pack": grading.sites(pack_t)["early"] == grading.sites(t)["early"],
-                               "max_abs_diff_ref": _max_diff(ref, t)}
-                        rows.append(row)
-                        _say(row)
+    for f, target, m, record, delta in edits(lm, pack):
+        ref = compute.retrace(lm, record, delta, compute.Settings(samples=30, seed=3, retrace_samples=None))
+        pack_t = None
+        for name, (k, seed) in variants.items():
+            t = compute.retrace(lm, record, delta, compute.Settings(samples=k, seed=seed, retrace_samples=None))
+            pack_t = pack_t or t
+            row = {"check": "retrace", "fact": f.request.subject, "target": target.strip(), "method": m,
+                   "variant": name, "early_ref": list(grading.sites(ref)["early"]),
+                   "early": list(grading.sites(t)["early"]),
+                   "same_early_as_ref": grading.sites(ref)["early"] == grading.sites(t)["early"],
+                   "same_cell_grades_as_ref": _cells_same(ref, t),
+                   "same_early_as_pack": grading.sites(pack_t)["early"] == grading.sites(t)["early"],
+                   "max_abs_diff_ref": _max_diff(ref, t)}
+            rows.append(row)
+            _say(row)
     return _summary(rows, ("same_early_as_ref", "same_cell_grades_as_ref", "same_early_as_pack"),
                     diff="max_abs_diff_ref")
 

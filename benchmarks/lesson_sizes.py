@@ -35,36 +35,42 @@ def _say(row: dict) -> None:
     print(json.dumps(row), flush=True)
 
 
-def retraces(lm, pack: Pack, samples: list[int]) -> dict:
+def edits(lm, pack: Pack):
+    """(fact, target, method, record, delta) for each fact of the shipped pack and the bench report's, each of its
+    new targets and each of the pack's methods: the edits whose re-traces the benchmarks compare."""
     from editkit.editing.api import run_edit
     from editkit.evaluation.bench_report import FACT
     from editkit.lesson.facts import read_facts
 
-    facts = read_facts(str(SHIPPED / "facts.json")) + read_facts([FACT])
-    rows = []
     with compute.shared_targets():
-        for f in facts:
+        for f in read_facts(str(SHIPPED / "facts.json")) + read_facts([FACT]):
             for target in f.targets:
                 record = compute.with_target(f.record, target)
                 for m in pack.manifest["method_names"]:
                     with compute.session(lm):
                         delta = run_edit(lm, m, [record.request]).delta
-                    full = compute.retrace(lm, record, delta, compute.Settings(samples=10))
-                    for k in samples:
-                        small = compute.retrace(lm, record, delta, compute.Settings(samples=k))
-                        T, L = len(full["scores"]), len(full["scores"][0])
-                        row = {"check": "retrace", "fact": f.request.subject, "target": target.strip(), "method": m,
-                               "samples": k,
-                               "early_10": list(grading.sites(full)["early"]),
-                               "early": list(grading.sites(small)["early"]),
-                               "same_grades": all(grading.grade_cell(full, t, l).verdict
-                                                  == grading.grade_cell(small, t, l).verdict
-                                                  for t in range(T) for l in range(L)),
-                               "max_abs_diff": round(max(abs(a - b) for ra, rb in zip(full["scores"], small["scores"])
-                                                         for a, b in zip(ra, rb)), 4)}
-                        row["same_early"] = row["early"] == row["early_10"]
-                        rows.append(row)
-                        _say(row)
+                    yield f, target, m, record, delta
+
+
+def retraces(lm, pack: Pack, samples: list[int]) -> dict:
+    rows = []
+    for f, target, m, record, delta in edits(lm, pack):
+        full = compute.retrace(lm, record, delta, compute.Settings(samples=10, retrace_samples=None))
+        for k in samples:
+            small = compute.retrace(lm, record, delta, compute.Settings(samples=k, retrace_samples=None))
+            T, L = len(full["scores"]), len(full["scores"][0])
+            row = {"check": "retrace", "fact": f.request.subject, "target": target.strip(), "method": m,
+                   "samples": k,
+                   "early_10": list(grading.sites(full)["early"]),
+                   "early": list(grading.sites(small)["early"]),
+                   "same_grades": all(grading.grade_cell(full, t, l).verdict
+                                      == grading.grade_cell(small, t, l).verdict
+                                      for t in range(T) for l in range(L)),
+                   "max_abs_diff": round(max(abs(a - b) for ra, rb in zip(full["scores"], small["scores"])
+                                             for a, b in zip(ra, rb)), 4)}
+            row["same_early"] = row["early"] == row["early_10"]
+            rows.append(row)
+            _say(row)
     out = {}
     for k in samples:
         rs = [r for r in rows if r["samples"] == k]
