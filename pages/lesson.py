@@ -630,8 +630,9 @@ def show_retrace(pack, fid: str, t: int, trace: dict, done: dict) -> None:
     first = (pack.part(fid, "trace") or {}).get("traces", {}).get("hidden", {}).get("samples")
     if first and trace.get("samples", first) < first:
         st.caption(f"Re-traced with {trace['samples']} noise samples, the first {trace['samples']} of the "
-                   f"{first} in step 2's trace: a noisier map. On the shipped facts, re-traces of 5 samples found "
-                   "the early site of a 30-sample trace about as often as re-traces of 10 did (19 and 20 of 28).")
+                   f"{first} in step 2's trace: a noisier map, which on the shipped facts finds the early site "
+                   "of a much longer trace about as often as a re-trace of 10 samples does (the manual's Speed "
+                   "page).")
     others = [(m, pack.part(fid, packs.retrace_name(t, m)), pack.part(fid, packs.edit_name(t, m)))
               for m in pack.manifest.get("method_names", []) if m != "rome"]
     others = [o for o in others if o[1] and o[2]]
