@@ -29,7 +29,7 @@ STEPS = {1: "Next-token prediction and the logit lens", 2: "Causal tracing: whic
          5: "Edit the fact with ROME", 6: "Where does the new fact live now?",
          7: "Side effects: which neighbours move?", 8: "The methods side by side",
          9: "Does the traced layer edit best?", 10: "After hundreds of edits",
-         11: "Will the Eiffel Tower's country follow? Ripple effects"}
+         11: "Ripple effects: which facts follow the edit?"}
 FEEDBACK = {"right": st.success, "close": st.info, "wrong": st.warning}
 TARGET_SEP = " → "  # a stored answer of steps 5-8: "<fact id> → <new target>"
 
@@ -182,7 +182,8 @@ def explain(text: str, formulas=(), sections=()) -> None:
     for f in formulas:
         st.latex(f)
     for name in sections:
-        with st.expander(f"Reference: {reference.title(name)}"):
+        title = reference.title(name)  # the references section is titled "References": not "Reference: References"
+        with st.expander(title if title.lower().startswith("reference") else f"Reference: {title}"):
             draw(reference.body(name))
 
 
@@ -1076,13 +1077,18 @@ def my_answers(where) -> None:
                                key="lesson_dl_json")
 
 
-def step_title(pack, step: int) -> str:
+def step_title(pack, step: int, fact: dict | None = None) -> str:
     """A step's heading; step 8 names the methods the pack was built with (the registry may hold more: the
-    heading listed six methods above a table of the pack's four)."""
+    heading listed six methods above a table of the pack's four); step 11 names the fact's subject (its generic
+    title named the Eiffel Tower above every fact)."""
     labels = [m["label"] for m in pack.manifest.get("methods", [])]
     if step == 8 and labels:
         return f"{', '.join(labels[:-1])} and {labels[-1]} side by side" if len(labels) > 1 else \
             f"{labels[0]} on its own"
+    subject = ((fact or {}).get("request") or {}).get("subject")
+    if step == 11 and subject:
+        subject = "the" + subject[3:] if subject.startswith("The ") else subject
+        return f"Which of {ui.md_escape(subject)}'s facts follow the edit? Ripple effects"
     return STEPS[step]
 
 
@@ -1108,7 +1114,7 @@ def main() -> None:
         st.markdown(f"**The fact:** “{ui.md_escape(fact_prompt(fact))}” → **{ui.md_escape(true)}** "
                     f"({pack.model} predicts it with p = {fact['known']['predicted'][0]['prob']:.2f}).")
         step = st.radio("Step", list(STEPS), format_func=lambda n: f"{n}", horizontal=True, key="lesson_step")
-        st.header(f"Step {step}. {step_title(pack, step)}")
+        st.header(f"Step {step}. {step_title(pack, step, fact)}")
         with ui.guard(f"step {step}"):
             RUN[step](pack, fid, fact)
         c1, c2, _ = st.columns([1, 1, 6])

@@ -410,6 +410,9 @@ def test_the_ripple_step_renders_from_the_pack(env, monkeypatch):
     assert out is not None and "facts" in out and "message" in out
     at = open_lesson()
     go(at, 11)
+    subject = env.fact(fid)["request"]["subject"]  # the title names this fact's subject, not the Eiffel Tower's
+    assert any(h.value.startswith("Step 11. Which of ") and subject[4:] in h.value and "Ripple effects" in h.value
+               for h in at.header), [h.value for h in at.header]
     if grading.ripple_rows(out):
         assert any("Your prediction first." in m.value for m in at.markdown)
     else:
