@@ -85,8 +85,7 @@ def build(args):
     settings = compute.Settings(samples=args.samples, bleed_facts=args.bleed_facts, sweep_layers=args.sweep_layers,
                                 trace_precision="float32" if args.exact_traces else default.trace_precision,
                                 retrace_precision="float32" if args.exact_retraces else default.retrace_precision,
-                                retrace_samples=min(args.retrace_samples or default.retrace_samples or args.samples,
-                                                    args.samples))
+                                retrace_samples=args.retrace_samples or default.retrace_samples)
     bar = Bar()
     try:
         return build_pack(args.facts, args.out, args.model, methods, settings, progress=bar,

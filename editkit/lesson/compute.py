@@ -43,6 +43,10 @@ class Settings:
     retrace_precision: str = "bfloat16"
     retrace_samples: int | None = 5  # noise samples of the re-traces, at most `samples`; None: `samples`
 
+    def __post_init__(self):  # the re-traces take the first of the fact's draws: never more than it has
+        if self.retrace_samples and self.retrace_samples > self.samples:
+            object.__setattr__(self, "retrace_samples", self.samples)
+
     def to_dict(self) -> dict:
         return asdict(self)
 
@@ -318,7 +322,7 @@ def retrace(lm, record, delta: dict, s: Settings, progress=None) -> dict:
     """The hidden-state trace of the rewrite prompt in the edited model, with the new target as the answer, at the
     settings' retrace_precision and retrace_samples (the first of the fact's trace's noise draws)."""
     r = record.request
-    s = replace(s, samples=min(s.retrace_samples or s.samples, s.samples))  # the first of the fact's noise draws
+    s = replace(s, samples=s.retrace_samples or s.samples)  # the first of the fact's noise draws
     out = traces(lm, r.rewrite, r.subject, r.target_new, s, kinds=("hidden",), sever=False, progress=progress,
                  delta=delta, precision=s.retrace_precision)
     return out["traces"]["hidden"]
