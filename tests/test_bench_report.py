@@ -39,6 +39,40 @@ def test_the_markdown_says_the_machine_the_goals_and_each_section():
     assert "| hidden | 4.1 s |" in text and "19.5x" in text and "| logit lens | 0.6 | 0.9 |" in text
 
 
+def test_both_loads_are_reported_with_their_priority():
+    """The page's job beside busy loops at normal priority and beside loops at nice 19, each against the 3-minute
+    goal; a report saved before the loops had a niceness reads as normal priority."""
+    r = _report()
+    loaded = {"seconds": 217.8, "statistics_s": 0.0, "methods": ["rome"], "load_average": [3.6], "busy_loops": 2,
+              "parts": [{"part": "logit lens", "seconds": 0.8, "cpu_seconds": 0.7}]}
+    r["lesson_under_load"] = dict(loaded)  # no busy_niceness: saved before it was recorded
+    r["lesson_beside_background"] = {**loaded, "seconds": 150.0, "busy_niceness": 19}
+    r["goals"] = goals(r)
+    met = {g["goal"]: g["met"] for g in r["goals"]}
+    assert met["the same as the page's job, 2 busy loops at normal priority beside it"] is False
+    assert met["the same as the page's job, 2 busy loops at the lowest priority (nice 19, own session) beside it"] is True
+    text = to_markdown(r)
+    assert "## The same fact as the page's job, with a busy loop at the lowest priority (nice 19, own session) on every core" \
+        in text and "## The same fact as the page's job, with a busy loop at normal priority on every core" in text
+    assert "OpenMP spin count" in text
+
+
+def test_editkit_sets_a_short_openmp_spin_before_torch_loads_and_keeps_the_users():
+    """GOMP_SPINCOUNT (editkit/__init__.py): set by `import editkit` in a fresh process, before torch is imported
+    (libgomp reads it when torch loads it); a value the user set is kept."""
+    import os
+    import subprocess
+    import sys
+
+    code = "import sys, os, editkit; print(os.environ['GOMP_SPINCOUNT'], 'torch' in sys.modules)"
+    env = {k: v for k, v in os.environ.items() if k != "GOMP_SPINCOUNT"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["10000", "False"]
+    out = subprocess.run([sys.executable, "-c", code], env={**env, "GOMP_SPINCOUNT": "5"}, capture_output=True,
+                         text=True, check=True)
+    assert out.stdout.split() == ["5", "False"]
+
+
 def test_flags_are_checked_before_anything_runs(capsys):
     assert main(["bench", "report", "--skip", "tracing,nonsense", "--model", "no-such-model"]) == 2
     assert "--skip takes" in capsys.readouterr().err
