@@ -1,4 +1,4 @@
-"""OpenMP's spin at barriers against other work on the machine (editkit/__init__.py sets GOMP_SPINCOUNT=10000).
+"""OpenMP's spin at barriers against other work on the machine (editkit/core/threads.py sets GOMP_SPINCOUNT=10000).
 
     python benchmarks/spin.py                      # libgomp's default and 10000: idle, beside a nice-19 loop
     python benchmarks/spin.py --spins 300000,10000,1000,passive --loops 2 --niceness 0

@@ -13,14 +13,8 @@ here loads torch until a function or type is asked for.
 from __future__ import annotations
 
 import importlib
-import os
 
-# OpenMP's threads (torch's, GNU libgomp) spin 300,000 times at every barrier before they sleep: beside a process of
-# another session (whose share of the CPU no niceness lowers) a thread spinning while its partner is descheduled
-# stalls every parallel region, many times over. 10,000 spins keep the idle speed and avoid most of the stall (the
-# choice measured: docs/results/speed.md, "Beside other work"). libgomp reads it once, when torch loads it: set
-# before any editkit module imports torch; a value the user set is kept.
-os.environ.setdefault("GOMP_SPINCOUNT", "10000")
+from .core import threads as _threads  # noqa: F401 - first: OpenMP's spin count, before torch loads
 
 # The API's functions (no name may be a submodule's: `import editkit.lens` sets editkit.lens to the module) and
 # the result and settings types, by the module that defines them

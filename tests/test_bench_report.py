@@ -58,8 +58,9 @@ def test_both_loads_are_reported_with_their_priority():
 
 
 def test_editkit_sets_a_short_openmp_spin_before_torch_loads_and_keeps_the_users():
-    """GOMP_SPINCOUNT (editkit/__init__.py): set by `import editkit` in a fresh process, before torch is imported
-    (libgomp reads it when torch loads it); a value the user set is kept."""
+    """GOMP_SPINCOUNT (core/threads.py): set by `import editkit` in a fresh process, before torch is imported
+    (libgomp reads it when torch loads it); a value the user set is kept; torch loaded first is reported as
+    libgomp's default."""
     import os
     import subprocess
     import sys
@@ -71,6 +72,9 @@ def test_editkit_sets_a_short_openmp_spin_before_torch_loads_and_keeps_the_users
     out = subprocess.run([sys.executable, "-c", code], env={**env, "GOMP_SPINCOUNT": "5"}, capture_output=True,
                          text=True, check=True)
     assert out.stdout.split() == ["5", "False"]
+    late = "import torch, editkit; from editkit.core.threads import spin_count; print(spin_count())"
+    out = subprocess.run([sys.executable, "-c", late], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["None"]  # torch first: libgomp kept its default, and the report says so
 
 
 def test_flags_are_checked_before_anything_runs(capsys):

@@ -38,6 +38,7 @@ from pathlib import Path
 import torch
 
 from ..core.cache import overlay
+from ..core.threads import spin_count
 from ..core.paths import ROOT
 
 GOALS = {"lesson_fact_s": 90.0, "lesson_page_loaded_s": 180.0, "three_panels_s": 10.0, "one_request_edit_s": 5.0}
@@ -74,7 +75,7 @@ def machine() -> dict:
     except OSError:
         pass
     return {"cpu": cpu, "cores": os.cpu_count(), "threads": torch.get_num_threads(), "torch": torch.__version__,
-            "gomp_spincount": os.environ.get("GOMP_SPINCOUNT"),  # editkit/__init__.py
+            "gomp_spincount": spin_count(),  # core/threads.py
             "python": platform.python_version(), "load_average": [round(x, 2) for x in os.getloadavg()],
             "date": time.strftime("%Y-%m-%d %H:%M")}
 
