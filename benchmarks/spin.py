@@ -53,10 +53,10 @@ def main() -> None:
     p.add_argument("--loads", default="idle,this,own", help="which of idle, this (session), own (session)")
     p.add_argument("--rounds", type=int, default=1, help="every configuration this many times, interleaved")
     args = p.parse_args()
-    loads = {"idle": None, f"{args.loops} busy loop(s) at nice {args.niceness}, this session": False,
-             f"{args.loops} busy loop(s) at nice {args.niceness}, their own session": True}
-    chosen = [{"idle": 0, "this": 1, "own": 2}[x.strip()] for x in args.loads.split(",")]
-    for load, own in [item for i, item in enumerate(loads.items()) if i in chosen]:
+    loops = f"{args.loops} busy loop(s) at nice {args.niceness}"
+    loads = {"idle": ("idle", None), "this": (f"{loops}, this session", False),
+             "own": (f"{loops}, their own session", True)}  # name: (label, own session; None: no loops)
+    for load, own in [loads[x.strip()] for x in args.loads.split(",")]:
         code = f"import os; os.nice({args.niceness})\nwhile True: pass"
         busy = [] if own is None else [subprocess.Popen([sys.executable, "-c", code], start_new_session=own)
                                        for _ in range(args.loops)]
