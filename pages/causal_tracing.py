@@ -6,6 +6,7 @@ import streamlit as st
 
 from editkit.editing.requests import NEIGHBOURS_HELP
 from editkit.figures.tracing import aie_depth
+from editkit.model.hardware import slow_bf16_note
 from editkit.model.tokens import guess_subject
 from editkit.runtime.cluster import Item, backend_from_env
 from editkit.tracing import Tracer, TraceResult, Traces, TraceSpec, parse_noise
@@ -67,8 +68,12 @@ with st.form("trace_form"):
     uniform = c6.checkbox("Uniform noise", ui.kept("trace_uniform", False), key="trace_uniform")
     replace = c7.checkbox("Replace instead of add", ui.kept("trace_replace", False), key="trace_replace")
     recompute = c8.checkbox("Recompute (ignore the cache)", key="trace_no_cache")
+    slow_bf16 = slow_bf16_note(lm.device)  # no fast bf16 matmuls here (an AVX2-only CPU): the exact engine is faster
     fast = st.checkbox("Fast mode: bf16 matmuls in the restored runs (faster; an approximation)",
-                       key="trace_fast", help=fast_note(lm.name))
+                       key="trace_fast", help=slow_bf16 or fast_note(lm.name), disabled=bool(slow_bf16))
+    fast = fast and not slow_bf16
+    if slow_bf16:
+        st.caption(slow_bf16)
     submitted = st.form_submit_button("Trace", type="primary")
 ui.keep("trace_prompt", "trace_subject", "trace_target", "trace_samples", "trace_noise", "trace_window", "trace_seed",
         "trace_kinds", "trace_uniform", "trace_replace")

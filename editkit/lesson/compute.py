@@ -38,7 +38,8 @@ class Settings:
     sweep_layers: str = "all"  # layers of the layer sweep
     # the fact's traces (steps 2-4) and the re-traces of the edited models (step 6): "bfloat16" is the tracing
     # engine's fast mode, an approximation whose largest score difference from the exact engine is measured
-    # (tracing/bench.py) and shown beside them; chosen against the traces' own noise (benchmarks/lesson_noise.py)
+    # (tracing/bench.py) and shown beside them; chosen against the traces' own noise (benchmarks/lesson_noise.py).
+    # On a machine without fast bf16 matmuls (an AVX2-only CPU) the exact engine runs instead (traces())
     trace_precision: str = "bfloat16"
     retrace_precision: str = "bfloat16"
     retrace_samples: int | None = 5  # noise samples of the re-traces, at most `samples`; None: `samples`
@@ -208,11 +209,13 @@ def traces(lm, prompt: str, subject: str, answer: str | None, s: Settings, kinds
     of `prompt` with noise on `subject`'s embeddings, p(answer) per restored state (answer: the first token of
     `answer`, default the model's prediction), on the base weights + `delta`. Shared result cache: a fact traced
     before (on the same weights) comes back at once. `precision` "bfloat16": the engine's fast mode (labelled an
-    approximation in every result); default the settings' trace_precision."""
+    approximation in every result) where this machine computes bf16 faster than float32, else the exact engine (each
+    trace's meta says which ran); default the settings' trace_precision."""
     from ..core.progress import part
     from ..tracing import Tracer, TraceSpec
+    from ..tracing.spec import effective_precision
 
-    precision = precision or s.trace_precision
+    precision = effective_precision(precision or s.trace_precision, lm.device)  # fast mode: only where it is faster
     n = len(kinds) + bool(sever)
     out, severing = {}, None
     with session(lm, delta):  # the tracer is made and used in the context of the weights it traces

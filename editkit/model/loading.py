@@ -41,6 +41,7 @@ from ..core.paths import ASSETS
 from ..core.progress import Progress
 from .adapters import Adapter, adapter_for
 from .footprint import Footprint, count_parameters, device_map, dtype_name
+from .hardware import slow_dtype_note
 from .shipped import SHIPPED
 
 EMBEDDED = "gemma-3-270m"
@@ -152,6 +153,8 @@ def load_model(name: str = DEFAULT_MODEL, device: str | None = None, trust_remot
                                            f"{shown}: {fp.describe()}, spread over the GPUs: {_spread(mapping)}"))
     if mapping is None and dev.type == "cuda":
         mapping = {"": str(dev)}  # load straight onto the GPU (no second copy in RAM)
+    if (slow := slow_dtype_note(dtype, dev)) is not None:
+        report(0.0, slow)
     say = lambda message: report(0.0, message)  # noqa: E731 - a build's steps have no fraction of their own
     try:
         if name in ALL_TINY:

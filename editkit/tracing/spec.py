@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..core.errors import EditkitError
+from ..model.hardware import fast_precision
 from ..model.sites import TRACE_KINDS
 from .noise import NoiseSpec, parse_noise
 
@@ -22,6 +23,14 @@ PRECISIONS = ("float32", "bfloat16")  # ROME's scores; the engine's fast mode (e
 def check_precision(precision: str) -> None:
     if precision not in PRECISIONS:
         raise EditkitError(f"precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
+
+
+def effective_precision(precision: str, device) -> str:
+    """The precision a trace asked for runs in on `device`: the fast mode ("bfloat16") where that device multiplies
+    bf16 matrices faster than float32 ones (model/hardware.py), else the exact engine, which is then the faster of
+    the two (the result's precision says which ran; hardware.slow_bf16_note says why)."""
+    check_precision(precision)
+    return precision if precision == "float32" else fast_precision(device)
 
 
 def check_kind(kind: str) -> None:
