@@ -21,7 +21,8 @@ from editkit.core.settings import limits, settings
 from editkit.core.visitor import Visitor, visitor_of
 from editkit.model import access, isolation, weights
 from editkit.model.footprint import gigabytes
-from editkit.model.loading import ALL_TINY, DEFAULT_MODEL, DTYPES, list_models
+from editkit.model.hardware import slow_dtype_note
+from editkit.model.loading import ALL_TINY, DEFAULT_MODEL, DTYPES, default_device, list_models
 from editkit.model.shipped import SHIPPED
 from editkit.runtime import cluster, jobs
 
@@ -186,6 +187,8 @@ def model_picker():
             return None
         else:
             st.caption(f"Memory: {guess['text'].split(': ', 1)[-1]}")
+        if (slow := slow_dtype_note(DTYPES[dtype], default_device())) is not None:  # half the memory, but the slow path here
+            st.warning(f"Speed: {slow}.")
     with guard():
         lm = get_lm(name, trust, dtype)
         with st.sidebar:

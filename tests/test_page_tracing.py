@@ -25,6 +25,26 @@ def test_tracing_page_traces_and_survives_bad_input():
     assert len(at.get("plotly_chart")) == 4  # earlier results kept
 
 
+@pytest.mark.parametrize("bf16, off", [(0.5, True), (200.0, False)])
+def test_the_fast_mode_box_is_off_where_bf16_is_the_slow_path(monkeypatch, bf16, off):
+    """On a CPU without bf16 matmuls the fast mode would be the slow one (model/hardware.py): its box is disabled
+    and a caption says why, with the measured rates."""
+    import torch
+
+    from editkit.model import hardware
+
+    monkeypatch.delenv(hardware.FORCE, raising=False)
+    monkeypatch.setitem(hardware._RATES, f"cpu:{torch.float32}", 50.0)
+    monkeypatch.setitem(hardware._RATES, f"cpu:{torch.bfloat16}", bf16)
+    at = AppTest.from_file(APP, default_timeout=300)
+    at.session_state["model_choice"] = "tiny-gpt2"
+    at.switch_page("pages/causal_tracing.py").run()
+    assert not at.exception
+    assert at.checkbox(key="trace_fast").disabled == off
+    said = " ".join(c.value for c in at.caption)
+    assert ("Fast mode is off on this machine" in said and "0.5 GMAC/s against 50.0 in float32" in said) == off
+
+
 def test_tracing_page_preview_then_exact_and_a_cancelled_trace_keeps_its_panels(tmp_path, monkeypatch):
     monkeypatch.setenv("EDITKIT_CACHE", str(tmp_path))
     at = AppTest.from_file(APP, default_timeout=300)

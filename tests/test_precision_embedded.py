@@ -1,9 +1,13 @@
 """The embedded model in bfloat16: ROME's acceptance edit reaches its target (its own statistics and templates,
-computed in bf16 forwards with float32/float64 sums), as in fp32."""
+computed in bf16 forwards with float32/float64 sums), as in fp32. Only where this machine multiplies bf16 faster than
+float32 (model/hardware.py): on an AVX2-only CPU torch's bf16 fallback would take hours over the statistics' corpus
+(tests/test_precision.py checks bf16 edits on the tiny models on every machine)."""
+import pytest
 import torch
 
 from editkit.editing.api import run_edit
 from editkit.editing.requests import parse_requests
+from editkit.model.hardware import matmul_rates
 from editkit.model.loading import load_model
 from editkit.model.scoring import score_targets
 from editkit.model.weights import applied
@@ -19,6 +23,10 @@ def _margin(lm, delta) -> float:
     return new.logprob - true.logprob
 
 
+RATES = matmul_rates()
+
+
+@pytest.mark.skipif(not RATES.fast_bf16, reason=f"bf16 is the slow path here ({RATES.describe()})")
 def test_embedded_bf16_rome_reaches_its_target(gemma):
     """Gemma 3 270M in bfloat16 (its own statistics, computed in bf16 forwards and float32/float64 sums): ROME's
     Darrieux edit flips French to English, as in fp32."""
