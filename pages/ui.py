@@ -187,7 +187,8 @@ def model_picker():
             return None
         else:
             st.caption(f"Memory: {guess['text'].split(': ', 1)[-1]}")
-        if (slow := slow_dtype_note(DTYPES[dtype], default_device())) is not None:  # half the memory, but the slow path here
+        slow = slow_dtype_note(DTYPES[dtype], default_device())  # half the memory, but the slow path here
+        if slow is not None:
             st.warning(f"Speed: {slow}.")
     with guard():
         lm = get_lm(name, trust, dtype)

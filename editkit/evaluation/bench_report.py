@@ -220,7 +220,8 @@ def to_markdown(r: dict) -> str:
     """The report as markdown: the machine, the goals, then each section's table."""
     m = r["machine"]
     lines = [f"# editkit benchmark report: {r['model']}", "",
-             f"{m['cpu']} ({m.get('vector', '?')}), {m['cores']} cores; torch {m['torch']} with {m['threads']} threads (OpenMP spin count "
+             f"{m['cpu']} ({m.get('vector', '?')}), {m['cores']} cores; torch {m['torch']} with {m['threads']} "
+             f"threads (OpenMP spin count "
              f"{m.get('gomp_spincount') or 'libgomp default'}); load average "
              f"(1, 5, 15 min) {m['load_average']} at the start, {r['load_average_end']} at the end; {m['date']}; "
              f"editkit {r['editkit']}.", "", "| goal | measured | target | |", "|---|---|---|---|"]
