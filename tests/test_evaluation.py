@@ -148,3 +148,5 @@ def test_cli_evaluate(capsys, tmp_path):
     assert json.loads(save.read_text())["methods"]["rome"]["records"] == 1
     assert main(["evaluate", "--model", "tiny-gpt2", "--methods", "rome", "--stop-after", "1"]) == 2
     assert "--stop-after: only for --sequential runs" in capsys.readouterr().err
+    assert main(["evaluate", "--model", "tiny-gpt2", "--methods", "rome", "--sequential", "--out", str(tmp_path)]) == 2
+    assert "--save FILE" in capsys.readouterr().err  # refused, never silently ignored

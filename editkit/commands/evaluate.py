@@ -73,6 +73,9 @@ def run(args):
         raise EditkitError("--report-only tabulates a --ripple run's rows: add --ripple")
     if args.ripple and args.sequential:
         raise EditkitError("--ripple and --sequential are two different evaluations: pick one")
+    if args.sequential and args.out:  # it would be ignored: a lifelong run writes no results folder
+        raise EditkitError("--out: a --sequential run keeps its checkpoints in the editkit cache (EDITKIT_CACHE) "
+                           "and writes its results with --save FILE")
     load_eval_set(args.set_name, 1)  # an unknown set fails before the model loads
     backend = ray_backend(args)  # a malformed --ray fails before the model loads
     hparams = None
