@@ -3,28 +3,21 @@ is the fast path or the slow one here (model/hardware.py decides the same with a
 
     python benchmarks/matmul_dtypes.py [--shapes 512x640x2048,50x640x262144]
 
-Best of 3 timed products after a warm-up (about 2 GMAC each, at least one product); one JSON line per dtype and shape.
+The best of 3-20 timed products after a warm-up (model/hardware.py's probe at these shapes); one JSON line per dtype and
+shape.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import time
+import sys
+from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-def rate(m: int, k: int, n: int, dtype: torch.dtype) -> float:
-    a, b = torch.randn(m, k).to(dtype), torch.randn(k, n).to(dtype)
-    a @ b
-    reps = max(1, int(2e9 / (m * k * n)))
-    best = float("inf")
-    for _ in range(3):
-        t = time.perf_counter()
-        for _ in range(reps):
-            a @ b
-        best = min(best, (time.perf_counter() - t) / reps)
-    return m * k * n / best / 1e9
+from editkit.model.hardware import measure_rate  # noqa: E402
 
 
 def main() -> None:
@@ -36,7 +29,7 @@ def main() -> None:
     for shape in args.shapes.split(","):
         m, k, n = (int(x) for x in shape.split("x"))
         for name in args.dtypes.split(","):
-            gmacs = rate(m, k, n, getattr(torch, name))
+            gmacs = measure_rate(getattr(torch, name), "cpu", (m, k, n))
             print(json.dumps({"shape": shape, "dtype": name, "gmac_per_s": round(gmacs, 2)}), flush=True)
 
 

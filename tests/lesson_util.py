@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 import os
-from contextlib import contextmanager
 from pathlib import Path
+from unittest import mock
 
 from editkit.lesson import compute, grading
 
@@ -26,21 +26,12 @@ def write_facts(folder: Path, records=None, name: str = "facts.json") -> Path:
     return path
 
 
-@contextmanager
 def fast_mode_on():
     """The tracing engine's fast mode in bf16 whatever this machine's bf16 rate (model/hardware.py): a tiny model's
     bf16 traces are quick even where bf16 is slow, and the pack's tests are about them."""
     from editkit.model.hardware import FORCE
 
-    before = os.environ.get(FORCE)
-    os.environ[FORCE] = "on"
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop(FORCE, None)
-        else:
-            os.environ[FORCE] = before
+    return mock.patch.dict(os.environ, {FORCE: "on"})
 
 
 def tiny_pack(tmp_path_factory) -> Path:

@@ -49,8 +49,10 @@ class MatmulRates:
                 f"{self.float32:.1f}")
 
 
-def _rate(dtype: torch.dtype, device: torch.device) -> float:
-    m, k, n = SHAPE
+def measure_rate(dtype: torch.dtype, device="cpu", shape: tuple[int, int, int] = SHAPE) -> float:
+    """GMAC/s of one (m x k) @ (k x n) product in `dtype` on `device`, now (not cached; rate() caches the probe)."""
+    device = torch.device(device)
+    m, k, n = shape
     gen = torch.Generator(device="cpu").manual_seed(0)
     a = torch.randn(m, k, generator=gen).to(device=device, dtype=dtype)
     b = torch.randn(k, n, generator=gen).to(device=device, dtype=dtype)
@@ -74,7 +76,7 @@ def rate(dtype: torch.dtype, device="cpu") -> float:
     with _LOCK:
         if key not in _RATES:
             with torch.no_grad():
-                _RATES[key] = round(_rate(dtype, device), 2)
+                _RATES[key] = round(measure_rate(dtype, device), 2)
         return _RATES[key]
 
 
@@ -96,15 +98,19 @@ def slow_dtype_note(dtype: torch.dtype, device="cpu") -> str | None:
             f"{half / full:.2g}x float32's {full:.1f}; float32 is faster here where the memory allows it")
 
 
+def _forced() -> str | None:
+    """The operator's EDITKIT_FAST_BF16: "on", "off" or None (unset: measured)."""
+    forced = os.environ.get(FORCE, "").strip().lower()
+    if forced and forced not in ("on", "off"):
+        raise EditkitError(f"{FORCE} must be 'on' or 'off' (unset: measured), not {forced!r}")
+    return forced or None
+
+
 def fast_bf16(device="cpu") -> bool:
     """Whether the tracing engine's fast mode runs in bf16 on `device`: where its bf16 matmuls are faster than float32
     (measured), or as the operator set EDITKIT_FAST_BF16 ("on" / "off")."""
-    forced = os.environ.get(FORCE, "").strip().lower()
-    if forced in ("on", "off"):
-        return forced == "on"
-    if forced:
-        raise EditkitError(f"{FORCE} must be 'on' or 'off' (unset: measured), not {forced!r}")
-    return matmul_rates(device).fast_bf16
+    forced = _forced()
+    return forced == "on" if forced else matmul_rates(device).fast_bf16
 
 
 def fast_precision(device="cpu") -> str:
@@ -117,6 +123,6 @@ def slow_bf16_note(device="cpu") -> str | None:
     """Why the fast mode is off on `device` (None where it is on): said beside every result it concerns."""
     if fast_bf16(device):
         return None
-    why = (f"{FORCE}=off" if os.environ.get(FORCE, "").strip().lower() == "off" else
+    why = (f"{FORCE}=off" if _forced() == "off" else
            f"its {matmul_rates(device).describe()}: bf16 would be slower, not faster")
     return f"Fast mode is off on this machine ({why}). Traces here are exact (ROME's float32 scores)."
