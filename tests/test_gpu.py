@@ -1,13 +1,18 @@
 """The CUDA path (marked `gpu`, skipped without a CUDA GPU; `benchmarks/gpu.sh` runs them): loading and the model
 card on the GPU, tracing, statistics and every editing method on CUDA against the same computation on the CPU, and
-the embedded model in float32 and bfloat16."""
+the embedded model in float32 and bfloat16.
+
+EDITKIT_GPU_TEST_DEVICE=cpu runs the same comparisons with both sides on the CPU: a dry run of the tests' own logic
+on a machine without a GPU (it cannot find a device mix-up, which only a GPU shows)."""
+import os
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
 import torch
 
 from editkit.editing.api import run_edit
-from editkit.editing.methods import names
+from editkit.editing.methods import get, names
 from editkit.editing.requests import parse_requests
 from editkit.editing.stats import second_moment
 from editkit.model.loading import load_model
@@ -16,11 +21,20 @@ from editkit.model.text import top_k
 from editkit.model.weights import applied
 from editkit.tracing import TraceSetup, TraceSpec, fast_trace
 
+DEVICE = os.environ.get("EDITKIT_GPU_TEST_DEVICE", "cuda")
 pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (benchmarks/gpu.sh)")]
+              pytest.mark.skipif(DEVICE == "cuda" and not torch.cuda.is_available(),
+                                 reason="needs a CUDA GPU (benchmarks/gpu.sh)")]
 
 REQUEST = {"prompt": "The mother tongue of {} is", "subject": "Danielle Darrieux", "target_new": "English",
            "target_true": "French"}
+BATCH = [REQUEST, {"prompt": "{} is located in the city of", "subject": "The Eiffel Tower", "target_new": "Rome",
+                   "target_true": "Paris"},
+         {"prompt": "{} plays the sport of", "subject": "Michael Jordan", "target_new": "soccer",
+          "target_true": "basketball"}]
+# The stabilisers' options on the methods that have them: ENCORE's early stop and norm bound, and NAS's anchor (the
+# paths the embedded model's lifelong runs take; on the GPU they once met CPU tensors the defaults never reach).
+STABILISED = {"encore": {"v_stop_top1": 2, "v_max_norm": 3.3}, "nas": {"nas_anchor": 5.0}}
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 
 
@@ -34,18 +48,25 @@ def _margin(lm, delta) -> float:
 @pytest.fixture(scope="module")
 def pair():
     """tiny-llama-tied (tied head, GQA) on the CPU and on the GPU, the same weights."""
-    return load_model("tiny-llama-tied", device="cpu"), load_model("tiny-llama-tied", device="cuda")
+    return load_model("tiny-llama-tied", device="cpu"), load_model("tiny-llama-tied", device=DEVICE)
+
+
+@pytest.fixture(scope="module")
+def gemma_pair():
+    """tiny-gemma3 (post-MLP norm: MEMIT's targets go through spread.reachable_output) on the CPU and the GPU."""
+    return load_model("tiny-gemma3", device="cpu"), load_model("tiny-gemma3", device=DEVICE)
 
 
 def test_load_on_cuda_and_model_card(pair):
     cpu, gpu = pair
-    assert gpu.describe()["device"].startswith("cuda") and gpu.device.type == "cuda"
-    assert all(p.device.type == "cuda" for p in gpu.model.parameters())
+    assert gpu.describe()["device"].startswith(DEVICE) and gpu.device.type == DEVICE
+    assert all(p.device.type == DEVICE for p in gpu.model.parameters())
     assert gpu.model.lm_head.weight is gpu.model.model.embed_tokens.weight
     for name, p in cpu.model.named_parameters():
         assert torch.equal(p, dict(gpu.model.named_parameters())[name].cpu()), name
 
 
+@pytest.mark.skipif(DEVICE != "cuda", reason="the page shows the GPU only where there is one")
 def test_home_page_model_card_shows_the_gpu():
     from streamlit.testing.v1 import AppTest
 
@@ -73,7 +94,7 @@ def test_statistics_on_cuda_equal_cpu(pair, tmp_path, monkeypatch):
     monkeypatch.setenv("EDITKIT_CACHE", str(tmp_path / "gpu"))  # computed afresh, not read back
     C_gpu = second_moment(gpu, [1, 2], 3000)
     for layer in (1, 2):
-        assert C_gpu[layer].device.type == "cuda"
+        assert C_gpu[layer].device.type == DEVICE
         rel = float((C_gpu[layer].cpu() - C_cpu[layer]).norm() / C_cpu[layer].norm())
         assert rel < 1e-4, (layer, rel)
 
@@ -86,14 +107,60 @@ def test_every_method_on_cuda(pair, method):
         result = run_edit(lm, method, REQUEST)
         assert all(torch.isfinite(d).all() for d in result.delta.values())
         moved.append(_margin(lm, result.delta) - _margin(lm, {}))
-    assert all(d.device.type == "cuda" for d in result.delta.values())
+    assert all(d.device.type == DEVICE for d in result.delta.values())
     assert abs(moved[1] - moved[0]) <= 0.05 * abs(moved[0]) + 0.05, moved
+
+
+def _stabilised(method):
+    own = {f.name for f in fields(get(method).hparams)}
+    return [(name, hp) for name, hp in STABILISED.items() if set(hp) <= own]
+
+
+@pytest.mark.parametrize("method", names())
+def test_every_method_and_stabiliser_on_a_post_norm_model(gemma_pair, method):
+    """A batch of three requests (the batch paths: the targets' shared initial values) on tiny-gemma3, with each
+    stabiliser the method has: the deltas on the GPU are finite, stay there and equal the CPU's to 5%."""
+    cpu, gpu = gemma_pair
+    for name, hp in [("defaults", None), *_stabilised(method)]:
+        a, b = (run_edit(lm, method, BATCH, hp) for lm in (cpu, gpu))
+        assert set(a.delta) == set(b.delta), name
+        for k, d in b.delta.items():
+            assert d.device.type == DEVICE and torch.isfinite(d).all(), (name, k)
+            rel = float((d.cpu() - a.delta[k]).norm() / a.delta[k].norm().clamp_min(1e-12))
+            assert rel < 0.05, (method, name, k, rel)  # the targets' Adam steps amplify float rounding
+
+
+def test_anchor_and_lifelong_run_on_cuda(gemma_pair, tmp_path, monkeypatch):
+    """NAS's anchor estimate and two batches of a lifelong MEMIT run on the GPU equal the CPU's (the commands the
+    1,000-edit table runs: `editkit anchor`, `evaluate --sequential`)."""
+    from editkit.editing.api import anchor_from_edits
+    from editkit.evaluation.sequential import SequentialSpec, sequential
+
+    cpu, gpu = gemma_pair
+    anchors = [anchor_from_edits(lm, "memit", parse_requests(BATCH[:2])).anchor for lm in (cpu, gpu)]
+    assert abs(anchors[1] - anchors[0]) <= 1e-3 * abs(anchors[0]), anchors
+    spec = SequentialSpec(batch=2, sample=None, ppl_tokens=64, fluency_prompts=("The city",), fluency_tokens=4)
+    runs = []
+    for lm in (cpu, gpu):
+        monkeypatch.setenv("EDITKIT_CACHE", str(tmp_path / lm.device.type))
+        runs.append(sequential(lm, "memit", BATCH + BATCH[:1], spec=spec, cache=False))
+    for a, b in zip(runs[0].rows, runs[1].rows):
+        assert abs(a["efficacy"] - b["efficacy"]) <= 0.5 + 1e-9  # at most one of the two requests of a batch
+        assert abs(a["perplexity"] - b["perplexity"]) < 1e-2 * a["perplexity"]
+
+
+def test_bench_helpers_on_cuda(pair):
+    """`bench trace`'s matmul rates time the model's own device (they once mixed CPU inputs into a GPU head)."""
+    from editkit.tracing.bench import matmul_rate
+
+    rates = matmul_rate(pair[1], rows=32, repeat=1)
+    assert rates["block_matmul_gmac_per_s"] > 0 and rates["unembed_gmac_per_s"] > 0
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_embedded_model_on_cuda(dtype):
-    lm = load_model("gemma-3-270m", device="cuda", dtype=dtype)
-    assert lm.device.type == "cuda" and lm.describe()["dtype"] == dtype
+    lm = load_model("gemma-3-270m", device=DEVICE, dtype=dtype)
+    assert lm.device.type == DEVICE and lm.describe()["dtype"] == dtype
     assert top_k(lm, "The Eiffel Tower is located in the city of", 1)[0].token == " Paris"
     before = _margin(lm, {})
     result = run_edit(lm, "rome", REQUEST)

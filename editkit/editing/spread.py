@@ -75,7 +75,7 @@ def reachable_output(s: torch.Tensor, y: torch.Tensor, iters: int = 100) -> torc
     def u_of(mu):
         return torch.where(live, sy / (s2 + mu), torch.zeros_like(sy))
 
-    target = torch.full((1, y.shape[1]), float(d), dtype=torch.float64)
+    target = torch.full((1, y.shape[1]), float(d), dtype=torch.float64, device=y.device)
     exact = u_of(torch.zeros_like(target))
     lo = -s2[live].min() * torch.ones_like(target) * (1 - 1e-9)  # ||u|| -> inf as mu -> -min s^2 (if s y != 0)
     hi = torch.ones_like(target)
