@@ -306,7 +306,7 @@ def spectrum_section(lm) -> None:
 
 def lifelong_section(lm) -> None:
     """Lifelong editing: the shipped run's curves (500 edits), and a short run of your own."""
-    from editkit.evaluation.lifelong import SHIPPED, SHIPPED_STABILISERS
+    from editkit.evaluation.lifelong import SHIPPED, SHIPPED_1000, SHIPPED_STABILISERS
     from editkit.figures.labels import legend
 
     st.subheader("Lifelong editing: hundreds of edits, one batch after another")
@@ -338,6 +338,16 @@ def lifelong_section(lm) -> None:
                 "flat.")
             draw_parts(shipped_runs(str(SHIPPED_STABILISERS), SHIPPED_STABILISERS.stat().st_mtime)[1],
                        ("ec_life_stab", "ec_life_stab_layers"))
+    if SHIPPED_1000.exists():
+        with st.expander("1,000 edits in batches of 100 (shipped run)"), ui.guard("the 1,000-edit run"):
+            st.markdown(
+                "The batch methods over the first 1,000 records of counterfact-edit, 100 per batch, and MEMIT and "
+                "AlphaEdit with NAS (every value vector rescaled to the norm n̄ its unedited edits have). Hollow "
+                "markers are checkpoints measured on a sample of 50 edits; the last one measures all of them. Two "
+                "runs stopped early (their last checkpoint says where), so the sentence compares every run at the "
+                "last checkpoint all of them reached.")
+            draw_parts(shipped_runs(str(SHIPPED_1000), SHIPPED_1000.stat().st_mtime)[1],
+                       ("ec_life_1000", "ec_life_1000_layers"))
     c1, c2, c3 = st.columns(3)
     chosen = c1.multiselect("Methods", list(LABELS), list(LABELS), format_func=LABELS.get, key="ec_life_methods")
     n = int(c2.number_input("Edits", 2, 200, 20, key="ec_life_n"))
@@ -366,11 +376,11 @@ def run_parts(runs: dict) -> tuple:
     """Lifelong runs (method -> LifelongRun) as what the page draws: the sentence that concludes them, the metric
     curves, the per-layer norm and condition number, the table (one column per method, so it fits the page)."""
     from editkit.evaluation.lifelong import Lifelong
-    from editkit.figures.labels import labelled
+    from editkit.figures.labels import readable
 
     life = Lifelong.of(runs, "counterfact")
     return (life.conclusion(), life.figure(), life.layer_figure(),
-            pd.DataFrame(by_column(labelled(life.table), "label")))
+            pd.DataFrame(by_column(readable(life.table), "label")))
 
 
 @st.cache_resource(show_spinner=False, max_entries=4)

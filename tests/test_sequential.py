@@ -188,9 +188,9 @@ def test_finalize_measures_every_edit_of_a_stopped_run(tiny_by_name):
 def test_shipped_lifelong_files_read_back_unchanged():
     """What `evaluate --sequential --save` wrote (assets/results/lifelong-*.json) reads into Lifelong and writes back
     the same JSON."""
-    from editkit.evaluation.lifelong import SHIPPED, SHIPPED_STABILISERS, Lifelong
+    from editkit.evaluation.lifelong import SHIPPED, SHIPPED_1000, SHIPPED_STABILISERS, Lifelong
 
-    for path in (SHIPPED, SHIPPED_STABILISERS):
+    for path in (SHIPPED, SHIPPED_STABILISERS, SHIPPED_1000):
         data = json.loads(path.read_text())
         life = Lifelong.from_json(path)
         assert life.to_json() == data, path.name
@@ -234,6 +234,37 @@ def test_shipped_stabiliser_run_and_its_figure():
     for fig in (lifelong_figure(data), layer_figure(data)):
         shown = {t.name: t.line.color for t in fig.data if t.showlegend}
         assert len(shown) == 3 and len(set(shown.values())) == 3, shown
+
+
+def test_shipped_1000_edit_run_and_its_conclusion():
+    """The shipped 1,000-edit run (docs/results/lifelong.md): the complete runs measured every edit at the end, the
+    NAS runs stopped early say so (incomplete, their anchor in their settings), and the sentence compares every run
+    at the last checkpoint all of them reached, not each at its own end."""
+    from dataclasses import replace
+
+    from editkit.evaluation.lifelong import SHIPPED_1000, conclusion, load_results
+
+    runs = load_results(SHIPPED_1000)
+    assert {"memit", "pmet", "ultraedit"} <= set(runs) and all(r.batch == 100 and r.n == 1000 for r in runs.values())
+    for m in ("memit", "pmet", "ultraedit"):
+        assert runs[m].complete and runs[m].rows[-1]["measured"] == 1000
+    stopped = {m: r for m, r in runs.items() if not r.complete}
+    assert stopped and all(r.hparams["nas_anchor"] > 0 and r.rows[-1]["edit"] < 1000 for r in stopped.values())
+    reached = min(r.rows[-1]["edit"] for r in runs.values())
+    assert f"after {reached} edits (the last checkpoint all runs reached" in conclusion(runs)
+    cut = {**runs, "memit": replace(runs["memit"], rows=runs["memit"].rows[:3])}
+    assert "after 300 edits (the last checkpoint all runs reached" in conclusion(cut)
+    assert "after 1000 edits (the share" in conclusion({m: runs[m] for m in ("memit", "pmet")})
+
+
+def test_lifelong_table_columns_read_as_words():
+    """Edit & compare's lifelong tables name every measure for a reader (no JSON key such as perplexity_ratio)."""
+    from editkit.evaluation.lifelong import SHIPPED_1000, load_results
+    from editkit.figures.labels import readable
+
+    (row,) = readable(final_table(load_results(SHIPPED_1000))[:1])
+    raw = [k for k in row if k != "label" and ("_" in k or k == k.lower())]
+    assert not raw, raw
 
 
 def test_no_cache_and_its_earlier_name():

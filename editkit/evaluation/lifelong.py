@@ -4,7 +4,7 @@ on the same records, as `evaluate --sequential` writes them (`Lifelong`).
 `SHIPPED` is the run reported in the manual (docs/results/lifelong.md: the embedded model, 500 CounterFact edits,
 ROME one by one, the others in batches of 25), so the page can draw the four methods' curves without an hour of
 computing; `SHIPPED_STABILISERS` is ROME's 120 edits with and without the stabilisers (a run's key is then
-"method+variant", with its own label).
+"method+variant", with its own label); `SHIPPED_1000` the batch methods over 1,000 edits in batches of 100.
 """
 from __future__ import annotations
 
@@ -23,6 +23,9 @@ SHIPPED = ASSETS / "results" / "lifelong-gemma-3-270m.json"
 # ROME one by one, 120 edits: the defaults and with each stabiliser ("rome+encore", "rome+nas";
 # docs/results/lifelong.md)
 SHIPPED_STABILISERS = ASSETS / "results" / "lifelong-rome-stabilisers-gemma-3-270m.json"
+# 1,000 counterfact-edit records in batches of 100 (docs/results/lifelong.md: the batch methods and the stabilised
+# variants; benchmarks/lifelong_merge.py joined the runs, two of them stopped before their end)
+SHIPPED_1000 = ASSETS / "results" / "lifelong-1000-gemma-3-270m.json"
 
 
 def styled(results: dict[str, LifelongRun]) -> dict[str, LifelongRun]:
@@ -138,22 +141,29 @@ def load_results(path=SHIPPED) -> dict[str, LifelongRun]:
 
 
 def conclusion(runs: dict[str, LifelongRun]) -> str:
-    """Lifelong runs (method -> run) in one sentence: which collapsed first, and which keeps the most edits at
-    the last checkpoint by efficacy over the edits measured there (binomial noise, verdict.rates)."""
+    """Lifelong runs (method -> run) in one sentence: which collapsed first, and which keeps the most edits by
+    efficacy over the edits measured (binomial noise, verdict.rates) at the last checkpoint every run reached (a
+    run stopped early is not set against the others' later, longer ends), else at each run's last."""
     from .verdict import rates
 
     label = {m: r.label or m for m, r in runs.items()}
     hit = {m: r.collapsed_at for m, r in runs.items() if r.collapsed_at is not None}
     head = (f"{label[min(hit, key=hit.get)]} collapses first (by edit {min(hit.values())})" if hit
             else "None of them collapses")
-    last = {m: next((row for row in reversed(r.rows) if row.get("efficacy") is not None), None)
-            for m, r in runs.items()}
-    if not last or any(row is None for row in last.values()):
-        return head + "."
-    edits = {row["edit"] for row in last.values()}
-    when = f"after {edits.pop()} edits" if len(edits) == 1 else "at each run's last checkpoint"
+    measured = {m: {row["edit"]: row for row in r.rows if row.get("efficacy") is not None} for m, r in runs.items()}
+    common = set.intersection(*(set(rows) for rows in measured.values())) if measured else set()
+    if common:  # runs that stopped early are compared where every run was measured, not each at its own end
+        at = max(common)
+        last = {m: rows[at] for m, rows in measured.items()}
+        ends = {max(rows) for rows in measured.values()}
+        when, why = f"after {at} edits", "" if ends == {at} else "the last checkpoint all runs reached; "
+    else:
+        last = {m: rows[max(rows)] if rows else None for m, rows in measured.items()}
+        if not last or any(row is None for row in last.values()):
+            return head + "."
+        when, why = "at each run's last checkpoint", ""
     ranked = rates({m: row["efficacy"] for m, row in last.items()},
                    {m: row.get("measured") or 1 for m, row in last.items()},
-                   f"efficacy {when} (the share of the edits measured that still hold)", digits=3, unit="%",
+                   f"efficacy {when} ({why}the share of the edits measured that still hold)", digits=3, unit="%",
                    labels=label, scale=100)
     return f"{head}. {ranked.sentence()}"

@@ -32,6 +32,19 @@ def labelled(rows: list[dict], kind: str = "counterfact") -> list[dict]:
     return [{header(k, kind=kind) if family(k, kind) else k: v for k, v in row.items()} for row in rows]
 
 
+# The lifelong tables' other columns as a reader sees them (the JSON keys stay what they are).
+READABLE = {"edits": "Edits", "batch": "Batch", "complete": "Finished", "measured": "Edits measured",
+            "base_fluency": "Fluency unedited", "perplexity": "Perplexity", "base_perplexity": "Perplexity unedited",
+            "perplexity_ratio": "Perplexity / unedited", "total_relative_norm": "‖ΔW‖/‖W‖ all edited",
+            "max_relative_norm": "‖ΔW‖/‖W‖ largest matrix", "seconds_per_edit": "Seconds per edit (its machine)",
+            "collapsed_at": "Collapsed by edit", "method": "Method"}
+
+
+def readable(rows: list[dict], kind: str = "counterfact") -> list[dict]:
+    """labelled(rows) with the remaining columns named for a reader (READABLE), for a page's table."""
+    return [{READABLE.get(k, k): v for k, v in row.items()} for row in labelled(rows, kind)]
+
+
 def legend(keys=None, kind: str = "counterfact") -> str:
     """What the family tags in the headers of `keys` (all when None) mean."""
     used = {family(k, kind) for k in (keys or FAMILY)}
