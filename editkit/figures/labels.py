@@ -37,12 +37,13 @@ READABLE = {"edits": "Edits", "batch": "Batch", "complete": "Finished", "measure
             "base_fluency": "Fluency unedited", "perplexity": "Perplexity", "base_perplexity": "Perplexity unedited",
             "perplexity_ratio": "Perplexity / unedited", "total_relative_norm": "‖ΔW‖/‖W‖ all edited",
             "max_relative_norm": "‖ΔW‖/‖W‖ largest matrix", "seconds_per_edit": "Seconds per edit (its machine)",
-            "collapsed_at": "Collapsed by edit", "method": "Method"}
+            "collapsed_at": "Collapsed by edit"}
 
 
 def readable(rows: list[dict], kind: str = "counterfact") -> list[dict]:
-    """labelled(rows) with the remaining columns named for a reader (READABLE), for a page's table."""
-    return [{READABLE.get(k, k): v for k, v in row.items()} for row in labelled(rows, kind)]
+    """labelled(rows) with the remaining columns named for a reader (READABLE), for a page's table; the method's
+    key is left out (its label names the column)."""
+    return [{READABLE.get(k, k): v for k, v in row.items() if k != "method"} for row in labelled(rows, kind)]
 
 
 def legend(keys=None, kind: str = "counterfact") -> str:
