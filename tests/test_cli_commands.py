@@ -1,6 +1,7 @@
 """The CLI covers the library: geva, intervene and apply-patch give the library's numbers as JSON, and bad input
 is one `error:` line with exit status 2."""
 import json
+import statistics
 
 import pytest
 
@@ -83,6 +84,12 @@ def test_anchor_cli_gives_nas_its_reference_norm(capsys, tiny_by_name):
     assert out["anchor"] == pytest.approx(want.anchor, rel=1e-5) and out["n"] == 3
     edit = run_edit(lm, "rome", requests[:1], {"v_num_grad_steps": 2, "nas_anchor": out["anchor"]})
     assert edit.per_request[0].details["nas"]["written_norm"] == pytest.approx(out["anchor"])
+    # the text names ENCORE's bound at this method's layer by ROME's rule (the median shift), not ROME's number
+    assert main(["anchor", "--model", "tiny-gpt2", "--set", "counterfact-first5", "--n", "3",
+                 "--hparams-json", '{"rome": {"v_num_grad_steps": 2}}']) == 0
+    said = capsys.readouterr().out
+    bound = float(said.split('"v_max_norm": ')[1].split("}")[0])
+    assert bound == pytest.approx(statistics.median(out["shift_norms"]), rel=1e-3)
     for argv, message in [(["--method", "ultraedit"], "no norm-anchor option"), (["--n", "0"], "at least 1"),
                           (["--hparams-json", "[1]"], "must map a method"), (["--quantile", "2"], "quantile")]:
         assert main(["anchor", "--model", "tiny-gpt2", *argv]) == 2

@@ -53,6 +53,10 @@ def show(out):
           f"{out['n']} edits of {out['set']}, norms above the {out['quantile']:g} quantile dropped; median "
           f"{statistics.median(norms):.4g}, max {max(norms):.4g})")
     shifts = out["shift_norms"]
-    print(f"the target shift ||v* - v|| (what v_max_norm bounds): median {statistics.median(shifts):.4g}, "
-          f"max {max(shifts):.4g}")
+    median = statistics.median(shifts)
+    print(f"the target shift ||v* - v|| (what v_max_norm bounds): median {median:.4g}, max {max(shifts):.4g}")
     print(f'use it: --hparams-json \'{{"{out["method"]}": {{"nas_anchor": {out["anchor"]:.4g}}}}}\'')
+    # ENCORE's bound is in model units at this method's own layer: ROME's 3.3 on Gemma was its median shift, and
+    # copied to MEMIT (median 415 there) it kept under 1% of every shift, so no edit took (docs/results/lifelong.md)
+    print(f'ENCORE\'s norm bound by the same rule (the median shift at this layer): --hparams-json '
+          f'\'{{"{out["method"]}": {{"v_stop_top1": 2, "v_max_norm": {median:.4g}}}}}\'')
