@@ -5,6 +5,10 @@
 #
 #   bash benchmarks/gpu.sh            # everything
 #   SKIP_TESTS=1 bash benchmarks/gpu.sh  # the timings only
+#
+# A GPU machine that reaches no package index: copy the embedded model's GGUF (253 MB; in parts where a transfer is
+# capped) to $EDITKIT_CACHE/gguf/gemma-3-270m-q4_k_m.gguf; it is checked against the package's sha256 and
+# converted there. Without a GPU, EDITKIT_GPU_TEST_DEVICE=cpu runs the tests' comparisons CPU against CPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-benchmarks/results-gpu}"

