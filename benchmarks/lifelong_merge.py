@@ -1,17 +1,19 @@
-"""Merge lifelong runs of one model on the same records into one results file (what the manual and Edit & compare
-read): each `evaluate --sequential --save` file's runs under a key of its own, and runs stopped before their end
+"""Join lifelong runs of one model on the same records into one results file (what the manual and Edit & compare
+read): each `evaluate --sequential --save` file's run under a key of its own, and runs stopped before their end
 rebuilt from their checkpoints' rows (a run that could not be finished: its rows as measured, marked incomplete).
 
-    python benchmarks/lifelong_merge.py OUT.json --set counterfact-edit \\
-        memit=memit.json pmet=pmet.json "memit+encore=memit-encore.json" \\
-        --partial "memit+nas=rows.json:memit-775306a56111.v1.safetensors:memit:{\\"nas_anchor\\": 995.3388}" \\
-        --note "memit=NVIDIA H100, float32" --label "memit+encore=MEMIT + ENCORE (b 3.3)"
+    python benchmarks/lifelong_merge.py OUT.json --set counterfact-edit memit=memit.json pmet=pmet.json \\
+        --partial 'memit+nas=CHECKPOINT:memit:{"nas_anchor": 995.3388}' --label "memit+nas=MEMIT + NAS" \\
+        --note "memit=an NVIDIA H100 (float32)"
+    python benchmarks/lifelong_merge.py --dump-rows ROWS.json   # every checkpoint's rows in $EDITKIT_CACHE
 
---partial KEY=ROWS:CHECKPOINT:TEMPLATE:HPARAMS takes the rows that rows.json (the checkpoints' JSON parts) holds for
-CHECKPOINT, and the settings of the run saved under TEMPLATE (a run above or a --template) with HPARAMS added; --note appends to a run's notes
-(where it ran); --label names a variant in figures and tables."""
+--partial KEY=CHECKPOINT:TEMPLATE:HPARAMS: the rows of CHECKPOINT (a checkpoint file, `sequential/<model>/
+<method>-<hash>.v1.safetensors` in the cache, or ROWS.json#NAME from --dump-rows, for a checkpoint on another
+machine) with the settings of the run saved under TEMPLATE (a run above or a --template) and HPARAMS added;
+--note appends where a run ran to its notes; --label names a variant in figures and tables."""
 import argparse
 import json
+import os
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -24,27 +26,51 @@ def pairs(items):
     return dict(item.split("=", 1) for item in items)
 
 
-def partial(template, rows_file, checkpoint, hparams, label):
-    progress = json.loads(Path(rows_file).read_text())[checkpoint]
-    rows = progress["rows"]
-    done = int(progress["done"])
+def progress(checkpoint: str) -> dict:
+    """A checkpoint's JSON part (its rows, batches done, edit times): from the file, or from a --dump-rows file."""
+    if "#" in checkpoint:
+        rows_file, name = checkpoint.split("#", 1)
+        return json.loads(Path(rows_file).read_text())[name]
+    from safetensors import safe_open
+
+    with safe_open(checkpoint, "pt") as f:
+        return json.loads(f.metadata()["progress"])
+
+
+def dump_rows(out: str) -> None:
+    found = sorted(Path(os.environ.get("EDITKIT_CACHE", Path.home() / ".cache/editkit"), "sequential").rglob(
+        "*.safetensors"))
+    rows = {p.name: {k: v for k, v in progress(str(p)).items() if k not in ("took", "original")} for p in found}
+    Path(out).write_text(json.dumps(rows, indent=1) + "\n")
+    for name, p in rows.items():
+        print(name, "batches done", p["done"], "checkpoints at", [r["edit"] for r in p["rows"]])
+
+
+def partial(template, checkpoint: str, hparams: dict, label: str | None):
+    done = progress(checkpoint)
+    rows = done["rows"]
     collapsed = next((r["edit"] for r in rows if r["collapsed"]), None)
-    return replace(template, hparams={**template.hparams, **hparams}, rows=rows, batches_done=done, complete=False,
-                   resumed_at_batch=0, edit_seconds=progress["edit_seconds"], collapsed_at=collapsed,
+    return replace(template, hparams={**template.hparams, **hparams}, rows=rows, batches_done=int(done["done"]),
+                   complete=False, resumed_at_batch=0, edit_seconds=done["edit_seconds"], collapsed_at=collapsed,
                    checkpoint="", partial_final=None, label=label or template.label)
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("out")
-    p.add_argument("runs", nargs="+", help="KEY=FILE: the run of FILE (a --save file with one run) under KEY")
-    p.add_argument("--set", required=True)
+    p.add_argument("out", nargs="?")
+    p.add_argument("runs", nargs="*", help="KEY=FILE: the run of FILE (a --save file with one run) under KEY")
+    p.add_argument("--set")
     p.add_argument("--partial", action="append", default=[])
     p.add_argument("--template", action="append", default=[],
                    help="KEY=FILE: a run only a --partial one takes its settings from (not in the output)")
     p.add_argument("--note", action="append", default=[])
     p.add_argument("--label", action="append", default=[])
-    a = p.parse_args()
+    p.add_argument("--dump-rows", metavar="ROWS.json", help="write every checkpoint's rows in the cache, and stop")
+    a = p.parse_intermixed_args()
+    if a.dump_rows:
+        return dump_rows(a.dump_rows)
+    if not (a.out and a.set):
+        p.error("OUT and --set are needed")
     labels, notes = pairs(a.label), pairs(a.note)
     runs = {}
     for key, path in pairs(a.runs).items():
@@ -52,9 +78,9 @@ def main():
         runs[key] = replace(run, label=labels.get(key, run.label))
     templates = {key: next(iter(load_results(Path(path)).values())) for key, path in pairs(a.template).items()}
     for key, spec in pairs(a.partial).items():
-        rows_file, checkpoint, template, hparams = spec.split(":", 3)
+        checkpoint, template, hparams = spec.split(":", 2)  # HPARAMS, JSON, has colons of its own
         base = runs[template] if template in runs else templates[template]
-        runs[key] = partial(base, rows_file, checkpoint, json.loads(hparams), labels.get(key))
+        runs[key] = partial(base, checkpoint, json.loads(hparams), labels.get(key))
     for key, note in notes.items():
         runs[key] = replace(runs[key], notes=f"{runs[key].notes} Run on {note}.")
     life = Lifelong.of(runs, a.set)

@@ -3,6 +3,9 @@ state carried), resumable with the same result, sampled intermediate checkpoints
 plain ones, and the `evaluate --sequential` command."""
 import json
 import math
+import os
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -14,6 +17,7 @@ from editkit.evaluation.lifelong import final_table
 from editkit.figures.lifelong import curves
 from editkit.evaluation.pairs import pair_nlls
 from editkit.evaluation.sequential import SequentialSpec, perplexity, sequential
+from editkit.model.loading import load_model
 from editkit.model.scoring import score_targets
 from editkit.model.weights import applied
 
@@ -240,8 +244,6 @@ def test_shipped_1000_edit_run_and_its_conclusion():
     """The shipped 1,000-edit run (docs/results/lifelong.md): the complete runs measured every edit at the end, the
     NAS runs stopped early say so (incomplete, their anchor in their settings), and the sentence compares every run
     at the last checkpoint all of them reached, not each at its own end."""
-    from dataclasses import replace
-
     from editkit.evaluation.lifelong import SHIPPED_1000, conclusion, load_results
 
     runs = load_results(SHIPPED_1000)
@@ -274,3 +276,36 @@ def test_no_cache_and_its_earlier_name():
     for flag in ("--no-cache", "--fresh"):
         assert build_parser().parse_args(["evaluate", "--sequential", flag]).no_cache
     assert not build_parser().parse_args(["evaluate", "--sequential"]).no_cache
+
+
+def test_lifelong_merge_rebuilds_a_stopped_run_from_its_checkpoint(tmp_path, monkeypatch):
+    """benchmarks/lifelong_merge.py (how the shipped 1,000-edit file was joined): a run stopped after its first batch
+    is rebuilt from its checkpoint file (or a --dump-rows file) with a finished run's settings: its rows as
+    measured, marked incomplete, its own hyperparameters; the finished run reads back as saved."""
+    import subprocess
+    import sys
+
+    from editkit.evaluation.lifelong import Lifelong, load_results
+
+    lm = load_model("tiny-gpt2", device="cpu")
+    monkeypatch.setenv("EDITKIT_CACHE", str(tmp_path / "cache"))
+    records = load_eval_set("counterfact-first5", 4)
+    spec = SequentialSpec(batch=2, sample=None, ppl_tokens=64, fluency_prompts=("The city",), fluency_tokens=4)
+    done = sequential(lm, "memit", records, spec=spec)
+    stopped = sequential(lm, "memit", records, {"nas_anchor": 2.0}, replace(spec, stop_after=1))
+    saved = tmp_path / "memit.json"
+    saved.write_text(json.dumps(Lifelong.of({"memit": done}, "counterfact-first5").to_json()))
+    merge = [sys.executable, str(Path(__file__).resolve().parent.parent / "benchmarks" / "lifelong_merge.py")]
+    env = {**os.environ, "EDITKIT_CACHE": str(tmp_path / "cache")}
+    subprocess.run([*merge, "--dump-rows", str(tmp_path / "rows.json")], check=True, env=env, capture_output=True)
+    name = Path(stopped.checkpoint).name
+    for source in (stopped.checkpoint, f"{tmp_path / 'rows.json'}#{name}"):
+        out = tmp_path / "merged.json"
+        subprocess.run([*merge, str(out), f"memit={saved}", "--set", "counterfact-first5", "--partial",
+                        f'memit+nas={source}:memit:{{"nas_anchor": 2.0}}', "--label", "memit+nas=MEMIT + NAS"],
+                       check=True, env=env, capture_output=True)
+        runs = load_results(out)
+        assert runs["memit"].rows == done.rows and runs["memit"].complete
+        part = runs["memit+nas"]
+        assert not part.complete and part.rows == stopped.rows and part.batches_done == 1
+        assert part.hparams["nas_anchor"] == 2.0 and part.label == "MEMIT + NAS"

@@ -282,7 +282,8 @@ class _Rows:
                     def add(h, s=s, at=at, l=l):
                         if init is not None:
                             mine = [k for k, r in enumerate(self.first_row) if self.layers[self.req[r]] == l]
-                            got = init.setdefault(s, torch.zeros(len(self.first_row), h.shape[-1], device=h.device))
+                            width = (len(self.first_row), h.shape[-1])
+                            got = init.setdefault(s, torch.zeros(width, device=h.device))
                             got[mine] = h[first[mine], subj[first[mine]]].detach().float().clone()
                         h = h.clone()
                         h[rows[at], subj[at]] = h[rows[at], subj[at]] + deltas[s][self.req_t[at]].to(h.dtype)

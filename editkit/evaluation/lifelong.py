@@ -23,8 +23,8 @@ SHIPPED = ASSETS / "results" / "lifelong-gemma-3-270m.json"
 # ROME one by one, 120 edits: the defaults and with each stabiliser ("rome+encore", "rome+nas";
 # docs/results/lifelong.md)
 SHIPPED_STABILISERS = ASSETS / "results" / "lifelong-rome-stabilisers-gemma-3-270m.json"
-# 1,000 counterfact-edit records in batches of 100 (docs/results/lifelong.md: the batch methods and the stabilised
-# variants; benchmarks/lifelong_merge.py joined the runs, two of them stopped before their end)
+# 1,000 counterfact-edit records in batches of 100 (docs/results/lifelong.md: the batch methods and the
+# stabilised variants; benchmarks/lifelong_merge.py joined the runs, two of them stopped before their end)
 SHIPPED_1000 = ASSETS / "results" / "lifelong-1000-gemma-3-270m.json"
 
 
