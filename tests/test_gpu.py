@@ -78,9 +78,11 @@ def test_home_page_model_card_shows_the_gpu():
     assert str(device).startswith("cuda")
 
 
+@pytest.mark.parametrize("models", ["pair", "gemma_pair"])
 @pytest.mark.parametrize("kind", ["hidden", "mlp", "attn"])
-def test_tracing_on_cuda_equals_cpu(pair, kind):
-    cpu, gpu = pair
+def test_tracing_on_cuda_equals_cpu(request, models, kind):
+    """The three panels on tiny-llama-tied and on tiny-gemma3 (scaled embeddings, norms after attention and MLP)."""
+    cpu, gpu = request.getfixturevalue(models)
     prompt, subject = "The Space Needle is in downtown Seattle", "Space Needle"
     a = fast_trace(cpu, TraceSetup.build(cpu, TraceSpec(prompt, subject, samples=3, noise="0.5")), kind, window=2)
     b = fast_trace(gpu, TraceSetup.build(gpu, TraceSpec(prompt, subject, samples=3, noise="0.5")), kind, window=2)
