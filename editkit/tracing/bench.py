@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from ..core.paths import ASSETS
-from ..model.hardware import fast_bf16, matmul_rates
+from ..model.hardware import fast_bf16, matmul_rates, measure_rate
 
 from .attribution import METHODS, attribution, spearman
 from .engine import Work, block_macs_per_token, fast_trace, fast_traces
@@ -29,26 +29,20 @@ from .spec import TraceSpec
 
 
 def matmul_rate(lm, rows: int = 860, repeat: int = 3) -> dict:
-    """The model's device's fp32 rate now (GMAC/s, best of `repeat`) for a block-sized matmul (rows x d) @ (d x d_ff)
-    and for the unembedding (rows x d) @ (d x V) done as the engine does it (runner.answer_logprob)."""
+    """The model's device's fp32 rate now (GMAC/s) for a block-sized matmul (rows x d) @ (d x d_ff)
+    (hardware.measure_rate) and, best of `repeat`, for the unembedding (rows x d) @ (d x V) done as the engine does
+    it (runner.answer_logprob)."""
     d, f, dev = lm.adapter.d_model, lm.adapter.d_ff, lm.device
-    x, w = torch.randn(rows, d, device=dev), torch.randn(f, d, device=dev)
-
-    def best(fn):
-        times = []
-        for _ in range(repeat):
-            t0 = time.perf_counter()
-            fn()
-            if dev.type == "cuda":  # a GPU runs asynchronously: wait for the product, not only its launch
-                torch.cuda.synchronize(dev)
-            times.append(time.perf_counter() - t0)
-        return min(times)
-
-    block = best(lambda: torch.nn.functional.linear(x, w))
     h = torch.randn(rows, d, device=dev)
-    unembed = best(lambda: lm.runner.answer_logprob(h, 0, norm=False))
-    return {"block_matmul_gmac_per_s": round(rows * d * f / block / 1e9, 1),
-            "unembed_gmac_per_s": round(rows * d * lm.adapter.vocab_size / unembed / 1e9, 1)}
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        lm.runner.answer_logprob(h, 0, norm=False)
+        if dev.type == "cuda":  # a GPU runs asynchronously: wait for the product, not only its launch
+            torch.cuda.synchronize(dev)
+        times.append(time.perf_counter() - t0)
+    return {"block_matmul_gmac_per_s": round(measure_rate(torch.float32, dev, (rows, d, f)), 1),
+            "unembed_gmac_per_s": round(rows * d * lm.adapter.vocab_size / min(times) / 1e9, 1)}
 
 
 def softmax_rounding(lm, setup) -> dict:
