@@ -151,12 +151,38 @@ def test_anchor_and_lifelong_run_on_cuda(gemma_pair, tmp_path, monkeypatch):
         assert abs(a["perplexity"] - b["perplexity"]) < 1e-2 * a["perplexity"]
 
 
+@pytest.mark.parametrize("method", ["memit", "alphaedit"])
+def test_lifelong_run_resumes_on_cuda(gemma_pair, tmp_path, monkeypatch, method):
+    """A lifelong run stopped after its first batch and continued from its checkpoint on the GPU equals the run
+    that never stopped (the checkpoint's deltas were once read onto the CPU and met the GPU's weights; AlphaEdit's
+    earlier keys stay on the CPU, where SequenceState keeps them)."""
+    from dataclasses import replace
+
+    from editkit.evaluation.sequential import SequentialSpec, sequential
+
+    gpu = gemma_pair[1]
+    spec = SequentialSpec(batch=2, sample=None, ppl_tokens=64, fluency_prompts=("The city",), fluency_tokens=4)
+    requests = BATCH + BATCH[:1]
+    monkeypatch.setenv("EDITKIT_CACHE", str(tmp_path / "stopped"))
+    assert len(sequential(gpu, method, requests, spec=replace(spec, stop_after=1)).rows) == 1
+    resumed = sequential(gpu, method, requests, spec=spec)
+    monkeypatch.setenv("EDITKIT_CACHE", str(tmp_path / "whole"))
+    whole = sequential(gpu, method, requests, spec=spec, cache=False)
+    assert [r["edit"] for r in resumed.rows] == [r["edit"] for r in whole.rows] == [2, len(requests)]
+    for a, b in zip(resumed.rows, whole.rows):
+        assert a["efficacy"] == b["efficacy"] and abs(a["perplexity"] - b["perplexity"]) < 1e-4 * b["perplexity"]
+
+
 def test_bench_helpers_on_cuda(pair):
-    """`bench trace`'s matmul rates time the model's own device (they once mixed CPU inputs into a GPU head)."""
+    """`bench trace`'s matmul rates time the model's own device (they once mixed CPU inputs into a GPU head), and
+    its preview's rank correlations read GPU tensors (numpy reads host memory only)."""
+    from editkit.tracing.attribution import spearman
     from editkit.tracing.bench import matmul_rate
 
     rates = matmul_rate(pair[1], rows=32, repeat=1)
     assert rates["block_matmul_gmac_per_s"] > 0 and rates["unembed_gmac_per_s"] > 0
+    scores = torch.tensor([[0.3, 0.1], [0.2, 0.9]])
+    assert spearman(scores.to(DEVICE), scores) == pytest.approx(1.0)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])

@@ -99,10 +99,17 @@ def _gradients(lm, setup: TraceSetup, names: list[str], corrupted: bool) -> tupl
 
 def spearman(a, b) -> float:
     """Spearman's rank correlation of two equally shaped arrays (average ranks for ties); nan if one is constant."""
-    x, y = _ranks(np.asarray(a, float).ravel()), _ranks(np.asarray(b, float).ravel())
+    x, y = _ranks(_host(a)), _ranks(_host(b))
     if x.std() == 0 or y.std() == 0:
         return float("nan")
     return float(np.corrcoef(x, y)[0, 1])
+
+
+def _host(a) -> np.ndarray:
+    """A flat float64 array of `a`, which may be a tensor on a GPU (numpy reads host memory only)."""
+    if isinstance(a, torch.Tensor):
+        a = a.detach().to("cpu", torch.float64)
+    return np.asarray(a, float).ravel()
 
 
 def _ranks(v: np.ndarray) -> np.ndarray:
