@@ -10,6 +10,9 @@ rebuilt from their checkpoints' rows (a run that could not be finished: its rows
 --partial KEY=CHECKPOINT:TEMPLATE:HPARAMS: the rows of CHECKPOINT (a checkpoint file, `sequential/<model>/
 <method>-<hash>.v1.safetensors` in the cache, or ROWS.json#NAME from --dump-rows, for a checkpoint on another
 machine) with the settings of the run saved under TEMPLATE (a run above or a --template) and HPARAMS added;
+--method KEY=METHOD: a --partial run of another registered method than its template's (no run of that method
+was saved to take settings from); give its full hyperparameters as HPARAMS, and check that they name the
+checkpoint (its file name is the hash of the run's settings).
 --note appends where a run ran to its notes; --label names a variant in figures and tables."""
 import argparse
 import json
@@ -19,6 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from editkit.editing.methods import get  # noqa: E402
 from editkit.evaluation.lifelong import Lifelong, load_results  # noqa: E402
 
 
@@ -63,6 +67,7 @@ def main():
     p.add_argument("--partial", action="append", default=[])
     p.add_argument("--template", action="append", default=[],
                    help="KEY=FILE: a run only a --partial one takes its settings from (not in the output)")
+    p.add_argument("--method", action="append", default=[], help="KEY=METHOD: a --partial run's own method")
     p.add_argument("--note", action="append", default=[])
     p.add_argument("--label", action="append", default=[])
     p.add_argument("--dump-rows", metavar="ROWS.json", help="write every checkpoint's rows in the cache, and stop")
@@ -71,7 +76,7 @@ def main():
         return dump_rows(a.dump_rows)
     if not (a.out and a.set):
         p.error("OUT and --set are needed")
-    labels, notes = pairs(a.label), pairs(a.note)
+    labels, notes, methods = pairs(a.label), pairs(a.note), pairs(a.method)
     runs = {}
     for key, path in pairs(a.runs).items():
         (run,) = load_results(Path(path)).values()
@@ -80,6 +85,8 @@ def main():
     for key, spec in pairs(a.partial).items():
         checkpoint, template, hparams = spec.split(":", 2)  # HPARAMS, JSON, has colons of its own
         base = runs[template] if template in runs else templates[template]
+        if key in methods:
+            base = replace(base, method=methods[key], label=get(methods[key]).label)
         runs[key] = partial(base, checkpoint, json.loads(hparams), labels.get(key))
     for key, note in notes.items():
         runs[key] = replace(runs[key], notes=f"{runs[key].notes} Run on {note}.")

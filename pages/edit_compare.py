@@ -341,11 +341,12 @@ def lifelong_section(lm) -> None:
     if SHIPPED_1000.exists():
         with st.expander("1,000 edits in batches of 100 (shipped run)"), ui.guard("the 1,000-edit run"):
             st.markdown(
-                "The batch methods over the first 1,000 records of counterfact-edit, 100 per batch, and MEMIT and "
-                "AlphaEdit with NAS (every value vector rescaled to the norm n̄ its unedited edits have). Hollow "
-                "markers are checkpoints measured on a sample of 50 edits; the last one measures all of them. Two "
-                "runs stopped early (their last checkpoint says where), so the sentence compares every run at the "
-                "last checkpoint all of them reached.")
+                "Every batch method over the first 1,000 records of counterfact-edit, 100 per batch, and MEMIT and "
+                "AlphaEdit with a stabiliser, drawn dashed in their method's colour: NAS rescales every value "
+                "vector to the norm its unedited edits have, v* ← n̄ v*/‖v*‖; the shift bound keeps each target "
+                "shift ‖v* − v‖ ≤ b, b = 415 the median shift at their last layer. Hollow markers are checkpoints "
+                "measured on a sample of 50 edits; the last one measures all of them. A run that stopped early "
+                "says where and is left out of the sentence's ranking.")
             draw_parts(shipped_runs(str(SHIPPED_1000), SHIPPED_1000.stat().st_mtime)[1],
                        ("ec_life_1000", "ec_life_1000_layers"))
     c1, c2, c3 = st.columns(3)

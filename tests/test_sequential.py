@@ -222,8 +222,8 @@ def test_shipped_run_and_its_figure():
 def test_shipped_stabiliser_run_and_its_figure():
     """The shipped 120-edit ROME run with and without the stabilisers (docs/results/lifelong.md): every run complete
     and measured on every edit at the end, the defaults collapsed and the stabilised variants not, each variant with
-    its own label and colour in the figures."""
-    from editkit.evaluation.lifelong import SHIPPED_STABILISERS, load_results
+    its own label and its method's colour with a dash of its own in the figures."""
+    from editkit.evaluation.lifelong import SHIPPED_STABILISERS, load_results, styled
     from editkit.figures.lifelong import layer_figure, lifelong_figure
 
     runs = load_results(SHIPPED_STABILISERS)
@@ -234,29 +234,39 @@ def test_shipped_stabiliser_run_and_its_figure():
     table = {r["method"]: r for r in final_table(runs)}
     assert table["rome"]["collapsed_at"] is not None
     assert table["rome+encore"]["collapsed_at"] is None and table["rome+nas"]["collapsed_at"] is None
-    data = {m: r.to_json() for m, r in runs.items()}
+    data = {m: r.to_json() for m, r in styled(runs).items()}
     for fig in (lifelong_figure(data), layer_figure(data)):
-        shown = {t.name: t.line.color for t in fig.data if t.showlegend}
-        assert len(shown) == 3 and len(set(shown.values())) == 3, shown
+        shown = {t.name: (t.line.color, t.line.dash) for t in fig.data if t.showlegend}
+        assert len(shown) == 3 and len(set(shown.values())) == 3, shown  # told apart by dash
+        assert len({color for color, _ in shown.values()}) == 1, shown  # ROME's family: ROME's colour
 
 
 def test_shipped_1000_edit_run_and_its_conclusion():
-    """The shipped 1,000-edit run (docs/results/lifelong.md): the complete runs measured every edit at the end, the
-    NAS runs stopped early say so (incomplete, their anchor in their settings), and the sentence compares every run
-    at the last checkpoint all of them reached, not each at its own end."""
+    """The shipped 1,000-edit run (docs/results/lifelong.md): every method that edits in batches, the complete runs measured
+    every edit at the end, the stabilised variants carry their settings, a run stopped early says so (incomplete)
+    and is named but not ranked, and the sentence compares the other runs at the last checkpoint all of them
+    reached, not each at its own end."""
+    from editkit.editing.methods import get, names
     from editkit.evaluation.lifelong import SHIPPED_1000, conclusion, load_results
 
     runs = load_results(SHIPPED_1000)
-    assert {"memit", "pmet", "ultraedit"} <= set(runs) and all(r.batch == 100 and r.n == 1000 for r in runs.values())
-    for m in ("memit", "pmet", "ultraedit"):
-        assert runs[m].complete and runs[m].rows[-1]["measured"] == 1000
+    assert {n for n in names() if get(n).batch} <= {r.method for r in runs.values()}  # ROME edits one at a time
+    assert all(r.batch == 100 and r.n == 1000 for r in runs.values())
+    done = {m: r for m, r in runs.items() if r.complete}
+    assert {"memit", "pmet", "ultraedit", "alphaedit"} <= set(done)
+    assert all(r.rows[-1]["measured"] == 1000 for r in done.values())
+    assert runs["memit+nas"].hparams["nas_anchor"] > 0 and runs["alphaedit+bound"].hparams["v_max_norm"] > 0
     stopped = {m: r for m, r in runs.items() if not r.complete}
-    assert stopped and all(r.hparams["nas_anchor"] > 0 and r.rows[-1]["edit"] < 1000 for r in stopped.values())
+    assert all(r.rows[-1]["edit"] < 1000 for r in stopped.values())
+    sentence = conclusion(runs)
+    assert "after 1,000 edits (the share" in sentence
+    assert all(f"{r.label} stopped after {r.rows[-1]['edit']:,} edits" in sentence for r in stopped.values())
     reached = min(r.rows[-1]["edit"] for r in runs.values())
-    assert f"after {reached} edits (the last checkpoint all runs reached" in conclusion(runs)
+    assert f"after {reached:,} edits (the last checkpoint all runs reached" in conclusion(
+        {m: replace(r, complete=False) for m, r in runs.items()})
     cut = {**runs, "memit": replace(runs["memit"], rows=runs["memit"].rows[:3])}
     assert "after 300 edits (the last checkpoint all runs reached" in conclusion(cut)
-    assert "after 1000 edits (the share" in conclusion({m: runs[m] for m in ("memit", "pmet")})
+    assert "after 1,000 edits (the share" in conclusion({m: runs[m] for m in ("memit", "pmet")})
 
 
 def test_lifelong_table_columns_read_as_words():

@@ -29,17 +29,19 @@ SHIPPED_1000 = ASSETS / "results" / "lifelong-1000-gemma-3-270m.json"
 
 
 def styled(results: dict[str, LifelongRun]) -> dict[str, LifelongRun]:
-    """The runs with each registered method's label and colour filled in (figures/lifelong.py draws a run in the
-    colour its data names; a variant such as "rome+encore" keeps its own label and gets a colour of its own)."""
+    """The runs with their registered method's label and colour filled in (figures/lifelong.py draws a run in the
+    colour its data names); a variant such as "rome+encore" keeps its own label and takes its method's colour,
+    drawn with a dash of its own."""
     from ..editing.methods import get
 
     out = {}
-    for method, res in results.items():
+    for key, res in results.items():
         try:
-            m = get(method)
-            out[method] = replace(res, label=res.label or m.label, color=res.color or m.color)
+            m = get(res.method or key)
         except EditkitError:
-            out[method] = res
+            out[key] = res
+            continue
+        out[key] = replace(res, label=res.label or m.label, color=res.color or m.color)
     return out
 
 
@@ -143,20 +145,28 @@ def load_results(path=SHIPPED) -> dict[str, LifelongRun]:
 def conclusion(runs: dict[str, LifelongRun]) -> str:
     """Lifelong runs (method -> run) in one sentence: which collapsed first, and which keeps the most edits by
     efficacy over the edits measured (binomial noise, verdict.rates) at the last checkpoint every run reached (a
-    run stopped early is not set against the others' later, longer ends), else at each run's last."""
+    run stopped early is not set against the others' later, longer ends), else at each run's last. Where two or
+    more runs are complete, runs stopped before their end are named and left out of the ranking (one stopped run
+    would otherwise pull every comparison back to where it stopped)."""
     from .verdict import rates
 
     label = {m: r.label or m for m, r in runs.items()}
     hit = {m: r.collapsed_at for m, r in runs.items() if r.collapsed_at is not None}
     head = (f"{label[min(hit, key=hit.get)]} collapses first (by edit {min(hit.values())})" if hit
             else "None of them collapses")
+    done = {m: r for m, r in runs.items() if r.complete}
+    stopped = [m for m in runs if m not in done and runs[m].rows]
+    tail = ""
+    if len(done) >= 2 and stopped:
+        tail = " " + _stopped_clause({m: (label[m], runs[m].rows[-1]["edit"]) for m in stopped})
+        runs = done
     measured = {m: {row["edit"]: row for row in r.rows if row.get("efficacy") is not None} for m, r in runs.items()}
     common = set.intersection(*(set(rows) for rows in measured.values())) if measured else set()
     if common:  # runs that stopped early are compared where every run was measured, not each at its own end
         at = max(common)
         last = {m: rows[at] for m, rows in measured.items()}
         ends = {max(rows) for rows in measured.values()}
-        when, why = f"after {at} edits", "" if ends == {at} else "the last checkpoint all runs reached; "
+        when, why = f"after {at:,} edits", "" if ends == {at} else "the last checkpoint all runs reached; "
     else:
         last = {m: rows[max(rows)] if rows else None for m, rows in measured.items()}
         if not last or any(row is None for row in last.values()):
@@ -166,4 +176,11 @@ def conclusion(runs: dict[str, LifelongRun]) -> str:
                    {m: row.get("measured") or 1 for m, row in last.items()},
                    f"efficacy {when} ({why}the share of the edits measured that still hold)", digits=3, unit="%",
                    labels=label, scale=100)
-    return f"{head}. {ranked.sentence()}"
+    return f"{head}. {ranked.sentence()}{tail}"
+
+
+def _stopped_clause(stopped: dict[str, tuple[str, int]]) -> str:
+    """'X stopped after 600 edits and is not ranked.' for runs (key -> (label, last edit)) left out."""
+    parts = [f"{name} stopped after {edit:,} edits" for name, edit in stopped.values()]
+    verb = "is" if len(parts) == 1 else "are"
+    return f"{'; '.join(parts)} and {verb} not ranked."

@@ -56,16 +56,26 @@ PANELS = ("efficacy", "generalization", "specificity", "retention", "fluency", "
 LOG_PANELS = frozenset({"perplexity_ratio", "total_relative_norm"})
 
 
-# colours of runs that are not a registered method's own (a method with a stabiliser: "rome+encore"), in run order
+# colours of runs of no registered method (styled() gives a variant such as "memit+nas" its method's colour)
 VARIANT_COLORS = ("#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22")
+# a run drawn in a colour an earlier run has (a method with a stabiliser: its method's colour) gets the next dash
+DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
 
 
-def _style(method: str, results: dict) -> tuple[str, str]:
-    """(label, colour): the ones the run names (evaluation/lifelong.styled fills in a registered method's own), else
-    the method's name and a colour of its own, so that variants of one method are told apart."""
+def _style(method: str, results: dict) -> tuple[str, str, str]:
+    """(label, colour, dash): the label and colour the run names (evaluation/lifelong.styled fills in its method's),
+    else the key and a colour of its own; runs of one colour (a method and its stabilised variants) are told
+    apart by dash, in run order, so that a variant reads as its method's family."""
     res = results[method]
-    k = list(results).index(method)
-    return res.get("label", method), res.get("color", VARIANT_COLORS[k % len(VARIANT_COLORS)])
+    keys = list(results)
+    k = keys.index(method)
+
+    def color_of(key):
+        return results[key].get("color") or VARIANT_COLORS[keys.index(key) % len(VARIANT_COLORS)]
+
+    color = color_of(method)
+    same = sum(1 for key in keys[:k] if color_of(key) == color)
+    return res.get("label", method), color, DASHES[same % len(DASHES)]
 
 
 def lifelong_figure(results: dict, panels=PANELS, columns: int = 4) -> "go.Figure":
@@ -77,14 +87,14 @@ def lifelong_figure(results: dict, panels=PANELS, columns: int = 4) -> "go.Figur
     fig = make_subplots(rows=rows, cols=columns, subplot_titles=[METRICS[p][0] for p in panels],
                         horizontal_spacing=0.06, vertical_spacing=0.14)
     for method, series in data.items():
-        label, color = _style(method, results)
+        label, color, dash = _style(method, results)
         for i, panel in enumerate(panels):
             s = series[panel]
             if not s["x"]:
                 continue
             symbols = ["circle-open" if sampled else "circle" for sampled in s["sampled"]]
             fig.add_trace(go.Scatter(x=s["x"], y=s["y"], mode="lines+markers", name=label, legendgroup=method,
-                                     showlegend=i == 0, line={"color": color},
+                                     showlegend=i == 0, line={"color": color, "dash": dash},
                                      marker={"symbol": symbols, "size": 6, "color": color}),
                           row=i // columns + 1, col=i % columns + 1)
     for i, panel in enumerate(panels):
@@ -117,14 +127,14 @@ def layer_figure(results: dict, columns: int | None = None) -> "go.Figure":
     shown = set()
     for c, name in enumerate(names[:cols]):
         for method, s in data.get(name, {}).items():
-            label, color = _style(method, results)
+            label, color, dash = _style(method, results)
             for row, key in ((1, "relative_norm"), (2, "condition")):
                 pts = [(x, y) for x, y in zip(s["x"], s[key]) if y is not None]
                 if not pts:
                     continue
                 fig.add_trace(go.Scatter(x=[p[0] for p in pts], y=[p[1] for p in pts], mode="lines+markers",
                                          name=label, legendgroup=method, showlegend=method not in shown,
-                                         line={"color": color}, marker={"size": 5, "color": color}),
+                                         line={"color": color, "dash": dash}, marker={"size": 5, "color": color}),
                               row=row, col=c + 1)
                 shown.add(method)
         for row, what in ((1, "||ΔW|| / ||W||"), (2, "cond(W + ΔW)")):
