@@ -84,7 +84,7 @@ def test_anchor_cli_gives_nas_its_reference_norm(capsys, tiny_by_name):
     assert out["anchor"] == pytest.approx(want.anchor, rel=1e-5) and out["n"] == 3
     edit = run_edit(lm, "rome", requests[:1], {"v_num_grad_steps": 2, "nas_anchor": out["anchor"]})
     assert edit.per_request[0].details["nas"]["written_norm"] == pytest.approx(out["anchor"])
-    # the text names ENCORE's bound at this method's layer by ROME's rule (the median shift), not ROME's number
+    # the text names the shift bound at this method's layer by ROME's rule (the median shift), not ROME's number
     assert main(["anchor", "--model", "tiny-gpt2", "--set", "counterfact-first5", "--n", "3",
                  "--hparams-json", '{"rome": {"v_num_grad_steps": 2}}']) == 0
     said = capsys.readouterr().out

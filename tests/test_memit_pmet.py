@@ -13,7 +13,7 @@ from editkit.editing.methods.pmet import apply_pmet
 from editkit.editing.requests import parse_requests
 from editkit.editing.spread import Stream, batch_update, memit_rule, reachable_output, residual_to_mlp_output, spread
 from editkit.editing.stats import cholesky, second_moment
-from editkit.model.weights import apply_delta, restore
+from editkit.model.weights import applied, apply_delta, restore
 
 
 def _requests(n=3):
@@ -199,3 +199,41 @@ def test_pmet_mhsa_update_ablation(tiny):
     assert all(torch.allclose(C[l], C[l].T) for l in hp.layers)
     plain = apply_pmet(tiny, _requests(2), hp.replace(update_attn=False))
     assert set(plain.delta) == {a.name("down_proj", l) + ".weight" for l in hp.layers}
+
+
+def test_encore_terms_in_the_solve_satisfy_their_normal_equations():
+    """ENCORE's solve (encore_main.py): Delta (lam C + lambda_n I + K_p K_p^T + K K^T) = R K^T, and with both
+    terms off it is MEMIT's Eq. 14 exactly."""
+    g = torch.Generator().manual_seed(0)
+    d, n, m = 40, 4, 6
+    X = torch.randn(3 * d, d, generator=g, dtype=torch.float64)
+    C = X.T @ X / (3 * d)
+    K, R = torch.randn(d, n, generator=g, dtype=torch.float64), torch.randn(12, n, generator=g, dtype=torch.float64)
+    Kp = torch.randn(d, m, generator=g, dtype=torch.float64)
+    lam, ridge = 30.0, 2.5
+    D = batch_update(K, R, C, lam, ridge=ridge, prior_keys=Kp)
+    A = lam * C + ridge * torch.eye(d, dtype=torch.float64) + Kp @ Kp.T + K @ K.T
+    assert float((D @ A - R @ K.T).norm() / (R @ K.T).norm()) < 1e-10
+    assert torch.equal(batch_update(K, R, C, lam, ridge=0.0, prior_keys=None), batch_update(K, R, C, lam))
+    # the ridge shrinks the update (a Frobenius penalty), the earlier keys are written less
+    assert D.norm() < batch_update(K, R, C, lam).norm()
+
+
+def test_memit_with_encore_preserves_the_earlier_batch_keys(tiny):
+    """A two-batch sequence with `add_prev_edits`: the second batch's solve at each layer has the first batch's
+    keys (the state the first returned) in its preserved set, satisfying ENCORE's normal equations; plain MEMIT
+    carries no state."""
+    hp = load_hparams("memit", tiny, {"v_num_grad_steps": 3, "update_norm_lambda": 0.5, "add_prev_edits": True})
+    first = apply_memit(tiny, _requests(2), hp)
+    assert first.state.edits == 2 and all(first.state.keys(l).shape[1] == 2 for l in hp.layers)
+    with applied(tiny, first.delta):
+        second = apply_memit(tiny, _requests(3)[2:], hp, solves=True, state=first.state)
+    assert second.state.edits == 3
+    lam = hp.mom2_update_weight
+    for s in second.solves:
+        Kp = first.state.keys(s.layer).double()
+        A = lam * s.C.double() + hp.update_norm_lambda * torch.eye(Kp.shape[0], dtype=torch.float64) \
+            + Kp @ Kp.T + s.K.double() @ s.K.double().T
+        RK = s.R.double() @ s.K.double().T
+        assert float((s.delta.double() @ A - RK).norm() / RK.norm()) < 1e-6
+    assert apply_memit(tiny, _requests(2), load_hparams("memit", tiny, {"v_num_grad_steps": 3})).state is None

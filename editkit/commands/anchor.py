@@ -56,7 +56,7 @@ def show(out):
     median = statistics.median(shifts)
     print(f"the target shift ||v* - v|| (what v_max_norm bounds): median {median:.4g}, max {max(shifts):.4g}")
     print(f'use it: --hparams-json \'{{"{out["method"]}": {{"nas_anchor": {out["anchor"]:.4g}}}}}\'')
-    # ENCORE's bound is in model units at the method's own layer: ROME's 3.3 on Gemma was its median shift;
+    # the shift bound is in model units at the method's own layer: ROME's 3.3 on Gemma was its median shift;
     # copied to MEMIT (median 415) it kept under 1% of each shift, and no edit took (docs/results/lifelong.md)
-    print(f'ENCORE\'s norm bound by the same rule (the median shift at this layer): --hparams-json '
+    print(f'the shift bound by the same rule (the median shift at this layer): --hparams-json '
           f'\'{{"{out["method"]}": {{"v_stop_top1": 2, "v_max_norm": {median:.4g}}}}}\'')

@@ -29,7 +29,7 @@ from .targets import optimize_targets_batch
 class AnchorEstimate(Result):
     """NAS's n_bar (`anchor`): the mean ||v*|| of `n` edits' value vectors, norms above `quantile` dropped (`kept`
     remain); `norms` each edit's ||v*||, and from `anchor_from_edits` the `method` and each target shift ||v* - v||
-    (`shift_norms`, what ENCORE's v_max_norm bounds)."""
+    (`shift_norms`, what the shift bound v_max_norm bounds)."""
 
     anchor: float
     n: int

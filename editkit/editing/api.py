@@ -118,7 +118,7 @@ def anchor_from_edits(lm, method: str, requests, hparams: dict | None = None, pr
     """NAS's n_bar for `method` (anchor.py): the mean ||v*|| of its edits on the weights this context sees (upstream:
     the unedited model), norms above `quantile` dropped. Each request is edited alone, so every v* is taken on the
     same weights (ROME would otherwise stack them). The edits run with a placeholder anchor, only to read ||v*||
-    before scaling (and ||v* - v||, the shift ENCORE's v_max_norm bounds) from their reports; under
+    before scaling (and ||v* - v||, the shift v_max_norm bounds) from their reports; under
     editing.memo.reuse_targets() later runs reuse their targets."""
     spec = get(method)
     if "nas_anchor" not in {f.name for f in fields(spec.hparams)}:

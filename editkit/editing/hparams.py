@@ -87,7 +87,8 @@ class Hparams(BaseHparams):
     # prob_cutoff > 0)
     v_stop_stall: float = 0.0  # > 0: stop once one step lowers the loss by less than this share of it
     v_max_norm: float = 0.0  # > 0: ||v* - v|| = ||delta|| <= v_max_norm (model units) after every step, beside
-    # the relative clamp (ENCORE's norm constraint on the target shift)
+    # the relative clamp (editkit's shift bound; ENCORE's own norm constraint is on the update: MEMIT's
+    # update_norm_lambda)
     context_templates: int = 5  # generated prefixes (ROME Sec. 3.1), plus the bare prompt
     context_length: int = 10  # tokens per generated prefix
     mom2_n_tokens: int = 20000  # WikiText tokens for the second-moment statistics C = E[k k^T] (more than the

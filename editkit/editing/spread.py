@@ -37,12 +37,24 @@ from .targets import optimize_targets_batch
 
 
 def batch_update(K: torch.Tensor, R: torch.Tensor, C: torch.Tensor, lam: float,
-                 L: torch.Tensor | None = None) -> torch.Tensor:
+                 L: torch.Tensor | None = None, ridge: float = 0.0,
+                 prior_keys: torch.Tensor | None = None) -> torch.Tensor:
     """MEMIT Eq. 14: Delta = R K^T (lam C + K K^T)^-1, (d_out, d_in), in float64; satisfies the normal equations
     Delta (lam C + K K^T) = R K^T. With C's Cholesky factor L (stats.cholesky, lam > 0), by the Woodbury identity:
     with Y = C^-1 K and M = lam I + K^T Y (n x n), (lam C + K K^T)^-1 K = Y M^-1, so Delta = R M^-1 Y^T, two
-    triangular solves and an n x n one instead of a d x d factorization per layer and edit."""
+    triangular solves and an n x n one instead of a d x d factorization per layer and edit.
+    ENCORE's terms (Gupta et al. 2025, `encore_main.py`: `cov += update_norm_lambda * I`, and with
+    `add_prev_edits` the earlier edits' K_p K_p^T): `ridge` lambda_n adds lambda_n ||Delta||_F^2 to Eq. 14's
+    objective and `prior_keys` K_p (d_in, m) preserve the earlier edits' keys, so that
+    Delta (lam C + lambda_n I + K_p K_p^T + K K^T) = R K^T (solved directly)."""
     K64, R64 = K.double(), R.double()
+    if ridge > 0 or prior_keys is not None:
+        A = lam * C.double() + K64 @ K64.T
+        A = A + ridge * torch.eye(A.shape[0], dtype=torch.float64, device=A.device)
+        if prior_keys is not None:
+            Kp = prior_keys.to(K64.device, torch.float64)
+            A = A + Kp @ Kp.T
+        return torch.linalg.solve(A, K64 @ R64.T).T
     if L is not None and lam > 0:
         Y = torch.cholesky_solve(K64, L.double())
         M = lam * torch.eye(K64.shape[1], dtype=torch.float64, device=K64.device) + K64.T @ Y
@@ -51,10 +63,12 @@ def batch_update(K: torch.Tensor, R: torch.Tensor, C: torch.Tensor, lam: float,
     return torch.linalg.solve(A, K64 @ R64.T).T  # A symmetric: (A^-1 K R^T)^T = R K^T A^-1
 
 
-def memit_rule(C: dict, lam: float, factors: dict | None = None):
+def memit_rule(C: dict, lam: float, factors: dict | None = None, ridge: float = 0.0, prior=None):
     """MEMIT Eq. 14 at each layer: Delta = R K^T (lam C + K K^T)^-1 (MEMIT's and PMET's solve); `factors`: each
-    layer's Cholesky factor of C (stats.cholesky), or None."""
-    return lambda layer, K, R: batch_update(K, R, C[layer], lam, (factors or {}).get(layer))
+    layer's Cholesky factor of C (stats.cholesky), or None; `ridge` and `prior` (layer -> the earlier edits' keys
+    or None): ENCORE's terms (batch_update)."""
+    return lambda layer, K, R: batch_update(K, R, C[layer], lam, (factors or {}).get(layer), ridge,
+                                            prior(layer) if prior else None)
 
 
 def reachable_output(s: torch.Tensor, y: torch.Tensor, iters: int = 100) -> torch.Tensor:

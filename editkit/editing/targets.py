@@ -11,7 +11,8 @@ with ||delta|| clamped to clamp_norm_factor * ||init|| after each step and early
 target is the argmax at every target position, the NLL weight drops to 0.1 and it stops when KL <= 0.01, App. D).
 Stabilisers (ENCORE, arXiv 2502.01636; off unless chosen, `_stabiliser_stops`): stop once the target is the most
 probable token (v_stop_top1), once its mean probability passes v_stop_prob, or once the loss stalls
-(v_stop_stall); and bound ||delta|| = ||v* - v|| by v_max_norm after every step.
+(v_stop_stall); and bound ||delta|| = ||v* - v|| by v_max_norm after every step (editkit's shift bound, not
+ENCORE's: its norm constraint acts on the weight update, MEMIT's update_norm_lambda).
 """
 from __future__ import annotations
 
@@ -566,7 +567,7 @@ def optimize_targets_batch(lm, requests: list[EditRequest], layer: int | list[in
                 limit = hp.clamp_norm_factor * init[s][tied.owner(rows_k)].norm(dim=1, keepdim=True)
                 norm = p.norm(dim=1, keepdim=True)
                 p = torch.where(norm > limit, p * limit / norm, p)  # MEMIT/ROME's norm clamp
-                if hp.v_max_norm > 0:  # ENCORE's norm constraint on the target shift, in model units
+                if hp.v_max_norm > 0:  # the shift bound, in model units
                     norm = p.norm(dim=1, keepdim=True)
                     p = torch.where(norm > hp.v_max_norm, p * hp.v_max_norm / norm, p)
                 delta[s][rows_k] = p

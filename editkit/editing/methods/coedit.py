@@ -117,12 +117,12 @@ def _joint(requests, implied, kept, source, hp: CoeditHparams) -> Joint | None:
 
 
 def apply_coedit(lm, requests, hp: CoeditHparams, progress=None, reference: bool = False,
-                 solves: bool = False):
+                 solves: bool = False, state=None):
     implied, source = implied_requests(lm, requests, hp)
     kept, kept_source = kept_requests(lm, requests, hp)
     extra, source = implied + kept, source + kept_source
     result = apply_memit(lm, list(requests) + extra, hp, progress, reference, solves,
-                         joint=_joint(list(requests), implied, kept, source, hp))
+                         joint=_joint(list(requests), implied, kept, source, hp), state=state, method="coedit")
     result.method = "coedit"
     result.details["implied"] = [{"prompt": e.rewrite, "target": e.target_new} for e in implied]
     result.details["kept"] = [{"prompt": e.rewrite, "target": e.target_new} for e in kept]
@@ -131,7 +131,7 @@ def apply_coedit(lm, requests, hp: CoeditHparams, progress=None, reference: bool
 
 METHOD = register(Method(
     name="coedit", label="Co-edit (MEMIT + implied)", apply=apply_coedit, hparams=CoeditHparams, order=60,
-    color="#a6761d", first_use=first_use, predict_share=update_share,
+    color="#a6761d", stateful=True, first_use=first_use, predict_share=update_share,
     spreading="MEMIT's spread, with each fact's derived implications edited in the same batch",
     about="After ChainEdit (2025): the implied facts derived from the model's own knowledge are edited with the "
           "fact, in one MEMIT batch."))
