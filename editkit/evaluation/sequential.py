@@ -276,16 +276,16 @@ def _write(tmp: Path, value: dict) -> None:
     save_file(tensors, str(tmp), metadata=meta)
 
 
-def _read(path: Path, device="cpu") -> dict:
-    """A checkpoint: its weight deltas on `device` (the model's: a run saved on one device resumes on another),
-    its sequence state on the CPU, where SequenceState keeps its keys."""
+def _read(path: Path) -> dict:
+    """A checkpoint, on the CPU (the caller moves the deltas to the model's device: a failure there must not make
+    the store delete the checkpoint as unreadable)."""
     from safetensors import safe_open
 
     with safe_open(str(path), "pt") as f:
         tensors = {k: f.get_tensor(k).clone() for k in f.keys()}
         meta = f.metadata()
     header = json.loads(meta["state"])
-    return {"total": {k[6:]: v.to(device) for k, v in tensors.items() if k.startswith("delta.")},
+    return {"total": {k[6:]: v for k, v in tensors.items() if k.startswith("delta.")},
             "state": SequenceState.from_tensors(tensors, header) if header else None,
             "progress": json.loads(meta["progress"])}
 
@@ -317,9 +317,10 @@ def sequential(lm, method: str, requests, hparams: dict | None = None, spec: Seq
     path = STORE.path(m.name, ".safetensors", within=lm.name, **settings)
     order = list(range(len(records)))
     random.Random(seed).shuffle(order)  # the fixed random sample: the first `sample` edits so far in this order
-    saved = STORE.get(path, lambda p: _read(p, lm.device)) if cache else None
-    if saved is not None:
-        total, state, prog = saved["total"], saved["state"], saved["progress"]
+    saved = STORE.get(path, _read) if cache else None
+    if saved is not None:  # a run saved on one device resumes on another; SequenceState keeps its keys on the CPU
+        total = {k: v.to(lm.device) for k, v in saved["total"].items()}
+        state, prog = saved["state"], saved["progress"]
     else:
         total, state = {}, None
         with applied(lm, {}):
