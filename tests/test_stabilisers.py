@@ -39,6 +39,24 @@ def test_norm_bound_holds(tiny_by_name):
     bound = 0.5 * min(float(o["resid_post"]["delta"].norm()) for o in free)
     for o in _run(lm, hp.replace(v_max_norm=bound)):
         assert float(o["resid_post"]["delta"].norm()) <= bound * (1 + 1e-5)
+        assert o["held_at_bound"]  # every free shift was at least twice the bound
+    loose = 2 * max(float(o["resid_post"]["delta"].norm()) for o in free)
+    assert not any(o["held_at_bound"] for o in _run(lm, hp.replace(v_max_norm=loose)))
+    assert all("held_at_bound" not in o for o in free)
+
+
+def test_an_edit_says_how_many_targets_the_bound_held(tiny_by_name):
+    """A bound on the wrong scale looks like an edit that did not take; the result says why."""
+    from editkit.editing.api import run_edit
+
+    lm = tiny_by_name("tiny-gemma3")
+    requests = _requests(2)
+    held = run_edit(lm, "memit", requests, {"v_num_grad_steps": 3, "v_max_norm": 1e-3})
+    assert [r.details["held_at_bound"] for r in held.per_request] == [True, True]
+    assert "2 of 2 target(s) held at the shift bound" in held.headline()
+    rome = run_edit(lm, "rome", requests[:1], {"v_num_grad_steps": 3, "v_max_norm": 1e-3})
+    assert rome.per_request[0].details["held_at_bound"] and "1 of 1 target(s) held" in rome.headline()
+    assert "shift bound" not in run_edit(lm, "memit", requests, {"v_num_grad_steps": 3}).headline()
 
 
 def test_early_stop_rules_stop_where_they_say(tiny_by_name):

@@ -150,8 +150,10 @@ class EditResult(Result):
         return max((n.relative_norm for n in self.norms.values()), default=0.0)
 
     def headline(self) -> str:
+        held = [r.details["held_at_bound"] for r in self.per_request if "held_at_bound" in r.details]
+        bound = f"; {sum(held)} of {len(held)} target(s) held at the shift bound v_max_norm" if any(held) else ""
         return (f"{self.method}, {len(self.requests)} request(s) in {self.seconds:.1f} s; "
-                f"{len(self.norms)} parameter(s) changed, max ||dW||/||W|| = {self.relative_norm:.4f}")
+                f"{len(self.norms)} parameter(s) changed, max ||dW||/||W|| = {self.relative_norm:.4f}{bound}")
 
     @property
     def info(self) -> dict:

@@ -33,7 +33,7 @@ from ..model.weights import applied, effective_weight
 from .anchor import anchor_targets
 from .keys import SiteReader
 from .result import EditResult, LayerReport, RequestReport, Solve, norm_report
-from .targets import optimize_targets_batch
+from .targets import optimize_targets_batch, stabiliser_details
 
 
 def batch_update(K: torch.Tensor, R: torch.Tensor, C: torch.Tensor, lam: float,
@@ -218,7 +218,7 @@ def finish(name: str, lm, requests, hp, opts: list[dict], done: Spread, start: f
            progress=None, **details) -> EditResult:
     """The EditResult of a spread edit, with the diagnostics every spreading method reports; `details` are the
     method's own JSON numbers."""
-    reports = [RequestReport(r.case_id, opt["losses"], reached, {"nas": opt["nas"]} if "nas" in opt else {})
+    reports = [RequestReport(r.case_id, opt["losses"], reached, stabiliser_details(opt))
                for r, opt, reached in zip(requests, opts, done.reached)]
     if progress:
         progress(1.0, f"{name} done")

@@ -581,8 +581,16 @@ def optimize_targets_batch(lm, requests: list[EditRequest], layer: int | list[in
         res = {"losses": losses[j]}
         for s in sites:
             res[s] = {"init": init[s][j], "delta": delta[s][j].clone(), "target": init[s][j] + delta[s][j]}
+        if hp.v_max_norm > 0:  # the shift bound held this target short (a bound on the wrong scale holds them all)
+            res["held_at_bound"] = any(float(delta[s][j].norm()) >= hp.v_max_norm * (1 - 1e-6) for s in sites)
         out.append(res)
     return out
+
+
+def stabiliser_details(opt: dict) -> dict:
+    """A request's stabiliser diagnostics from its optimized targets (RequestReport.details): NAS's rescaling
+    (anchor.py), and whether the shift bound held the target short."""
+    return {k: opt[k] for k in ("nas", "held_at_bound") if k in opt}
 
 
 def optimize_targets(lm, request: EditRequest, layer: int, sites: tuple[str, ...], hp,

@@ -24,7 +24,7 @@ from ..keys import key_star, keys_at
 from ..result import EditResult, RequestReport, Solve, norm_report
 from ..share import SharePrediction, edited_maps, update_share
 from ..stats import cholesky, key_statistics, positions_for
-from ..targets import optimize_targets
+from ..targets import optimize_targets, stabiliser_details
 from . import FirstUse, Method, register
 
 
@@ -109,7 +109,7 @@ def apply_rome(lm, requests, hp: RomeHparams, progress=None, reference: bool = F
             reports.append(RequestReport(request.case_id, opt["losses"], details={
                 "layer": layer, **info, "v_star_norm": float(v_star.norm()), "k_star_norm": float(k_star.norm()),
                 "delta_norm": float(dW.norm()), "weight_norm": float(W.norm()),
-                "relative_norm": float(dW.norm() / W.norm()), **({"nas": opt["nas"]} if "nas" in opt else {})}))
+                "relative_norm": float(dW.norm() / W.norm()), **stabiliser_details(opt)}))
     if progress:
         progress(1.0, "ROME done")
     return EditResult("rome", list(requests), total, hp, reports, norms=norm_report(lm.model, total),
