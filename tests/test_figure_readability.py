@@ -249,3 +249,16 @@ def test_the_check_finds_cell_text_plotly_would_shrink_and_a_title_cut_off():
     fig.update_layout(title="A title far too long for the third of a page that this figure gets on the page")
     found = problems(fig, W["third"])
     assert any("shrinks" in p for p in found) and any("cut off" in p for p in found)
+
+
+def test_turned_tables_show_no_empty_cells():
+    """A measure no run has is left out of a turned table; one run's missing value reads as a dash, not a blank
+    (the 500-edit table showed empty Kept and Locality rows, recorded before those were measured)."""
+    from editkit.figures.editing import by_column
+
+    rows = [{"label": "A", "kept": None, "efficacy": 0.5, "collapsed_at": 200},
+            {"label": "B", "kept": None, "efficacy": 0.25, "collapsed_at": None}]
+    table = by_column(rows, "label")
+    assert [r["measure"] for r in table] == ["efficacy", "collapsed_at"]
+    assert table[1] == {"measure": "collapsed_at", "A": "200", "B": "–"}
+    assert by_column([]) == []

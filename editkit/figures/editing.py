@@ -39,11 +39,14 @@ def metrics_table(out: dict) -> list[dict]:
 
 def by_column(rows: list[dict], key: str = "method") -> list[dict]:
     """A table with one row per option turned so that each option is a column (a measure per row): five methods
-    fit the page side by side where a dozen measures as columns ran off its right edge."""
+    fit the page side by side where a dozen measures as columns ran off its right edge.
+    A measure no option has (a run recorded before it was measured) is left out rather than shown as empty cells;
+    one option's missing value (not measured, or none: never collapsed) reads "–"."""
     def cell(v):  # one column holds numbers and words: as text (a mixed column does not convert to a table)
-        return "" if v is None else f"{v:.4g}" if isinstance(v, float) else str(v)
+        return "–" if v is None else f"{v:.4g}" if isinstance(v, float) else str(v)
 
-    return [{"measure": k, **{str(r[key]): cell(r[k]) for r in rows}} for k in rows[0] if k != key] if rows else []
+    measures = [k for k in (rows[0] if rows else []) if k != key and any(r.get(k) is not None for r in rows)]
+    return [{"measure": k, **{str(r[key]): cell(r.get(k)) for r in rows}} for k in measures]
 
 
 def prompt_numbers(rows: list[dict]) -> list[str]:
