@@ -73,6 +73,7 @@ def apply_memit(lm, requests, hp: MemitHparams, progress=None, reference: bool =
 
 METHOD = register(Method(
     name="memit", label="MEMIT", apply=apply_memit, hparams=MemitHparams, order=20, color="#d95f02",
-    stateful=True, first_use=first_use, predict_share=update_share, targets=lambda hp: (("resid_post",), hp.layers[-1], False),
+    stateful=True, first_use=first_use, predict_share=update_share,
+    targets=lambda hp: (("resid_post",), hp.layers[-1], False),
     spreading="residual spread over the critical layers, R / (L - i) (Eq. 14-15)",
     about="Mass-Editing Memory in a Transformer (Meng et al. 2023): a batch of facts over a window of MLP layers."))
