@@ -62,20 +62,16 @@ VARIANT_COLORS = ("#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd2
 DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
 
 
-def _style(method: str, results: dict) -> tuple[str, str, str]:
-    """(label, colour, dash): the label and colour the run names (evaluation/lifelong.styled fills in its method's),
-    else the key and a colour of its own; runs of one colour (a method and its stabilised variants) are told
-    apart by dash, in run order, so that a variant reads as its method's family."""
-    res = results[method]
-    keys = list(results)
-    k = keys.index(method)
-
-    def color_of(key):
-        return results[key].get("color") or VARIANT_COLORS[keys.index(key) % len(VARIANT_COLORS)]
-
-    color = color_of(method)
-    same = sum(1 for key in keys[:k] if color_of(key) == color)
-    return res.get("label", method), color, DASHES[same % len(DASHES)]
+def _styles(results: dict) -> dict[str, tuple[str, str, str]]:
+    """key -> (label, colour, dash): the label and colour the run names (evaluation/lifelong.styled fills in its
+    method's), else the key and a colour of its own; runs of one colour (a method and its stabilised variants) are
+    told apart by dash, in run order, so that a variant reads as its method's family."""
+    out, seen = {}, {}
+    for k, (key, res) in enumerate(results.items()):
+        color = res.get("color") or VARIANT_COLORS[k % len(VARIANT_COLORS)]
+        out[key] = (res.get("label", key), color, DASHES[seen.get(color, 0) % len(DASHES)])
+        seen[color] = seen.get(color, 0) + 1
+    return out
 
 
 def lifelong_figure(results: dict, panels=PANELS, columns: int = 4) -> "go.Figure":
@@ -83,11 +79,12 @@ def lifelong_figure(results: dict, panels=PANELS, columns: int = 4) -> "go.Figur
     from plotly.subplots import make_subplots
 
     data = curves(results)
+    styles = _styles(results)
     rows = (len(panels) + columns - 1) // columns
     fig = make_subplots(rows=rows, cols=columns, subplot_titles=[METRICS[p][0] for p in panels],
                         horizontal_spacing=0.06, vertical_spacing=0.14)
     for method, series in data.items():
-        label, color, dash = _style(method, results)
+        label, color, dash = styles[method]
         for i, panel in enumerate(panels):
             s = series[panel]
             if not s["x"]:
@@ -118,6 +115,7 @@ def layer_figure(results: dict, columns: int | None = None) -> "go.Figure":
     from plotly.subplots import make_subplots
 
     data = layer_curves(results)
+    styles = _styles(results)
     names = list(data) or ["(no edited matrices)"]
     cols = columns or max(1, len(names))
     fig = make_subplots(rows=2, cols=cols, horizontal_spacing=0.04, vertical_spacing=0.12,
@@ -127,7 +125,7 @@ def layer_figure(results: dict, columns: int | None = None) -> "go.Figure":
     shown = set()
     for c, name in enumerate(names[:cols]):
         for method, s in data.get(name, {}).items():
-            label, color, dash = _style(method, results)
+            label, color, dash = styles[method]
             for row, key in ((1, "relative_norm"), (2, "condition")):
                 pts = [(x, y) for x, y in zip(s["x"], s[key]) if y is not None]
                 if not pts:
