@@ -10,9 +10,10 @@ import argparse
 import importlib
 import json
 import sys
+import warnings
 from pathlib import Path
 
-from .core.errors import EditkitError
+from .core.errors import CacheWarning, EditkitError
 from .core.results import Result
 
 COMMANDS = ["models", "predict", "trace", "aie", "edit", "apply-patch", "evaluate", "bench", "memories", "triggers",
@@ -29,11 +30,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line_warnings(show):
+    """editkit's own warnings as one line in the CLI's voice; anyone else's through `show`, as Python prints them."""
+    def shown(message, category, *rest, **kwargs):
+        if issubclass(category, CacheWarning):
+            print(f"[editkit] warning: {message}", file=sys.stderr, flush=True)
+        else:
+            show(message, category, *rest, **kwargs)
+    return shown
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        result = args.func(args)
+        with warnings.catch_warnings():  # restores showwarning afterwards (main also runs inside tests)
+            warnings.showwarning = _one_line_warnings(warnings.showwarning)
+            result = args.func(args)
     except EditkitError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

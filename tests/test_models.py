@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from editkit.cli import main
-from editkit.core.cache import MANIFEST
-from editkit.core.errors import EditkitError
+from editkit.core.cache import MANIFEST, Store
+from editkit.core.errors import CacheWarning, EditkitError
 from editkit.model.loading import TINY, _load_folder, _tiny, cached_folder, list_models, load_model
 from editkit.model.text import top_k
 
@@ -51,6 +51,22 @@ def test_cache_is_built_once_and_rebuilt_after_truncation(tmp_path, monkeypatch)
     assert len(calls) == 2 and "rebuilding" in messages[0]
     model, _ = _load_folder(folder2)  # and it loads again
     assert sum(p.numel() for p in model.parameters()) > 0
+
+
+def test_unreadable_entry_is_set_aside_and_rebuilt(tmp_path, monkeypatch):
+    """The one cache helper never deletes an entry its reader fails on: the file is renamed <entry>.unreadable (a
+    later failure replaces that copy), a warning names both, and get_or_build builds the entry again."""
+    monkeypatch.setenv("EDITKIT_CACHE", str(tmp_path))
+    store = Store("unit-test", version=3)
+    path = store.path("tiny", n=1)
+    for text in ("{not json", "[1, 2"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        with pytest.warns(CacheWarning, match=r"unit-test.*JSONDecodeError.*unreadable"):
+            assert store.get_or_build(path, lambda: {"built": True}) == {"built": True}
+        assert path.with_name(path.name + ".unreadable").read_text() == text
+        assert json.loads(path.read_text()) == {"built": True}
+    assert sorted(p.name for p in path.parent.iterdir()) == [path.name, path.name + ".unreadable"]
 
 
 def test_failed_build_leaves_no_cache(tmp_path, monkeypatch):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from editkit.core.errors import EditkitError
+from editkit.core.errors import CacheWarning, EditkitError
 from editkit.editing.api import run_edit
 from editkit.evaluation import load_eval_set
 from editkit.evaluation.lifelong import final_table
@@ -75,6 +75,23 @@ def test_resume_gives_the_same_run(tiny_by_name):
     assert curves({"alphaedit": rest.to_json()})["alphaedit"]["efficacy"]["x"] == [2, 4, 6]
     data = json.loads(json.dumps(rest.to_json()))
     assert type(rest).from_json(data) == rest and len(rest.to_frame()) == 3 and rest.figure().data
+
+
+def test_an_unreadable_checkpoint_is_kept_aside_not_deleted(tiny_by_name):
+    """A checkpoint the reader cannot read (a truncated copy, a format it does not know) is set aside with a warning
+    that names it, never deleted: hours of lifelong editing stay on disk for their owner, and the run starts over."""
+    lm = tiny_by_name("tiny-llama")
+    records = load_eval_set("counterfact", 4)
+    spec = SequentialSpec(batch=2, sample=2, stop_after=1, **SMALL)
+    part = sequential(lm, "memit", records, FAST, spec)
+    path = Path(part.checkpoint)
+    broken = path.read_bytes()[:100]
+    path.write_bytes(broken)
+    with pytest.warns(CacheWarning, match="could not be read.*kept as .*unreadable"):
+        again = sequential(lm, "memit", records, FAST, spec)
+    aside = path.with_name(path.name + ".unreadable")
+    assert aside.read_bytes() == broken and again.resumed_at_batch == 0 and again.batches_done == 1
+    assert Path(again.checkpoint).exists()  # rebuilt beside the kept copy
 
 
 def test_rome_checkpoints_every_k_edits(tiny_by_name):

@@ -1,6 +1,7 @@
 """MHSA vs FFN similarity curves (PMET Fig. 2): Jaccard by hand, the residual identities behind the input/output
 definitions on every tiny family, the CLI, the page, and the embedded model."""
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -8,7 +9,7 @@ import torch
 from streamlit.testing.v1 import AppTest
 
 from editkit.cli import main
-from editkit.core.errors import EditkitError
+from editkit.core.errors import CacheWarning, EditkitError
 from editkit.similarity import (
     _jaccard_rows,
     cache_path,
@@ -84,15 +85,21 @@ def test_similarity_result_on_every_family(tiny):
     assert again.cached and again.mhsa_cos == r.mhsa_cos and again.ffn_jaccard == r.ffn_jaccard
 
 
-def test_raw_mode_corrupt_cache_and_errors(tiny_by_name, tmp_path):
+def test_raw_mode_corrupt_cache_and_errors(tiny_by_name, tmp_path, capsys):
     lm = tiny_by_name("tiny-llama")
     r = similarity(lm, prompts=PROMPTS[:2], mode="raw")
     assert "raw" in r.definition and r.mode == "raw"
     files = list((tmp_path / "similarity").glob("*.json"))
     assert len(files) == 1
     files[0].write_text("{not json")
-    rebuilt = similarity(lm, prompts=PROMPTS[:2], mode="raw")
+    with pytest.warns(CacheWarning, match="kept as"):
+        rebuilt = similarity(lm, prompts=PROMPTS[:2], mode="raw")
     assert not rebuilt.cached and rebuilt.mhsa_cos == r.mhsa_cos
+    files[0].write_text("[")  # the CLI says the same in one line of its own
+    assert main(["similarity", "--model", "tiny-llama", "--prompt", PROMPTS[0], "--prompt", PROMPTS[1],
+                 "--mode", "raw", "--json"]) == 0
+    err = capsys.readouterr().err
+    assert re.search(r"^\[editkit\] warning: cache entry .*similarity.* could not be read .*kept as", err, re.M), err
     with pytest.raises(EditkitError):
         similarity(lm, prompts=PROMPTS, mode="sideways")
     with pytest.raises(EditkitError):

@@ -9,7 +9,8 @@ trigger indexes, analyses, trace results) is an entry of a Store.
   computation changes makes old entries invisible (never silently reused).
 - Writes are atomic: a temporary file in the same folder, renamed into place, so a reader never sees half a file
   and two writers never share a temporary name.
-- A corrupt entry (the reader raises) is deleted and rebuilt.
+- An unreadable entry (the reader raises) is set aside as `<entry>.unreadable`, with a warning naming both files,
+  and rebuilt: a lifelong checkpoint hours in the making is never deleted by a reader's failure.
 """
 from __future__ import annotations
 
@@ -19,11 +20,13 @@ import os
 import shutil
 import tempfile
 import time
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from .errors import CacheWarning
 from .paths import cache_dir, safe_name
 
 MANIFEST = "editkit-manifest.json"
@@ -75,14 +78,14 @@ class Store:
         return cache_dir(*parts) / f"{stem}.v{self.version}{suffix}"
 
     def get(self, path: Path, read: Callable[[Path], Any] = read_json) -> Any | None:
-        """The entry's value, or None when it is missing or corrupt (a corrupt entry is deleted)."""
+        """The entry's value, or None when it is missing or unreadable (then set aside: `set_aside`)."""
         path = Path(path)
         if not path.exists():
             return None
         try:
             return read(path)
-        except Exception:  # noqa: BLE001 - any unreadable entry is rebuilt
-            path.unlink(missing_ok=True)
+        except Exception as exc:  # noqa: BLE001 - any unreadable entry is rebuilt, its file kept
+            set_aside(path, exc)
             return None
 
     def put(self, path: Path, value: Any, write: Callable[[Path, Any], None] = write_json) -> Path:
@@ -119,6 +122,19 @@ class Store:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         return final
+
+
+def set_aside(path: Path, exc: BaseException) -> Path | None:
+    """Rename an unreadable entry to `<entry>.unreadable` (one per entry: a later one replaces it) and warn, so the
+    next run rebuilds it while the file stays for its owner to inspect or restore. None when it is already gone."""
+    aside = path.with_name(path.name + ".unreadable")
+    try:
+        os.replace(path, aside)
+    except FileNotFoundError:  # another process set it aside first
+        return None
+    warnings.warn(f"cache entry {path} could not be read ({type(exc).__name__}: {exc}); it is kept as {aside} "
+                  "and will be rebuilt", CacheWarning, stacklevel=3)
+    return aside
 
 
 def _manifest_ok(folder: Path) -> bool:

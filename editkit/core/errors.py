@@ -12,3 +12,7 @@ class EditkitError(ValueError):
 class Cancelled(EditkitError):
     """A long computation stopped because its owner cancelled it (a job's Cancel button, a trace's cancel flag);
     every `with` block it was in unwinds, so hooks, edits and cache writes are left as they were."""
+
+
+class CacheWarning(UserWarning):
+    """A cache entry could not be read: it was set aside (never deleted) and is rebuilt."""
