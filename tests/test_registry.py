@@ -125,3 +125,4 @@ def test_toy_method_in_bench_edit(toy, tiny_by_name):
     assert [r["method"] for r in out["results"]] == ["toy", "toy (reference)", "toy"]
     assert out["results"][2]["requests"] == 2 and out["results"][0]["steps"] == 0
     assert out["reference_method"] == "toy" and "toy_speedup" in out
+    assert out["warmup_s"] is not None  # one untimed edit first: a device's first use lands on no timed method
