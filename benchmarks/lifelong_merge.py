@@ -5,6 +5,7 @@ rebuilt from their checkpoints' rows (a run that could not be finished: its rows
     python benchmarks/lifelong_merge.py OUT.json --set counterfact-edit memit=memit.json pmet=pmet.json \\
         --partial 'memit+nas=CHECKPOINT:memit:{"nas_anchor": 995.3388}' --label "memit+nas=MEMIT + NAS" \\
         --note "memit=an NVIDIA H100 (float32)"
+    python benchmarks/lifelong_merge.py OUT.json --set counterfact-edit memit=SHIPPED.json#memit new=new.json
     python benchmarks/lifelong_merge.py --dump-rows ROWS.json   # every checkpoint's rows in $EDITKIT_CACHE
 
 --partial KEY=CHECKPOINT:TEMPLATE:HPARAMS: the rows of CHECKPOINT (a checkpoint file, `sequential/<model>/
@@ -50,6 +51,17 @@ def dump_rows(out: str) -> None:
         print(name, "batches done", p["done"], "checkpoints at", [r["edit"] for r in p["rows"]])
 
 
+def one_run(path: str):
+    """The run of a --save file with one run, or FILE#KEY: the run saved under KEY in a merged file (the shipped
+    one, to which a new run is added)."""
+    file, _, key = path.partition("#")
+    found = load_results(Path(file))
+    if key:
+        return found[key]
+    (run,) = found.values()
+    return run
+
+
 def partial(template, checkpoint: str, hparams: dict, label: str | None):
     done = progress(checkpoint)
     rows = done["rows"]
@@ -62,7 +74,8 @@ def partial(template, checkpoint: str, hparams: dict, label: str | None):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("out", nargs="?")
-    p.add_argument("runs", nargs="*", help="KEY=FILE: the run of FILE (a --save file with one run) under KEY")
+    p.add_argument("runs", nargs="*", help="KEY=FILE: the run of FILE (a --save file with one run, or FILE#KEY2: "
+                   "the run under KEY2 in a merged file) under KEY")
     p.add_argument("--set")
     p.add_argument("--partial", action="append", default=[])
     p.add_argument("--template", action="append", default=[],
@@ -79,9 +92,8 @@ def main():
     labels, notes, methods = pairs(a.label), pairs(a.note), pairs(a.method)
     runs = {}
     for key, path in pairs(a.runs).items():
-        (run,) = load_results(Path(path)).values()
-        runs[key] = replace(run, label=labels.get(key, run.label))
-    templates = {key: next(iter(load_results(Path(path)).values())) for key, path in pairs(a.template).items()}
+        runs[key] = replace(run := one_run(path), label=labels.get(key, run.label))
+    templates = {key: one_run(path) for key, path in pairs(a.template).items()}
     for key, spec in pairs(a.partial).items():
         checkpoint, template, hparams = spec.split(":", 2)  # HPARAMS, JSON, has colons of its own
         base = runs[template] if template in runs else templates[template]

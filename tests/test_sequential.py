@@ -336,3 +336,9 @@ def test_lifelong_merge_rebuilds_a_stopped_run_from_its_checkpoint(tmp_path, mon
         part = runs["memit+nas"]
         assert not part.complete and part.rows == stopped.rows and part.batches_done == 1
         assert part.hparams["nas_anchor"] == 2.0 and part.label == "MEMIT + NAS"
+    again = tmp_path / "again.json"  # a run added to a merged file: the file's runs are taken back by FILE#KEY
+    subprocess.run([*merge, str(again), f"memit+nas={out}#memit+nas", f"plain={saved}", "--set",
+                    "counterfact-first5"], check=True, env=env, capture_output=True)
+    both = load_results(again)
+    assert list(both) == ["memit+nas", "plain"] and both["memit+nas"] == runs["memit+nas"]
+    assert both["plain"].rows == done.rows
