@@ -330,9 +330,10 @@ def lifelong_section(lm) -> None:
         title = "Stabilisers against ROME's collapse (120 edits, shipped run)"
         with st.expander(title), ui.guard("the stabilisers' run"):
             st.markdown(
-                "Published fixes for the collapse limit how far each edit pushes. ENCORE stops the target "
-                "optimisation at the second step where the new target is on top and bounds the target shift "
-                "‖v* − v‖ ≤ b; NAS rescales every value vector to one anchor norm, v* ← n̄ v*/‖v*‖. Watch ‖ΔW‖/‖W‖ "
+                "Fixes for the collapse limit how far each edit pushes. ENCORE's early stop ends the target "
+                "optimisation at the second step where the new target is on top, and editkit's shift bound keeps "
+                "the target shift ‖v* − v‖ ≤ b (ENCORE's own norm constraint acts on MEMIT's update: the 1,000-edit "
+                "run below); NAS rescales every value vector to one anchor norm, v* ← n̄ v*/‖v*‖. Watch ‖ΔW‖/‖W‖ "
                 "and the condition number cond(W + ΔW) = σ_max/σ_min: with the defaults they climb before the "
                 "perplexity does, and ROME collapses at edit 100 (perplexity > 2x); with either stabiliser they stay "
                 "flat.")
@@ -402,7 +403,7 @@ def draw_parts(parts: tuple, keys: tuple[str, str], layer_caption: str = "") -> 
     if layer_caption:
         st.caption(layer_caption)
     st.plotly_chart(layer_figure, width="stretch", key=keys[1])
-    st.dataframe(table, hide_index=True, width="stretch", height="content")
+    st.table(table.set_index("measure"))  # wraps its headers: ten runs side by side fit the page, no sideways scroll
 
 
 def draw_runs(runs: dict, keys: tuple[str, str], layer_caption: str = "") -> None:

@@ -262,3 +262,15 @@ def test_turned_tables_show_no_empty_cells():
     assert [r["measure"] for r in table] == ["efficacy", "collapsed_at"]
     assert table[1] == {"measure": "collapsed_at", "A": "200", "B": "–"}
     assert by_column([]) == []
+
+
+def test_table_cells_fit_a_narrow_column():
+    """The 1,000-edit table's cells ran out of their columns ("2.907e+0…", "0.09484" cut): numbers are written short,
+    flags as words."""
+    from editkit.figures.editing import by_column, cell
+
+    assert [cell(v) for v in (29070.4, 771.5, 83.45, 1.009, 0.09484, 1000, True, False, None)] == [
+        "29,070", "771.5", "83.5", "1.01", "0.0948", "1,000", "yes", "no", "–"]
+    rows = [{"label": "A", "complete": True, "perplexity": 29070.4}, {"label": "B", "complete": False, "perplexity": 1.0}]
+    assert by_column(rows, "label") == [{"measure": "complete", "A": "yes", "B": "no"},
+                                        {"measure": "perplexity", "A": "29,070", "B": "1"}]

@@ -248,6 +248,8 @@ def test_shipped_stabiliser_run_and_its_figure():
     for res in runs.values():
         assert res.complete and res.n == 120 and res.batch == 1 and res.rows[-1]["measured"] == 120
     assert runs["rome+encore"].hparams["v_stop_top1"] == 2 and runs["rome+nas"].hparams["nas_anchor"] > 0
+    # the label says what ran: ENCORE's early stop with editkit's shift bound (ENCORE's own bound is on the update)
+    assert runs["rome+encore"].label == "ROME + early stop and shift bound (v_stop_top1 2, b 3.3)"
     table = {r["method"]: r for r in final_table(runs)}
     assert table["rome"]["collapsed_at"] is not None
     assert table["rome+encore"]["collapsed_at"] is None and table["rome+nas"]["collapsed_at"] is None

@@ -41,12 +41,25 @@ def by_column(rows: list[dict], key: str = "method") -> list[dict]:
     """A table with one row per option turned so that each option is a column (a measure per row): five methods
     fit the page side by side where a dozen measures as columns ran off its right edge.
     A measure no option has (a run recorded before it was measured) is left out rather than shown as empty cells;
-    one option's missing value (not measured, or none: never collapsed) reads "–"."""
-    def cell(v):  # one column holds numbers and words: as text (a mixed column does not convert to a table)
-        return "–" if v is None else f"{v:.4g}" if isinstance(v, float) else str(v)
-
+    one option's missing value (not measured, or none: never collapsed) reads "–". Cells are text (a column holds
+    numbers and words), numbers as `cell` writes them."""
     measures = [k for k in (rows[0] if rows else []) if k != key and any(r.get(k) is not None for r in rows)]
     return [{"measure": k, **{str(r[key]): cell(r.get(k)) for r in rows}} for k in measures]
+
+
+def cell(v) -> str:
+    """A table cell a reader takes in at a glance and that fits a narrow column: thousands with commas (1,000;
+    29,070, never 2.907e+04), one decimal from 10 up (rates x100: 83.5), three significant digits below (0.0948,
+    1.01), yes / no for flags, "–" for none."""
+    if v is None:
+        return "–"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, float):
+        return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.1f}" if abs(v) >= 10 else f"{v:.3g}"
+    return str(v)
 
 
 def prompt_numbers(rows: list[dict]) -> list[str]:
