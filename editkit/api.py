@@ -25,6 +25,7 @@ from dataclasses import replace
 
 from .core.errors import EditkitError
 from .core.results import frame
+from .data.implications import check_relation
 from .editing.methods import Method, all_methods
 from .editing.methods import get as get_method
 from .evaluation.bleed import BleedMap, bleed_map
@@ -198,6 +199,8 @@ def ripple(lm, request, methods=("rome", "memit"), relation: str | None = None, 
 
     record = as_record(request)
     names = [methods] if isinstance(methods, str) else list(methods)
+    if relation:
+        check_relation(relation)
     return _ripple(lm, record.request, names, relation or record.relation, hparams, reference=reference,
                    progress=progress)
 

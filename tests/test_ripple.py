@@ -224,6 +224,12 @@ def test_cli_ripple_on_a_tiny_model(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "P131" in text and "user" in text and "In-context reference" in text
     assert main(["ripple", "--model", "tiny-gemma3", "--requests", str(path), "--fact", "no answer"]) == 2
+    capsys.readouterr()
+    assert main(["ripple", "--model", "tiny-gemma3", "--requests", str(path), "--relation", "P999"]) == 2
+    assert "'P999' is not in editkit's rule table; it knows P17, P19" in capsys.readouterr().err  # not "unknown"
+    assert main(["ripple", "--model", "tiny-gemma3", "--requests", str(path), "--methods", "memit"]) == 0
+    text = capsys.readouterr().out  # the random model knows none: the message once, not again as a conclusion
+    assert text.count("no implied fact the model knows") == 1, text
 
 
 def _fake_derive(lm, requests, relations=None, cap=4, progress=None, criteria=None):

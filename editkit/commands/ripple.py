@@ -36,6 +36,7 @@ def _user_facts(specs: list[str]):
 def run(args):
     import sys
 
+    from ..data.implications import check_relation
     from ..editing.methods import get
     from ..editing.requests import parse_requests
     from ..evaluation.ripple import IN_CONTEXT, ripple
@@ -48,6 +49,8 @@ def run(args):
         if m != IN_CONTEXT:
             get(m)  # an unknown method fails before the model loads
     extra = _user_facts(args.fact)
+    if args.relation is not None:
+        check_relation(args.relation)  # a relation typed wrong fails before the model loads
     lm = load(args)
 
     def progress(f, msg):
@@ -82,7 +85,7 @@ def show(out):
             print(f"  {m['label']}: efficacy {'-' if eff is None else f'{eff:.0%}'}, neighbourhood kept "
                   f"{'-' if spec is None else f'{spec:.0%}'}, {m['seconds']:.1f} s")
         print(f"  {len(e['dropped'])} candidate(s) dropped (--json lists each with its reason)")
-        if e["conclusion"]:
+        if e["facts"] and e["conclusion"]:  # with no fact the conclusion is the message, printed above
             print(f"  {e['conclusion']}")
     print("P = teacher-forced P(expected answer | prompt); ok = moved / stayed as it should (the expected answer is "
           "the model's top-1); criteria: " + "; ".join(f"{k} = {v}" for k, v in CRITERIA.items()))

@@ -292,6 +292,16 @@ def _plan(request, relation: str | None, criteria=None) -> tuple[Derivation, lis
     return out, prompts
 
 
+def check_relation(relation: str) -> str:
+    """A relation a user named: one of the rule table's, else a clear error that lists them (an unknown one would
+    otherwise read as "the request's relation is not known", though the user gave one)."""
+    known = table()["relations"]
+    if relation not in known:
+        raise EditkitError(f"relation {relation!r} is not in editkit's rule table; it knows "
+                           f"{', '.join(sorted(known, key=lambda r: int(r[1:]) if r[1:].isdigit() else 0))}")
+    return relation
+
+
 def _relation(request, relation: str | None = None) -> str | None:
     """The request's relation when the table has it: the one given, else the request's own, else its template's
     ("" given = none)."""
