@@ -3,6 +3,7 @@ folder of its own) appears in the CLI, the evaluation, the bleed map, the layer 
 Edit & compare page through the registry alone; what they read is the typed EditResult, never a method's name."""
 import dataclasses
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -126,3 +127,13 @@ def test_toy_method_in_bench_edit(toy, tiny_by_name):
     assert out["results"][2]["requests"] == 2 and out["results"][0]["steps"] == 0
     assert out["reference_method"] == "toy" and "toy_speedup" in out
     assert out["warmup_s"] is not None  # one untimed edit first: a device's first use lands on no timed method
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--methods", "nosuch"], "method must be one of .* not 'nosuch'"),  # once an empty table, no word
+    (["--n", "0"], "--n must be at least 1"),
+    (["--n", "500", "--methods", "ultraedit"], "at most 499 of the 500"),
+])
+def test_bench_edit_refuses_bad_input_in_words(argv, message, capsys):
+    assert main(["bench", "edit", "--model", "tiny-llama", *argv]) == 2
+    assert re.search(message, capsys.readouterr().err)

@@ -125,12 +125,18 @@ def show_fast(out: dict) -> None:
 def run_edit(args):
     import torch
 
+    from ..core.errors import EditkitError
     from ..editing.bench import bench_edit
     from ..editing.defaults import load_hparams_file
+    from ..editing.methods import get
 
     if args.threads is not None:
         torch.set_num_threads(max(1, args.threads))
-    methods = [m.strip() for m in args.methods.split(",")] if args.methods else None
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()] if args.methods else None
+    for name in methods or ():
+        get(name)  # a method named wrong fails before the model loads
+    if args.n < 1:
+        raise EditkitError(f"--n must be at least 1, not {args.n}")
     overrides = load_hparams_file(args.hparams) if args.hparams else None
     return bench_edit(load(args), args.n, not args.no_reference, methods, say=_say, overrides=overrides)
 

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import time
 
+from ..core.errors import EditkitError
 from ..core.paths import DATA
 from ..model.scoring import score_targets
 from ..model.weights import applied
 from .api import prepare_first_use, run_edit
 from .defaults import load_hparams
-from .methods import all_methods
+from .methods import all_methods, get
 from .requests import parse_requests
 
 DARRIEUX = {"prompt": "The mother tongue of {} is", "subject": "Danielle Darrieux", "target_new": "English",
@@ -68,13 +69,20 @@ def bench_edit(lm, n: int = 10, reference: bool = True, methods: list[str] | Non
     """Time each method on one request (Darrieux) and the batch methods on `n` CounterFact requests, after one
     untimed warm-up edit (`warmup_s`); `reference` also times the first method with the target optimisation on the
     full model (the speed-up of the fast path). `overrides` (hyperparameters every method shares, e.g. an early-stopping rule) apply to every run."""
-    chosen = [m for m in all_methods() if methods is None or m.name in methods]
+    if n < 1:
+        raise EditkitError(f"the batch needs at least 1 request, not {n}")
+    chosen = all_methods() if methods is None else [get(name) for name in dict.fromkeys(methods)]
+    if not chosen:
+        raise EditkitError("no method to time")
+    chosen.sort(key=lambda m: all_methods().index(m))  # the registry's order, whatever order they were named in
     t0 = time.perf_counter()
     for m in chosen:
         prepare_first_use(lm, load_hparams(m.name, lm), method=m.name)
     stats_s = time.perf_counter() - t0
     one = parse_requests(DARRIEUX)
     records = parse_requests(DATA / "counterfact" / "counterfact_500.json")
+    if n >= len(records):  # the warm-up takes the record after the batch
+        raise EditkitError(f"the batch takes at most {len(records) - 1} of the {len(records)} CounterFact records")
     batch = records[:n]
     warmup_s = _warm_up(lm, chosen, records[n:n + 1], overrides)
     runs = [(m.name, one, False) for m in chosen] + [(m.name, batch, False) for m in chosen if m.batch]
