@@ -118,3 +118,15 @@ def test_shipped_files_are_kept_and_a_model_without_facts_is_one_line(tmp_path, 
     assert "predicts none of the known facts" in capsys.readouterr().err
     assert main(["hparams", "--model", "tiny-gpt2", "--aie-run", str(tmp_path / "none.json")]) == 2
     assert "cannot read AIE results" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv,message", [(["--methods", "memit,nosuch"], "not 'nosuch'"),
+                                          (["--template", "nosuch"], "--template must be a shipped model")])
+def test_hparams_names_a_wrong_method_or_template_before_tracing(argv, message, monkeypatch, capsys):
+    """A typo in --methods or --template once surfaced only after minutes of tracing (or as an unrelated error)."""
+    def no_trace(*a, **k):
+        raise AssertionError("traced before checking the arguments")
+
+    monkeypatch.setattr("editkit.tracing.aie.average_indirect_effect", no_trace)
+    assert main(["hparams", "--model", "tiny-gpt2", *argv]) == 2
+    assert message in capsys.readouterr().err

@@ -28,12 +28,17 @@ def register(sub):
 
 def run(args):
     from ..editing.defaults import shipped_file, user_file
-    from ..evaluation.derive import derive
+    from ..editing.methods import get
+    from ..evaluation.derive import SHIPPED, derive
     from ..tracing.aie import average_indirect_effect, load_run, shipped_runs
 
     if args.n < 1 or args.samples < 1:
         raise EditkitError("--n and --samples must be at least 1")
     methods = [m.strip() for m in args.methods.split(",") if m.strip()] if args.methods else None
+    for name in methods or ():
+        get(name)  # a method or template named wrong fails before the traces, not after them
+    if args.template is not None and args.template not in SHIPPED:
+        raise EditkitError(f"--template must be a shipped model ({', '.join(SHIPPED)}), not {args.template!r}")
     backend = ray_backend(args)
     lm = load(args)
     if args.aie_run:
