@@ -1,6 +1,7 @@
 """The CLI covers the library: geva, intervene and apply-patch give the library's numbers as JSON, and bad input
 is one `error:` line with exit status 2."""
 import json
+import re
 import statistics
 
 import pytest
@@ -43,6 +44,8 @@ def test_apply_patch_bad_inputs(tmp_path, capsys):
     (tmp_path / "bad.safetensors").write_bytes(b"not a patch")
     assert main(["apply-patch", "--model", "tiny-gpt2", "--patch", str(tmp_path / "bad")]) == 2
     assert "cannot read patch" in capsys.readouterr().err
+    assert main(["apply-patch", "--model", "tiny-gpt2", "--patch", str(tmp_path / "none.json")]) == 2
+    assert re.search(r"no patch at .*none\.safetensors \(a patch is a \.safetensors file", capsys.readouterr().err)
     other = load_model("tiny-llama", device="cpu")  # a patch for another architecture names other parameters
     result = run_edit(other, "rome", REQUEST, {"v_num_grad_steps": 2})
     save_patch(tmp_path / "llama", result.delta, {"model": "tiny-llama", "requests": [REQUEST]})

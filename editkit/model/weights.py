@@ -301,6 +301,8 @@ def load_patch(path: str | Path) -> tuple[WeightDelta, dict]:
     if path.suffix != ".safetensors":
         path = path.with_suffix(".safetensors")
     manifest_path = path.with_suffix(".json")
+    if not path.is_file():
+        raise EditkitError(f"no patch at {path} (a patch is a .safetensors file, its .json manifest beside it)")
     try:
         delta = {k: v.clone() for k, v in load_file(str(path)).items()}  # no mmap left behind
     except (OSError, SafetensorError, ValueError) as exc:
