@@ -105,9 +105,9 @@ def hparams_inputs(methods: list[str]) -> tuple[dict, dict]:
         for col, m in zip(st.columns(max(len(methods), 1)), methods):
             with col, ui.guard(f"{LABELS[m]} hyperparameters"):
                 default = {k: v for k, v in load_hparams(m, lm).to_dict().items() if k != "source"}
-                text = st.text_area(LABELS[m], ui.kept(f"ec_hp_{m}", json.dumps(default, indent=1)), height=300,
-                                    key=f"ec_hp_{m}")
-                ui.keep(f"ec_hp_{m}")
+                key = f"ec_hp_{m}@{lm.name}"  # one box per model: another model's layers would be out of range
+                text = st.text_area(LABELS[m], ui.kept(key, json.dumps(default, indent=1)), height=300, key=key)
+                ui.keep(key)
                 try:
                     overrides[m] = json.loads(text) if text.strip() else {}
                     load_hparams(m, lm, overrides[m])

@@ -33,9 +33,9 @@ def test_sweep_uses_the_hyperparameter_box(monkeypatch):
     at.session_state["model_choice"] = "tiny-gpt2"
     at.switch_page("pages/edit_compare.py").run()
     assert not at.exception
-    box = json.loads(at.text_area(key="ec_hp_rome").value)
+    box = json.loads(at.text_area(key="ec_hp_rome@tiny-gpt2").value)
     box["v_weight_decay"] = 0.25  # the user's own setting, not the model's default
-    at.text_area(key="ec_hp_rome").set_value(json.dumps(box))
+    at.text_area(key="ec_hp_rome@tiny-gpt2").set_value(json.dumps(box))
     at.selectbox(key="ec_sweep_method").set_value("rome")
     at.text_area(key="ec_sweep_params").set_value("mom2_shrinkage=0.5")
     at.button(key="ec_sweep_go").click().run()
@@ -46,7 +46,7 @@ def test_sweep_uses_the_hyperparameter_box(monkeypatch):
     assert at.session_state["ec_sweep"].settings[0]["label"] == "mom2_shrinkage=0.5"
 
     # a broken box blocks the sweep with a message; the library is not called
-    at.text_area(key="ec_hp_rome").set_value("{not json")
+    at.text_area(key="ec_hp_rome@tiny-gpt2").set_value("{not json")
     at.button(key="ec_sweep_go").click().run()
     assert not at.exception and any("hyperparameters" in e.value for e in at.error)
     assert len(calls) == 1

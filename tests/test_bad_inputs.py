@@ -382,12 +382,12 @@ HPARAMS = [("malformed JSON", '{"v_lr": 0.5,', "not valid JSON|Expecting"), ("Na
 @pytest.mark.parametrize("name,text,expect", HPARAMS, ids=[h[0] for h in HPARAMS])
 def test_edit_hyperparameters(editing, name, text, expect):
     before = editing.session_state["ec_out"]
-    editing.text_area(key="ec_hp_rome").set_value(text)
+    editing.text_area(key="ec_hp_rome@tiny-gpt2").set_value(text)
     _edit_with(editing)
     assert_ok(editing, expect)
     assert any("Something" not in e and re.search(expect, e) for e in errors(editing))
     kept(editing, "ec_out", before)
-    editing.text_area(key="ec_hp_rome").set_value("").run()  # empty: the defaults
+    editing.text_area(key="ec_hp_rome@tiny-gpt2").set_value("").run()  # empty: the defaults
     assert_ok(editing, None)
 
 

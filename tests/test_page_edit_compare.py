@@ -104,6 +104,24 @@ def test_the_request_survives_a_visit_to_another_page():
     assert any("not for the request above" in c.value for c in at.caption)
 
 
+def test_hyperparameter_boxes_belong_to_their_model():
+    """The JSON boxes hold one model's hyperparameters: after a switch to another model they show that model's
+    defaults (Gemma's ROME layer 4 stayed in the box and every edit on a 4-layer model failed "out of range"), and
+    the user's own text comes back with its model."""
+    import json
+
+    at = AppTest.from_file(APP, default_timeout=300)
+    at.session_state["model_choice"] = "tiny-gpt2"
+    at.switch_page("pages/edit_compare.py").run()
+    mine = {**json.loads(at.text_area(key="ec_hp_rome@tiny-gpt2").value), "layers": [3]}
+    at.text_area(key="ec_hp_rome@tiny-gpt2").set_value(json.dumps(mine)).run()
+    at.selectbox(key="model_choice").set_value("tiny-llama").run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert json.loads(at.text_area(key="ec_hp_rome@tiny-llama").value)["layers"] == [1]  # tiny-llama's defaults
+    at.selectbox(key="model_choice").set_value("tiny-gpt2").run()
+    assert json.loads(at.text_area(key="ec_hp_rome@tiny-gpt2").value)["layers"] == [3]  # the user's, kept
+
+
 def test_ripple_section_draws_the_implied_facts_or_says_there_are_none():
     """Native language English implies speaking English (a rule that needs no knowledge): one row per method; with
     the relation unknown nothing can be derived, and the view says so in words, never an empty chart."""
