@@ -293,6 +293,8 @@ def layer_sweep_section(lm) -> None:
     para = c3.text_input("A paraphrase of the prompt (optional)", key="ls_para")
     neigh = c4.text_input("A neighbour prompt (another subject, same relation and the same true answer; optional)",
                           key="ls_neigh", help=NEIGHBOURS_HELP)
+    if any(l >= lm.adapter.n_layers for l in st.session_state.get("ls_layers", [])):
+        st.session_state.pop("ls_layers")  # another model's layers: back to every layer of this one, not to none
     layers = st.multiselect("Layers to edit", list(range(lm.adapter.n_layers)), list(range(lm.adapter.n_layers)),
                             key="ls_layers")
     st.caption("One ROME edit per layer (about 3 s each for Gemma 3 270M on 2 idle cores with its statistics "

@@ -110,3 +110,14 @@ def test_the_trace_form_survives_a_visit_to_another_page():
     assert at.text_input(key="trace_prompt").value == "The Colosseum is in the city of"
     assert at.text_input(key="trace_subject").value == "Colosseum" and at.number_input(key="trace_samples").value == 2
     assert len(at.get("plotly_chart")) == 4 and not any("last trace that finished" in c.value for c in at.caption)
+
+
+def test_layers_of_another_model_give_way_to_every_layer_of_this_one():
+    """"Layers to edit" kept from a deeper model (SmolLM2's 25 and 29 on Gemma's 18 layers) came back empty, the
+    button disabled; it now shows every layer of the model picked."""
+    at = AppTest.from_file(APP, default_timeout=300)
+    at.session_state["model_choice"] = "tiny-gpt2"
+    at.session_state["ls_layers"] = [25, 29]
+    at.switch_page("pages/causal_tracing.py").run()
+    assert not at.exception
+    assert at.multiselect(key="ls_layers").value == [0, 1, 2, 3]
