@@ -378,14 +378,16 @@ def keep_buttons(lm, deltas: dict, labels: dict, what: str, manifest: dict) -> N
     """One "Keep" button per computed edit (method -> delta): keeping one adds it to this session's edits."""
     if not deltas:
         return
-    cols = st.columns(len(deltas) + 1)
-    cols[0].markdown("**Keep an edit** (your pages then compute with it; other users never see it):")
-    for col, (m, delta) in zip(cols[1:], deltas.items()):
-        if col.button(f"Keep the {labels.get(m, m)} edit", key=f"keep_{m}"):
-            with guard("keeping the edit"):
-                if keep_edit(lm, f"{labels.get(m, m)}: {what}", delta, {**manifest, "method": m}):
-                    st.rerun()
-                st.info("That edit is already kept.")
+    st.markdown("**Keep an edit** (your pages then compute with it; other users never see it):")
+    per_row = 3  # six methods in one row cut each label to "Keep the RO…"
+    items = list(deltas.items())
+    for first in range(0, len(items), per_row):
+        for col, (m, delta) in zip(st.columns(per_row), items[first:first + per_row]):
+            if col.button(f"Keep the {labels.get(m, m)} edit", key=f"keep_{m}", width="stretch"):
+                with guard("keeping the edit"):
+                    if keep_edit(lm, f"{labels.get(m, m)}: {what}", delta, {**manifest, "method": m}):
+                        st.rerun()
+                    st.info("That edit is already kept.")
 
 
 def edits_panel(lm) -> None:

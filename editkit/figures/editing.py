@@ -50,13 +50,15 @@ def by_column(rows: list[dict], key: str = "method") -> list[dict]:
 def cell(v) -> str:
     """A table cell a reader takes in at a glance and that fits a narrow column: thousands with commas (1,000;
     29,070, never 2.907e+04), one decimal from 10 up (rates x100: 83.5), three significant digits below (0.0948,
-    1.01), yes / no for flags, "–" for none."""
+    1.01), whole numbers without a point (100, 0), yes / no for flags, "–" for none."""
     if v is None:
         return "–"
     if isinstance(v, bool):
         return "yes" if v else "no"
     if isinstance(v, int):
         return f"{v:,}"
+    if isinstance(v, float) and v.is_integer():  # a whole rate reads 100 and 0, as its neighbours' ints do
+        return f"{int(v):,}"
     if isinstance(v, float):
         return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.1f}" if abs(v) >= 10 else f"{v:.3g}"
     return str(v)
