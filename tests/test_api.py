@@ -85,6 +85,8 @@ def test_edit_measures_before_and_after_and_the_edit_applies_only_where_asked(lm
         editkit.predict(lm, PROMPT, edit=editkit.EditReport.from_json(report.to_json()))
     with pytest.raises(EditkitError):
         editkit.edit(lm, "rome", {"prompt": "no subject slot", "subject": "x", "target_new": "y"})
+    with pytest.raises(EditkitError, match="method must be one of .* not {'prompt'"):  # arguments swapped
+        editkit.edit(lm, REQUEST, "rome")
 
 
 @pytest.mark.full  # two edits and their measurements: the edit test keeps the quick tier's check of the API

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 
 from ..core.results import JsonObject, Result, frame
 from ..editing.api import run_edit
+from ..editing.methods import get
 from ..editing.requests import parse_requests
 from ..editing.result import EditResult
 from ..figures.editing import before_after_figure
@@ -134,6 +135,7 @@ def edit_report(lm, method: str, requests, hparams=None, progress=None) -> EditR
     """Edit `requests` (editkit's JSON, CounterFact or EasyEdit records, a file, or EditRequests) with `method` and
     measure each request's prompts at the weights this context sees, then with the edit applied. `hparams`
     overrides the per-model defaults (a dict) or is the method's typed Hparams."""
+    get(method)  # arguments swapped read as "no requests file at 'rome'"; this names the method instead
     requests = parse_requests(requests) if not (isinstance(requests, list) and requests
                                                 and all(hasattr(r, "rewrite") for r in requests)) else requests
     pre = [probabilities(measure(lm, r, n_gen=0, greedy_tokens=0)) for r in requests]

@@ -129,7 +129,7 @@ def names() -> list[str]:
 
 def get(name: str) -> Method:
     _load_builtins()
-    key = (name or "").strip().lower() if isinstance(name, str) else name
+    key = name.strip().lower() if isinstance(name, str) else None  # a dict or list here is a misplaced argument
     if key not in _REGISTRY:
         raise EditkitError(f"method must be one of {', '.join(names())}, not {name!r}")
     return _REGISTRY[key]
