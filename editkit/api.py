@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import replace
+from pathlib import Path
 
 from .core.errors import EditkitError
 from .core.results import frame
@@ -223,17 +224,28 @@ def evaluate(lm, methods, spec: EvalSpec = EvalSpec(), hparams: dict | None = No
     """Edit and measure the records `spec` names (a shipped set such as "counterfact" or "counterfact-val", or a
     records file; `spec.n` of them, `spec.batch` per edit) with each method, and summarize: each metric's mean and
     95% half-width x100 before and after, and the Score (PMET Table 1). Results files resume an interrupted run;
-    `backend` spreads the batches over a Ray cluster with the same numbers."""
-    return _evaluate(lm, [methods] if isinstance(methods, str) else list(methods), spec, hparams, out_dir,
-                     progress=progress, backend=backend)
+    `backend` spreads the batches over a Ray cluster with the same numbers. A set name or file for `spec` means
+    EvalSpec(set_name=...)."""
+    return _evaluate(lm, [methods] if isinstance(methods, str) else list(methods), _spec(spec, EvalSpec()), hparams,
+                     out_dir, progress=progress, backend=backend)
+
+
+def _spec(spec, default: EvalSpec) -> EvalSpec:
+    """`spec` as an EvalSpec: a set name or records file (str or Path) is `default` on that set."""
+    if isinstance(spec, (str, Path)):
+        return replace(default, set_name=str(spec))
+    if not isinstance(spec, EvalSpec):
+        raise EditkitError(f"spec must be an EvalSpec or the name of a set or records file, not {type(spec).__name__}")
+    return spec
 
 
 def sweep(lm, method: str, params, spec: EvalSpec = SWEEP, hparams: dict | None = None, progress=None,
           backend: Backend | None = None) -> Sweep:
     """`method` at every combination of `params` ({name: [values]} or ["name=v1,v2", ...]) on the records `spec`
     names (by default 50 of counterfact-val, the validation set: choose hyperparameters there, report elsewhere);
-    each setting's rates, and the Pareto-optimal settings of efficacy, generalization and specificity."""
-    return _sweep(lm, method, params, spec, hparams, progress=progress, backend=backend)
+    each setting's rates, and the Pareto-optimal settings of efficacy, generalization and specificity. A set name
+    for `spec` keeps the sweep's other settings."""
+    return _sweep(lm, method, params, _spec(spec, SWEEP), hparams, progress=progress, backend=backend)
 
 
 def layer_sweep(lm, request, layers="all", method: str = "rome", hparams: dict | None = None,

@@ -113,6 +113,18 @@ def test_the_cli_prints_the_reports_json(lm, tmp_path, capsys):
     assert editkit.EditReport.from_json(data).to_json() == data
 
 
+def test_evaluate_takes_a_set_name_for_its_spec(lm, tmp_path, monkeypatch):
+    """evaluate(lm, methods, "counterfact") as a researcher writes it (the spec took only an EvalSpec and failed with
+    an AttributeError); anything else is one message."""
+    monkeypatch.setenv("EDITKIT_CACHE", str(tmp_path))
+    res = editkit.evaluate(lm, "ultraedit", "counterfact-first5", out_dir=tmp_path / "runs")
+    assert res.to_frame().shape[0] == 2  # before the edit, and UltraEdit
+    with pytest.raises(EditkitError, match="spec must be an EvalSpec or the name of a set"):
+        editkit.evaluate(lm, "ultraedit", 5)
+    with pytest.raises(EditkitError, match="unknown evaluation set 'nosuch'"):
+        editkit.sweep(lm, "rome", {"v_lr": [0.5]}, "nosuch")
+
+
 def test_shipped_results_read_back_unchanged():
     """The AIE runs in assets/results are what `aie --json` wrote: they read into AIE and write back the same."""
     files = sorted((ASSETS / "results").glob("aie-*.json"))
