@@ -176,6 +176,8 @@ def test_no_fact_gives_a_message_not_an_empty_chart(tiny_by_name):
     out = got.to_json()
     assert out["facts"] == [] and out["methods"] == {} and got.figure() is None
     assert "no implied fact the model knows" in got.message and ripple_figure(out) is None
+    for shown in (got._repr_html_(), got._repr_mimebundle_()["text/html"]):  # a notebook shows the message
+        assert "no implied fact the model knows" in shown and "<table" not in shown  # (it raised AttributeError)
 
 
 def test_conclusion_within_noise():

@@ -96,17 +96,21 @@ class Result:
 
     def _repr_html_(self) -> str:
         """Jupyter's view as HTML: the headline, then the figure (plotly's HTML for its configured renderer) or
-        the table."""
-        if self._show == "figure":
-            return self._head() + self.figure()._repr_html_()
-        return self._head() + self.to_frame().to_html(index=False, float_format=lambda x: f"{x:.4g}")
+        the table; the headline alone when there is neither (a ripple test that derived no fact: it says why)."""
+        fig = self.figure() if self._show == "figure" else None
+        if fig is not None:
+            return self._head() + fig._repr_html_()
+        table = self.to_frame()
+        if not len(table):
+            return self._head()
+        return self._head() + table.to_html(index=False, float_format=lambda x: f"{x:.4g}")
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
         """What Jupyter shows: a figure also as plotly's own mime type, which JupyterLab draws without the
         internet (the HTML form may load plotly.js from its CDN); a table as HTML. text/plain is the headline."""
-        if self._show != "figure":
+        fig = self.figure() if self._show == "figure" else None
+        if fig is None:
             return {"text/html": self._repr_html_(), "text/plain": f"{type(self).__name__}: {self.headline()}"}
-        fig = self.figure()
         bundle = dict(fig._repr_mimebundle_())
         bundle["text/html"] = self._head() + (bundle.get("text/html") or fig._repr_html_())
         bundle["text/plain"] = f"{type(self).__name__}: {self.headline()}"
