@@ -345,7 +345,9 @@ def lifelong_section(lm) -> None:
                 "Every batch method over the first 1,000 records of counterfact-edit, 100 per batch, and MEMIT and "
                 "AlphaEdit with a stabiliser, drawn dashed in their method's colour: NAS rescales every value "
                 "vector to the norm its unedited edits have, v* ← n̄ v*/‖v*‖; the shift bound keeps each target "
-                "shift ‖v* − v‖ ≤ b, b = 415 the median shift at their last layer. Hollow markers are checkpoints "
+                "shift ‖v* − v‖ ≤ b, b = 415 the median shift at their last layer; ENCORE adds λ_n‖Δ‖² to MEMIT's "
+                "objective and keeps the earlier edits' keys, Δ (λC + λ_n I + K_p K_pᵀ + K Kᵀ) = R Kᵀ with λ_n = 10 "
+                "chosen on validation edits. Hollow markers are checkpoints "
                 "measured on a sample of 50 edits; the last one measures all of them. A run that stopped early "
                 "says where and is left out of the sentence's ranking.")
             draw_parts(shipped_runs(str(SHIPPED_1000), SHIPPED_1000.stat().st_mtime)[1],
