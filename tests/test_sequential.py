@@ -275,6 +275,8 @@ def test_shipped_1000_edit_run_and_its_conclusion():
     assert {"memit", "pmet", "ultraedit", "alphaedit"} <= set(done)
     assert all(r.rows[-1]["measured"] == 1000 for r in done.values())
     assert runs["memit+nas"].hparams["nas_anchor"] > 0 and runs["alphaedit+bound"].hparams["v_max_norm"] > 0
+    encore = runs["memit+encore"]  # ENCORE's own terms, lambda_n chosen on counterfact-val
+    assert encore.complete and encore.hparams["update_norm_lambda"] == 10 and encore.hparams["add_prev_edits"]
     stopped = {m: r for m, r in runs.items() if not r.complete}
     assert all(r.rows[-1]["edit"] < 1000 for r in stopped.values())
     sentence = conclusion(runs)
