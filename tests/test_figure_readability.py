@@ -47,11 +47,11 @@ def compared():
                            load_eval_set("counterfact", 1), n_gen=1, gen_tokens=5).to_json()
 
 
-def _lifelong():
-    from editkit.evaluation.lifelong import SHIPPED as RUN
+def _lifelong(which: str = "SHIPPED"):
+    from editkit.evaluation import lifelong as runs
     from editkit.evaluation.lifelong import load_results, styled
 
-    return {m: r.to_json() for m, r in styled(load_results(RUN)).items()}
+    return {m: r.to_json() for m, r in styled(load_results(getattr(runs, which))).items()}
 
 
 def _aie():
@@ -161,6 +161,10 @@ CASES = {
     "editing.trace_figure": (lambda c: editing.trace_figure(part("retrace-0-alphaedit"), "AlphaEdit"), W["third"]),
     "lifelong.lifelong_figure": (lambda c: lifelong.lifelong_figure(_lifelong()), W["full"]),
     "lifelong.layer_figure": (lambda c: lifelong.layer_figure(_lifelong()), W["full"]),
+    # ten matrices side by side: their "L12 down_proj" titles collided until they read "layer 12"
+    "lifelong.lifelong_figure (1,000 edits)": (lambda c: lifelong.lifelong_figure(_lifelong("SHIPPED_1000")),
+                                                W["full"]),
+    "lifelong.layer_figure (1,000 edits)": (lambda c: lifelong.layer_figure(_lifelong("SHIPPED_1000")), W["full"]),
     "memories.contributions_figure": (lambda c: memories.contributions_figure(part("memories")["memories"]),
                                       W["full"]),
     "memories.agreement_figure": (lambda c: memories.agreement_figure(_geva()), W["third"]),

@@ -107,6 +107,16 @@ def lifelong_figure(results: dict, panels=PANELS, columns: int = 4) -> "go.Figur
     return fig
 
 
+def _layer_titles(names: list[str]) -> tuple[list[str], str | None]:
+    """The panels' titles: "layer 12" when every matrix is the same module (named once, in the figure's title; ten
+    "L12 down_proj" titles ran into each other), else each matrix's short name."""
+    short = [short_param(n) for n in names]
+    modules = {t.split(" ", 1)[1] for t in short if " " in t}
+    if len(modules) == 1 and all(" " in t for t in short):
+        return [f"layer {t.split(' ', 1)[0][1:]}" for t in short], modules.pop()
+    return short, None
+
+
 def layer_figure(results: dict, columns: int | None = None) -> "go.Figure":
     """One column per edited matrix (layer): ||dW|| / ||W|| on top and the condition number cond(W + dW) below
     (PRUNE's quantity; log axes), one curve per method after each checkpoint. Runs recorded before the condition
@@ -118,8 +128,8 @@ def layer_figure(results: dict, columns: int | None = None) -> "go.Figure":
     styles = _styles(results)
     names = list(data) or ["(no edited matrices)"]
     cols = columns or max(1, len(names))
-    fig = make_subplots(rows=2, cols=cols, horizontal_spacing=0.04, vertical_spacing=0.12,
-                        subplot_titles=[short_param(n) for n in names[:cols]])
+    titles, module = _layer_titles(names[:cols])
+    fig = make_subplots(rows=2, cols=cols, horizontal_spacing=0.04, vertical_spacing=0.12, subplot_titles=titles)
     for a in fig.layout.annotations:
         a.font.size = TITLE_FONT
     shown = set()
@@ -139,7 +149,7 @@ def layer_figure(results: dict, columns: int | None = None) -> "go.Figure":
             fig.update_yaxes(type="log", dtick=1, row=row, col=c + 1, title_text=what if c == 0 else None)
             fig.update_xaxes(title_text="edits" if row == 2 else None, row=row, col=c + 1)
     fig.update_layout(height=620, margin={"t": 70, "b": 20},
-                      title={"text": "Per edited matrix: update norm and condition number after each checkpoint",
-                             "font": {"size": TITLE_FONT}})
+                      title={"text": f"Per edited matrix{f' ({module}, by layer)' if module else ''}: update norm and "
+                                     "condition number after each checkpoint", "font": {"size": TITLE_FONT}})
     legend_below(fig)
     return fig
