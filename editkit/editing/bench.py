@@ -68,13 +68,14 @@ def bench_edit(lm, n: int = 10, reference: bool = True, methods: list[str] | Non
                overrides: dict | None = None) -> dict:
     """Time each method on one request (Darrieux) and the batch methods on `n` CounterFact requests, after one
     untimed warm-up edit (`warmup_s`); `reference` also times the first method with the target optimisation on the
-    full model (the speed-up of the fast path). `overrides` (hyperparameters every method shares, e.g. an early-stopping rule) apply to every run."""
+    full model (the speed-up of the fast path). `overrides` (hyperparameters every method shares, e.g. an
+    early-stopping rule) apply to every run."""
     if n < 1:
         raise EditkitError(f"the batch needs at least 1 request, not {n}")
-    chosen = all_methods() if methods is None else [get(name) for name in dict.fromkeys(methods)]
+    wanted = None if methods is None else {get(name).name for name in methods}  # an unknown name is an error
+    chosen = [m for m in all_methods() if wanted is None or m.name in wanted]  # in the registry's order
     if not chosen:
         raise EditkitError("no method to time")
-    chosen.sort(key=lambda m: all_methods().index(m))  # the registry's order, whatever order they were named in
     t0 = time.perf_counter()
     for m in chosen:
         prepare_first_use(lm, load_hparams(m.name, lm), method=m.name)
