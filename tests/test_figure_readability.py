@@ -97,6 +97,17 @@ def _ripple_shares():
                                                         for m in ("MEMIT", "co-edit", "in-context")}}
 
 
+def _ripple_every_method():
+    """The shipped ripple part's outcomes in one column per registered method and the in-context reference, as
+    Edit & compare draws them (the lesson's part has two columns; seven long labels were turned into the title)."""
+    from editkit.editing.methods import all_methods
+
+    out = part("ripple-0")
+    one = out["methods"]["rome"]
+    labels = [m.label for m in all_methods()] + [out["methods"]["in-context"]["label"]]
+    return {**out, "methods": {label: {**one, "label": label} for label in labels}}
+
+
 def _two_models():
     a, b = part("trace")["traces"]["hidden"], part("trace", PACK.fact_ids[1])["traces"]["hidden"]
     return {"gemma-3-270m": a, "smollm2-135m": b}
@@ -171,6 +182,7 @@ CASES = {
     "memories.composition_figure": (lambda c: memories.composition_figure(_geva()), W["third"]),
     "memories.fixed_figure": (lambda c: memories.fixed_figure(_geva()), W["third"]),
     "ripple.ripple_figure": (lambda c: ripple.ripple_figure(part("ripple-0")), W["full"]),
+    "ripple.ripple_figure, every method": (lambda c: ripple.ripple_figure(_ripple_every_method()), W["full"]),
     "ripple.share_figure": (lambda c: ripple.share_figure(_ripple_shares()), W["full"]),
     "side_effects.pareto_figure": (lambda c: side_effects.pareto_figure(_pareto(), ("efficacy", "generalization",
                                                                                      "gen_efficacy")), W["full"]),
@@ -246,6 +258,21 @@ def test_the_check_finds_colliding_labels_small_text_and_numbers_as_categories()
     found = problems(fig, W["third"])
     assert any("collide" in p for p in found) and any("9 px" in p for p in found)
     assert any("read as numbers" in p for p in found)
+
+
+def test_the_check_finds_column_labels_on_top_turned_into_the_title():
+    """Edit & compare's ripple grid before the fix: seven methods' labels on a top x axis, too wide for their
+    columns, turned by plotly up into the title's line."""
+    labels = ["before", "ROME", "MEMIT", "PMET", "AlphaEdit", "UltraEdit", "Co-edit (MEMIT + implied)",
+              "In-context reference"]
+    fig = go.Figure(go.Heatmap(z=[[0.5] * 8] * 2, x=labels, y=["a fact → Rome", "another fact → Italy"]))
+    fig.update_xaxes(side="top")
+    fig.update_layout(height=188, margin={"l": 10, "r": 10, "t": 80, "b": 10},
+                      title={"text": "P(expected answer) before and after each edit", "font": {"size": 13}})
+    found = problems(fig, W["full"])
+    assert any("tick labels are drawn over title" in p for p in found), found
+    fig.update_xaxes(tickangle=0)  # drawn level instead, they run into each other
+    assert any("collide" in p for p in problems(fig, W["full"]))
 
 
 def test_the_check_finds_cell_text_plotly_would_shrink_and_a_title_cut_off():

@@ -245,7 +245,8 @@ def annotation_boxes(p: Page) -> list[Box]:
 
 
 def axis_boxes(p: Page) -> list[Box]:
-    """The band of each bottom x axis's tick labels, and its title under them (where plotly draws them)."""
+    """The band of each x axis's tick labels (under the plot, or above it for side="top": in the top margin, where
+    the title is), and a bottom axis's title under them (where plotly draws them)."""
     out = []
     for name in p.ranges:
         if not name.startswith("x"):
@@ -253,9 +254,14 @@ def axis_boxes(p: Page) -> list[Box]:
         axis = p.axis(name)
         d0, d1 = p.domain(name)
         anchor = axis.anchor if axis.anchor not in (None, "free") else "y" + name[1:]
-        e0 = p.domain(anchor)[0] if anchor in p.ranges else 0.0
-        bottom = p.py(e0)
+        e0, e1 = p.domain(anchor) if anchor in p.ranges else (0.0, 1.0)
         tick = _size(axis.tickfont, p.base)
+        if axis.side == "top":
+            if axis.showticklabels is not False:
+                top = p.py(e1)
+                out.append(Box(f"{name}'s tick labels", p.px(d0), top - 4 - tick_band(p, name), p.px(d1), top - 2))
+            continue
+        bottom = p.py(e0)
         if axis.showticklabels is not False:
             out.append(Box(f"{name}'s tick labels", p.px(d0), bottom + 2, p.px(d1), bottom + 4 + tick * 1.4))
         if axis.title is not None and axis.title.text:
@@ -266,6 +272,31 @@ def axis_boxes(p: Page) -> list[Box]:
             out.append(Box(f"{name}'s title {str(axis.title.text)[:30]!r}", mid - w / 2, top, mid + w / 2,
                            top + size * 1.4))
     return out
+
+
+def category_labels(p: Page, name: str) -> list[str]:
+    return [str(v) for tr in p.fig.data for v in (getattr(tr, name[0], None) or ())
+            if (getattr(tr, f"{name[0]}axis", None) or name[0]) == name]
+
+
+def tick_band(p: Page, name: str) -> float:
+    """The height in px of a category x axis's tick labels: their lines (<br>), or, where plotly turns labels too
+    wide for their room (no tickangle set), the widest line at its 30 degrees."""
+    axis = p.axis(name)
+    size = _size(axis.tickfont, p.base)
+    labels = category_labels(p, name) if p.ranges[name][2] else []
+    if not labels:
+        return size * 1.4
+    widest, tall = max(_text_box(v, size)[0] for v in labels), max(_text_box(v, size)[1] for v in labels)
+    if widest > _room(p, name) and axis.tickangle is None:
+        return widest * 0.5 + size * 1.25
+    return tall
+
+
+def _room(p: Page, name: str) -> float:
+    lo, hi, _ = p.ranges[name]
+    d0, d1 = p.domain(name)
+    return (d1 - d0) * (p.W - p.l - p.r) / max(round(hi - lo), 1)
 
 
 def font_sizes(fig) -> list[tuple[str, float]]:
@@ -350,16 +381,14 @@ def category_crowding(p: Page) -> list[str]:
         n = round(hi - lo)
         size = _size(axis.tickfont, p.base)
         d0, d1 = p.domain(name)
-        labels = [v for tr in p.fig.data for v in (getattr(tr, name[0], None) or ())
-                  if (getattr(tr, f"{name[0]}axis", None) or name[0]) == name]
         if name.startswith("y"):
             room = (d1 - d0) * (p.H - p.t - p.b) / max(n, 1)
             if room < size * 1.1:
                 out.append(f"{name}: {n} labels in {room:.0f} px each, less than their {size:.0f} px height")
         else:
-            room = (d1 - d0) * (p.W - p.l - p.r) / max(n, 1)
-            widest = max((text_width(str(v), size) for v in labels), default=0.0)
-            if widest > room and axis.tickangle is None:
+            room = _room(p, name)
+            widest = max((_text_box(v, size)[0] for v in category_labels(p, name)), default=0.0)
+            if widest > room and axis.tickangle in (None, 0):  # none: plotly turns them; 0: drawn level, they touch
                 out.append(f"{name}: labels up to {widest:.0f} px wide have {room:.0f} px each and collide")
     return out
 
@@ -385,6 +414,9 @@ def problems(fig, width: float) -> list[str]:
                 found.append(f"the legend is drawn over {box.what}")
         if legend.overlaps(Box("plot", p.px(0), p.py(1), p.px(1), p.py(0)), slack=4):
             found.append("the legend is drawn over the plot")
+    for box in axes:
+        if title is not None and box.overlaps(title):
+            found.append(f"{box.what} are drawn over {title.what}")
     for i, a in enumerate(labels):
         if title is not None and a.overlaps(title):
             found.append(f"{a.what} is drawn over {title.what}")

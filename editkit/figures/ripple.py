@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
+from .theme import text_width, wrap
+
 VERDICT = {"moved": 1.0, "stayed": 1.0, "failed": 0.0}
 GOOD, BAD, BEFORE = "#1b9e77", "#d95f02", "#e8e8e8"
+COLUMN_PX, TICK, ROW_TICK, TITLE = 70, 12, 11, 13  # a method's column label is wrapped to COLUMN_PX at TICK px
 COLUMNS = [("logical", "logical / compositional"), ("aliasing", "aliasing"), ("specificity", "rel. specificity"),
            ("preservation", "preservation"), ("efficacy", "efficacy"), ("neighbourhood", "neighb. specificity"),
            ("neighbourhood_change", "neighb. spec. change")]
@@ -34,7 +37,9 @@ def ripple_figure(out) -> go.Figure | None:
     if not facts:
         return None
     labels = [_row_label(f) for f in facts]
-    cols = ["before"] + [_get(m, "label") for m in methods.values()]
+    # one column per method, seven or more on Edit & compare: labels too wide for their column were turned by
+    # plotly into the title above them, so each is wrapped onto lines that fit and drawn level
+    cols = [wrap(c, COLUMN_PX, TICK) for c in ["before"] + [_get(m, "label") for m in methods.values()]]
     z, text = [], []
     for i, f in enumerate(facts):
         row_z = [0.5]
@@ -49,12 +54,16 @@ def ripple_figure(out) -> go.Figure | None:
         z=z, x=cols, y=labels, text=text, texttemplate="%{text}", zmin=0, zmax=1, showscale=False, xgap=3, ygap=3,
         colorscale=[[0.0, BAD], [0.49, BAD], [0.5, BEFORE], [0.51, GOOD], [1.0, GOOD]],
         hovertemplate="%{y}<br>%{x}: P(expected) %{text}<extra></extra>"))
-    fig.update_yaxes(autorange="reversed", tickfont={"size": 11})
-    fig.update_xaxes(side="top")
-    fig.update_layout(height=120 + 34 * len(facts), margin={"l": 10, "r": 10, "t": 80, "b": 10},
+    fig.update_yaxes(autorange="reversed", tickfont={"size": ROW_TICK})
+    fig.update_xaxes(side="top", tickangle=0, tickfont={"size": TICK})
+    lines = max(c.count("<br>") + 1 for c in cols)
+    top = 12 + round(TITLE * 1.25) + 10 + round(lines * TICK * 1.25) + 8  # title, a gap, the column labels
+    left = round(max(text_width(l, ROW_TICK) for l in labels)) + 12
+    fig.update_layout(height=top + 20 + 34 * len(facts), margin={"l": left, "r": 10, "t": top, "b": 10},
                       title={"text": "P(expected answer) before and after each edit: ✓ green = moved / stayed as it "
                                      "should, ✗ orange = failed (→ should move, = should stay)",
-                             "font": {"size": 13}})
+                             "font": {"size": TITLE}, "y": 1, "yref": "container", "yanchor": "top",
+                             "pad": {"t": 12}})
     return fig
 
 

@@ -31,6 +31,18 @@ def text_width(text: str, size: float) -> float:
     return w * size
 
 
+def wrap(text: str, width: float, size: float) -> str:
+    """`text` broken at spaces into lines (joined by plotly's <br>) of at most `width` px at font size `size`; a
+    single word wider than that keeps a line of its own."""
+    lines: list[str] = []
+    for word in str(text).split():
+        if lines and text_width(lines[-1] + " " + word, size) <= width:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return "<br>".join(lines)
+
+
 def margins(fig) -> dict:
     m = fig.layout.margin
     return {k: (getattr(m, k) if getattr(m, k) is not None else v) for k, v in DEFAULT_MARGIN.items()}
