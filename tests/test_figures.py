@@ -57,3 +57,21 @@ def test_the_diagnostics_table_marks_cells_that_do_not_apply():
     assert [r["optimisation steps"] for r in rows] == ["7", "5, 1", NOT_APPLICABLE]
     del out["methods"]["rome"]
     assert "ROME division factor" not in diagnostics_table(out)[0]
+
+
+def test_each_p_true_cross_stands_over_its_own_bar():
+    """Edit & compare's P(new) bars and P(true) crosses: every method's cross was drawn at the centre of the prompt's
+    group, over another method's bar; each now shares its bar's offset group (scattermode 'group') and is outlined,
+    so one drawn over its own bar, in the same colour, still shows."""
+    from editkit.figures.editing import probability_figure
+
+    rows = [{"p_new": 0.6, "p_true": 0.3}, {"p_new": 0.5, "p_true": 0.2}]
+    out = {"pre": [{"probabilities": {"rewrite": rows}}],
+           "methods": {m: {"label": m, "color": c, "post": [{"probabilities": {"rewrite": rows}}]}
+                       for m, c in (("ROME", "#1b9e77"), ("MEMIT", "#d95f02"), ("PMET", "#7570b3"))}}
+    fig = probability_figure(out, 0, "rewrite")
+    bars = {t.name: t.offsetgroup for t in fig.data if t.type == "bar"}
+    crosses = [t for t in fig.data if t.type == "scatter"]
+    assert fig.layout.barmode == "group" and fig.layout.scattermode == "group"
+    assert len(crosses) == len(bars) == 4 and len(set(bars.values())) == 4
+    assert all(t.offsetgroup == bars[t.name] and t.marker.line.width for t in crosses)

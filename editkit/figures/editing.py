@@ -91,14 +91,17 @@ def probability_figure(out: dict, j: int, group: str, width: int = WIDTHS["third
         (r["label"], r["color"], r["color"], r["post"][j]["probabilities"][group]) for r in out["methods"].values()]
     for name, bar, cross, probs in series:
         fig.add_trace(go.Bar(x=x, y=[p["p_new"] for p in probs], name=name, marker_color=bar, legendgroup=name,
-                             hovertemplate=f"{name}: P(new) %{{y:.3f}}<extra>%{{x}}</extra>"))
+                             offsetgroup=name, hovertemplate=f"{name}: P(new) %{{y:.3f}}<extra>%{{x}}</extra>"))
         if probs and "p_true" in probs[0]:
             fig.add_trace(go.Scatter(x=x, y=[p["p_true"] for p in probs], name=name, mode="markers",
-                                     legendgroup=name, showlegend=False,
-                                     marker={"color": cross, "symbol": "x", "size": 10},
+                                     legendgroup=name, offsetgroup=name, showlegend=False,
+                                     # outlined: a cross drawn over its own bar, in its colour, would vanish
+                                     marker={"color": cross, "symbol": "x", "size": 11,
+                                             "line": {"color": "white", "width": 1.5}},
                                      hovertemplate=f"{name}: P(true) %{{y:.3f}}<extra>%{{x}}</extra>"))
     fig.update_layout(title={"text": f"{group}: bars P(new), ✕ P(true)", "font": {"size": TITLE_FONT}},
-                      barmode="group", yaxis_title="probability", xaxis_title="prompt", height=330,
+                      barmode="group", scattermode="group", yaxis_title="probability", xaxis_title="prompt",
+                      height=330,
                       margin={"t": 40, "b": 30, "l": 50, "r": 10})
     fig.update_xaxes(type="category")
     legend_below(fig, width=width)
