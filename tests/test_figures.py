@@ -75,3 +75,15 @@ def test_each_p_true_cross_stands_over_its_own_bar():
     assert fig.layout.barmode == "group" and fig.layout.scattermode == "group"
     assert len(crosses) == len(bars) == 4 and len(set(bars.values())) == 4
     assert all(t.offsetgroup == bars[t.name] and t.marker.line.width for t in crosses)
+
+
+def test_the_notebook_before_after_crosses_stand_over_their_bars():
+    from editkit.figures.editing import before_after_figure
+
+    rows = [{"prompt": "a", "p_new": 0.1, "p_true": 0.7}]
+    rep = {"method": "rome", "requests": [{"rewrite": "X is in", "target_new": "Rome", "pre": {"rewrite": rows},
+                                           "post": {"rewrite": rows}}]}
+    fig = before_after_figure(rep)
+    assert fig.layout.scattermode == "group"
+    bars = {t.legendgroup: t.offsetgroup for t in fig.data if t.type == "bar"}
+    assert all(t.offsetgroup == bars[t.legendgroup] for t in fig.data if t.type == "scatter")

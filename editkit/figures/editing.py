@@ -198,19 +198,21 @@ def before_after_figure(report: dict, j: int = 0) -> go.Figure:
         x = [f"#{i + 1}" for i in range(len(pre))]  # categories: a number would be read as a position
         for rows, when, color in ((pre, "before", "#bbbbbb"), (post, "after", "#1f77b4")):
             fig.add_trace(go.Bar(x=x, y=[p["p_new"] for p in rows], name=f"{when}: P(new)", marker_color=color,
-                                 legendgroup=when, showlegend=col == 1,
+                                 legendgroup=when, offsetgroup=when, showlegend=col == 1,
                                  customdata=[p["prompt"] for p in rows],
                                  hovertemplate="%{customdata}<br>P(new) = %{y:.3f}<extra></extra>"), row=1, col=col)
             if rows and "p_true" in rows[0]:
                 fig.add_trace(go.Scatter(x=x, y=[p["p_true"] for p in rows], name=f"{when}: P(true)",
                                          mode="markers", marker={"color": "black" if when == "before" else color,
-                                                                 "symbol": "x", "size": 10},
-                                         legendgroup=when, showlegend=col == 1), row=1, col=col)
+                                                                 "symbol": "x", "size": 11,
+                                                                 "line": {"color": "white", "width": 1.5}},
+                                         legendgroup=when, offsetgroup=when, showlegend=col == 1), row=1, col=col)
         fig.update_xaxes(title_text="prompt", type="category", row=1, col=col)
     fig.update_yaxes(title_text="probability", row=1, col=1)
     true = f" (was {r['target_true']!r})" if r.get("target_true") else ""
     fig.update_layout(title={"text": f"{report['method']}: {r['rewrite']!r} -> {r['target_new']!r}{true}",
-                             "font": {"size": 13}}, barmode="group", height=360, margin={"t": 60})
+                             "font": {"size": 13}}, barmode="group", scattermode="group", height=360,
+                      margin={"t": 60})  # scattermode: each cross over its own bar, not between them
     return fig
 
 
