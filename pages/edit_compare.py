@@ -194,7 +194,9 @@ def show_changes(out: Comparison) -> None:
                 "surgical edit, a large one a risk for everything else the matrix stores.")
     st.plotly_chart(out.norms_figure(), width="stretch", key="ec_norms")
     diagnostics = out.diagnostics()
-    st.dataframe(diagnostics, hide_index=True, width="stretch")
+    # the method's column medium: a small one cut "Co-edit (MEMIT + implied)" to "Co-edit (MEMIT + implie"
+    st.dataframe(diagnostics, hide_index=True, width="stretch",
+                 column_config={"method": st.column_config.TextColumn(width="medium")})
     if (diagnostics == figures.NOT_APPLICABLE).to_numpy().any():
         st.caption(figures.DIAGNOSTICS_BLANK)
     with st.expander("Optimisation loss curves"):
