@@ -104,7 +104,9 @@ def severing_figure(sev: dict) -> go.Figure:
                              ("attn", "attention severed", "red")):
         fig.add_trace(go.Scatter(x=sev["layers"], y=sev[key], name=name, line={"color": color}))
     fig.add_hline(y=sev["low_score"], line_dash="dot", annotation_text="corrupted")
-    fig.update_layout(xaxis_title="layer of the restored hidden state", yaxis_title="p(answer)", height=350)
+    # no title: plotly's default 100 px top margin stood empty above the plot
+    fig.update_layout(xaxis_title="layer of the restored hidden state", yaxis_title="p(answer)", height=290,
+                      margin={"t": 20, "b": 50, "l": 60, "r": 20})
     return fig
 
 
