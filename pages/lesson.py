@@ -883,12 +883,13 @@ def step_ripple(pack, fid, fact):
         label = {r["prompt"]: f"{r['prompt']} {'→' if r['move'] else '='} {r['answer'].strip()}" for r in rows}
         def show(done):
             chart(st, lambda: ripple_figure(out), f"lesson_ripple_{t}", out)
-            st.markdown(f"**{out['conclusion']}**")
+            st.markdown(f"**{ui.md_escape(grading.ripple_conclusion(out))}**")
 
         ask(pack, fid, 11, f"ROME makes {fact['request']['subject']!r} recall {new!r}. After the edit, "
                            "which prompts give their expected answer (→: the edit should move it there; =: "
                            "it should stay)?",
-            lambda: st.multiselect("They will", list(label), format_func=label.get, key=f"lesson_q11_{fid}_{t}"),
+            lambda: st.multiselect("They will give their expected answer", list(label), format_func=label.get,
+                                   key=f"lesson_q11_{fid}_{t}"),
             lambda picked: grading.grade_ripple(out, picked or []), show, target=t, keys=[f"lesson_q11_{fid}_{t}"])
     explain(
         "An edit (s, r, o → o*) implies more than its own prompt: composed with what the model knows about o* "

@@ -417,3 +417,33 @@ def test_the_ripple_step_renders_from_the_pack(env, monkeypatch):
         assert any("Your prediction first." in m.value for m in at.markdown)
     else:
         assert any("no implied fact the model knows" in i.value for i in at.info)
+
+
+def test_the_ripple_step_says_its_result_from_the_numbers(env, tmp_path, monkeypatch):
+    """Step 11 on the shipped pack's first ripple part (two implied facts, ROME and the in-context reference tied):
+    the conclusion is said from the part's numbers ("Both score the same", seen in Chromium as the pack's stored
+    "All 2 score the same"), the question's input says what it asks, and a wrong answer's feedback counts out of how
+    many ("You classified 0 correctly" said nothing about how many there were)."""
+    from editkit.lesson import grading
+    from editkit.lesson.pack import SHIPPED
+
+    own = tmp_path / "pack"
+    shutil.copytree(env.folder, own)
+    [fid] = env.fact_ids
+    shipped = Pack.open(SHIPPED)
+    out = shipped.part(shipped.fact_ids[0], "ripple-0")
+    assert out["conclusion"].startswith("All 2 score the same")  # what the pack stores
+    (own / "facts" / fid / "ripple-0.json").write_text(json.dumps(out))
+    monkeypatch.setenv("EDITKIT_LESSON", str(own))
+    rows = grading.ripple_rows(out)
+    at = open_lesson()
+    go(at, 11)
+    picker = at.multiselect(key=f"lesson_q11_{fid}_0")
+    assert picker.label == "They will give their expected answer"
+    picker.set_value([r["prompt"] for r in rows if not r["passed"]])  # every fact misjudged
+    click(at, "Check my answer")
+    ok(at)
+    assert any(f"You classified 0 of {len(rows)} correctly" in w.value for w in at.warning), \
+        [w.value for w in at.warning]
+    said = [m.value for m in at.markdown if "score the same" in m.value]
+    assert said and said[0].startswith("**Both score the same here") and not any("All 2" in m for m in said), said
