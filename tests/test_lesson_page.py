@@ -423,7 +423,8 @@ def test_the_ripple_step_says_its_result_from_the_numbers(env, tmp_path, monkeyp
     """Step 11 on the shipped pack's first ripple part (two implied facts, ROME and the in-context reference tied):
     the conclusion is said from the part's numbers ("Both score the same", seen in Chromium as the pack's stored
     "All 2 score the same"), the question's input says what it asks, and a wrong answer's feedback counts out of how
-    many ("You classified 0 correctly" said nothing about how many there were)."""
+    many ("You classified 0 correctly" said nothing about how many there were) and says what counts (the Space
+    Needle's continent read "0.166 → 0.190 (failed)" with no reason)."""
     from editkit.lesson import grading
     from editkit.lesson.pack import SHIPPED
 
@@ -445,5 +446,7 @@ def test_the_ripple_step_says_its_result_from_the_numbers(env, tmp_path, monkeyp
     ok(at)
     assert any(f"You classified 0 of {len(rows)} correctly" in w.value for w in at.warning), \
         [w.value for w in at.warning]
+    # what "ended as it should" means: the top answer, not a rise of P (Space Needle: 0.166 → 0.190, "failed")
+    assert any("the model's top answer after the edit" in w.value for w in at.warning)
     said = [m.value for m in at.markdown if "score the same" in m.value]
     assert said and said[0].startswith("**Both score the same here") and not any("All 2" in m for m in said), said

@@ -366,8 +366,9 @@ def grade_ripple(out: dict, picked, method: str = "rome") -> Grade:
     truth = [r["prompt"] for r in rows if r["passed"]]
     lines = "; ".join(f"{r['prompt']!r} → {r['answer'].strip()!r}: {r['p_before']:.3f} -> {r['p_after']:.3f}"
                       f" ({'ok' if r['passed'] else 'failed'})" for r in rows)
-    text = (f"{len(truth)} of {len(rows)} ended as they should: {lines}. You classified {sum(correct)} of "
-            f"{len(rows)} correctly.")
+    text = (f"{len(truth)} of {len(rows)} ended as they should (a fact does when its expected answer is the "
+            f"model's top answer after the edit, every token the argmax: a P that rose can still be below another "
+            f"answer): {lines}. You classified {sum(correct)} of {len(rows)} correctly.")
     score = 1.0 if all(correct) else score
     return Grade(_verdict(score if score == 1.0 else min(score, 0.99) if score >= 2 / 3 else 0.0),
                  round(score, 3), text, ", ".join(sorted(picked)) or "none", ", ".join(truth) or "none")
