@@ -450,3 +450,40 @@ def test_the_ripple_step_says_its_result_from_the_numbers(env, tmp_path, monkeyp
     assert any("the model's top answer after the edit" in w.value for w in at.warning)
     said = [m.value for m in at.markdown if "score the same" in m.value]
     assert said and said[0].startswith("**Both score the same here") and not any("All 2" in m for m in said), said
+
+
+def test_the_new_target_is_kept_across_steps_and_facts(env, tmp_path, monkeypatch):
+    """The new target picked at step 5 is still picked after a step without the picker (9) and after another fact,
+    with the answer given for it (seen in Chromium: back from another fact, step 5 showed the first target and an
+    empty question, the answer given for the second gone from view)."""
+    pack = env
+    [fid] = pack.fact_ids
+    grown = tmp_path / "grown"
+    shutil.copytree(pack.folder, grown)
+    shutil.copytree(grown / "facts" / fid, grown / "facts" / "another-fact-123abc")
+    other = grown / "facts" / "another-fact-123abc" / "fact.json"
+    fact = json.loads(other.read_text())
+    fact["request"]["subject"] = fact["request"]["subject"].upper()  # a label of its own in the fact list
+    fact["request"]["prompt"] = fact["request"]["prompt"].upper()  # ("{}" has no case)
+    other.write_text(json.dumps(fact))
+    manifest = json.loads((grown / "manifest.json").read_text())
+    manifest["facts"].append("another-fact-123abc")
+    (grown / "manifest.json").write_text(json.dumps(manifest))
+    monkeypatch.setenv("EDITKIT_LESSON", str(grown))
+    at = open_lesson()
+    at.selectbox(key="lesson_fact").set_value(fid).run()
+    go(at, 5)
+    assert len(pack.fact(fid)["targets"]) == 2
+    at.selectbox(key=f"lesson_target_{fid}").set_value(1).run()
+    click(at, "Skip: just show me")
+    ok(at)
+    go(at, 9)
+    go(at, 5)
+    assert at.selectbox(key=f"lesson_target_{fid}").value == 1
+    assert any("Skipped" in c.value for c in at.caption)  # the answer for that target shows
+    at.selectbox(key="lesson_fact").set_value("another-fact-123abc").run()
+    ok(at)
+    at.selectbox(key="lesson_fact").set_value(fid).run()
+    ok(at)
+    assert at.selectbox(key=f"lesson_target_{fid}").value == 1
+    assert any("Skipped" in c.value for c in at.caption)
