@@ -1,4 +1,4 @@
-"""Lesson: locate-then-edit in ten steps for a class. Each step asks a question before it shows anything
+"""Lesson: locate-then-edit in eleven steps for a class. Each step asks a question before it shows anything
 (predict, then reveal), checks the answer, shows the result editkit computed for the fact (from a class pack:
 instant, no model), explains it in a few sentences and a formula, and lets the student run the same view on
 their own prompt (through the job queue). A teacher adds facts and sees the class's answers per step.
