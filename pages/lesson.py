@@ -1,4 +1,4 @@
-"""Lesson: locate-then-edit in ten steps for a class. Each step asks a question before it shows anything
+"""Lesson: locate-then-edit in eleven steps for a class. Each step asks a question before it shows anything
 (predict, then reveal), checks the answer, shows the result editkit computed for the fact (from a class pack:
 instant, no model), explains it in a few sentences and a formula, and lets the student run the same view on
 their own prompt (through the job queue). A teacher adds facts and sees the class's answers per step.
@@ -534,12 +534,18 @@ def show_memories(view: dict, key: str = "pack") -> None:
 
 
 def pick_target(fid: str, fact: dict) -> int:
-    """The new target the student edits to (kept for steps 5-8)."""
+    """The new target the student edits to (kept for steps 5-8 and 11). Kept also under a key of its own: Streamlit
+    drops a widget's value after a run that does not draw it, so a step without the picker or another fact reset
+    it to the first target (and the answer given for the one picked no longer showed)."""
     targets = fact["targets"]
-    key = f"lesson_target_{fid}"
-    if st.session_state.get(key, 0) >= len(targets):
+    key, kept = f"lesson_target_{fid}", f"lesson_target_kept_{fid}"
+    if key not in st.session_state:
+        st.session_state[key] = st.session_state.get(kept, 0)
+    if st.session_state[key] >= len(targets):
         st.session_state[key] = 0
-    return st.selectbox("New target", range(len(targets)), format_func=lambda i: targets[i].strip(), key=key)
+    t = st.selectbox("New target", range(len(targets)), format_func=lambda i: targets[i].strip(), key=key)
+    st.session_state[kept] = t
+    return t
 
 
 def edit_of(pack, fid: str, t: int, method: str = "rome"):
@@ -883,12 +889,13 @@ def step_ripple(pack, fid, fact):
         label = {r["prompt"]: f"{r['prompt']} {'→' if r['move'] else '='} {r['answer'].strip()}" for r in rows}
         def show(done):
             chart(st, lambda: ripple_figure(out), f"lesson_ripple_{t}", out)
-            st.markdown(f"**{out['conclusion']}**")
+            st.markdown(f"**{ui.md_escape(grading.ripple_conclusion(out))}**")
 
         ask(pack, fid, 11, f"ROME makes {fact['request']['subject']!r} recall {new!r}. After the edit, "
                            "which prompts give their expected answer (→: the edit should move it there; =: "
                            "it should stay)?",
-            lambda: st.multiselect("They will", list(label), format_func=label.get, key=f"lesson_q11_{fid}_{t}"),
+            lambda: st.multiselect("They will give their expected answer", list(label), format_func=label.get,
+                                   key=f"lesson_q11_{fid}_{t}"),
             lambda picked: grading.grade_ripple(out, picked or []), show, target=t, keys=[f"lesson_q11_{fid}_{t}"])
     explain(
         "An edit (s, r, o → o*) implies more than its own prompt: composed with what the model knows about o* "

@@ -1,8 +1,8 @@
 """Load test of the Lesson page: `streamlit run app.py` serving the shipped pack and N students (contexts of one
-headless Chromium, Playwright's async API) walking all ten steps at once. At each step a student opens the step
-(timed from the click until its question is drawn) and reveals the result (timed from "Skip: just show me" until the
-result is drawn and the script run is over); no error box may appear. The steps render from the pack, so the server
-never loads the model: its memory stays that of Streamlit plus the parsed pack.
+headless Chromium, Playwright's async API) walking steps 1-10 (not step 11) at once. At each step a student opens
+the step (timed from the click until its question is drawn) and reveals the result (timed from "Skip: just show me"
+until the result is drawn and the script run is over); no error box may appear. The steps render from the pack, so
+the server never loads the model: its memory stays that of Streamlit plus the parsed pack.
 
     python tests/lesson_load.py --students 30        # the full form (a benchmark): prints a JSON report
     python tests/lesson_load.py --students 30 --client ws   # the same walk by websocket clients, no browsers

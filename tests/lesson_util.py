@@ -59,6 +59,7 @@ def answers_for(pack, fid: str) -> dict:
     edits = {m: pack.part(fid, f"edit-0-{m}") for m in pack.manifest["method_names"]}
     sweep = pack.part(fid, "sweep")
     lifelong_truth = grading.first_collapse(compute.lifelong()["results"])
+    ripple = grading.ripple_rows(pack.part(fid, "ripple-0") or {"methods": {}})
 
     def cells(trace):
         early = grading.sites(trace)["early"]
@@ -71,6 +72,7 @@ def answers_for(pack, fid: str) -> dict:
     moved = [r["prompt"] for r in grading.neighbours(bleed) if grading.moved(r)]
     still = [r["prompt"] for r in grading.neighbours(bleed) if not grading.moved(r)]
     says = [m for m, e in edits.items() if grading.says_new(e)]
+    ends = [r["prompt"] for r in ripple if r["passed"]]  # step 11: the implied facts that end as they should
     truth_bin = grading.bin_of(edit["probabilities"]["post"]["rewrite"][0]["p_new"])
     return {
         1: ("slider", f"lesson_q1_{fid}", lens["first_layer"], far_layer),
@@ -84,4 +86,5 @@ def answers_for(pack, fid: str) -> dict:
         8: ("multiselect", f"lesson_q8_{fid}_0", says, [m for m in edits if m not in says]),
         9: ("radio", f"lesson_q9_{fid}", grading.sweep_truth(sweep), (grading.sweep_truth(sweep) + 1) % 3),
         10: ("radio", f"lesson_q10_{fid}", lifelong_truth, "AlphaEdit" if lifelong_truth != "AlphaEdit" else "ROME"),
+        11: ("multiselect", f"lesson_q11_{fid}_0", ends, [r["prompt"] for r in ripple if not r["passed"]]),
     }

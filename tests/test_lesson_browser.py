@@ -100,7 +100,8 @@ def give(page, spec, value, labels: dict) -> None:
         group = page.get_by_role("radiogroup", name="Answer")
         group.get_by_text(labels.get(spec[1], {}).get(value, str(value)), exact=True).click()
     elif kind == "multiselect":
-        label = "They will move" if "_q7_" in spec[1] else "They will say it"
+        label = {"_q7_": "They will move", "_q8_": "They will say it",
+                 "_q11_": "They will give their expected answer"}[re.search(r"_q\d+_", spec[1]).group()]
         for option in value:
             choose(page, "stMultiSelect", label, labels.get(spec[1], {}).get(option, option))
     page.get_by_role("button", name="Check my answer").click()
@@ -115,11 +116,14 @@ def labels_for(pack, fid: str, specs: dict) -> dict:
 
     hidden = pack.part(fid, "trace")["traces"]["hidden"]
     methods = {m["name"]: m["label"] for m in pack.manifest["methods"]}
+    ripple = grading.ripple_rows(pack.part(fid, "ripple-0"))  # an implied fact: its prompt, → or =, the answer
+    implied = {r["prompt"]: f"{r['prompt']} {'→' if r['move'] else '='} {r['answer'].strip()}" for r in ripple}
     return {"tokens": token_labels(hidden),
             specs[3][1]: {i: c for i, c in enumerate(grading.SEVER_CHOICES)},
             specs[5][1]: {i: b[2] for i, b in enumerate(grading.BINS)},
             specs[8][1]: methods,
-            specs[9][1]: {i: c for i, c in enumerate(grading.SWEEP_CHOICES)}}
+            specs[9][1]: {i: c for i, c in enumerate(grading.SWEEP_CHOICES)},
+            specs[11][1]: implied}
 
 
 def test_a_student_walks_the_lesson(student):
@@ -135,7 +139,7 @@ def test_a_student_walks_the_lesson(student):
     retrace = pack.part(fid, "retrace-0-rome")
     SHOTS.mkdir(parents=True, exist_ok=True)
     try:
-        for step in range(1, 11):
+        for step in range(1, 12):
             page.get_by_role("radiogroup", name="Step").get_by_text(str(step), exact=True).click()
             page.get_by_role("heading", name=re.compile(rf"^Step {step}\. ")).wait_for()
             wait_idle(page, timeout=T / 1000, quiet=1.0)
@@ -157,7 +161,7 @@ def test_a_student_walks_the_lesson(student):
             no_errors(page, f"step {step} answered")
             page.get_by_role("heading", name=re.compile(rf"^Step {step}\. ")).scroll_into_view_if_needed()
             page.screenshot(path=str(SHOTS / f"lesson-{step}.png"))
-        assert "Your answers (10)" in page.locator('[data-testid="stSidebar"]').inner_text()
+        assert "Your answers (11)" in page.locator('[data-testid="stSidebar"]').inner_text()
     except Exception:
         page.screenshot(path=os.path.join(tempfile.gettempdir(), "editkit-lesson-walk-failure.png"), full_page=True)
         raise

@@ -1,6 +1,7 @@
 """Load test of the Lesson page, small form (tests/lesson_load.py has the scenario and the full form): 5 students
-walk all ten steps of the shipped pack at once in Chromium; no error box, every step walked. The latencies are
-printed (p95 per step), not asserted: the goal (p95 under 1 s for 30 students) is reported by the benchmark.
+walk steps 1-10 (not step 11) of the shipped pack at once in Chromium; no error box, every step walked. The
+latencies are printed (p95 per step), not asserted: the goal (p95 under 1 s for 30 students) is reported by the
+benchmark.
 
 Needs Debian's chromium, like the browser tests; deselect with -m "not load".
 """

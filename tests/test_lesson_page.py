@@ -417,3 +417,73 @@ def test_the_ripple_step_renders_from_the_pack(env, monkeypatch):
         assert any("Your prediction first." in m.value for m in at.markdown)
     else:
         assert any("no implied fact the model knows" in i.value for i in at.info)
+
+
+def test_the_ripple_step_says_its_result_from_the_numbers(env, tmp_path, monkeypatch):
+    """Step 11 on the shipped pack's first ripple part (two implied facts, ROME and the in-context reference tied):
+    the conclusion is said from the part's numbers ("Both score the same", seen in Chromium as the pack's stored
+    "All 2 score the same"), the question's input says what it asks, and a wrong answer's feedback counts out of how
+    many ("You classified 0 correctly" said nothing about how many there were) and says what counts (the Space
+    Needle's continent read "0.166 → 0.190 (failed)" with no reason)."""
+    from editkit.lesson import grading
+    from editkit.lesson.pack import SHIPPED
+
+    own = tmp_path / "pack"
+    shutil.copytree(env.folder, own)
+    [fid] = env.fact_ids
+    shipped = Pack.open(SHIPPED)
+    out = shipped.part(shipped.fact_ids[0], "ripple-0")
+    assert out["conclusion"].startswith("All 2 score the same")  # what the pack stores
+    (own / "facts" / fid / "ripple-0.json").write_text(json.dumps(out))
+    monkeypatch.setenv("EDITKIT_LESSON", str(own))
+    rows = grading.ripple_rows(out)
+    at = open_lesson()
+    go(at, 11)
+    picker = at.multiselect(key=f"lesson_q11_{fid}_0")
+    assert picker.label == "They will give their expected answer"
+    picker.set_value([r["prompt"] for r in rows if not r["passed"]])  # every fact misjudged
+    click(at, "Check my answer")
+    ok(at)
+    assert any(f"You classified 0 of {len(rows)} correctly" in w.value for w in at.warning), \
+        [w.value for w in at.warning]
+    # what "ended as it should" means: the top answer, not a rise of P (Space Needle: 0.166 → 0.190, "failed")
+    assert any("the model's top answer after the edit" in w.value for w in at.warning)
+    said = [m.value for m in at.markdown if "score the same" in m.value]
+    assert said and said[0].startswith("**Both score the same here") and not any("All 2" in m for m in said), said
+
+
+def test_the_new_target_is_kept_across_steps_and_facts(env, tmp_path, monkeypatch):
+    """The new target picked at step 5 is still picked after a step without the picker (9) and after another fact,
+    with the answer given for it (seen in Chromium: back from another fact, step 5 showed the first target and an
+    empty question, the answer given for the second gone from view)."""
+    pack = env
+    [fid] = pack.fact_ids
+    grown = tmp_path / "grown"
+    shutil.copytree(pack.folder, grown)
+    shutil.copytree(grown / "facts" / fid, grown / "facts" / "another-fact-123abc")
+    other = grown / "facts" / "another-fact-123abc" / "fact.json"
+    fact = json.loads(other.read_text())
+    fact["request"]["subject"] = fact["request"]["subject"].upper()  # a label of its own in the fact list
+    fact["request"]["prompt"] = fact["request"]["prompt"].upper()  # ("{}" has no case)
+    other.write_text(json.dumps(fact))
+    manifest = json.loads((grown / "manifest.json").read_text())
+    manifest["facts"].append("another-fact-123abc")
+    (grown / "manifest.json").write_text(json.dumps(manifest))
+    monkeypatch.setenv("EDITKIT_LESSON", str(grown))
+    at = open_lesson()
+    at.selectbox(key="lesson_fact").set_value(fid).run()
+    go(at, 5)
+    assert len(pack.fact(fid)["targets"]) == 2
+    at.selectbox(key=f"lesson_target_{fid}").set_value(1).run()
+    click(at, "Skip: just show me")
+    ok(at)
+    go(at, 9)
+    go(at, 5)
+    assert at.selectbox(key=f"lesson_target_{fid}").value == 1
+    assert any("Skipped" in c.value for c in at.caption)  # the answer for that target shows
+    at.selectbox(key="lesson_fact").set_value("another-fact-123abc").run()
+    ok(at)
+    at.selectbox(key="lesson_fact").set_value(fid).run()
+    ok(at)
+    assert at.selectbox(key=f"lesson_target_{fid}").value == 1
+    assert any("Skipped" in c.value for c in at.caption)

@@ -1,7 +1,7 @@
 """Load test of the Lesson page by Streamlit websocket clients (tests/lesson_load.py `--client ws`): five students
-walk all ten steps of the shipped pack at once without a browser, so what is measured is the server alone. Every
-step's heading and revealed result must arrive with no error element; the latencies are printed, not asserted (the
-benchmark reports them for 30 students)."""
+walk steps 1-10 (not step 11) of the shipped pack at once without a browser, so what is measured is the server
+alone. Every step's heading and revealed result must arrive with no error element; the latencies are printed, not
+asserted (the benchmark reports them for 30 students)."""
 import pytest
 from test_load import _in_own_thread
 

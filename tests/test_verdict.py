@@ -34,6 +34,19 @@ def test_a_clear_winner_is_said_to_be_ahead_by_more_than_the_noise():
         r.sentence()
 
 
+def test_an_option_closer_than_the_quoted_band_but_outside_its_own_is_said_to_be():
+    """Each option's noise is that of its own difference from the best: the Lesson's step 9 (Space Needle) read
+    "layer 0 (2.458) ... within noise of it (95% band ±0.076); then layer 11 (2.463)", as if 2.463 were further from
+    2.475 than 2.458. The sentence says why when that happens, and only then."""
+    r = verdict.Ranking("the summed margin", {"a": 2.475, "b": 2.458, "c": 2.463, "d": 1.9}, "a",
+                        {"a": 0.0, "b": 0.076, "c": 0.01, "d": 0.05})
+    assert r.ties == ["b"]
+    assert "; then, each further from it than the noise of its own difference, c (2.463), d (1.9)." in r.sentence()
+    r = verdict.Ranking("the summed margin", {"a": 2.475, "b": 2.458, "d": 1.9}, "a",
+                        {"a": 0.0, "b": 0.076, "d": 0.05})
+    assert r.sentence().endswith("; then d (1.9).")
+
+
 def test_one_prompt_per_group_says_it_cannot_estimate_the_noise():
     r = verdict.paired({"a": {"rewrite": [0.9]}, "b": {"rewrite": [0.5]}}, "P(new)")
     assert not r.estimated and r.ties == [] and "no spread" in r.sentence()

@@ -74,7 +74,13 @@ class Ranking:
             else:
                 head += f" ({self.no_noise})"
         if rest:
-            head += "; then " + ", ".join(f"{self.name(o)} ({self.fmt(self.values[o])})" for o in rest)
+            # each option has the noise of its own difference: one closer to the best than the band quoted for the
+            # ties can still be outside its own (the Lesson's step 9 listed layer 11 (2.463) after a tie at 2.458)
+            band = max((self.noise[o] for o in ties), default=None)
+            inside = band is not None and any(self.noise.get(o) is not None and abs(
+                self.values[o] - self.values[self.best]) <= band for o in rest)
+            head += ("; then, each further from it than the noise of its own difference, " if inside else
+                     "; then ") + ", ".join(f"{self.name(o)} ({self.fmt(self.values[o])})" for o in rest)
         return head + "."
 
     def to_dict(self) -> dict:

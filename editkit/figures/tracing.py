@@ -104,9 +104,11 @@ def severing_figure(sev: dict) -> go.Figure:
                              ("attn", "attention severed", "red")):
         fig.add_trace(go.Scatter(x=sev["layers"], y=sev[key], name=name, line={"color": color}))
     fig.add_hline(y=sev["low_score"], line_dash="dot", annotation_text="corrupted")
-    # no title: plotly's default 100 px top margin stood empty above the plot
-    fig.update_layout(xaxis_title="layer of the restored hidden state", yaxis_title="p(answer)", height=290,
-                      margin={"t": 20, "b": 50, "l": 60, "r": 20})
+    # titled, with a top margin to fit (the default 100 px left an empty band above an untitled plot)
+    fig.update_layout(title={"text": f"severing at {sev['token_str']!r}: the hidden state restored, the later MLPs "
+                                     "or attention kept corrupted", "font": {"size": 13}},
+                      xaxis_title="layer of the restored hidden state", yaxis_title="p(answer)", height=350,
+                      margin={"t": 40})
     return fig
 
 

@@ -346,6 +346,14 @@ def ripple_rows(out: dict, method: str = "rome") -> list[dict]:
     return [{**f, "passed": o["verdict"] != "failed", "p_after": o["p_after"]} for f, o in zip(out["facts"], m["outcomes"])]
 
 
+def ripple_conclusion(out: dict) -> str:
+    """The ripple part in one sentence, said from its numbers by today's wording (a pack keeps the sentence of the
+    editkit that built it: the shipped pack's reads "All 2 score the same" and "0 moved" where no fact should move)."""
+    from ..evaluation.ripple import conclusion
+
+    return conclusion(out)
+
+
 def grade_ripple(out: dict, picked, method: str = "rome") -> Grade:
     """Q: after the edit, which implied facts will say their expected answer (moved there, or still there)? Score:
     the share classified correctly; all right is right, two thirds close."""
@@ -358,7 +366,9 @@ def grade_ripple(out: dict, picked, method: str = "rome") -> Grade:
     truth = [r["prompt"] for r in rows if r["passed"]]
     lines = "; ".join(f"{r['prompt']!r} → {r['answer'].strip()!r}: {r['p_before']:.3f} -> {r['p_after']:.3f}"
                       f" ({'ok' if r['passed'] else 'failed'})" for r in rows)
-    text = f"{len(truth)} of {len(rows)} ended as they should: {lines}. You classified {sum(correct)} correctly."
+    text = (f"{len(truth)} of {len(rows)} ended as they should (a fact does when its expected answer is the "
+            f"model's top answer after the edit, every token the argmax: a P that rose can still be below another "
+            f"answer): {lines}. You classified {sum(correct)} of {len(rows)} correctly.")
     score = 1.0 if all(correct) else score
     return Grade(_verdict(score if score == 1.0 else min(score, 0.99) if score >= 2 / 3 else 0.0),
                  round(score, 3), text, ", ".join(sorted(picked)) or "none", ", ".join(truth) or "none")
