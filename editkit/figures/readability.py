@@ -287,7 +287,8 @@ def tick_band(p: Page, name: str) -> float:
     labels = category_labels(p, name) if p.ranges[name][2] else []
     if not labels:
         return size * 1.4
-    widest, tall = max(_text_box(v, size)[0] for v in labels), max(_text_box(v, size)[1] for v in labels)
+    boxes = [_text_box(v, size) for v in labels]
+    widest, tall = max(w for w, _ in boxes), max(h for _, h in boxes)
     if widest > _room(p, name) and axis.tickangle is None:
         return widest * 0.5 + size * 1.25
     return tall
