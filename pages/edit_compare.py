@@ -191,7 +191,9 @@ def show_probabilities(out: Comparison) -> None:
 def show_changes(out: Comparison) -> None:
     st.subheader("How big is the change? ‖ΔW‖ / ‖W‖ per edited matrix")
     st.markdown("The Frobenius norm of each matrix's change relative to the matrix: a small number means a "
-                "surgical edit, a large one a risk for everything else the matrix stores.")
+                "surgical edit, a large one a risk for everything else the matrix stores. When one method's "
+                "change is over 20x another's the axis is logarithmic (its title says so), so the smallest bars "
+                "still show: equal steps on it are equal ratios.")
     st.plotly_chart(out.norms_figure(), width="stretch", key="ec_norms")
     diagnostics = out.diagnostics()
     # the method's column medium: a small one cut "Co-edit (MEMIT + implied)" to "Co-edit (MEMIT + implie"

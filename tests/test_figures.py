@@ -87,3 +87,20 @@ def test_the_notebook_before_after_crosses_stand_over_their_bars():
     assert fig.layout.scattermode == "group"
     bars = {t.legendgroup: t.offsetgroup for t in fig.data if t.type == "bar"}
     assert all(t.offsetgroup == bars[t.legendgroup] for t in fig.data if t.type == "scatter")
+
+
+def test_weight_change_bars_switch_to_a_log_axis_when_they_span_decades():
+    """Edit & compare's ||dW|| / ||W|| bars: UltraEdit's changes are ~100x smaller than ROME's, so on one linear axis
+    its bars were invisible; a log axis (said in the axis title) when the bars differ by more than 20x, linear when
+    they are comparable."""
+    from editkit.figures.editing import norms_figure
+
+    def out(values):
+        return {"methods": {m: {"label": m, "color": "#1b9e77",
+                                "info": {"norms": {"model.layers.4.mlp.down_proj.weight": {"relative_norm": v}}}}
+                            for m, v in values.items()}}
+
+    wide = norms_figure(out({"ROME": 0.05, "UltraEdit": 0.0004}))
+    assert wide.layout.yaxis.type == "log" and "log scale" in wide.layout.yaxis.title.text
+    close = norms_figure(out({"ROME": 0.05, "MEMIT": 0.02}))
+    assert close.layout.yaxis.type in (None, "linear") and "log" not in close.layout.yaxis.title.text
