@@ -41,10 +41,10 @@ def test_an_option_closer_than_the_quoted_band_but_outside_its_own_is_said_to_be
     r = verdict.Ranking("the summed margin", {"a": 2.475, "b": 2.458, "c": 2.463, "d": 1.9}, "a",
                         {"a": 0.0, "b": 0.076, "c": 0.01, "d": 0.05})
     assert r.ties == ["b"]
-    assert "; then, each further from it than the noise of its own difference, c (2.463), d (1.9)." in r.sentence()
+    assert "; then, each further from it than the noise of its own difference, c (2.463), d (1.900)." in r.sentence()
     r = verdict.Ranking("the summed margin", {"a": 2.475, "b": 2.458, "d": 1.9}, "a",
                         {"a": 0.0, "b": 0.076, "d": 0.05})
-    assert r.sentence().endswith("; then d (1.9).")
+    assert r.sentence().endswith("; then d (1.900).")
 
 
 def test_one_prompt_per_group_says_it_cannot_estimate_the_noise():
@@ -113,3 +113,15 @@ def test_two_models_summary_and_the_warning_for_another_answer():
     assert list(warn) == ["smollm2-135m"] and warn["smollm2-135m"].startswith("smollm2-135m itself predicts ' Los'")
     text = depth_summary({"gemma-3-270m": a, "smollm2-135m": b}, list(warn))  # no comparison of different facts
     assert "Not compared: smollm2-135m" in text and "restores more" not in text and "earlier" not in text
+
+
+def test_every_value_of_a_sentence_has_the_same_decimals():
+    """The Lesson's step 9 read "layer 2 (2.344) ... layer 17 (-0.7848)": four significant digits each, so a
+    value under 1 had a decimal more than the others. The decimals now come from the largest value."""
+    r = verdict.Ranking("the summed margin", {"a": 2.344, "b": 2.211, "c": -0.78481, "d": 0.05}, "a",
+                        {"a": 0.0, "b": 0.5, "c": 0.1, "d": 0.1})
+    s = r.sentence()
+    assert "a (2.344)" in s and "b (2.211)" in s and "c (-0.785)" in s and "d (0.050)" in s
+    pct = verdict.Ranking("efficacy", {"x": 0.88, "y": 0.46}, "x", {"x": 0.0, "y": 0.1}, digits=3, unit="%",
+                          scale=100)
+    assert "x (88.0%)" in pct.sentence() and "y (46.0%)" in pct.sentence()

@@ -48,7 +48,14 @@ class Ranking:
         return str(self.labels.get(option, option))
 
     def fmt(self, v: float, digits: int | None = None) -> str:
-        return f"{v * self.scale:.{digits or self.digits}g}{self.unit}"
+        """A value with the decimals `digits` significant digits give the largest one, so every value of a sentence
+        has the same decimals ("2.344 ... -0.785", not "-0.7848"); `digits` alone: significant digits (the bands)."""
+        if digits is not None:
+            return f"{v * self.scale:.{digits}g}{self.unit}"
+        top = max((abs(x * self.scale) for x in self.values.values() if x is not None and math.isfinite(x)),
+                  default=0.0)
+        decimals = max(0, self.digits - 1 - (math.floor(math.log10(top)) if top > 0 else 0))
+        return f"{v * self.scale:.{decimals}f}{self.unit}"
 
     def sentence(self) -> str:
         """One sentence: the best option by the measure, those within noise of it, the rest in order."""
