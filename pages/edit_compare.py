@@ -175,7 +175,8 @@ def show_metrics(out: Comparison):
 def show_probabilities(out: Comparison) -> None:
     st.subheader("P(new) vs P(true), prompt by prompt")
     st.markdown("Teacher-forced probability of each target after each prompt, before and after each edit: the "
-                "rewrite and paraphrases should flip to the new target, the neighborhood prompts should not move.")
+                "rewrite and paraphrases should flip to the new target, the neighborhood prompts should not move. "
+                + figures.BARS_KEY)
     for j, req in enumerate(out.requests):
         if len(out.requests) > 1:
             st.markdown(f"**{req.rewrite}** → {req.target_new!r}")

@@ -581,6 +581,7 @@ def step_edit(pack, fid, fact):
 
 
 def show_edit(edits: dict, key: str = "pack") -> None:
+    st.caption(figs.BARS_KEY)
     cols = st.columns(3)
     first = next(iter(edits.values()))
     for col, group in zip(cols, ("rewrite", "paraphrase", "neighborhood")):

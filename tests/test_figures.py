@@ -75,6 +75,10 @@ def test_each_p_true_cross_stands_over_its_own_bar():
     assert fig.layout.barmode == "group" and fig.layout.scattermode == "group"
     assert len(crosses) == len(bars) == 4 and len(set(bars.values())) == 4
     assert all(t.offsetgroup == bars[t.name] and t.marker.line.width for t in crosses)
+    # each cross in its bar's colour family: the "before" ones dark grey (black matched no legend entry)
+    before = next(t for t in crosses if t.name == "before")
+    assert before.marker.color != "black" and all(t.marker.color == c for t in crosses for m, c in (
+        ("ROME", "#1b9e77"), ("MEMIT", "#d95f02"), ("PMET", "#7570b3")) if t.name == m)
 
 
 def test_the_notebook_before_after_crosses_stand_over_their_bars():

@@ -79,6 +79,11 @@ def _clip(text: str, n: int) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
+BEFORE_CROSS = "#555555"
+BARS_KEY = ("Bars: P(new), the new target's probability; crosses ✕: P(true), the old answer's. Each in its "
+            "method's colour, dark grey before the edit; each cross stands over its own bar.")
+
+
 def probability_figure(out: dict, j: int, group: str, width: int = WIDTHS["third"]) -> go.Figure | None:
     """P(new) bars and P(true) crosses for each prompt of `group` of request j, before and after each method: one
     legend entry per method (its bar and its cross), under the chart; the prompts are #1, #2, ... (prompt_list)."""
@@ -87,7 +92,8 @@ def probability_figure(out: dict, j: int, group: str, width: int = WIDTHS["third
         return None
     x = prompt_numbers(rows)
     fig = go.Figure()
-    series = [("before", "#bbbbbb", "black", rows)] + [
+    # the crosses in their bar's colour, the "before" ones a darker grey than its bar (black matched no legend entry)
+    series = [("before", "#bbbbbb", BEFORE_CROSS, rows)] + [
         (r["label"], r["color"], r["color"], r["post"][j]["probabilities"][group]) for r in out["methods"].values()]
     for name, bar, cross, probs in series:
         fig.add_trace(go.Bar(x=x, y=[p["p_new"] for p in probs], name=name, marker_color=bar, legendgroup=name,

@@ -8,7 +8,7 @@ import re
 
 import plotly.graph_objects as go
 
-from .editing import by_column, probability_figure, prompt_list, trace_figure
+from .editing import BARS_KEY, by_column, probability_figure, prompt_list, trace_figure
 from .lens import logit_lens_figure
 from .lifelong import lifelong_figure
 from .memories import contributions_figure
@@ -16,7 +16,7 @@ from .side_effects import bleed_figure, layer_sweep_figure
 from .theme import WIDTHS, legend_below
 from .tracing import heatmap, severing_figure
 
-__all__ = ["by_column", "compact", "lens_figure", "pick_grid", "trace_with_marks", "severing_figure", "memories_figure",
+__all__ = ["BARS_KEY", "by_column", "compact", "lens_figure", "pick_grid", "trace_with_marks", "severing_figure", "memories_figure",
            "edits_figure", "retrace_figure", "bleed_figure", "sweep_figure", "lifelong_figure", "methods_table"]
 
 
