@@ -949,11 +949,15 @@ def teacher_view(pack) -> None:
         st.dataframe(pd.DataFrame([{
             "step": f"{r['step']}. {STEPS.get(int(r['step']), '')}", "students": r["students"],
             "right": r["right"], "close": r["close"], "wrong": r["wrong"],
+            "first answers right / close / wrong": "{right} / {close} / {wrong}".format(**r["first"]),
             "mean score": round(r["mean_score"], 2) if r["mean_score"] is not None else None,
             "answers (most frequent first)": "; ".join(f"{a} ({n})"
                                                        for a, n in list(r["answers"].items())[:4]),
         } for r in group]), hide_index=True, width="stretch", key=f"lesson_class_answers_{i}")
-    if not rows:
+    if rows:
+        st.caption("Right / close / wrong count each student's latest answer; the first answers are their "
+                   "predictions before any feedback ('Answer again' replaces the latest, never the first).")
+    else:
         st.caption("No answers yet. Each student's answers are counted here, anonymously, as they check "
                    "them.")
     m = pack.manifest

@@ -50,6 +50,28 @@ def test_concurrent_writers_lose_nothing(tmp_path):
         assert r["wrong"] == 0 and sum(r["answers"].values()) == students
         assert abs(r["mean_score"] - (right + 0.5 * (students - right)) / students) < 1e-9
         assert set(r["answers"]) == {f"answer {k}" for k in range(4)}
+        assert r["first"] == {"right": 0, "close": 0, "wrong": students}  # every first try was wrong, and stays so
+
+
+def test_the_first_answer_is_kept_and_an_old_store_gains_the_column(tmp_path):
+    """'Answer again' replaced a student's first answer, so the teacher never saw the class's predictions; the
+    first verdict is kept beside the latest, and a store made before (no first columns) opens and counts its rows'
+    latest answers as their first."""
+    path = tmp_path / "old.sqlite3"
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE answers (lesson TEXT NOT NULL, fact TEXT NOT NULL, step TEXT NOT NULL, student TEXT "
+                   "NOT NULL, answer TEXT NOT NULL, verdict TEXT NOT NULL, score REAL NOT NULL, at REAL NOT NULL, "
+                   "PRIMARY KEY (lesson, fact, step, student))")
+        db.execute("INSERT INTO answers VALUES ('l', 'f', '2', 'old', 'layer 4', 'right', 1.0, 0)")
+    store = ClassStore(path)
+    store.record("l", "f", "2", "s1", "layer 9", "wrong", 0.0)
+    store.record("l", "f", "2", "s1", "layer 3", "close", 0.5)
+    store.record("l", "f", "2", "s1", "layer 4", "right", 1.0)
+    store.record("l", "f", "2", "s2", "layer 4", "right", 1.0)
+    (row,) = store.summary("l")
+    assert row["students"] == 3 and row["right"] == 3 and row["answers"] == {"layer 4": 3}
+    assert row["first"] == {"right": 2, "close": 0, "wrong": 1}
+    assert store.count("l") == 3
 
 
 def test_lessons_are_separate_and_cleared(tmp_path):

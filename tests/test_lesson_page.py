@@ -194,6 +194,8 @@ def test_teacher_sees_and_clears_the_class_answers(env, monkeypatch):
     assert any(h.value == "Teacher" for h in at.header)
     table = at.dataframe[-1].value
     assert list(table["students"]) == [1]
+    first = table["first answers right / close / wrong"][0]
+    assert sum(map(int, first.split(" / "))) == 1  # the student's first answer, graded
     at.checkbox(key="lesson_clear_confirm").check().run()
     click(at, "Clear the class's answers")
     assert any("Cleared 1 answer" in s.value for s in at.success)

@@ -3,7 +3,8 @@ teacher's view of the whole class, counted per step, in one SQLite file under th
 
 The database holds no names: a student is a random id made by their browser session, so the teacher sees how many
 students answered a step and how (right / close / wrong, and the answers given), never who. A student's later
-answer to the same step replaces the earlier one.
+answer to the same step replaces the earlier one, but their first answer (the prediction made before any
+feedback) is kept beside it: "answer again" would otherwise turn every first wrong guess into a right one.
 
 SQLite (the standard library's sqlite3) in WAL mode: readers never block the writer, and concurrent writers
 (thirty students answering at once, in threads of one server or in several processes) wait for each other
@@ -27,7 +28,9 @@ COLUMNS = ("fact", "step", "question", "answer", "verdict", "score", "truth", "a
 SCHEMA = """CREATE TABLE IF NOT EXISTS answers (
     lesson TEXT NOT NULL, fact TEXT NOT NULL, step TEXT NOT NULL, student TEXT NOT NULL,
     answer TEXT NOT NULL, verdict TEXT NOT NULL, score REAL NOT NULL, at REAL NOT NULL,
+    first_answer TEXT, first_verdict TEXT,
     PRIMARY KEY (lesson, fact, step, student))"""
+FIRST = ("first_answer", "first_verdict")  # added after the first classes: a store made before gets them on open
 
 
 def class_id(manifest: dict) -> str:
@@ -53,6 +56,10 @@ class ClassStore:
         with closing(self._connect()) as db:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute(SCHEMA)
+            have = {row[1] for row in db.execute("PRAGMA table_info(answers)")}
+            for column in FIRST:
+                if column not in have:  # a store of an earlier class: its rows' first answers are unknown (NULL)
+                    db.execute(f"ALTER TABLE answers ADD COLUMN {column} TEXT")
 
     def _connect(self) -> sqlite3.Connection:
         try:
@@ -65,22 +72,31 @@ class ClassStore:
 
     def record(self, lesson: str, fact: str, step: str, student: str, answer: str, verdict: str,
                score: float) -> None:
-        """Store (or replace) one student's answer to one step."""
+        """Store one student's answer to one step: the latest replaces the one before, the first is kept."""
+        answer = str(answer)[:300]
         with closing(self._connect()) as db:
-            db.execute("INSERT OR REPLACE INTO answers VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                       (lesson, fact, str(step), student, str(answer)[:300], verdict, float(score), time.time()))
+            db.execute("INSERT INTO answers VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                       "ON CONFLICT (lesson, fact, step, student) DO UPDATE SET answer = excluded.answer, "
+                       "verdict = excluded.verdict, score = excluded.score, at = excluded.at",
+                       (lesson, fact, str(step), student, answer, verdict, float(score), time.time(), answer,
+                        verdict))
 
     def summary(self, lesson: str) -> list[dict]:
-        """Per (fact, step): how many students answered, their verdicts and their most frequent answers."""
+        """Per (fact, step): how many students answered, their latest verdicts and most frequent answers, and how
+        their first answers were graded (`first`: verdict -> students; a row stored before first answers were
+        kept counts its latest)."""
         with closing(self._connect()) as db:
-            rows = db.execute("SELECT fact, step, verdict, answer, COUNT(*), AVG(score) FROM answers WHERE lesson = ? "
-                              "GROUP BY fact, step, verdict, answer", (lesson,)).fetchall()
+            rows = db.execute("SELECT fact, step, verdict, answer, COALESCE(first_verdict, verdict), COUNT(*), "
+                              "AVG(score) FROM answers WHERE lesson = ? GROUP BY fact, step, verdict, answer, 5",
+                              (lesson,)).fetchall()
         out: dict = {}
-        for fact, step, verdict, answer, n, score in rows:
+        for fact, step, verdict, answer, first, n, score in rows:
             s = out.setdefault((fact, step), {"fact": fact, "step": step, "students": 0, "right": 0, "close": 0,
-                                              "wrong": 0, "answers": {}, "_score": 0.0})
+                                              "wrong": 0, "answers": {}, "_score": 0.0,
+                                              "first": {"right": 0, "close": 0, "wrong": 0}})
             s["students"] += n
             s[verdict] = s.get(verdict, 0) + n
+            s["first"][first] = s["first"].get(first, 0) + n
             s["answers"][answer] = s["answers"].get(answer, 0) + n
             s["_score"] += score * n
         result = []
