@@ -17,6 +17,7 @@ import uuid
 import streamlit as st
 
 from editkit.core.errors import Cancelled, EditkitError
+from editkit.core.progress import gives_time
 from editkit.core.settings import limits, settings
 from editkit.core.visitor import Visitor, visitor_of
 from editkit.model import access, isolation, weights
@@ -272,8 +273,8 @@ def run_job(name: str, fn, cancel_label: str = "Cancel", on_cancel=None, memory:
         draw(0.0, f"{name}: {why} ({running} job(s) running, {ahead} ahead of yours)")
 
     def show(f: float, msg: str) -> None:
-        left = None if "left" in msg else job.left()  # the library's own estimate, where it gives one, wins
-        draw(f, (f"{name}: {msg}" if msg else name) + (f" ({left} left in all)" if left else ""))
+        left = None if gives_time(msg) else job.left()  # the library's own estimate, where it gives one, wins
+        draw(f, (f"{name}: {msg}" if msg else name) + (f" ({left} in all)" if left else ""))
 
     job.on_progress = show
     # This session's job still in the queue is one its stopped script run left computing (a Cancel, or any click,

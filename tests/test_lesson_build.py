@@ -273,3 +273,24 @@ def test_show_and_open_errors(tmp_path, pack, capsys):
     (tmp_path / "notes.txt").write_text("a folder of other files")
     with pytest.raises(EditkitError, match="not a lesson pack; give an empty"):
         build(write_facts(tmp_path), tmp_path, MODEL)
+
+
+def test_the_build_clock_adds_to_a_parts_own_time_left_instead_of_contradicting_it():
+    """Adding a fact on a fresh server read "statistics ...: about 8.9 min left (about 3 min left)": the first-use
+    statistics give their own estimate, which the build's (from COST, which leaves them out) contradicted. Where
+    a part says its own time left, the build says what the parts after it take; one vocabulary (time_left)."""
+    from editkit.core.progress import eta, gives_time, time_left
+    from editkit.lesson.build import Clock
+
+    said = []
+    clock = Clock(lambda f, m: said.append(m), total=10.0, rate=6.0)  # 6 s per unit of cost: 60 s in all
+    step, finish = clock.unit(4.0, "[1/2] traces")
+    step(0.5, "tracing hidden")
+    assert said[-1] == "[1/2] traces: tracing hidden (about 48 s left)"
+    step(0.5, "statistics for layer 3: 10/20 tokens, " + eta(30.0, 10, 20))
+    assert said[-1].endswith("about 30 s left (then about 36 s for the other parts)")
+    finish(False)
+    step, _ = clock.unit(6.0, "[2/2] sweep")
+    step(0.1, "statistics: " + eta(10.0, 1, 4))
+    assert said[-1].endswith("(the last part)")
+    assert gives_time(time_left(300)) and time_left(300) == "about 5.0 min left" and not gives_time("step 3/10")

@@ -28,8 +28,6 @@ def templates_cached(lm, n: int = 5, length: int = 10, seed: int = 0) -> bool:
 def _generate(lm, n: int, length: int, seed: int, progress=None) -> list[str]:
     """Sampled on the base weights (ROME and MEMIT draw the templates once, from the unedited model), each from its
     own seeded stream (text.sample), so concurrent sessions get the same templates."""
-    from .stats import eta
-
     templates = ["{}"]
     start = time.perf_counter()
     with unedited():

@@ -34,6 +34,7 @@ import torch
 
 from ..core.cache import Store
 from ..core.errors import EditkitError
+from ..core.progress import eta
 from ..data.corpus import NOTICE, corpus_tokens, token_chunks
 from ..model.sites import Site
 from ..model.weights import unedited
@@ -191,14 +192,6 @@ def _pass(lm, todo, out, n_tokens, progress, seq_len, module, also, positions) -
         save(sums, count, m)
     save(sums, count, n_tokens)
     return out
-
-
-def eta(elapsed: float, done: float, total: float) -> str:
-    """'about 40 s left' from the rate so far (a time estimate for progress messages)."""
-    if done <= 0 or done >= total:
-        return "almost done" if done >= total else "estimating time"
-    left = elapsed / done * (total - done)
-    return f"about {left:.0f} s left" if left < 120 else f"about {left / 60:.1f} min left"
 
 
 def mix_entities(C: torch.Tensor, C_ent: torch.Tensor, weight: float) -> torch.Tensor:

@@ -21,8 +21,8 @@ from pathlib import Path
 
 from ..core.cache import Store, digest
 from ..core.errors import EditkitError
+from ..core.progress import gives_time, silent, time_left
 from ..core.progress import part as part_of
-from ..core.progress import silent
 from ..editing import stats
 from . import carry, compute
 from .facts import LessonFact, read_facts, refusal
@@ -117,16 +117,25 @@ class Clock:
         self.progress, self.total, self.done, self.start = progress, max(total, 1e-9), 0.0, time.perf_counter()
         self.computed, self.spent, self.rate = 0.0, 0.0, rate
 
-    def left(self, remaining: float) -> str:
+    def seconds(self, remaining: float) -> float | None:
+        """Seconds for `remaining` units of COST: the promised rate, then this run's once it has measured enough."""
         measured = self.computed > 0 and self.spent >= 1
         if measured and (self.computed >= 0.25 * self.total or self.rate is None):
-            rate = self.spent / self.computed
-        elif self.rate is not None:
-            rate = self.rate
-        else:
-            return "estimating the time left"
-        s = remaining * rate
-        return f"about {s / 60:.0f} min left" if s >= 90 else f"about {s:.0f} s left"
+            return remaining * self.spent / self.computed
+        return None if self.rate is None else remaining * self.rate
+
+    def left(self, remaining: float) -> str:
+        s = self.seconds(remaining)
+        return "estimating the time left" if s is None else time_left(s)
+
+    def after(self, remaining: float) -> str:
+        """What follows a part that gives its own time left (first-use statistics, which COST leaves out): the
+        parts after it, so the two estimates add up instead of contradicting each other."""
+        if remaining <= 1e-9:
+            return "the last part"
+        s = self.seconds(remaining)
+        return "then the other parts" if s is None else "then " + time_left(s).replace(" left", "") + \
+            " for the other parts"
 
     def unit(self, cost: float, label: str):
         """The progress callback for one unit; call finish() after it."""
@@ -134,8 +143,9 @@ class Clock:
 
         def step(f: float, message: str = "") -> None:
             remaining = self.total - base - cost * min(max(f, 0.0), 1.0)
+            when = self.after(self.total - base - cost) if gives_time(message) else self.left(remaining)
             self.progress(min((base + cost * min(max(f, 0.0), 1.0)) / self.total, 1.0),
-                          f"{label}{': ' + message if message else ''} ({self.left(remaining)})")
+                          f"{label}{': ' + message if message else ''} ({when})")
 
         def finish(computed: bool) -> None:
             self.done = base + cost

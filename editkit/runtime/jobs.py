@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..core.errors import Cancelled, EditkitError
+from ..core.progress import time_left
 from ..core.settings import limits, settings
 from ..model.footprint import available, gigabytes
 
@@ -77,7 +78,7 @@ class Job:
             self.on_progress(self.fraction, self.message)
 
     def left(self, now: float | None = None) -> str | None:
-        """The time left, extrapolated from the time spent so far and the fraction done ("about 12 min"), once
+        """The time left, extrapolated from the time spent so far and the fraction done (time_left), once
         there is enough to go on (5% and 10 s); None before. A job whose messages carry their own estimate keeps
         those (the page shows this one only when the message has none)."""
         if self.started is None or self.fraction < 0.05:
@@ -85,8 +86,7 @@ class Job:
         spent = (now or time.time()) - self.started
         if spent < 10:
             return None
-        left = spent * (1 - self.fraction) / self.fraction
-        return f"about {left:.0f} s" if left < 90 else f"about {left / 60:.0f} min"
+        return time_left(spent * (1 - self.fraction) / self.fraction)
 
     def summary(self) -> dict:
         return {"name": self.name, "owner": self.owner, "state": self.state, "fraction": self.fraction,
