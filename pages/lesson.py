@@ -76,6 +76,13 @@ def fact_label(f: dict) -> str:
     return f"{r['prompt'].replace('{}', r['subject'])} → {r['target_true'].strip()}"
 
 
+def fact_short(f: dict) -> str:
+    """The sidebar's name of a fact, subject → answer: the whole prompt was cut at the sidebar's width ("The Eiffel
+    Tower is located in the"), losing the answer; the page heads every step with the whole fact."""
+    r = f["request"]
+    return f"{r['subject'].strip()} → {r['target_true'].strip()}"
+
+
 def needs(pack: packs.Pack, fid: str, name: str, what: str):
     """A part of the pack, or a note that the pack lacks it (an interrupted build) and None."""
     value = pack.part(fid, name)
@@ -1069,7 +1076,8 @@ def sidebar(pack) -> tuple[str | None, object]:
             return None, None
         if st.session_state.get("lesson_fact") not in ids:
             st.session_state.pop("lesson_fact", None)  # a pack without that fact (another pack served)
-        fid = st.selectbox("Fact", ids, format_func=lambda f: fact_label(pack.fact(f)), key="lesson_fact")
+        fid = st.selectbox("Fact", ids, format_func=lambda f: fact_short(pack.fact(f)), key="lesson_fact",
+                           help="Subject → the answer the model gives; the whole fact heads every step.")
         return fid, st.container()  # the answers are drawn after the step (which may add one)
 
 

@@ -7,6 +7,7 @@ import time
 import torch
 
 from ..core.cache import Store
+from ..core.progress import eta
 from ..model.text import sample
 from ..model.weights import unedited
 
