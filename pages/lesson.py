@@ -912,6 +912,19 @@ def step_ripple(pack, fid, fact):
         "RippleEdits and MQuAKE found that weight edits pass the edited prompt and fail most implied facts, "
         "while writing the new fact in the prompt (the in-context reference) propagates better.",
         [r"(s, r, o^*) \wedge (o^*, r_2, z^*) \Rightarrow (s,\ r \circ r_2,\ z^*)"], ["references"])
+    try_own(11, "ripple effects of a ROME edit of your own fact", lambda: own_request(11, fact),
+            lambda lm, progress, rec: compute.ripple(lm, rec, progress=progress), show_ripple_own)
+
+
+def show_ripple_own(out: dict) -> None:
+    """A student's own ripple result: the grid and its conclusion, or why no implied fact could be tested."""
+    from editkit.figures.ripple import ripple_figure
+
+    if not grading.ripple_rows(out):
+        st.info(out["message"])
+        return
+    chart(st, lambda: ripple_figure(out), "lesson_ripple_own", None)
+    st.markdown(f"**{ui.md_escape(grading.ripple_conclusion(out))}**")
 
 
 RUN = {1: step_lens, 2: step_trace, 3: step_windows, 4: step_memories, 5: step_edit, 6: step_retrace,

@@ -418,7 +418,8 @@ def own_memory(lm, step: int, s: Settings, methods_: list[str] | None = None) ->
     rome = edit_memory(lm, ["rome"])
     lens = with_margin(vocab_bytes(lm, FACT_TOKENS))
     return {1: lens, 2: trace, 3: trace, 4: lens, 5: rome, 6: rome + trace, 7: rome, 8: edit_memory(lm, names),
-            9: rome + trace, 10: edit_memory(lm, names, 50) + scoring_memory(lm)}.get(step, trace + rome)
+            9: rome + trace, 10: edit_memory(lm, names, 50) + scoring_memory(lm),
+            11: rome + scoring_memory(lm)}.get(step, trace + rome)
 
 
 def build_memory(lm, s: Settings, methods_: list[str] | None = None) -> int:
