@@ -76,6 +76,22 @@ def fact_label(f: dict) -> str:
     return f"{r['prompt'].replace('{}', r['subject'])} → {r['target_true'].strip()}"
 
 
+def pack_methods(pack) -> str:
+    """The intro's methods: the pack's, then the registered ones it lacks (it named six above a lesson of four)."""
+    from editkit.editing.methods import all_methods
+
+    def listed(labels):
+        return f"{', '.join(labels[:-1])} and {labels[-1]}" if len(labels) > 1 else "".join(labels)
+
+    names = pack.manifest.get("method_names") or []
+    mine = [m["label"] for m in pack.manifest.get("methods", []) if m["name"] in names]
+    other = [m.label for m in all_methods() if m.name not in names]
+    if not mine:
+        return listed(other)
+    return f"this lesson: {listed(mine)}" + (f"; editkit also has {listed(other)}, which step 8's “try your own” "
+                                             "runs" if other else "")
+
+
 def fact_short(f: dict) -> str:
     """The sidebar's name of a fact, subject → answer: the whole prompt was cut at the sidebar's width ("The Eiffel
     Tower is located in the"), losing the answer; the page heads every step with the whole fact."""
@@ -1142,7 +1158,7 @@ def main() -> None:
     else:
         fact = pack.fact(fid)
         if st.session_state.get("lesson_step", 1) == 1:
-            draw(reference.intro(ui.method_list()))
+            draw(reference.intro(pack_methods(pack)))
         true = fact["request"]["target_true"].strip()
         st.markdown(f"**The fact:** “{ui.md_escape(fact_prompt(fact))}” → **{ui.md_escape(true)}** "
                     f"({pack.model} predicts it with p = {fact['known']['predicted'][0]['prob']:.2f}).")

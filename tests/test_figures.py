@@ -1,5 +1,7 @@
 """The page figures in editkit/figures/ draw the library's JSON results: one trace per thing shown, in the order
 the pages lay them out."""
+import math
+
 from editkit.figures import memories
 from editkit.figures.similarity import similarity_figure
 from editkit.memories.inspect import memories_at
@@ -106,5 +108,8 @@ def test_weight_change_bars_switch_to_a_log_axis_when_they_span_decades():
 
     wide = norms_figure(out({"ROME": 0.05, "UltraEdit": 0.0004}))
     assert wide.layout.yaxis.type == "log" and "log scale" in wide.layout.yaxis.title.text
+    assert list(wide.layout.yaxis.ticktext) == ["0.0002", "0.0005", "0.001", "0.002", "0.005", "0.01", "0.02", "0.05"]
+    # every tick labelled in full, 1-2-5; the axis reaches 3x below the smallest bar, so it is no sliver
+    assert wide.layout.yaxis.range[0] < math.log10(0.0004 / 2.9)
     close = norms_figure(out({"ROME": 0.05, "MEMIT": 0.02}))
     assert close.layout.yaxis.type in (None, "linear") and "log" not in close.layout.yaxis.title.text

@@ -393,8 +393,10 @@ def test_step_8_names_the_packs_methods(env, tmp_path, monkeypatch):
     (own / "manifest.json").write_text(json.dumps(manifest))
     monkeypatch.setenv("EDITKIT_LESSON", str(own))
     at = open_lesson()
-    go(at, 8)
     first, second = (m["label"] for m in manifest["methods"])
+    intro = next(m.value for m in at.markdown if "locate-then-edit" in m.value)  # step 1's opening paragraph
+    assert f"(this lesson: {first} and {second}; editkit also has " in intro, intro
+    go(at, 8)
     headings = [h.value for h in at.header if h.value.startswith("Step 8.")]
     assert headings == [f"Step 8. {first} and {second} side by side"], headings
 

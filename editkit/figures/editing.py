@@ -4,6 +4,8 @@ No Streamlit here: each function takes JSON results and returns a plotly Figure 
 """
 from __future__ import annotations
 
+import math
+
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
@@ -120,6 +122,15 @@ def _spans_decades(values, ratio: float = 20.0) -> bool:
     return bool(values) and min(values) > 0 and max(values) / min(values) > ratio
 
 
+def _ticks_125(lo: float, hi: float) -> list[float]:
+    """1-2-5 ticks covering [lo, hi] (lo > 0), each labelled in full on a log axis."""
+    out = []
+    for e in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1):
+        out += [m * 10.0 ** e for m in (1, 2, 5)]
+    inside = [t for t in out if lo / 3 <= t <= hi * 1.5]
+    return [float(f"{t:.1g}") for t in inside]
+
+
 def norms_figure(out: dict) -> go.Figure:
     """||Delta W||_F / ||W||_F of every edited matrix, per method."""
     fig = go.Figure()
@@ -133,7 +144,10 @@ def norms_figure(out: dict) -> go.Figure:
     fig.update_layout(barmode="group", yaxis_title="‖ΔW‖_F / ‖W‖_F" + (" (log scale)" if log else ""), height=320,
                       margin={"t": 20, "b": 30})
     if log:
-        fig.update_yaxes(type="log")
+        ticks = _ticks_125(min(values), max(values))  # plotly's own log ticks read "5, 2, 0.01, 5, 2, 0.001"
+        # the axis starts 3x below the smallest bar: a log bar is drawn from the axis' bottom, and at it it is a sliver
+        fig.update_yaxes(type="log", tickvals=ticks, ticktext=[f"{t:g}" for t in ticks],
+                         range=[math.log10(min(values) / 3), math.log10(max(values) * 1.5)])
     names = {k for r in out["methods"].values() for k in r["info"]["norms"]}
     fig.update_xaxes(type="category", categoryorder="array",
                      categoryarray=[short_param(k) for k in sorted(names, key=param_order)])
