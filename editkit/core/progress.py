@@ -2,8 +2,9 @@
 
 `fraction` runs from 0 to 1 over the whole computation and `message` says what is being done, in words a user
 reads under a progress bar ("statistics of layer 4: 8,000 / 20,000 tokens"). A job's callback may raise
-errors.Cancelled to stop the computation at its next step. `part` hands a sub-computation its share of the bar. Time estimates in messages
-are said one way (`time_left`), so a caller that adds its own can tell when a part already gave one (`gives_time`).
+errors.Cancelled to stop the computation at its next step. `part` hands a sub-computation its share of the bar.
+Time estimates in messages are said one way (`time_left`), so a caller that adds its own can tell when a part
+already gave one (`gives_time`).
 """
 from __future__ import annotations
 
@@ -27,9 +28,14 @@ def part(progress: Progress | None, start: float, end: float, prefix: str = "") 
 LEFT = " left"  # the end of every time estimate a message carries
 
 
+def duration(seconds: float) -> str:
+    """'about 40 s' / 'about 3.5 min'."""
+    return f"about {seconds:.0f} s" if seconds < 120 else f"about {seconds / 60:.1f} min"
+
+
 def time_left(seconds: float) -> str:
     """'about 40 s left' / 'about 3.5 min left': the one way a progress message says how long is left."""
-    return f"about {seconds:.0f} s{LEFT}" if seconds < 120 else f"about {seconds / 60:.1f} min{LEFT}"
+    return duration(seconds) + LEFT
 
 
 def eta(elapsed: float, done: float, total: float) -> str:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ..core.cache import Store, digest
 from ..core.errors import EditkitError
-from ..core.progress import gives_time, silent, time_left
+from ..core.progress import duration, gives_time, silent, time_left
 from ..core.progress import part as part_of
 from ..editing import stats
 from . import carry, compute
@@ -134,8 +134,7 @@ class Clock:
         if remaining <= 1e-9:
             return "the last part"
         s = self.seconds(remaining)
-        return "then the other parts" if s is None else "then " + time_left(s).replace(" left", "") + \
-            " for the other parts"
+        return "then the other parts" if s is None else f"then {duration(s)} for the other parts"
 
     def unit(self, cost: float, label: str):
         """The progress callback for one unit; call finish() after it."""
