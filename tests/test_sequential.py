@@ -281,6 +281,8 @@ def test_shipped_1000_edit_run_and_its_conclusion():
     assert all(r.rows[-1]["edit"] < 1000 for r in stopped.values())
     sentence = conclusion(runs)
     assert "after 1,000 edits (the share" in sentence
+    # every collapse is named, in order (the sentence named PMET's alone; co-edit's came at 900)
+    assert sentence.startswith("PMET collapses first (by edit 500), then Co-edit (MEMIT + implied) (by edit 900).")
     assert all(f"{r.label} stopped after {r.rows[-1]['edit']:,} edits" in sentence for r in stopped.values())
     # a run stopped at 600 edits (as co-edit's was until 28 Nov 2026) is named, not ranked
     short = {**runs, "coedit": replace(runs["coedit"], complete=False, rows=runs["coedit"].rows[:6])}

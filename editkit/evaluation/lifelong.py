@@ -152,8 +152,11 @@ def conclusion(runs: dict[str, LifelongRun]) -> str:
 
     label = {m: r.label or m for m, r in runs.items()}
     hit = {m: r.collapsed_at for m, r in runs.items() if r.collapsed_at is not None}
-    head = (f"{label[min(hit, key=hit.get)]} collapses first (by edit {min(hit.values())})" if hit
-            else "None of them collapses")
+    order = sorted(hit, key=hit.get)
+    head = (f"{label[order[0]]} collapses first (by edit {hit[order[0]]})" if hit else "None of them collapses")
+    if len(order) > 1:  # every collapse is named: the later ones are as much a finding as the first
+        later = [f"{label[m]} (by edit {hit[m]})" for m in order[1:]]
+        head += ", then " + (", ".join(later[:-1]) + " and " + later[-1] if len(later) > 1 else later[0])
     done = {m: r for m, r in runs.items() if r.complete}
     stopped = [m for m in runs if m not in done and runs[m].rows]
     tail = ""
