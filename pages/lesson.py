@@ -79,16 +79,14 @@ def fact_label(f: dict) -> str:
 def pack_methods(pack) -> str:
     """The intro's methods: the pack's, then the registered ones it lacks (it named six above a lesson of four)."""
     from editkit.editing.methods import all_methods
-
-    def listed(labels):
-        return f"{', '.join(labels[:-1])} and {labels[-1]}" if len(labels) > 1 else "".join(labels)
+    from editkit.evaluation.verdict import and_list
 
     names = pack.manifest.get("method_names") or []
     mine = [m["label"] for m in pack.manifest.get("methods", []) if m["name"] in names]
     other = [m.label for m in all_methods() if m.name not in names]
     if not mine:
-        return listed(other)
-    return f"this lesson: {listed(mine)}" + (f"; editkit also has {listed(other)}, which step 8's “try your own” "
+        return and_list(other)
+    return f"this lesson: {and_list(mine)}" + (f"; editkit also has {and_list(other)}, which step 8's “try your own” "
                                              "runs" if other else "")
 
 

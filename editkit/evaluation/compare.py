@@ -25,7 +25,7 @@ from ..editing.result import EditResult
 from ..figures import editing as figures
 from .datasets import as_record
 from .measure import EvalSpec, edit_and_measure, measure, probabilities
-from .verdict import MARGIN_MEASURE, Ranking, margins, paired
+from .verdict import MARGIN_MEASURE, Ranking, and_list, margins, paired
 
 TIMINGS = Store("timings")  # per model: the seconds each method's edit of one record took in the last comparison
 
@@ -162,7 +162,7 @@ def estimate(lm, methods: list[str], n_records: int, hparams: dict | None = None
     unknown, parts, total = [], [], 0.0
     for (module, positions, n_tokens), (layers, who) in passes.items():
         sec = pass_seconds(lm, sorted(layers), n_tokens, module, positions)
-        what = f"first-use statistics of {_and(sorted(who))} ({n_tokens:,} tokens, layers {_span(layers)})"
+        what = f"first-use statistics of {and_list(sorted(who))} ({n_tokens:,} tokens, layers {_span(layers)})"
         if sec is None:
             unknown.append(what)
         else:
@@ -172,19 +172,15 @@ def estimate(lm, methods: list[str], n_records: int, hparams: dict | None = None
     if edits:
         sec = n_records * sum(timed[m] for m in edits)
         total += sec
-        parts.append(f"the edits of {_and([get(m).label for m in edits])} ~{_minutes(sec)}")
+        parts.append(f"the edits of {and_list([get(m).label for m in edits])} ~{_minutes(sec)}")
     new = [get(m).label for m in methods if m not in timed]
     if new:
-        unknown.append(f"the edit{'s' if len(new) > 1 else ''} of {_and(new)} (timed after {lm.name}'s first "
+        unknown.append(f"the edit{'s' if len(new) > 1 else ''} of {and_list(new)} (timed after {lm.name}'s first "
                        "comparison on this server)")
     text = (f"About {_minutes(total)}: {'; '.join(parts)}" if parts else "No estimate yet")
     if unknown:
         text += f"{'; not counted' if parts else ''}: {'; '.join(unknown)}"
     return (total if not unknown else None), text + ". Longer while other jobs compute."
-
-
-def _and(names: list[str]) -> str:
-    return f"{', '.join(names[:-1])} and {names[-1]}" if len(names) > 1 else "".join(names)
 
 
 def _minutes(seconds: float) -> str:

@@ -148,15 +148,14 @@ def conclusion(runs: dict[str, LifelongRun]) -> str:
     run stopped early is not set against the others' later, longer ends), else at each run's last. Where two or
     more runs are complete, runs stopped before their end are named and left out of the ranking (one stopped run
     would otherwise pull every comparison back to where it stopped)."""
-    from .verdict import rates
+    from .verdict import and_list, rates
 
     label = {m: r.label or m for m, r in runs.items()}
     hit = {m: r.collapsed_at for m, r in runs.items() if r.collapsed_at is not None}
     order = sorted(hit, key=hit.get)
     head = (f"{label[order[0]]} collapses first (by edit {hit[order[0]]})" if hit else "None of them collapses")
     if len(order) > 1:  # every collapse is named: the later ones are as much a finding as the first
-        later = [f"{label[m]} (by edit {hit[m]})" for m in order[1:]]
-        head += ", then " + (", ".join(later[:-1]) + " and " + later[-1] if len(later) > 1 else later[0])
+        head += ", then " + and_list([f"{label[m]} (by edit {hit[m]})" for m in order[1:]])
     done = {m: r for m, r in runs.items() if r.complete}
     stopped = [m for m in runs if m not in done and runs[m].rows]
     tail = ""

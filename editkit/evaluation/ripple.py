@@ -30,6 +30,7 @@ from ..model import isolation
 from ..model.scoring import score_targets
 from .metrics import mean_ci
 from .pairs import pair_nlls
+from .verdict import and_list
 
 IN_CONTEXT = "in-context"
 IN_CONTEXT_LABEL = "In-context reference"
@@ -273,7 +274,7 @@ def conclusion(out: dict) -> str:
     if not rest:
         both = "Both" if len(ranked) == 2 else f"All {len(ranked)}"
         return f"{both} score the same here ({counts(mv, st)}): no method propagates better on this edit."
-    names = _and([m["label"] for m in top])
+    names = and_list([m["label"] for m in top])
     if moves:
         text = (f"{names} propagates best here" if len(top) == 1 else f"{names} tie for best here") + \
             f": {counts(mv, st)}"
@@ -286,10 +287,6 @@ def conclusion(out: dict) -> str:
         text += (f"; {rest[0]['label']} is within noise of {'it' if len(top) == 1 else 'them'} ({said}: one "
                  "edit's few facts cannot separate them)")
     return text + "."
-
-
-def _and(names: list[str]) -> str:
-    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
 # ---- many edits --------------------------------------------------------------------------------------------------

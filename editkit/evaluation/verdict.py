@@ -66,7 +66,7 @@ class Ranking:
         ties = self.ties
         rest = [o for o in order if o != self.best and o not in ties]
         if ties:
-            tied = _and([f"{self.name(o)} ({self.fmt(self.values[o])})" for o in ties])
+            tied = and_list([f"{self.name(o)} ({self.fmt(self.values[o])})" for o in ties])
             head = (f"By {self.measure}, {best} is best, but {tied} {'is' if len(ties) == 1 else 'are'} within noise "
                     f"of it (95% band ±{self.fmt(max(self.noise[o] for o in ties), 2)})")
         else:
@@ -94,7 +94,8 @@ class Ranking:
         return {**asdict(self), "ties": self.ties, "sentence": self.sentence()}
 
 
-def _and(items: list[str]) -> str:
+def and_list(items: list[str]) -> str:
+    """'A', 'A and B', 'A, B and C': the one way editkit's sentences list things."""
     return f"{', '.join(items[:-1])} and {items[-1]}" if len(items) > 1 else "".join(items)
 
 

@@ -118,7 +118,6 @@ def probability_figure(out: dict, j: int, group: str, width: int = WIDTHS["third
 
 def _spans_decades(values, ratio: float = 20.0) -> bool:
     """Whether positive bars differ by more than `ratio`: the smaller ones would be invisible on a linear axis."""
-    values = [v for v in values if v is not None]
     return bool(values) and min(values) > 0 and max(values) / min(values) > ratio
 
 
@@ -139,7 +138,8 @@ def norms_figure(out: dict) -> go.Figure:
         fig.add_trace(go.Bar(x=[short_param(k) for k in norms], y=[v["relative_norm"] for v in norms.values()],
                              name=r["label"], marker_color=r["color"], hovertext=list(norms),
                              hovertemplate="%{hovertext}: %{y:.4f}<extra></extra>"))
-    values = [v["relative_norm"] for r in out["methods"].values() for v in r["info"]["norms"].values()]
+    values = [v["relative_norm"] for r in out["methods"].values() for v in r["info"]["norms"].values()
+              if v["relative_norm"] is not None]
     log = _spans_decades(values)  # UltraEdit's changes are ~100x smaller than ROME's: on one linear axis, no bar
     fig.update_layout(barmode="group", yaxis_title="‖ΔW‖_F / ‖W‖_F" + (" (log scale)" if log else ""), height=320,
                       margin={"t": 20, "b": 30})
