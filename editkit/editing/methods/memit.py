@@ -36,6 +36,7 @@ class MemitHparams(Hparams):
 
     CHECKS = {**Hparams.CHECKS, "mom2_update_weight": _non_negative, "update_norm_lambda": _non_negative}
     SOLVE_ONLY = Hparams.SOLVE_ONLY | {"mom2_update_weight", "update_norm_lambda", "add_prev_edits"}
+    NEUTRAL = {**Hparams.NEUTRAL, "update_norm_lambda": 0.0, "add_prev_edits": False}
 
 
 def first_use(hp: MemitHparams) -> FirstUse:
