@@ -424,6 +424,11 @@ def test_coedit_joint_targets_tie_an_implication_to_its_requests_subject():
     about_rome = EditRequest("The capital of {} is", "Italy", " Rome")  # an inverse rule's fact, about o*
     assert joint_tie([EIFFEL], [implied, about_rome], [0, 0]) == (0, 0, 2)
     assert joint_tie([EIFFEL], [about_rome], [0]) is None  # nothing shared: the plain batch
+    # two implications about the same other subject: their own deltas, or with `other` one shared delta
+    also_rome = EditRequest("{} lies in the country of", "Italy", " Rome")
+    assert joint_tie([EIFFEL], [implied, about_rome, also_rome], [0, 0, 0]) == (0, 0, 2, 3)
+    assert joint_tie([EIFFEL], [implied, about_rome, also_rome], [0, 0, 0], other=True) == (0, 0, 2, 2)
+    assert joint_tie([EIFFEL, EIFFEL], [about_rome, also_rome], [0, 1], other=True) is None  # per request
 
 
 def test_coedit_joint_targets_write_one_delta_for_a_fact_and_its_implication(tiny_by_name, monkeypatch):
