@@ -119,7 +119,7 @@ class Peak:
     extent: tuple[int, ...]
     band: float | None
 
-    def overlaps(self, other: "Peak", scale: float = 1.0, other_scale: float = 1.0) -> bool:
+    def overlaps(self, other: Peak, scale: float = 1.0, other_scale: float = 1.0) -> bool:
         """Whether two peaks' extents meet once each index is multiplied by its scale (e.g. relative depths)."""
         lo, hi = min(self.extent) * scale, max(self.extent) * scale
         olo, ohi = min(other.extent) * other_scale, max(other.extent) * other_scale
