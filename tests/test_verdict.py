@@ -35,15 +35,16 @@ def test_a_clear_winner_is_said_to_be_ahead_by_more_than_the_noise():
 
 
 def test_one_band_decides_what_is_within_noise():
-    """The Lesson's step 9 (Space Needle) read "layer 15 (2.475) is best, but layer 0 (2.458) ... within noise of it
-    (95% band ±0.076); then, each further from it than the noise of its own difference, layer 11 (2.463)": a layer
-    closer to the best listed as outside the noise. One band decides now: every option closer to the best than the
-    band the sentence quotes is within noise, every other one is outside it and outside its own band too."""
+    """The Lesson's step 9 (Space Needle) read "layer 15 (2.475) is best, but layer 0 (2.458) ... within noise
+    of it (95% band ±0.076); then, each further from it than the noise of its own difference, layer 11
+    (2.463)": a layer closer to the best listed as outside the noise. One band decides now: every option
+    closer to the best than the band the sentence quotes is within noise, every other one is outside it and
+    outside its own band too."""
     r = verdict.Ranking("the summed margin", {"a": 2.475, "b": 2.458, "c": 2.463, "d": 1.9}, "a",
                         {"a": 0.0, "b": 0.076, "c": 0.01, "d": 0.05})
     assert r.band == pytest.approx(0.076) and r.ties == ["c", "b"]
-    assert r.sentence() == ("By the summed margin, a (2.475) is best, but c (2.463) and b (2.458) are within noise of "
-                            "it (less than the 95% band, ±0.076, away); then d (1.900).")
+    assert r.sentence() == ("By the summed margin, a (2.475) is best, but c (2.463) and b (2.458) are within "
+                            "noise of it (less than the 95% band, ±0.076, away); then d (1.900).")
     r = verdict.Ranking("the summed margin", {"a": 2.475, "b": 2.458, "d": 1.9}, "a",
                         {"a": 0.0, "b": 0.076, "d": 0.05})
     assert r.sentence().endswith("; then d (1.900).")
@@ -51,9 +52,9 @@ def test_one_band_decides_what_is_within_noise():
 
 @pytest.mark.parametrize("seed", range(20))
 def test_the_band_splits_every_ranking_in_two(seed):
-    """Whatever the noises: an option is within noise exactly when it is closer to the best than the quoted band,
-    and every option outside the band is outside its own noise too (the sentence never contradicts a reader who
-    applies either rule)."""
+    """Whatever the noises: an option is within noise exactly when it is closer to the best than the quoted
+    band, and every option outside the band is outside its own noise too (the sentence never contradicts a
+    reader who applies either rule)."""
     import random
 
     rng = random.Random(seed)

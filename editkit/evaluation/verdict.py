@@ -8,15 +8,17 @@ The noise is estimated from the measurements themselves, never set by hand:
   sample of prompts;
 - rates over many items (a lifelong run's efficacy over its measured edits): the binomial SE of each rate,
   SE(d) = sqrt(p1 (1 - p1) / n1 + p2 (1 - p2) / n2).
-One rule says what is within noise, so a student can check every sentence against the number it quotes: the band
-is 1.96 SE(d), the 95% band of every mean editkit reports (metrics.mean_ci), taken as the widest band of an option
-within its own band of the best; every option closer to the best than that band is within noise, every other one is
-outside it (and outside its own band too). Calling each option against its own band alone listed "layer 0 (2.458)"
-as within noise and "layer 11 (2.463)", closer to the best, as outside it (the Lesson's step 9). Where no spread can
-be estimated (every group has a single prompt) the ranking says so instead of calling a tie.
+One rule says what is within noise, so a student can check every sentence against the number it quotes: the
+band is 1.96 SE(d), the 95% band of every mean editkit reports (metrics.mean_ci), taken as the widest band of
+an option within its own band of the best; every option closer to the best than that band is within noise,
+every other one is outside it (and outside its own band too). Calling each option against its own band alone
+listed "layer 0 (2.458)" as within noise and "layer 11 (2.463)", closer to the best, as outside it (the
+Lesson's step 9). Where no spread can be estimated (every group has a single prompt) the ranking says so
+instead of calling a tie.
 
-A curve has a peak worth naming by the same rule (`peak`): only where some point of it lies outside the band of its
-largest value; the points within the band are the peak's extent, and a curve all within the band is flat.
+A curve has a peak worth naming by the same rule (`peak`): only where some point of it lies outside the band
+of its largest value; the points within the band are the peak's extent, and a curve all within the band is
+flat.
 """
 from __future__ import annotations
 
@@ -47,8 +49,8 @@ class Ranking:
 
     @property
     def band(self) -> float | None:
-        """The one 95% band the sentence quotes: the widest noise among the options within their own noise of the
-        best (module docstring); None when no option is."""
+        """The one 95% band the sentence quotes: the widest noise among the options within their own noise of
+        the best (module docstring); None when no option is."""
         own = [n for o, n in self.noise.items() if o != self.best and n is not None and self.gap(o) <= n]
         return max(own, default=None)
 
@@ -89,15 +91,16 @@ class Ranking:
         rest = [o for o in order if o != self.best and o not in ties]
         if ties:
             tied = and_list([f"{self.name(o)} ({self.fmt(self.values[o])})" for o in ties])
-            head = (f"By {self.measure}, {best} is best, but {tied} {'is' if len(ties) == 1 else 'are'} within noise "
-                    f"of it (less than the 95% band, ±{self.fmt(self.band, 2)}, away)")
+            verb = "is" if len(ties) == 1 else "are"
+            head = (f"By {self.measure}, {best} is best, but {tied} {verb} within noise of it (less than the "
+                    f"95% band, ±{self.fmt(self.band, 2)}, away)")
         else:
             head = f"By {self.measure}, {best} is best"
             if self.estimated:
                 near = min((o for o in rest if self.noise.get(o) is not None), key=self.gap, default=None)
                 if near is not None:
-                    head += (f", ahead of {self.name(near)} ({self.fmt(self.values[near])}) by more than the noise "
-                             f"(95% band ±{self.fmt(self.noise[near], 2)})")
+                    head += (f", ahead of {self.name(near)} ({self.fmt(self.values[near])}) by more than "
+                             f"the noise (95% band ±{self.fmt(self.noise[near], 2)})")
                     rest.remove(near)
             else:
                 head += f" ({self.no_noise})"
@@ -111,8 +114,9 @@ class Ranking:
 
 @dataclass(frozen=True)
 class Peak:
-    """Where a curve peaks, by the module's rule: its largest value, and its extent (every index within the band of
-    that value, in order). `band` None: no noise estimate, the peak is the largest value as measured."""
+    """Where a curve peaks, by the module's rule: its largest value, and its extent (every index within the
+    band of that value, in order). `band` None: no noise estimate, the peak is the largest value as
+    measured."""
 
     index: int
     value: float
@@ -120,7 +124,8 @@ class Peak:
     band: float | None
 
     def overlaps(self, other: Peak, scale: float = 1.0, other_scale: float = 1.0) -> bool:
-        """Whether two peaks' extents meet once each index is multiplied by its scale (e.g. relative depths)."""
+        """Whether two peaks' extents meet once each index is multiplied by its scale (e.g. relative
+        depths)."""
         lo, hi = min(self.extent) * scale, max(self.extent) * scale
         olo, ohi = min(other.extent) * other_scale, max(other.extent) * other_scale
         return lo <= ohi and olo <= hi
