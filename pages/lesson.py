@@ -12,8 +12,8 @@ import pandas as pd
 import streamlit as st
 
 from editkit.core.errors import EditkitError
-from editkit.core.settings import settings as server_settings
 from editkit.core.progress import part
+from editkit.core.settings import settings as server_settings
 from editkit.editing.requests import NEIGHBOURS_HELP, NEIGHBOURS_LABEL
 from editkit.figures import lesson as figs
 from editkit.figures.tracing import depth_comparison
