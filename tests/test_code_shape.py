@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parent.parent
 WIDTH = 110
 # Lines over WIDTH in the repository's Python files when the limit was set (3,137 before the first wrap);
 # lower it when you wrap some, never raise it
-LONG_LINES = 3090
+LONG_LINES = 3033
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:

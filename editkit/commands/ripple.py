@@ -6,7 +6,7 @@ from .common import add_model_arg, load
 
 
 def register(sub):
-    from ..editing.methods import names
+    from ..editing.methods import builtin_names as names
 
     p = sub.add_parser("ripple", help="what an edit should move beside what it must not (RippleEdits' criteria)")
     p.add_argument("--requests", required=True, help="JSON/JSONL file: editkit, CounterFact or EasyEdit records")
