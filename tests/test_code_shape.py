@@ -31,6 +31,11 @@ def test_ruff_passes():
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
 
 
+def test_mypy_passes():
+    out = _run("mypy")
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
+
+
 def test_long_lines_only_become_fewer():
     long = [f"{f.relative_to(ROOT)}:{i}" for f in python_files()
             for i, line in enumerate(f.read_text(encoding="utf-8").split("\n"), 1) if len(line) > WIDTH]

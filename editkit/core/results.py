@@ -16,9 +16,12 @@ from __future__ import annotations
 import html
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import EditkitError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 JsonObject = dict[str, Any]  # what to_json() returns: a result's JSON form, the edge where dicts belong
 
@@ -41,7 +44,7 @@ def json_input(data: Any) -> Any:
     raise EditkitError(f"expected a JSON object, JSON text or a path, not {type(data).__name__}")
 
 
-def frame(rows: list, columns: list[str] | None = None):
+def frame(rows: list[Any], columns: list[str] | None = None) -> pd.DataFrame:
     """A pandas DataFrame of row dicts. pandas is imported here, when a table is asked for: the pages' imports and
     Ray workers that never build one do not pay its 0.35 s."""
     import pandas as pd
@@ -60,11 +63,11 @@ class Result:
         raise NotImplementedError
 
     @classmethod
-    def _from_json(cls, d: dict):
+    def _from_json(cls, d: JsonObject) -> Any:
         raise NotImplementedError
 
     @classmethod
-    def from_json(cls, data):
+    def from_json(cls, data: Any) -> Any:
         """The result `to_json()` wrote: its dict, JSON text or a .json file. A JSON object of another kind is one
         EditkitError naming what is missing."""
         d = json_input(data)
@@ -75,16 +78,16 @@ class Result:
         except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
             raise EditkitError(f"this JSON holds no {cls.__name__} ({type(exc).__name__}: {exc})") from None
 
-    def save(self, path) -> Path:
+    def save(self, path: str | Path) -> Path:
         """Write to_json() to `path` (UTF-8 JSON); `from_json(path)` reads it back."""
         path = Path(path)
         path.write_text(json.dumps(self.to_json(), ensure_ascii=False, indent=1), encoding="utf-8")
         return path
 
-    def figure(self):
+    def figure(self) -> Any:  # a plotly Figure (editkit/figures/), or None where there is none
         raise NotImplementedError(f"{type(self).__name__} has no figure")
 
-    def to_frame(self):
+    def to_frame(self) -> pd.DataFrame:
         raise NotImplementedError(f"{type(self).__name__} has no table")
 
     def headline(self) -> str:
@@ -99,13 +102,13 @@ class Result:
         the table; the headline alone when there is neither (a ripple test that derived no fact: it says why)."""
         fig = self.figure() if self._show == "figure" else None
         if fig is not None:
-            return self._head() + fig._repr_html_()
+            return self._head() + str(fig._repr_html_())
         table = self.to_frame()
         if not len(table):
             return self._head()
-        return self._head() + table.to_html(index=False, float_format=lambda x: f"{x:.4g}")
+        return self._head() + str(table.to_html(index=False, float_format=lambda x: f"{x:.4g}"))
 
-    def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
         """What Jupyter shows: a figure also as plotly's own mime type, which JupyterLab draws without the
         internet (the HTML form may load plotly.js from its CDN); a table as HTML. text/plain is the headline."""
         fig = self.figure() if self._show == "figure" else None
