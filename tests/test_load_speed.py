@@ -162,3 +162,20 @@ def test_a_shipped_models_fast_tokenizer_gives_the_same_ids_and_predictions(name
     before = replace(lm, tok=SerialTokenizer(slow))
     for prompt in [PROMPT] + [t for t in cache.check_texts(facts=20, lines=0) if t.strip()][:30]:
         assert top_k(lm, prompt, 5) == top_k(before, prompt, 5), prompt
+
+
+def test_a_hub_id_in_the_local_cache_is_counted_from_its_headers(tmp_path, monkeypatch, tiny_by_name):
+    """A hub id's weights found in the local Hugging Face cache (its documented layout: refs/main names the
+    snapshot) are counted from their headers; one not downloaded has no files here."""
+    import huggingface_hub.constants
+
+    lm = tiny_by_name("tiny-gpt2")
+    snapshot = tmp_path / "models--someone--tiny" / "snapshots" / "abc123"
+    lm.model.save_pretrained(snapshot)
+    (tmp_path / "models--someone--tiny" / "refs").mkdir()
+    (tmp_path / "models--someone--tiny" / "refs" / "main").write_text("abc123")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path))
+    files = safetensors_files("someone/tiny")
+    assert files == [snapshot / "model.safetensors"]
+    assert safetensors_parameters(files) == sum(p.numel() for p in lm.model.parameters())
+    assert safetensors_files("someone/not-downloaded") is None

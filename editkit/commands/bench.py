@@ -245,7 +245,8 @@ def show_startup(out) -> None:
                 print(f"  {name:8s} skipped: {row['skipped']}")
                 continue
             phases = ", ".join(f"{p} {s:.2f}" for p, s in row.get("phases", {}).items())
-            print(f"  {name:8s} best {row['best']:6.2f} s  median {row['median']:6.2f} s"
+            cpu = f"  CPU {row['cpu_best']:.2f} s" if "cpu_best" in row else ""
+            print(f"  {name:8s} best {row['best']:6.2f} s  median {row['median']:6.2f} s{cpu}"
                   + (f"  ({phases})" if phases else ""))
     for name, g in r["goals"].items():
         print(f"goal {name} < {g['goal']} s: best {g['best']:.2f} s, {'met' if g['met'] else 'missed'}")

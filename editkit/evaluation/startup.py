@@ -169,23 +169,28 @@ def _measure(m: str, roots: dict[str, Path], spec: StartupSpec, say) -> dict[str
     """One measurement for every code: a warm-up each, then `runs` rounds over the codes in turn."""
     if m == "app":
         return _app(roots, spec, say)
-    rows = {label: {"command": _shown(m, spec), "seconds": [], "probes": []} for label in roots}
+    rows = {label: {"command": _shown(m, spec), "seconds": [], "cpu": [], "probes": []} for label in roots}
     for round_ in range(spec.runs + 1):
         for label, root in roots.items():
-            seconds = _timed(_command(m, spec), root)
+            seconds, cpu = _timed(_command(m, spec), root)
             probe = _probe(m, spec, root) if m != "help" else None
             if round_ == 0:
                 continue  # the warm-up: bytecode compiled, the files in the page cache
             rows[label]["seconds"].append(round(seconds, 3))
+            rows[label]["cpu"].append(round(cpu, 3))
             if probe is not None:
                 rows[label]["probes"].append(probe)
-            say(f"startup {m} [{label}] run {round_}: {seconds:.2f} s")
+            say(f"startup {m} [{label}] run {round_}: {seconds:.2f} s ({cpu:.2f} CPU s)")
     return {label: _summary(row) for label, row in rows.items()}
 
 
 def _summary(row: dict) -> dict:
+    """The runs' best and median wall seconds (and CPU seconds: steadier on a busy machine), each phase's
+    median."""
     seconds, probes = row.pop("seconds"), row.pop("probes")
     row.update(seconds=seconds, best=min(seconds), median=round(statistics.median(seconds), 3))
+    if row.get("cpu"):
+        row.update(cpu_best=min(row["cpu"]), cpu_median=round(statistics.median(row["cpu"]), 3))
     if probes:
         names = list(dict.fromkeys(name for probe in probes for name in probe))
         row["phases"] = {n: round(statistics.median(p.get(n, 0.0) for p in probes), 3) for n in names}
@@ -212,14 +217,22 @@ def _env(root: Path) -> dict:
                 STREAMLIT_BROWSER_GATHER_USAGE_STATS="false")
 
 
-def _timed(cmd: list[str], root: Path) -> float:
-    start = time.perf_counter()
+def _timed(cmd: list[str], root: Path) -> tuple[float, float]:
+    """The command's wall seconds and the CPU seconds (user + system) its process used."""
+    before, start = _children_cpu(), time.perf_counter()
     done = subprocess.run(cmd, cwd=root, env=_env(root), capture_output=True, text=True, timeout=600,
                           check=False)
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, _children_cpu() - before
     if done.returncode != 0:
         raise EditkitError(f"{' '.join(cmd[1:])[:120]} failed in {root}: {_tail(done.stderr)}")
-    return seconds
+    return seconds, cpu
+
+
+def _children_cpu() -> float:
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _probe(m: str, spec: StartupSpec, root: Path) -> dict[str, float]:
@@ -289,16 +302,18 @@ def _app(roots: dict[str, Path], spec: StartupSpec, say) -> dict[str, dict]:
     if exe is None:
         return {label: {"skipped": "no Chromium on this machine"} for label in roots}
     command = "streamlit run app.py, until the home page's prediction is drawn"
-    rows = {label: {"command": command, "seconds": [], "probes": []} for label in roots}
+    rows = {label: {"command": command, "seconds": [], "cpu": [], "probes": []} for label in roots}
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=exe, headless=True,
                                     args=["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"])
         try:
             for round_ in range(spec.runs + 1):
                 for label, root in roots.items():
+                    before = _children_cpu()
                     phases = _app_once(root, browser, spec.port or _free_port())
                     if round_:
                         rows[label]["seconds"].append(round(sum(phases.values()), 3))
+                        rows[label]["cpu"].append(round(_children_cpu() - before, 3))  # the server's
                         rows[label]["probes"].append(phases)
                         say(f"startup app [{label}] run {round_}: {sum(phases.values()):.2f} s")
         finally:
