@@ -19,8 +19,8 @@ from .core import threads as _threads  # noqa: F401 - first: OpenMP's spin count
 # The API's functions (no name may be a submodule's: `import editkit.lens` sets editkit.lens to the module) and
 # the result and settings types, by the module that defines them
 _API = ("load", "models", "methods", "applied", "predict", "logit_lens", "trace", "severing", "aie", "shipped_aie",
-        "edit", "compare", "bleed", "ripple", "ripple_evaluation", "evaluate", "sweep", "layer_sweep", "lifelong", "ffn_memories",
-        "similarity_curves")
+        "edit", "compare", "bleed", "ripple", "ripple_evaluation", "evaluate", "sweep", "layer_sweep", "lifelong",
+        "ffn_memories", "similarity_curves")
 _TYPES = {
     "TraceSpec": "editkit.tracing.spec", "TraceResult": "editkit.tracing.result",
     "Traces": "editkit.tracing.result",

@@ -38,10 +38,10 @@ from .evaluation.layer_sweep import LayerSweep
 from .evaluation.layer_sweep import layer_sweep as _layer_sweep
 from .evaluation.lifelong import Lifelong
 from .evaluation.measure import EvalSpec
+from .evaluation.report import EditReport, edit_report
 from .evaluation.ripple import RippleResult
 from .evaluation.ripple import ripple as _ripple
 from .evaluation.ripple_eval import RippleEvaluation, RippleSpec, evaluate_ripple
-from .evaluation.report import EditReport, edit_report
 from .evaluation.sequential import SequentialSpec, sequential_methods
 from .evaluation.sweep import SWEEP, Sweep
 from .evaluation.sweep import sweep as _sweep
@@ -55,7 +55,7 @@ from .model.weights import WeightDelta
 from .runtime.cluster import Backend
 from .similarity import SimilarityResult
 from .similarity import similarity as _similarity
-from .tracing import Severing, TraceResult, Traces, TraceSpec, Tracer
+from .tracing import Severing, Tracer, TraceResult, Traces, TraceSpec
 from .tracing import trace as _trace
 from .tracing.aie import AIE, average_indirect_effect, shipped_runs
 

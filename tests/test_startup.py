@@ -73,7 +73,8 @@ def test_the_parsers_vocabulary_is_the_libraries():
     from editkit.model import loading
 
     similarity = import_module("editkit.similarity")  # the modules (their packages export functions of the name)
-    intervene_lib, triggers_lib = import_module("editkit.memories.intervene"), import_module("editkit.memories.triggers")
+    intervene_lib = import_module("editkit.memories.intervene")
+    triggers_lib = import_module("editkit.memories.triggers")
 
     assert intervene.MODES == intervene_lib.MODES
     assert triggers.SEQ_LEN == triggers_lib.DEFAULT_SEQ_LEN

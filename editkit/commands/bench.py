@@ -1,6 +1,7 @@
-"""`python -m editkit bench trace|edit|fast|scale|report [...] [--json]`: benchmarks that time editkit against the reference
-algorithm in the same run, and an evaluation in process against 1, 2, ... Ray workers. The measurements live in the
-library (tracing/bench.py, editing/bench.py, evaluation/scale.py); this file parses the arguments and prints."""
+"""`python -m editkit bench trace|edit|fast|scale|report [...] [--json]`: benchmarks that time editkit against
+the reference algorithm in the same run, and an evaluation in process against 1, 2, ... Ray workers. The
+measurements live in the library (tracing/bench.py, editing/bench.py, evaluation/scale.py); this file parses
+the arguments and prints."""
 import sys
 
 from .common import add_model_arg, load

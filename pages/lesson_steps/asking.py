@@ -11,8 +11,15 @@ from editkit.editing.requests import NEIGHBOURS_HELP, NEIGHBOURS_LABEL
 from editkit.lesson import classroom, compute, reference
 from pages import ui
 from pages.lesson_steps import keys
-from pages.lesson_steps.shared import (answers, class_store, current_pack, fact_label, lesson_id, lines,
-                                       settings)
+from pages.lesson_steps.shared import (
+    answers,
+    class_store,
+    current_pack,
+    fact_label,
+    lesson_id,
+    lines,
+    settings,
+)
 
 FEEDBACK = {"right": st.success, "close": st.info, "wrong": st.warning}
 TARGET_SEP = " → "  # a stored answer of steps 5-8: "<fact id> → <new target>"
