@@ -1,8 +1,8 @@
 """Edit & compare: one request (or a few), every registered editing method on the same base weights, every side
 effect visible."""
 import json
-from pathlib import Path
 from dataclasses import replace
+from pathlib import Path
 
 import pandas as pd
 import streamlit as st
@@ -13,10 +13,10 @@ from editkit.editing.methods import all_methods, get
 from editkit.editing.requests import NEIGHBOURS_HELP, NEIGHBOURS_LABEL, EditRequest
 from editkit.evaluation import EvalRecord, SequentialSpec, load_eval_set
 from editkit.evaluation.compare import Comparison, compare_methods, conclusion, estimate
-from editkit.figures.labels import legend
 from editkit.evaluation.sequential import sequential_methods
 from editkit.figures import editing as figures
 from editkit.figures.editing import by_column
+from editkit.figures.labels import legend
 from editkit.runtime.cluster import Item
 from editkit.tracing import TraceSpec, trace
 from editkit.tracing.memory import trace_memory

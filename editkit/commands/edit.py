@@ -5,12 +5,10 @@ from .common import add_model_arg, load
 
 
 def register(sub):
-    from ..editing.methods import all_methods
+    from ..editing.methods import builtin_names
 
-    methods = all_methods()
-    p = sub.add_parser("edit", help=f"edit facts with {', '.join(m.label for m in methods)} and report pre/post "
-                                    "probabilities")
-    p.add_argument("--method", required=True, choices=[m.name for m in methods])
+    p = sub.add_parser("edit", help="edit facts with a registered method and report pre/post probabilities")
+    p.add_argument("--method", required=True, help=f"one of {', '.join(builtin_names())}")
     p.add_argument("--requests", required=True, help="JSON/JSONL file: editkit, CounterFact or EasyEdit records")
     p.add_argument("--hparams", default=None, help="JSON file of hyperparameter overrides")
     p.add_argument("--save-patch", default=None, help="write the edit as <P>.safetensors + <P>.json")
@@ -22,10 +20,12 @@ def register(sub):
 
 def run(args):
     from ..editing.defaults import load_hparams_file
+    from ..editing.methods import get
     from ..editing.requests import parse_requests
     from ..evaluation.report import edit_report
     from ..model.weights import save_patch
 
+    args.method = get(args.method).name  # an unknown one fails before the model loads, naming the registered ones
     requests = parse_requests(args.requests)
     if args.n is not None:
         if args.n < 1:

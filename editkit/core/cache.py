@@ -123,7 +123,8 @@ class Store:
             self.put(path, value, write)
         return value
 
-    def build_folder(self, final: Path, build: Callable[[Path], None], say: Callable[[str], None] = lambda m: None) -> Path:
+    def build_folder(self, final: Path, build: Callable[[Path], None],
+                     say: Callable[[str], None] = lambda m: None) -> Path:
         """A folder entry built once by `build(tmp_folder)` and renamed into place. A manifest records every file's
         size; a folder whose files do not match it (truncated, missing) is deleted and rebuilt."""
         final = Path(final)

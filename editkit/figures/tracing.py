@@ -126,7 +126,8 @@ def severing_figure(sev: dict) -> go.Figure:
 def _band(fig: go.Figure, x: list, s: dict, name: str, color: str, **where) -> None:
     """A mean curve with its 95% band (s: {"mean", "low", "high"}); `where` places it in a subplot."""
     fig.add_trace(go.Scatter(x=x + x[::-1], y=s["high"] + s["low"][::-1], mode="lines", fill="toself",
-                             fillcolor=color, opacity=0.15, line={"width": 0}, showlegend=False, hoverinfo="skip"), **where)
+                             fillcolor=color, opacity=0.15, line={"width": 0}, showlegend=False,
+                             hoverinfo="skip"), **where)
     fig.add_trace(go.Scatter(x=x, y=s["mean"], name=name, line={"color": color}, legendgroup=name,
                              showlegend=not where or where.get("col") == 1), **where)
 

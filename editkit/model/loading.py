@@ -42,10 +42,8 @@ from ..core.progress import Progress
 from .adapters import Adapter, adapter_for
 from .footprint import Footprint, count_parameters, device_map, dtype_name
 from .hardware import slow_dtype_note
-from .shipped import SHIPPED
+from .shipped import DEFAULT_MODEL, SHIPPED
 
-EMBEDDED = "gemma-3-270m"
-DEFAULT_MODEL = EMBEDDED
 # One tiny model per adapter family (editkit/model/adapters.py), each test runs on every one of them. tiny-llama has
 # grouped-query attention (4 query heads, 2 KV heads); tiny-llama-tied ties the LM head to the embedding and shares
 # each KV head among 3 query heads (6 / 2, as SmolLM2's 9 / 3), with d_model 96; tiny-gemma2 caps its logits.

@@ -11,9 +11,9 @@
     z = run.logits(h, norm=True)                                  # W_U final_norm(h) (+ softcap): the vocabulary
     texts = run.complete(prompts, Decoding.sampled(40, seed=0))   # continuations (greedy or seeded top-k)
 
-- `read` is hooks and a run as one call: the tensors at the given sites (editkit/model/sites.py), the run stopped as soon
-  as every one is read (or run to the end with `full=True`, keeping the final hidden state); `edit(hooks)` may
-  register overwrites in the same context first (an intervention read in the same pass).
+- `read` is hooks and a run as one call: the tensors at the given sites (editkit/model/sites.py), the run
+  stopped as soon as every one is read (or run to the end with `full=True`, keeping the final hidden state);
+  `edit(hooks)` may register overwrites in the same context first (an intervention read in the same pass).
 - `forward` runs the model body (the only code that knows `base_model_prefix` is adapter.body). It can stop right
   after a site (one stop mechanism: an exception raised by a hook of the caller's context), continue from a
   key/value prefix (`kv`), return the keys and values it computed (`keep_kv`), and record how it called each

@@ -215,3 +215,7 @@ SHIPPED: dict[str, Shipped] = {s.name: s for s in (
                       "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"),
             134_515_008, layers=30, d_ff=1536),
 )}
+# The embedded model is every command's and page's default; named here, without torch, so that --help needs nothing
+# heavier (editkit/model/loading.py re-exports DEFAULT_MODEL).
+EMBEDDED = next(s.name for s in SHIPPED.values() if s.kind == "embedded")
+DEFAULT_MODEL = EMBEDDED

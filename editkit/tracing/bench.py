@@ -19,7 +19,6 @@ import torch
 
 from ..core.paths import ASSETS
 from ..model.hardware import fast_bf16, matmul_rates, measure_rate
-
 from .attribution import METHODS, attribution, spearman
 from .engine import Work, block_macs_per_token, fast_trace, fast_traces
 from .reference import reference_trace

@@ -127,6 +127,12 @@ def names() -> list[str]:
     return [m.name for m in all_methods()]
 
 
+def builtin_names() -> list[str]:
+    """The built-in methods' names, alphabetical, without importing them (torch): each is the file it lives in, so
+    a command's --help lists them at once (tests/test_registry.py checks every file registers its own name)."""
+    return sorted(info.name for info in pkgutil.iter_modules(__path__))
+
+
 def get(name: str) -> Method:
     _load_builtins()
     key = name.strip().lower() if isinstance(name, str) else None  # a dict or list here is a misplaced argument

@@ -43,11 +43,13 @@ class CoeditHparams(MemitHparams):
     keep_weight: float = 1.0  # each kept relation's weight in the shared delta's loss (the fact's own: 1)
     kept_hold_stop: bool = True  # the shared delta stops only once its kept relations meet their stopping rule
     # too (False: the fact and its implications decide; a kept relation the fact pulls against may never meet it)
+    joint_other: bool = False  # with joint_targets, a request's implications about another subject (an inverse
+    # rule's, about o*: "Rome is the capital of" and "Rome can be found in the country of") share one delta too
 
     CHECKS = {**MemitHparams.CHECKS, "max_implied": _non_negative, "implied_phrasings": _positive,
               "max_kept": _non_negative, "keep_weight": _non_negative}
     NEUTRAL = {**MemitHparams.NEUTRAL, "joint_targets": False, "implied_phrasings": 1, "max_kept": 0,
-               "keep_weight": 1.0, "kept_hold_stop": True}
+               "keep_weight": 1.0, "kept_hold_stop": True, "joint_other": False}
 
     def recorded(self) -> dict:
         """How kept relations are written means nothing while none is: `max_kept` 0 is co-edit before they
@@ -95,12 +97,18 @@ def kept_requests(lm, requests, hp: CoeditHparams) -> tuple[list[EditRequest], l
     return out, source
 
 
-def joint_tie(requests, extra, source) -> tuple[int, ...] | None:
+def joint_tie(requests, extra, source, other: bool = False) -> tuple[int, ...] | None:
     """Which request's delta each of requests + extra shares: an implication about its request's own subject
-    shares the request's; one about another subject (an inverse rule's, about o*) has its own."""
+    shares the request's; one about another subject (an inverse rule's, about o*) has its own, or with `other`
+    the first one's of the same request and subject (their keys are that subject's last token, nearly equal, so
+    separate deltas there would each be halved by Eq. 14's least squares, as for the request's own subject)."""
     n = len(requests)
-    tie = list(range(n)) + [source[e] if x.subject == requests[source[e]].subject else n + e
-                            for e, x in enumerate(extra)]
+    tie, first = list(range(n)), {}
+    for e, x in enumerate(extra):
+        if x.subject == requests[source[e]].subject:
+            tie.append(source[e])
+        else:
+            tie.append(first.setdefault((source[e], x.subject), n + e) if other else n + e)
     return tuple(tie) if any(k != j for j, k in enumerate(tie)) else None
 
 
@@ -108,7 +116,7 @@ def _joint(requests, implied, kept, source, hp: CoeditHparams) -> Joint | None:
     """How requests + implied + kept share target deltas (targets.Joint): each kept relation weighted keep_weight,
     holding its delta's stop only with kept_hold_stop."""
     n = len(requests) + len(implied)
-    tie = joint_tie(requests, implied + kept, source) if hp.joint_targets else None
+    tie = joint_tie(requests, implied + kept, source, hp.joint_other) if hp.joint_targets else None
     weights = tuple([1.0] * n + [hp.keep_weight] * len(kept)) if kept and hp.keep_weight != 1.0 else None
     holds = tuple([True] * n + [False] * len(kept)) if kept and tie and not hp.kept_hold_stop else None
     if tie is None and weights is None:
