@@ -78,6 +78,7 @@ from .similarity import similarity as _similarity
 from .tracing import Severing, Tracer, TraceResult, Traces, TraceSpec
 from .tracing import trace as _trace
 from .tracing.aie import AIE, average_indirect_effect, shipped_runs
+from .tracing.spec import trace_specs
 
 
 @with_bar("loading")
@@ -206,7 +207,7 @@ def trace(lm, prompt: str | TraceSpec | list, subject: str | list | None = None,
     (cache=False recomputes)."""
     settings = {"target": target, "samples": samples, "noise": noise, "window": window, "seed": seed,
                 "kinds": kind if kind is not None else (kinds or TraceSpec.kinds)}
-    specs = _trace_specs(prompt, subject, settings)
+    specs = trace_specs(prompt, subject, settings)
     if kind is not None:
         specs = [replace(spec, kinds=(kind,)) for spec in specs]
 
@@ -219,24 +220,6 @@ def trace(lm, prompt: str | TraceSpec | list, subject: str | list | None = None,
     if isinstance(prompt, (list, tuple)):
         return Batch([one(i, spec) for i, spec in enumerate(specs)], [spec.prompt for spec in specs])
     return one(0, specs[0])
-
-
-def _trace_specs(prompt, subject, settings: dict) -> list[TraceSpec]:
-    """The TraceSpecs of trace's arguments: one spec, one prompt and subject, or lists of them (paired)."""
-    if isinstance(prompt, TraceSpec):
-        return [prompt]
-    if not isinstance(prompt, (list, tuple)):
-        if isinstance(subject, (list, tuple)):
-            raise EditkitError("one prompt with a list of subjects: give as many prompts as subjects")
-        return [TraceSpec(prompt, subject, **settings)]
-    if not prompt:
-        raise EditkitError("trace: the list of prompts is empty")
-    if all(isinstance(p, TraceSpec) for p in prompt):
-        return list(prompt)
-    if not isinstance(subject, (list, tuple)) or len(subject) != len(prompt):
-        raise EditkitError(f"a list of {len(prompt)} prompts needs a list of as many subjects, one per "
-                           "prompt")
-    return [TraceSpec(p, s, **settings) for p, s in zip(prompt, subject)]
 
 
 def preview(lm, prompt: str | TraceSpec, subject: str | None = None, kinds=None,
