@@ -4,6 +4,7 @@ import json
 
 import streamlit as st
 
+from editkit.core.errors import EditkitError
 from editkit.editing.requests import NEIGHBOURS_HELP
 from editkit.figures.tracing import aie_depth
 from editkit.model.hardware import slow_bf16_note

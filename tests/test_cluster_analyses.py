@@ -8,9 +8,8 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="the Ray backend needs the `ray` package (pip install -r requirements.txt)")
 
-from cluster_util import same as equal  # noqa: E402
-
 import editkit.similarity as sim  # noqa: E402
+from cluster_util import same as equal  # noqa: E402
 from editkit.editing.api import run_edit  # noqa: E402
 from editkit.editing.requests import EditRequest  # noqa: E402
 from editkit.evaluation.layer_sweep import layer_sweep  # noqa: E402

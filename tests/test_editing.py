@@ -18,7 +18,8 @@ from editkit.editing.stats import provenance, second_moment
 from editkit.model.weights import EditHistory, applied, effective_weight, load_patch, save_patch
 
 DARRIEUX = {"prompt": "The mother tongue of {} is", "subject": "Danielle Darrieux", "target_new": "English",
-            "target_true": "French", "paraphrase_prompts": ["Where Danielle Darrieux is from, people speak the language of"],
+            "target_true": "French",
+            "paraphrase_prompts": ["Where Danielle Darrieux is from, people speak the language of"],
             "neighborhood_prompts": ["The mother tongue of Michel Rocard is"]}
 
 

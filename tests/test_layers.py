@@ -41,7 +41,7 @@ def unit_floors() -> tuple[dict[str, int], set[int]]:
 
 def sources() -> dict[str, Path]:
     """Dotted module name -> file, for editkit/, app.py and pages/."""
-    files = [*(ROOT / "editkit").rglob("*.py"), ROOT / "app.py", *(ROOT / "pages").glob("*.py")]
+    files = [*(ROOT / "editkit").rglob("*.py"), ROOT / "app.py", *(ROOT / "pages").rglob("*.py")]
     out = {}
     for path in files:
         parts = list(path.relative_to(ROOT).with_suffix("").parts)

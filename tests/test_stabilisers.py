@@ -136,8 +136,7 @@ def test_condition_view_off_and_on(tiny_by_name):
 
 
 def test_layer_figure_draws_norm_and_condition_per_matrix():
-    from editkit.figures.lifelong import layer_curves
-    from editkit.figures.lifelong import layer_figure
+    from editkit.figures.lifelong import layer_curves, layer_figure
     names = ["model.layers.3.mlp.down_proj.weight", "model.layers.2.mlp.down_proj.weight"]
     rows = [{"edit": e, "relative_norm": {n: 0.1 * e for n in names}, "condition": {n: 10.0 + e for n in names}}
             for e in (5, 10)]

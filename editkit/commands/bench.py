@@ -1,7 +1,8 @@
-"""`python -m editkit bench trace|edit|fast|scale|report|startup [...] [--json]`: benchmarks that time editkit
-against the reference algorithm in the same run, an evaluation in process against 1, 2, ... Ray workers, and
-the start-up against an earlier commit. The measurements live in the library (tracing/bench.py,
-editing/bench.py, evaluation/scale.py, evaluation/startup.py); this file parses the arguments and prints."""
+"""`python -m editkit bench trace|edit|fast|preview|scale|report|startup [...] [--json]`: benchmarks that time
+editkit against the reference algorithm in the same run, an evaluation in process against 1, 2, ... Ray workers,
+and the start-up against an earlier commit. The measurements live in the library (tracing/bench.py,
+tracing/agreement.py, editing/bench.py, evaluation/scale.py, evaluation/startup.py); this file parses the
+arguments and prints."""
 import sys
 
 from .common import add_model_arg, load
@@ -44,6 +45,15 @@ def register(sub):
     f.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
     add_model_arg(f)
     f.set_defaults(func=run_fast, show=show_fast)
+    v = inner.add_parser("preview", help="the attribution preview against the exact panels over known facts: "
+                                         "its agreement per panel, shown beside every preview")
+    v.add_argument("--facts", type=int, default=20, help="known facts the model predicts (the first N)")
+    v.add_argument("--samples", type=int, default=10)
+    v.add_argument("--save", default=None, help="write the result here (the API reads "
+                                                "assets/results/trace-preview-<model>.json)")
+    v.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
+    add_model_arg(v)
+    v.set_defaults(func=run_preview, show=show_preview)
     r = inner.add_parser("report", help="the headline measurements in one process (tracing, edits, a lesson fact, "
                                         "the lesson's steps, first use) as a markdown report with the goals")
     r.add_argument("--out", default="bench-report.md", help="the markdown report (default: bench-report.md)")
@@ -135,6 +145,34 @@ def show_fast(out: dict) -> None:
           f"difference| from the exact panels {out['max_abs_diff']:.4f} (per panel: "
           + ", ".join(f"{k} {v:.4f}" for k, v in out["max_abs_diff_per_kind"].items())
           + f"; mean of the per-fact maxima {out['mean_max_abs_diff']:.4f})")
+
+
+def run_preview(args):
+    import json
+
+    import torch
+
+    from ..core.errors import EditkitError
+    from ..tracing.bench import preview_agreement
+
+    if args.facts < 1 or args.samples < 1:
+        raise EditkitError("--facts and --samples must be at least 1")
+    if args.threads is not None:
+        torch.set_num_threads(max(1, args.threads))
+    out = preview_agreement(load(args), args.facts, args.samples, say=_say)
+    if args.save:
+        with open(args.save, "w", encoding="utf-8") as fh:
+            json.dump(out, fh, indent=1)
+    return out
+
+
+def show_preview(out: dict) -> None:
+    print(f"attribution preview on {out['model']}, {out['facts']} known facts, {out['samples']} samples "
+          f"({out['seconds']} s):")
+    for kind, s in out["panels"].items():
+        print(f"  {kind}: Spearman mean {s['spearman_mean']:.3f} (min {s['spearman_min']:.3f}), Pearson "
+              f"{s['pearson_mean']:.3f}, top-10 overlap {s['top10_overlap_mean']:.1f}/10, peak at the exact "
+              f"peak's token {s['peak_same_token']:.0%}{'  POOR' if s['poor'] else ''}")
 
 
 def run_edit(args):

@@ -38,8 +38,8 @@ from pathlib import Path
 import torch
 
 from ..core.cache import overlay
-from ..core.threads import spin_count
 from ..core.paths import ROOT
+from ..core.threads import spin_count
 
 GOALS = {"lesson_fact_s": 90.0, "lesson_page_loaded_s": 180.0, "three_panels_s": 10.0, "one_request_edit_s": 5.0}
 WARM = ("models", "gguf", "wheels", "stats", "templates", "hparams", "facts", "tracing/sigma")  # statistics cached

@@ -75,7 +75,8 @@ def bench_scale(lm, spec: ScaleSpec = ScaleSpec(), say=None) -> dict:
     spec.check()
     say = say or (lambda row: None)
     t0 = time.perf_counter()
-    prepare_first_use(lm, load_hparams(spec.method, lm))  # statistics and templates: in the cache for every configuration
+    # statistics and templates: in the cache for every configuration
+    prepare_first_use(lm, load_hparams(spec.method, lm))
     wikitext_idf()
     prepare_s = time.perf_counter() - t0
     before = torch.get_num_threads()

@@ -161,7 +161,7 @@ class Adapter:
         self.config = model.config
         text_config = getattr(self.config, "text_config", None) or self.config
         self.n_layers = len(self.module(family.blocks))
-        self.d_model = int(getattr(text_config, "hidden_size", None) or getattr(text_config, "n_embd"))
+        self.d_model = int(getattr(text_config, "hidden_size", None) or text_config.n_embd)
         self.d_ff = self.down_weight(0).shape[1]
         self.vocab_size = self.module(family.unembed).weight.shape[0]
         # Gemma 2 caps logits with tanh(x / c) * c; Gemma 3 has it off.

@@ -8,8 +8,9 @@
         lm.runner.forward(input_ids=ids)
     cache["mlp_out.3"]  # the tensor the MLP returned
 
-A read (and overwrite) paired with one run is `runner.read(sites, edit=..., **inputs)` (editkit/model/runner.py); a Hooks
-block of its own is for what spans several calls (the tracing engine's block steps, weights.applied).
+A read (and overwrite) paired with one run is `runner.read(sites, edit=..., **inputs)`
+(editkit/model/runner.py); a Hooks block of its own is for what spans several calls (the tracing engine's
+block steps, weights.applied).
 
 HF modules return either a tensor or a tuple whose first element is the hidden state (attention modules
 return (output, weights)); editkit always works on that first tensor and packs the rest back unchanged.

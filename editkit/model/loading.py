@@ -145,7 +145,7 @@ def load_model(name: str = DEFAULT_MODEL, device: str | None = None, trust_remot
     dtype = parse_dtype(dtype) if dtype is not None else (named_dtype or torch.float32)
     if named_dtype is not None and named_dtype != dtype:
         raise EditkitError(f"the name asks for {dtype_name(named_dtype)} but dtype is {dtype_name(dtype)}")
-    dev = torch.device(device) if device else default_device()
+    dev = checked_device(device)
     shown = full_name(name, dtype)
     with phase("config"):
         fp, config = footprint(name, dtype, trust_remote_code)
@@ -186,6 +186,75 @@ def load_model(name: str = DEFAULT_MODEL, device: str | None = None, trust_remot
         lm.runner.check_layout()
     report(1.0, f"{shown} loaded on {lm.device}")
     return lm
+
+
+def checked_device(device) -> torch.device:
+    """The torch device `device` names (default: CUDA when present), or a clear EditkitError for one this
+    torch cannot use (a CUDA device on a CPU-only build or without a GPU, an index past the GPUs, a name torch
+    reads not)."""
+    if not device:
+        return default_device()
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise EditkitError(f"device {device!r} is not a device torch knows ({_first_line(exc)}); use 'cpu' "
+                           "or 'cuda'") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            why = ("this torch is a CPU-only build" if torch.version.cuda is None
+                   else "no CUDA GPU is visible to this process")
+            raise EditkitError(f"device {device!r} asked for, but {why} (torch {torch.__version__}); use "
+                               "device='cpu', or install a CUDA build of torch")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise EditkitError(f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA GPU(s)")
+    return dev
+
+
+def wrap_model(model, tok=None, progress: Progress | None = None) -> LM:
+    """A causal LM already loaded with transformers (and its tokenizer; default: the one saved beside the
+    model, read from its name_or_path) as editkit's LM, checked by the same layout test as every load, so a
+    model whose family editkit does not know is refused with the numbers. As a load does, it puts the model in
+    eval mode and turns off its parameters' gradients (editkit never writes its weights) and gives the
+    tokenizer a pad token. Its name is the model's name_or_path with a digest of its weights, so the caches
+    keyed by a model's name (statistics, templates) never mix two different weights under one name."""
+    from .weights import fingerprint
+
+    report = progress or (lambda fraction, message: None)
+    if not isinstance(model, torch.nn.Module) or not hasattr(model, "config"):
+        raise EditkitError("editkit.load takes a model name, a folder, a GGUF file or a loaded transformers "
+                           f"causal LM (a PreTrainedModel), not {type(model).__name__}")
+    if not callable(getattr(model, "get_output_embeddings", None)) or model.get_output_embeddings() is None:
+        raise EditkitError(f"{type(model).__name__} has no language-model head: load the model with "
+                           "transformers.AutoModelForCausalLM")
+    tok = tok if tok is not None else _saved_tokenizer(model)
+    model = model.eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    _pad_convention(tok)
+    base = Path(str(getattr(model.config, "_name_or_path", "") or model.config.model_type)).name or "model"
+    report(0.0, f"checking {type(model).__name__} (a digest of its weights names it in the caches)")
+    name = full_name(f"{base}-{fingerprint(model)[:8]}", next(model.parameters()).dtype)
+    tok = SerialTokenizer(getattr(tok, "_tok", tok))  # an editkit LM's tokenizer is unwrapped first
+    lm = LM(name=name, model=model, tok=tok, adapter=adapter_for(model))
+    lm.runner.check_layout()
+    report(1.0, f"{name} ready on {lm.device}")
+    return lm
+
+
+def _saved_tokenizer(model):
+    """The tokenizer saved beside a loaded model (its config's name_or_path: a folder or the local HF
+    cache)."""
+    from transformers import AutoTokenizer
+
+    where = str(getattr(model.config, "_name_or_path", "") or "")
+    if not where:
+        raise EditkitError("this model does not say where it was loaded from: pass its tokenizer, "
+                           "editkit.load(model, tokenizer)")
+    try:
+        return AutoTokenizer.from_pretrained(where, local_files_only=True)
+    except (OSError, ValueError) as exc:
+        raise EditkitError(f"no tokenizer found for {where!r} on this machine ({_first_line(exc)}): pass it, "
+                           "editkit.load(model, tokenizer)") from None
 
 
 def _spread(mapping: dict) -> str:

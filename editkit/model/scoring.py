@@ -86,7 +86,7 @@ def _score_batch(lm, prompts, targets):
     tok_lp_all = logp.gather(1, tgt[:, None])[:, 0]
     argmax_all = logits.argmax(-1)
     scores, start = [], 0
-    for n_p, n_t in spans:
+    for _, n_t in spans:
         tok_lp, argmax, t = tok_lp_all[start:start + n_t], argmax_all[start:start + n_t], tgt[start:start + n_t]
         scores.append(TargetScore(float(tok_lp.sum()), n_t, tok_lp.tolist(), (argmax == t).tolist(),
                                   argmax.tolist()))

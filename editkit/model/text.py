@@ -9,8 +9,8 @@ import torch
 
 from ..core.errors import EditkitError
 from .runner import Decoding
-from .tokens import check_prompt, encode
 from .sites import layers
+from .tokens import check_prompt, encode
 
 
 @dataclass

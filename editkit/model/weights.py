@@ -28,9 +28,11 @@ import hashlib
 import json
 import tempfile
 import threading
+from collections.abc import Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 
 import torch
 import torch.nn.functional as F
@@ -43,7 +45,7 @@ WeightDelta = dict  # str (parameter name) -> torch.Tensor
 
 # parameter name -> (effective weight, owner hook context id, delta digest, W + deltas before rounding to the
 # weight's dtype): what this context's forwards use
-_EFFECTIVE: contextvars.ContextVar[dict] = contextvars.ContextVar("editkit_weights", default={})
+_EFFECTIVE: contextvars.ContextVar[Mapping] = contextvars.ContextVar("editkit_weights", default=MappingProxyType({}))
 
 
 def wide(dtype: torch.dtype) -> torch.dtype:
