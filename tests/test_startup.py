@@ -31,7 +31,8 @@ def helped(argv):
 asked = [[]]
 for name in COMMANDS:
     text = helped([name])
-    nested = re.search(r"^usage: .*? " + re.escape(name) + r" (?:\[-h\] )?\{([a-z,-]+)\}", text, re.S | re.M)
+    nested = re.search(r"^usage: .*? " + re.escape(name) + r"\s+(?:\[-h\]\s+)?\{([a-z,-]+)\}", text,
+                       re.S | re.M)
     asked += [[name]] + [[name, inner] for inner in (nested.group(1).split(",") if nested else [])]
 for argv in asked[1:]:
     helped(argv)
