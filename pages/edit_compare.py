@@ -331,6 +331,7 @@ def lifelong_section(lm) -> None:
             first = next(iter(shipped.values()))
             st.caption(f"Shipped run on {first.model}: {first.n} CounterFact edits; {first.notes}")
             draw_parts(parts, ("ec_life_shipped", "ec_life_shipped_layers"))
+            unshipped_note(shipped)
     if SHIPPED_STABILISERS.exists():
         title = "Stabilisers against ROME's collapse (120 edits, shipped run)"
         with st.expander(title), ui.guard("the stabilisers' run"):
@@ -355,8 +356,9 @@ def lifelong_section(lm) -> None:
                 "chosen on validation edits. Hollow markers are checkpoints "
                 "measured on a sample of 50 edits; the last one measures all of them. A run that stopped early "
                 "says where and is left out of the sentence's ranking.")
-            draw_parts(shipped_runs(str(SHIPPED_1000), SHIPPED_1000.stat().st_mtime)[1],
-                       ("ec_life_1000", "ec_life_1000_layers"))
+            runs_1000, parts_1000 = shipped_runs(str(SHIPPED_1000), SHIPPED_1000.stat().st_mtime)
+            draw_parts(parts_1000, ("ec_life_1000", "ec_life_1000_layers"))
+            unshipped_note(runs_1000, batch_only=True)
     c1, c2, c3 = st.columns(3)
     chosen = c1.multiselect("Methods", list(LABELS), list(LABELS), format_func=LABELS.get, key="ec_life_methods")
     n = int(c2.number_input("Edits", 2, 200, 20, key="ec_life_n"))
@@ -401,6 +403,15 @@ def shipped_runs(path: str, mtime: float) -> tuple[dict, tuple]:
 
     runs = load_results(Path(path))
     return runs, run_parts(runs)
+
+
+def unshipped_note(runs: dict, batch_only: bool = False) -> None:
+    """The registered methods this shipped file has no run of (added since it was made), said as such."""
+    from editkit.evaluation.lifelong import without_run
+
+    note = without_run(runs, batch_only)
+    if note:
+        st.caption(note)
 
 
 def draw_parts(parts: tuple, keys: tuple[str, str], layer_caption: str = "") -> None:

@@ -438,6 +438,11 @@ def test_coedit_joint_targets_tie_an_implication_to_its_requests_subject():
     about_rome = EditRequest("The capital of {} is", "Italy", " Rome")  # an inverse rule's fact, about o*
     assert joint_tie([EIFFEL], [implied, about_rome], [0, 0]) == (0, 0, 2)
     assert joint_tie([EIFFEL], [about_rome], [0]) is None  # nothing shared: the plain batch
+    # two implications about the same other subject: their own deltas, or with `other` one shared delta
+    also_rome = EditRequest("{} lies in the country of", "Italy", " Rome")
+    assert joint_tie([EIFFEL], [implied, about_rome, also_rome], [0, 0, 0]) == (0, 0, 2, 3)
+    assert joint_tie([EIFFEL], [implied, about_rome, also_rome], [0, 0, 0], other=True) == (0, 0, 2, 2)
+    assert joint_tie([EIFFEL, EIFFEL], [about_rome, also_rome], [0, 1], other=True) is None  # per request
 
 
 def test_coedit_joint_targets_write_one_delta_for_a_fact_and_its_implication(tiny_by_name, monkeypatch):
@@ -522,7 +527,7 @@ def test_coedit_kept_relations_hold_the_shared_deltas_stop_only_when_asked(tiny_
                         lambda lm, rs, cap: [Derivation(r.relation, [kept] if cap else []) for r in rs])
     seen = []
     monkeypatch.setattr(coedit, "apply_memit", lambda *a, joint=None, **k: seen.append(joint) or SimpleNamespace(
-        details={}))
+        details={}, diagnostics=[]))
     lm = tiny_by_name("tiny-gemma3")
     for hold in (True, False):
         coedit.apply_coedit(lm, [EIFFEL], load_hparams("coedit", lm, {**FAST, "max_kept": 1, "kept_hold_stop": hold,
@@ -550,7 +555,8 @@ def test_a_results_file_named_before_a_field_existed_stays_valid_at_its_neutral_
     lm = tiny_by_name("tiny-gemma3")
     hp = load_hparams("coedit", lm, {"joint_targets": False, "implied_phrasings": 1})
     assert "implied_phrasings" not in hp.recorded() and "joint_targets" not in hp.recorded()
-    neutral = ("joint_targets", "implied_phrasings", "max_kept", "keep_weight", "kept_hold_stop", "source")
+    neutral = (*type(hp).NEUTRAL, "source")  # co-edit's own and MEMIT's (update_norm_lambda, add_prev_edits, ...)
+    assert {"joint_targets", "implied_phrasings", "max_kept", "joint_other", "update_norm_lambda"} <= set(neutral)
     assert hp.recorded() == {k: v for k, v in hp.to_dict().items() if k not in neutral}
     other = hp.replace(joint_targets=True, implied_phrasings=3, max_kept=2)
     assert other.recorded()["joint_targets"] is True and other.recorded()["implied_phrasings"] == 3

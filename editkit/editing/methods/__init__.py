@@ -100,6 +100,9 @@ class Method:
     # centred on the peak), "depth" (the template's layers, centred at the same relative depth)
     placement: str = "window"
     targets: Callable[[Any], TargetSpec] | None = None  # (hp) -> its target optimisation
+    # (result, i) -> why request i's edit may not win its rewrite, where the method knows better than the
+    # result's generic diagnostics (result.likely_reason); "" or None: no opinion
+    explain: Callable[[EditResult, int], str | None] | None = None
 
     @property
     def defaults_dir(self) -> Path:
