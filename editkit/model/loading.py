@@ -36,7 +36,7 @@ import threading
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
@@ -57,6 +57,9 @@ from .footprint import (
 from .hardware import slow_dtype_note
 from .shipped import DEFAULT_MODEL, SHIPPED
 
+if TYPE_CHECKING:
+    from .runner import Runner
+
 # One tiny model per adapter family (editkit/model/adapters.py), each test runs on every one of them. tiny-llama has
 # grouped-query attention (4 query heads, 2 KV heads); tiny-llama-tied ties the LM head to the embedding and shares
 # each KV head among 3 query heads (6 / 2, as SmolLM2's 9 / 3), with d_model 96; tiny-gemma2 caps its logits.
@@ -76,8 +79,8 @@ class LM:
     """A loaded model with its tokenizer and architecture adapter."""
 
     name: str
-    model: torch.nn.Module
-    tok: object
+    model: Any  # the transformers model, a torch.nn.Module (its types are not followed: pyproject.toml)
+    tok: Any  # the transformers tokenizer (its types are not followed: pyproject.toml)
     adapter: Adapter
 
     @property
@@ -85,7 +88,7 @@ class LM:
         return next(self.model.parameters()).device
 
     @cached_property
-    def runner(self):
+    def runner(self) -> Runner:
         """Partial runs of this model (editkit/model/runner.py)."""
         from .runner import Runner
 
