@@ -44,10 +44,16 @@ from ..core.cache import Store
 from ..core.errors import EditkitError
 from ..core.paths import ASSETS
 from ..core.progress import Progress
-from .adapters import Adapter, adapter_for
 from ..core.timing import phase
-from .footprint import (Footprint, count_parameters, device_map, dtype_name, safetensors_files,
-                        safetensors_parameters)
+from .adapters import Adapter, adapter_for
+from .footprint import (
+    Footprint,
+    count_parameters,
+    device_map,
+    dtype_name,
+    safetensors_files,
+    safetensors_parameters,
+)
 from .hardware import slow_dtype_note
 from .shipped import DEFAULT_MODEL, SHIPPED
 
