@@ -46,20 +46,25 @@ def fast_tokenizer(folder: Path, say: Say = lambda m: None) -> Any:
     """The tokenizer of a converted model folder: its fast form when that was checked equal to the slow load,
     else the slow load (AutoTokenizer). The first call builds and checks the fast form (and returns the slow
     load)."""
-    folder = Path(folder)
-    cached, built = cache_path(folder), []
+    folder, built = Path(folder), []
 
     def build(tmp: Path) -> None:
         built.append(slow_tokenizer(folder))
         say("writing the tokenizer's fast form (once)")
         write_fast_form(built[0], folder, tmp)
 
-    TOKENIZERS.build_folder(cached, build, say)  # checks the files it holds; built when missing or damaged
+    try:
+        cached = cache_path(folder)
+        TOKENIZERS.build_folder(cached, build, say)  # checks the files it holds; built when missing or damaged
+    except OSError as exc:  # a cache this process cannot write (a read-only shared folder)
+        say(f"tokenizer: its fast form cannot be written ({exc}); loading it the slow way")
+        return built[0] if built else slow_tokenizer(folder)
     if built:
         return built[0]
-    memo = read_json(cached / MEMO)
-    if not memo["same"]:
-        say(f"tokenizer: its fast form differs from the slow load ({memo['why']}); loading it the slow way")
+    memo = TOKENIZERS.get(cached / MEMO)  # an unreadable memo is set aside (rebuilt by the next load)
+    if memo is None or not memo["same"]:
+        why = f"differs from the slow load ({memo['why']})" if memo else "could not be read"
+        say(f"tokenizer: its fast form {why}; loading it the slow way")
         return slow_tokenizer(folder)
     return load_fast_form(cached, folder, memo)
 
