@@ -83,9 +83,9 @@ def _job(lm, kind: str, arg: str):
         return (lambda: average_indirect_effect(lm, 1, samples=1, cache=False)), \
             (lambda: average_indirect_effect(lm, int(arg), cache=False)), aie_ram(lm)
     if kind == "edit":
-        from editkit.editing.api import prepare_first_use, run_edit
         from editkit.editing.defaults import load_hparams
         from editkit.editing.ram import edit_ram
+        from editkit.editing.run import prepare_first_use, run_edit
 
         def warm():  # the statistics and context templates (cached on disk), the method's modules
             prepare_first_use(lm, load_hparams(arg, lm), None, arg)

@@ -7,7 +7,7 @@ An edit of b requests by a locate-then-edit method keeps, at its largest:
   prefix, with autograd over the blocks from the first edited layer up, and their target tokens' logits over the
   vocabulary (TARGET_TOKENS per row);
 - the statistics: per edited layer the key second moment C and the solve's d_ff x d_ff temporaries (AlphaEdit's
-  projection too), and, on a method's first use only (api.first_use says what is not cached yet), the corpus pass
+  projection too), and, on a method's first use only (run.first_use says what is not cached yet), the corpus pass
   that computes C (one block step over STATS_ROWS row-positions).
 Everything is counted at its largest and summed, times ram.MARGIN; the hyperparameters give the layers and
 templates (the per-model defaults unless overridden).
@@ -15,8 +15,8 @@ templates (the per-model defaults unless overridden).
 from __future__ import annotations
 
 from ..model.ram import graph_bytes, matrix_bytes, step_bytes, vocab_bytes, with_margin
-from .api import first_use
 from .defaults import load_hparams
+from .run import first_use
 
 POSITIONS = 16  # tokens of one row after its cached context prefix (the prompt and target), short facts
 TARGET_TOKENS = 4  # target tokens scored per row
