@@ -32,8 +32,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from editkit.core.cache import Store  # noqa: E402
-from editkit.editing.api import run_edit  # noqa: E402
 from editkit.editing.defaults import load_hparams  # noqa: E402
+from editkit.editing.run import run_edit  # noqa: E402
 from editkit.evaluation.datasets import load_eval_set  # noqa: E402
 from editkit.evaluation.metrics import mean_ci  # noqa: E402
 from editkit.evaluation.sequential import perplexity, rates  # noqa: E402

@@ -8,8 +8,8 @@ import pandas as pd
 import streamlit as st
 
 from editkit.editing.defaults import load_hparams
-from editkit.editing.memory import edit_memory, scoring_memory
 from editkit.editing.methods import all_methods, get
+from editkit.editing.ram import edit_ram, scoring_ram
 from editkit.editing.requests import NEIGHBOURS_HELP, NEIGHBOURS_LABEL, EditRequest
 from editkit.evaluation import EvalRecord, SequentialSpec, load_eval_set
 from editkit.evaluation.compare import Comparison, compare_methods, conclusion, estimate
@@ -19,7 +19,7 @@ from editkit.figures.editing import by_column
 from editkit.figures.labels import legend
 from editkit.runtime.cluster import Item
 from editkit.tracing import TraceSpec, trace
-from editkit.tracing.memory import trace_memory
+from editkit.tracing.ram import trace_ram
 from pages import ui
 
 ui.leave_legacy_multipage_mode()
@@ -145,7 +145,7 @@ if st.button("Edit and compare", type="primary", key="ec_run", disabled=not (rec
         # every method starts from the same weights: base + this session's kept edits
         job = Item(compare_methods, (methods, records, overrides, int(n_gen), int(gen_tokens)), progress=True)
         st.session_state["ec_out"] = ui.run_item("edit and compare", lm, job, batch=len(records),
-                                                 memory=edit_memory(lm, methods, len(records), overrides),
+                                                 memory=edit_ram(lm, methods, len(records), overrides),
                                                  new_tokens=int(gen_tokens) if int(n_gen) else None)
         st.session_state.pop("ec_traces", None)
         show_estimate()  # not "No estimate yet" above the results of the run that timed it
@@ -241,7 +241,7 @@ def show_traces(out: Comparison) -> None:
                     traces[m] = r["hidden"]
                 return traces
 
-            memory = trace_memory(lm, req.rewrite, int(samples), ["hidden"])
+            memory = trace_ram(lm, req.rewrite, int(samples), ["hidden"])
             st.session_state["ec_traces"] = ui.run_job("trace of the edited models", trace_job, memory=memory,
                                                        samples=int(samples))
     traces = list((st.session_state.get("ec_traces") or {}).items())
@@ -374,7 +374,7 @@ def lifelong_section(lm) -> None:
                 plans[m] = (overrides.get(m), SequentialSpec(batch=b, eval_every=b * max(1, batch // b), sample=20,
                                                              ppl_tokens=512, fluency_tokens=20))
             job = Item(sequential_methods, (plans, records), progress=True)
-            memory = edit_memory(lm, chosen, batch, overrides) + scoring_memory(lm)
+            memory = edit_ram(lm, chosen, batch, overrides) + scoring_ram(lm)
             st.session_state["ec_life"] = ui.run_item("lifelong editing", lm, job, memory=memory, sequential=n)
     mine = st.session_state.get("ec_life")
     if mine:
@@ -461,7 +461,7 @@ def bleed_section(lm, records, overrides) -> None:
             job = Item(bleed_map, (method, records[0].request, overrides.get(method)),
                        {"relation": records[0].relation, "n_facts": int(n_facts)}, progress=True)
             st.session_state["ec_bleed"] = ui.run_item("bleed map", lm, job, facts=int(n_facts),
-                                                       memory=edit_memory(lm, [method], 1, overrides))
+                                                       memory=edit_ram(lm, [method], 1, overrides))
     out = st.session_state.get("ec_bleed")
     if not out:
         return
@@ -528,7 +528,7 @@ def sweep_section(lm) -> None:
             job = Item(sweep, (method, params, replace(SWEEP, set_name=set_name, n=n)),
                        {"hparams": overrides.get(method)}, progress=True)
             st.session_state["ec_sweep"] = ui.run_item("sweep", lm, job, facts=n,
-                                                       memory=edit_memory(lm, [method], 1, overrides))
+                                                       memory=edit_ram(lm, [method], 1, overrides))
     out = st.session_state.get("ec_sweep")
     if out:
         st.markdown(sweep_conclusion(out))
@@ -578,7 +578,7 @@ def ripple_section(lm, records, overrides) -> None:
                      if str(r["prompt"] or "").strip() or str(r["expected answer"] or "").strip()]
             job = Item(ripple_view, (req, methods, relation or "", overrides, extra, reference), progress=True)
             st.session_state["ec_ripple"] = ui.run_item("ripple effects", lm, job, batch=len(methods) + 1,
-                                                        memory=edit_memory(lm, methods, 1, overrides))
+                                                        memory=edit_ram(lm, methods, 1, overrides))
     out = st.session_state.get("ec_ripple")
     if not out:
         return

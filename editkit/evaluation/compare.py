@@ -149,8 +149,8 @@ def estimate(lm, methods: list[str], n_records: int, hparams: dict | None = None
     """(seconds or None, the estimate in words) of a comparison before it starts: the first-use statistics each
     method still needs (timed by the cached statistics of this model) and each method's edits (timed by the last
     comparison on this model). None where a part has never run on this model: the words say which."""
-    from ..editing.api import first_use
     from ..editing.defaults import load_hparams
+    from ..editing.run import first_use
     from ..editing.stats import pass_seconds
 
     passes: dict = {}

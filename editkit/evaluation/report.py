@@ -17,10 +17,10 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 
 from ..core.results import JsonObject, Result, frame
-from ..editing.api import run_edit
 from ..editing.methods import get
 from ..editing.requests import parse_requests
 from ..editing.result import EditResult
+from ..editing.run import run_edit
 from ..figures.editing import before_after_figure
 from ..model.weights import WeightDelta
 from .measure import measure, probabilities

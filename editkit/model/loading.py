@@ -19,7 +19,7 @@ A half-precision model's name carries its dtype ("gemma-3-270m@bfloat16"), so ev
 (statistics, templates, evaluations) keeps the two apart; `load_model` accepts such a name back.
 
 Memory: before any weight is loaded, the parameters are counted from the weights' safetensors headers (from
-the config when the weights are not here yet; editkit/model/footprint.py) and a model that would not fit in
+the config when the weights are not here yet; editkit/model/ram.py) and a model that would not fit in
 the free RAM (or GPU memory) is refused with the numbers; one larger than a GPU is spread over several with
 accelerate's device map when they hold it together.
 
@@ -46,7 +46,8 @@ from ..core.paths import ASSETS
 from ..core.progress import Progress
 from ..core.timing import phase
 from .adapters import Adapter, adapter_for
-from .footprint import (
+from .hardware import slow_dtype_note
+from .ram import (
     Footprint,
     count_parameters,
     device_map,
@@ -54,7 +55,6 @@ from .footprint import (
     safetensors_files,
     safetensors_parameters,
 )
-from .hardware import slow_dtype_note
 from .shipped import DEFAULT_MODEL, SHIPPED
 
 if TYPE_CHECKING:

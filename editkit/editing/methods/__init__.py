@@ -18,7 +18,7 @@ a sequence to the next, as AlphaEdit its earlier keys, sets `stateful=True` and 
 
 - `first_use(hp) -> FirstUse`: the per-model caches an edit with `hp` reads (key statistics by module and token
   positions at hp.layers, the context templates), computed with progress before the first edit
-  (api.prepare_first_use). Default: nothing.
+  (run.prepare_first_use). Default: nothing.
 - `predict_share(lm, result) -> share.SharePrediction`: how the update acts on other keys, drawn by the bleed map
   (editing/share.py). Default: None, no prediction.
 - `placement`: how `python -m editkit hparams` places its layers on a model without a file of its own
