@@ -14,7 +14,9 @@ def register(sub):
     p.add_argument("--requests", required=True, help="JSON/JSONL file: editkit, CounterFact or EasyEdit records")
     p.add_argument("--hparams", default=None, help="JSON file of hyperparameter overrides")
     p.add_argument("--save-patch", default=None, help="write the edit as <P>.safetensors + <P>.json")
-    p.add_argument("--save-model", default=None, help="write the edited model with save_pretrained")
+    p.add_argument("--save-model", default=None,
+                   help="write the edited model as a Hugging Face folder (new or empty; `editkit "
+                        "export` also writes GGUF)")
     p.add_argument("--n", type=int, default=None, help="use the first N requests of the file")
     add_model_arg(p)
     p.set_defaults(func=run, show=show)
@@ -35,10 +37,7 @@ def run(args):
     lm = load(args)
     report = edit_report(lm, args.method, requests, overrides)
     if args.save_model:
-        state = dict(lm.model.state_dict())
-        state.update({name: state[name] + d for name, d in report.delta.items()})
-        lm.model.save_pretrained(args.save_model, state_dict=state)  # the loaded weights stay as they are
-        lm.tok.save_pretrained(args.save_model)
+        report.export_hf(args.save_model)  # the loaded weights stay as they are
     if args.save_patch:
         hparams = report.result.info.get("hparams")
         path = save_patch(args.save_patch, report.delta, {"model": lm.name, "method": args.method,
