@@ -18,7 +18,7 @@ from .core.results import Result
 
 COMMANDS = ["models", "predict", "trace", "aie", "edit", "apply-patch", "evaluate", "bench", "memories", "triggers",
             "geva", "intervene", "similarity", "spectrum", "sweep", "bleed", "layer-sweep", "lesson", "anchor",
-            "hparams", "ripple", "export"]
+            "hparams", "ripple", "export", "report"]
 
 
 def build_parser() -> argparse.ArgumentParser:

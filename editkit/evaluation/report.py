@@ -7,6 +7,7 @@
         ...
     report.export_hf("edited/")             # the edited model as a Hugging Face folder (model/export.py)
     report.export_gguf("edited.gguf", "q8_0")  # or as GGUF: f32, f16 or q8_0 (model/gguf_export.py)
+    report.report("edit.html")              # one self-contained HTML file (evaluation/html_report.py)
 
 Its JSON (`to_json`, `edit --json`): model, method, seconds, eval_seconds, the diagnostics `info` (EditResult's,
 without its hyperparameters), per request its rewrite, targets and the probabilities before and after ("pre",
@@ -17,6 +18,7 @@ from __future__ import annotations
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 from ..core.errors import EditkitError
 from ..core.results import JsonObject, Result, frame
@@ -122,6 +124,13 @@ class EditReport(Result):
         lm = self._exporting(lm)
         with self.applied(lm):
             return export_gguf(lm, file, self.provenance(), type, say=_say(progress))
+
+    def report(self, path, command: str | None = None) -> Path:
+        """Write this edit as one self-contained HTML file: the requests, P(new) and P(true) before and after with
+        95% intervals over the prompts, the conclusion, the weight change, versions and the command."""
+        from .html_report import edit_document, write
+
+        return write(path, edit_document(self, command))
 
     def headline(self) -> str:
         parts = []

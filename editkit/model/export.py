@@ -130,7 +130,7 @@ def check_target(lm, target: Path, folder: bool) -> Path:
         raise EditkitError("give the export a file or folder name")
     resolved = target.resolve()
     for base in base_paths(lm):
-        if resolved == base or base in resolved.parents or (base.is_file() and resolved == base):
+        if resolved == base or base in resolved.parents:
             raise EditkitError(f"{target} is inside the base model's files ({base}); export somewhere else")
         if resolved in base.parents:
             raise EditkitError(f"{target} holds the base model's files ({base}); export somewhere else")
@@ -167,12 +167,19 @@ def staged(target: Path, folder: bool):
         tmp = Path(name)
     try:
         yield tmp
+        _readable(tmp)
         if folder and target.exists():
             target.rmdir()  # checked empty before; os.replace needs the name free for a folder
         os.replace(tmp, target)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True) if folder else tmp.unlink(missing_ok=True)
         raise
+
+
+def _readable(path: Path) -> None:
+    """The usual modes (folders 755, files 644): temporary names are created private to their owner."""
+    for p in [path, *path.rglob("*")] if path.is_dir() else [path]:
+        os.chmod(p, 0o755 if p.is_dir() else 0o644)
 
 
 def tensor_bytes(state: dict) -> tuple[int, int]:
@@ -209,6 +216,25 @@ def export_hf(lm, folder, provenance: Provenance, say=lambda message: None) -> E
     dtype = str(lm.dtype).replace("torch.", "")
     return Exported(str(target), "hf", dtype, size, len(state), time.perf_counter() - t0,
                     provenance.to_json())
+
+
+def as_bytes(write, name: str) -> bytes:
+    """The bytes of an export for a download: `write(path)` writes a file or folder `name` into a temporary
+    folder; a file is read back, a folder zipped (stored: safetensors do not compress)."""
+    import zipfile
+    from io import BytesIO
+
+    with tempfile.TemporaryDirectory(prefix="editkit-export-") as scratch:
+        target = Path(scratch) / name
+        write(target)
+        if target.is_file():
+            return target.read_bytes()
+        buffer = BytesIO()
+        with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as z:
+            for f in sorted(target.rglob("*")):
+                if f.is_file():
+                    z.write(f, f"{name}/{f.relative_to(target)}")
+        return buffer.getvalue()
 
 
 def source_gguf(lm, say=lambda message: None) -> Path | None:

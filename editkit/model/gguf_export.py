@@ -303,6 +303,8 @@ def _writer(path: Path, plan: Plan, tensors: bool = True):
     import gguf
 
     writer = gguf.GGUFWriter(path, plan.arch)
+    if "general.alignment" in plan.metadata:  # a source's own alignment: the tensor data must follow it
+        writer.data_alignment = int(plan.metadata["general.alignment"][0])
     for key, (value, vtype, sub) in plan.metadata.items():
         if key != "general.architecture":  # the writer adds it
             writer.add_key_value(key, value, vtype, sub)
