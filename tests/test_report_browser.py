@@ -2,6 +2,7 @@
 1,400 px window without a horizontal scroll bar, and prints to PDF. Screenshots of the screen and of the printed
 page go to $EDITKIT_SCREENSHOTS (report-screen.png, report-print.png, report.pdf)."""
 import pytest
+
 from browser_util import SHOTS
 
 pytestmark = pytest.mark.browser

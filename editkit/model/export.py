@@ -26,13 +26,20 @@ import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from ..core.errors import EditkitError
 from ..core.paths import cache_dir
 from ..core.results import JsonObject, Result, frame
-from .footprint import available, gigabytes
+from .ram import available, gigabytes
 from .shipped import SHIPPED
 
+if TYPE_CHECKING:
+    import torch
+
+    from .loading import LM
+
+Say = Callable[[str], None]
 MARGIN_BYTES = 64 * 2 ** 20  # disk kept free beyond the estimate (filesystem blocks, the tokenizer files)
 
 
@@ -43,11 +50,11 @@ class Provenance:
 
     base: str
     method: str
-    requests: list = field(default_factory=list)
-    hparams: dict | None = None
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    hparams: dict[str, Any] | None = None
     editkit: str = ""
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not self.editkit:
             object.__setattr__(self, "editkit", editkit_version())
 
@@ -62,7 +69,7 @@ class Provenance:
         return asdict(self)
 
 
-def _rewrite(request: dict) -> str:
+def _rewrite(request: dict[str, Any]) -> str:
     prompt = str(request.get("prompt", ""))
     return prompt.replace("{}", str(request.get("subject", ""))) if "{}" in prompt else prompt
 
@@ -86,7 +93,7 @@ class Exported(Result):
     bytes: int
     tensors: int
     seconds: float
-    provenance: dict
+    provenance: dict[str, Any]
     notes: list[str] = field(default_factory=list)  # what is not exact (e.g. a norm weight stored as 1 + w)
 
     _show = "table"
@@ -98,16 +105,16 @@ class Exported(Result):
         return asdict(self)
 
     @classmethod
-    def _from_json(cls, d: dict) -> Exported:
+    def _from_json(cls, d: dict[str, Any]) -> Exported:
         return cls(**d)
 
-    def to_frame(self):
+    def to_frame(self) -> Any:
         return frame([{"path": self.path, "format": self.format, "type": self.type, "bytes": self.bytes,
                        "tensors": self.tensors, "seconds": round(self.seconds, 1)}])
 
 
 # --- checks before anything is written -----------------------------------------------------------------
-def base_paths(lm) -> list[Path]:
+def base_paths(lm: LM) -> list[Path]:
     """The base model's own files and folders, which an export must never write into: the folder it was loaded
     from, a GGUF source file, and editkit's model caches."""
     from .loading import gguf_file, split_name
@@ -122,7 +129,7 @@ def base_paths(lm) -> list[Path]:
     return [p.resolve() for p in paths]
 
 
-def check_target(lm, target: Path, folder: bool) -> Path:
+def check_target(lm: LM, target: Path, folder: bool) -> Path:
     """The resolved target, or an EditkitError: inside or onto the base model's files, a folder target that
     exists and is not empty, or a file target that is a folder."""
     target = Path(target).expanduser()
@@ -149,14 +156,16 @@ def check_space(target: Path, needed_disk: int, needed_memory: int) -> None:
     if needed_disk + MARGIN_BYTES > free_disk:
         raise EditkitError(f"the export needs about {gigabytes(needed_disk)} of disk but {target.parent} has "
                            f"only {gigabytes(free_disk)} free")
-    free, where = available("cpu")
+    import torch
+
+    free, where = available(torch.device("cpu"))
     if needed_memory > free:
         raise EditkitError(f"the export needs about {gigabytes(needed_memory)} of working memory, but only "
                            f"{gigabytes(free)} of {where} is free")
 
 
 @contextmanager
-def staged(target: Path, folder: bool):
+def staged(target: Path, folder: bool) -> Iterator[Path]:
     """A temporary file or folder beside `target`, renamed onto it when the block ends without an error and
     removed otherwise: a reader never finds a half-written export under the target's name."""
     if folder:
@@ -182,7 +191,7 @@ def _readable(path: Path) -> None:
         os.chmod(p, 0o755 if p.is_dir() else 0o644)
 
 
-def tensor_bytes(state: dict) -> tuple[int, int]:
+def tensor_bytes(state: dict[str, torch.Tensor]) -> tuple[int, int]:
     """(total bytes, largest tensor's bytes) of a state dict, each storage counted once (tied weights)."""
     seen, total, largest = set(), 0, 0
     for t in state.values():
@@ -196,7 +205,8 @@ def tensor_bytes(state: dict) -> tuple[int, int]:
 
 
 # --- a Hugging Face folder -----------------------------------------------------------------------------
-def export_hf(lm, folder, provenance: Provenance, say=lambda message: None) -> Exported:
+def export_hf(lm: LM, folder: str | Path, provenance: Provenance,
+              say: Say = lambda message: None) -> Exported:
     """Write the model as this context sees it into `folder` (new or empty): config.json, the tokenizer's
     files, safetensors in the model's dtype, and editkit-edit.json (the provenance)."""
     from .weights import effective_state
@@ -218,7 +228,7 @@ def export_hf(lm, folder, provenance: Provenance, say=lambda message: None) -> E
                     provenance.to_json())
 
 
-def as_bytes(write, name: str) -> bytes:
+def as_bytes(write: Callable[[Path], object], name: str) -> bytes:
     """The bytes of an export for a download: `write(path)` writes a file or folder `name` into a temporary
     folder; a file is read back, a folder zipped (stored: safetensors do not compress)."""
     import zipfile
@@ -237,7 +247,7 @@ def as_bytes(write, name: str) -> bytes:
         return buffer.getvalue()
 
 
-def source_gguf(lm, say=lambda message: None) -> Path | None:
+def source_gguf(lm: LM, say: Say = lambda message: None) -> Path | None:
     """The GGUF file a model was converted from (a shipped model's, or the user's .gguf), else None."""
     from .loading import gguf_file, split_name
 

@@ -33,14 +33,25 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, TypeAlias
 
 import numpy as np
+import numpy.typing as npt
 import torch
 
 from ..core.errors import EditkitError
 from .export import Exported, Provenance, check_space, check_target, source_gguf, staged, tensor_bytes
-from .footprint import gigabytes
-from .gguf_header import raw, read_header
+from .gguf_header import Entry, raw, read_header
+from .ram import gigabytes
+
+if TYPE_CHECKING:
+    from gguf import GGMLQuantizationType, GGUFValueType, GGUFWriter
+
+    from .loading import LM
+
+Array: TypeAlias = npt.NDArray[Any]
+Meta: TypeAlias = "tuple[Any, GGUFValueType, GGUFValueType | None]"  # a key's value, type, array element type
+State: TypeAlias = dict[str, torch.Tensor]
 
 TYPES = ("f32", "f16", "q8_0")
 # config.model_type -> (gguf-py's architecture name, Gemma's 1 + w norms, Llama's q/k row order)
@@ -54,18 +65,30 @@ NOT_COMPUTED = {"architectures", "_name_or_path", "transformers_version", "dtype
                 "output_hidden_states", "return_dict", "model_type", "unk_token_id", "sep_token_id"}
 
 
+@dataclass(frozen=True)
+class Planned:
+    """One tensor of the file: its GGUF name, where its data comes from (a parameter of the model, or a tensor
+    of the source GGUF copied as it is), its shape (numpy order) and GGML type."""
+
+    name: str
+    param: str | None
+    copy: Entry | None
+    shape: tuple[int, ...]
+    ggml: GGMLQuantizationType
+
+
 @dataclass
 class Plan:
-    """What one GGUF file will hold, decided before it is written: metadata (key -> (value, type, sub-type))
-    and tensors in file order (name, the array's source, its numpy shape, its GGML type)."""
+    """What one GGUF file will hold, decided before it is written: metadata and tensors in file order."""
 
     arch: str
-    metadata: dict = field(default_factory=dict)
-    tensors: list = field(default_factory=list)  # (gguf name, source, shape, ggml type); source: (kind, x)
-    notes: list = field(default_factory=list)
+    metadata: dict[str, Meta] = field(default_factory=dict)
+    tensors: list[Planned] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
 
-def export_gguf(lm, file, provenance: Provenance, kind: str = "f32", say=lambda message: None) -> Exported:
+def export_gguf(lm: LM, file: str | Path, provenance: Provenance, kind: str = "f32",
+                say: Callable[[str], None] = lambda message: None) -> Exported:
     """Write the model as this context sees it to `file` as GGUF of type `kind` (module docstring)."""
     from .weights import effective_state
 
@@ -87,7 +110,7 @@ def export_gguf(lm, file, provenance: Provenance, kind: str = "f32", say=lambda 
                     time.perf_counter() - t0, provenance.to_json(), plan.notes)
 
 
-def _architecture(lm) -> tuple[str, bool, bool]:
+def _architecture(lm: LM) -> tuple[str, bool, bool]:
     model_type = lm.model.config.model_type
     if model_type not in ARCHITECTURES:
         raise EditkitError(f"GGUF export supports {', '.join(sorted(ARCHITECTURES))} models, not "
@@ -96,14 +119,15 @@ def _architecture(lm) -> tuple[str, bool, bool]:
 
 
 # --- the plan: names, layouts, types, metadata ---------------------------------------------------------
-def _names(lm, state: dict, arch: str) -> dict[str, str]:
+def _names(lm: LM, state: State, arch: str) -> dict[str, str]:
     """HF state-dict name -> GGUF tensor name for every tensor to write (a tied head is left out)."""
     import gguf
 
     table = gguf.get_tensor_name_map(_arch_enum(arch), lm.model.config.num_hidden_layers)
-    out, seen = {}, set()
+    out: dict[str, str] = {}
+    seen: set[tuple[int, int, tuple[int, ...]]] = set()
     for name, t in state.items():
-        key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape))
+        key = (t.untyped_storage().data_ptr(), int(t.storage_offset()), tuple(int(x) for x in t.shape))
         if key in seen:
             continue  # a tied weight: stored once
         seen.add(key)
@@ -111,18 +135,18 @@ def _names(lm, state: dict, arch: str) -> dict[str, str]:
         mapped = table.get_name(stem)
         if mapped is None:
             raise EditkitError(f"the parameter '{name}' has no GGUF tensor name in llama.cpp's {arch} "
-                               "layout; this model cannot be exported as GGUF (export a Hugging Face folder instead)")
+                               "layout; export a Hugging Face folder instead")
         out[name] = f"{mapped}.{suffix}"
     return out
 
 
-def _arch_enum(arch: str):
+def _arch_enum(arch: str) -> Any:
     import gguf
 
     return next(a for a, n in gguf.MODEL_ARCH_NAMES.items() if n == arch)
 
 
-def _ggml_type(shape: tuple, kind: str):
+def _ggml_type(shape: tuple[int, ...], kind: str) -> GGMLQuantizationType:
     from gguf import GGMLQuantizationType as T
 
     if kind == "f32" or len(shape) < 2:
@@ -132,7 +156,13 @@ def _ggml_type(shape: tuple, kind: str):
     return T.F16
 
 
-def _plan(lm, state: dict, arch: tuple, kind: str, source: Path | None, provenance: Provenance) -> Plan:
+def _param(name: str, hf_name: str, t: torch.Tensor, kind: str) -> Planned:
+    shape = tuple(int(x) for x in t.shape)
+    return Planned(name, hf_name, None, shape, _ggml_type(shape, kind))
+
+
+def _plan(lm: LM, state: State, arch: tuple[str, bool, bool], kind: str, source: Path | None,
+          provenance: Provenance) -> Plan:
     names = _names(lm, state, arch[0])
     plan = Plan(arch[0])
     if source is not None:
@@ -141,18 +171,17 @@ def _plan(lm, state: dict, arch: tuple, kind: str, source: Path | None, provenan
         # transformers reads a Gemma-architecture GGUF's tokenizer back as Gemma's sentencepiece kind: only a
         # Gemma 3 that came from a GGUF (its tokenizer metadata carried over) round-trips
         raise EditkitError(f"GGUF export of a {lm.model.config.model_type} model needs the GGUF it was "
-                           "loaded from; without one only Llama-family models are written (export a Hugging Face "
-                           "folder instead)")
+                           "loaded from; without one only Llama-family models are written (export a Hugging "
+                           "Face folder instead)")
     else:
         plan.metadata.update(_config_metadata(lm, arch[0]))
         plan.metadata.update(_tokenizer_metadata(lm))
-        plan.tensors = [(g, ("param", n), tuple(state[n].shape), _ggml_type(tuple(state[n].shape), kind))
-                        for n, g in names.items()]
+        plan.tensors = [_param(g, n, state[n], kind) for n, g in names.items()]
     _edit_metadata(plan, kind, provenance)
     return plan
 
 
-def _from_source(plan: Plan, source: Path, names: dict, state: dict, kind: str) -> None:
+def _from_source(plan: Plan, source: Path, names: dict[str, str], state: State, kind: str) -> None:
     """Every metadata key and every tensor of the source GGUF, in its order; a tensor the model has (all of
     them, for a model transformers built from this file) is written from the model, any other copied as is."""
     header = read_header(source)
@@ -161,16 +190,15 @@ def _from_source(plan: Plan, source: Path, names: dict, state: dict, kind: str) 
     for t in header.tensors:
         if t.name in by_gguf:
             n = by_gguf.pop(t.name)
-            plan.tensors.append((t.name, ("param", n), tuple(state[n].shape),
-                                 _ggml_type(tuple(state[n].shape), kind)))
+            plan.tensors.append(_param(t.name, n, state[n], kind))
         else:
-            plan.tensors.append((t.name, ("copy", t), t.shape, t.type))
+            plan.tensors.append(Planned(t.name, None, t, t.shape, t.type))
     if by_gguf:
         missing = ", ".join(sorted(by_gguf.values()))
         raise EditkitError(f"the source GGUF {source.name} has no tensor for {missing}")
 
 
-def _config_metadata(lm, arch: str) -> dict:
+def _config_metadata(lm: LM, arch: str) -> dict[str, Meta]:
     """The architecture keys llama.cpp's converter writes for a Llama config."""
     from gguf import GGUFValueType as V
 
@@ -178,23 +206,23 @@ def _config_metadata(lm, arch: str) -> dict:
     head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
     u32 = {"context_length": c.max_position_embeddings, "embedding_length": c.hidden_size,
            "block_count": c.num_hidden_layers, "feed_forward_length": c.intermediate_size,
-           "attention.head_count": c.num_attention_heads, "attention.head_count_kv": c.num_key_value_heads}
-    u32.update({"vocab_size": c.vocab_size, "rope.dimension_count": head_dim})
-    out = {f"{arch}.{k}": (int(v), V.UINT32, None) for k, v in u32.items()}
+           "attention.head_count": c.num_attention_heads, "attention.head_count_kv": c.num_key_value_heads,
+           "vocab_size": c.vocab_size, "rope.dimension_count": head_dim}
+    out: dict[str, Meta] = {f"{arch}.{k}": (int(v), V.UINT32, None) for k, v in u32.items()}
     out[f"{arch}.attention.layer_norm_rms_epsilon"] = (float(c.rms_norm_eps), V.FLOAT32, None)
-    out[f"{arch}.rope.freq_base"] = (float(_rope_theta(c)), V.FLOAT32, None)
+    out[f"{arch}.rope.freq_base"] = (_rope_theta(c), V.FLOAT32, None)
     out["general.name"] = (lm.name, V.STRING, None)
     return out
 
 
-def _rope_theta(config) -> float:
+def _rope_theta(config: Any) -> float:
     params = getattr(config, "rope_parameters", None) or {}
     params = params.get("full_attention", params) if isinstance(params, dict) else {}
     theta = params.get("rope_theta") if isinstance(params, dict) else None
-    return theta if theta is not None else getattr(config, "rope_theta", 10000.0)
+    return float(theta if theta is not None else getattr(config, "rope_theta", 10000.0))
 
 
-def _tokenizer_metadata(lm) -> dict:
+def _tokenizer_metadata(lm: LM) -> dict[str, Meta]:
     """A byte-level BPE tokenizer as llama.cpp's `_set_vocab_gpt2` writes it: tokens by id (padded to the
     model's vocabulary with [PAD<i>]), their types (3 control for special tokens), merges, special ids."""
     from gguf import GGUFValueType as V
@@ -206,17 +234,18 @@ def _tokenizer_metadata(lm) -> dict:
         raise EditkitError("GGUF export of a model without a GGUF source needs a byte-level BPE tokenizer "
                            f"(GPT-2's kind); this one is {model.get('type')} with {pre.get('type')} "
                            "pre-tokenization (export a Hugging Face folder instead)")
-    n = lm.model.config.vocab_size
+    n = int(lm.model.config.vocab_size)
     if len(tok) > n:
         raise EditkitError(f"the tokenizer has {len(tok)} tokens but the model only {n}")
     tokens = tok.convert_ids_to_tokens(list(range(len(tok)))) + [f"[PAD{i}]" for i in range(len(tok), n)]
     special = set(tok.all_special_ids)
     types = [3 if i in special else 5 if i >= len(tok) else 1 for i in range(n)]
     merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges", [])]
-    out = {"tokenizer.ggml.model": ("gpt2", V.STRING, None), "tokenizer.ggml.pre": ("gpt-2", V.STRING, None),
-           "tokenizer.ggml.tokens": (tokens, V.ARRAY, V.STRING),
-           "tokenizer.ggml.token_type": (types, V.ARRAY, V.INT32),
-           "tokenizer.ggml.merges": (merges, V.ARRAY, V.STRING)}
+    out: dict[str, Meta] = {
+        "tokenizer.ggml.model": ("gpt2", V.STRING, None), "tokenizer.ggml.pre": ("gpt-2", V.STRING, None),
+        "tokenizer.ggml.tokens": (tokens, V.ARRAY, V.STRING),
+        "tokenizer.ggml.token_type": (types, V.ARRAY, V.INT32),
+        "tokenizer.ggml.merges": (merges, V.ARRAY, V.STRING)}
     for key, token_id in (("bos", tok.bos_token_id), ("eos", tok.eos_token_id), ("unknown", tok.unk_token_id),
                           ("padding", tok.pad_token_id)):
         if token_id is not None:
@@ -230,7 +259,7 @@ def _edit_metadata(plan: Plan, kind: str, provenance: Provenance) -> None:
     from gguf import GGML_QUANT_VERSION, LlamaFileType
     from gguf import GGUFValueType as V
 
-    base = plan.metadata.get("general.name", (provenance.base,))[0]
+    base = plan.metadata["general.name"][0] if "general.name" in plan.metadata else provenance.base
     file_type = {"f32": LlamaFileType.ALL_F32, "f16": LlamaFileType.MOSTLY_F16,
                  "q8_0": LlamaFileType.MOSTLY_Q8_0}
     plan.metadata.update({
@@ -250,7 +279,7 @@ def _edit_metadata(plan: Plan, kind: str, provenance: Provenance) -> None:
         plan.metadata["editkit.hparams"] = (hparams, V.STRING, None)
 
 
-def _check_config(lm, plan: Plan) -> None:
+def _check_config(lm: LM, plan: Plan) -> None:
     """Refuse a file transformers' reader would rebuild as another model: write the metadata alone to a
     scratch file, read the config back (AutoConfig, the loader's own path) and compare every computed key."""
     from gguf import GGUFValueType as V
@@ -286,7 +315,7 @@ def _check_config(lm, plan: Plan) -> None:
                            "another model (export a Hugging Face folder instead)")
 
 
-def _same(a, b) -> bool:
+def _same(a: Any, b: Any) -> bool:
     """Config values equal as the model computes with them: floats at float32 precision (GGUF stores float32;
     a forward adds eps 1e-6 to a float32 tensor as float32 either way), containers element by element."""
     if isinstance(a, float) and isinstance(b, float):
@@ -295,10 +324,10 @@ def _same(a, b) -> bool:
         return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
         return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
-    return a == b
+    return bool(a == b)
 
 
-def _writer(path: Path, plan: Plan, tensors: bool = True):
+def _writer(path: Path, plan: Plan, tensors: bool = True) -> GGUFWriter:
     """A GGUFWriter with the plan's metadata and (with `tensors`) its tensor table; no tensor data yet."""
     import gguf
 
@@ -308,12 +337,13 @@ def _writer(path: Path, plan: Plan, tensors: bool = True):
     for key, (value, vtype, sub) in plan.metadata.items():
         if key != "general.architecture":  # the writer adds it
             writer.add_key_value(key, value, vtype, sub)
-    for name, _, shape, ggml in plan.tensors if tensors else []:
-        writer.add_tensor_info(name, shape, np.float32, _nbytes(shape, ggml), raw_dtype=ggml)
+    for t in plan.tensors if tensors else []:
+        nbytes = _nbytes(t.shape, t.ggml)
+        writer.add_tensor_info(t.name, t.shape, np.dtype(np.float32), nbytes, raw_dtype=t.ggml)
     return writer
 
 
-def _nbytes(shape: tuple, ggml) -> int:
+def _nbytes(shape: tuple[int, ...], ggml: GGMLQuantizationType) -> int:
     import gguf
 
     block, size = gguf.GGML_QUANT_SIZES[ggml]
@@ -321,26 +351,30 @@ def _nbytes(shape: tuple, ggml) -> int:
 
 
 def _file_bytes(plan: Plan) -> int:
-    return sum(_nbytes(shape, ggml) for _, _, shape, ggml in plan.tensors)
+    return sum(_nbytes(t.shape, t.ggml) for t in plan.tensors)
 
 
 # --- writing -------------------------------------------------------------------------------------------
-def _write(path: Path, plan: Plan, state: dict, source: Path | None, lm) -> None:
+def _write(path: Path, plan: Plan, state: State, source: Path | None, lm: LM) -> None:
     writer = _writer(path, plan)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_ti_data_to_file()
-    header = read_header(source) if any(kind == "copy" for _, (kind, _), _, _ in plan.tensors) else None
-    for name, (kind, key), _, ggml in plan.tensors:
-        data = raw(source, header, key) if kind == "copy" else \
-            _encode(_gguf_layout(lm, plan, key, name, state[key]), ggml)
+    header = read_header(source) if source is not None else None
+    for t in plan.tensors:
+        if t.copy is not None and source is not None and header is not None:
+            data: Array = raw(source, header, t.copy)
+        elif t.param is not None:
+            data = _encode(_gguf_layout(lm, plan, t.name, state[t.param]), t.ggml)
+        else:
+            raise EditkitError(f"the tensor {t.name} has no data")  # not reached: _plan gives each its source
         writer.write_tensor_data(np.ascontiguousarray(data))
     writer.close()
 
 
-def _gguf_layout(lm, plan: Plan, hf_name: str, name: str, t: torch.Tensor) -> np.ndarray:
+def _gguf_layout(lm: LM, plan: Plan, name: str, t: torch.Tensor) -> Array:
     """A parameter as llama.cpp stores it: float32, Gemma's norms as 1 + w, Llama's q/k rows interleaved."""
-    w = t.detach().to("cpu", torch.float32).numpy()
+    w: Array = t.detach().to("cpu", torch.float32).numpy()
     _, shift, permute = ARCHITECTURES[lm.model.config.model_type]
     if shift and name.endswith("norm.weight"):
         return _plus_one(w, name, plan.notes)
@@ -351,7 +385,7 @@ def _gguf_layout(lm, plan: Plan, hf_name: str, name: str, t: torch.Tensor) -> np
     return w
 
 
-def _plus_one(w: np.ndarray, name: str, notes: list) -> np.ndarray:
+def _plus_one(w: Array, name: str, notes: list[str]) -> Array:
     """float32 s with s - 1 == w for each element where one exists: w + 1 rounded, else a neighbour of it."""
     one = np.float32(1)
     s = (w + one).astype(np.float32)
@@ -367,7 +401,7 @@ def _plus_one(w: np.ndarray, name: str, notes: list) -> np.ndarray:
     return s
 
 
-def _encode(w: np.ndarray, ggml) -> np.ndarray:
+def _encode(w: Array, ggml: GGMLQuantizationType) -> Array:
     from gguf import GGMLQuantizationType as T
     from gguf import quantize
 

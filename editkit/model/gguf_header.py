@@ -14,10 +14,15 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 
 from ..core.errors import EditkitError
+
+if TYPE_CHECKING:
+    from gguf import GGMLQuantizationType
 
 MAGIC = b"GGUF"
 ALIGNMENT = 32  # GGUF's default tensor data alignment (general.alignment overrides it)
@@ -32,16 +37,16 @@ class Entry:
     """One tensor of the table: its name, shape in numpy order, GGML type, offset in the data and size."""
 
     name: str
-    shape: tuple
-    type: object  # gguf.GGMLQuantizationType
+    shape: tuple[int, ...]
+    type: GGMLQuantizationType
     offset: int
     nbytes: int
 
 
 @dataclass(frozen=True)
 class Header:
-    metadata: dict  # key -> (value, GGUFValueType, element type of an array or None)
-    tensors: list
+    metadata: dict[str, Any]  # key -> (value, GGUFValueType, element type of an array or None)
+    tensors: list[Entry]
     data_start: int  # where tensor data begins in the file
 
 
@@ -49,7 +54,7 @@ class _Cursor:
     def __init__(self, data: bytes):
         self.data, self.at = data, 0
 
-    def take(self, fmt: str):
+    def take(self, fmt: str) -> Any:
         value = struct.unpack_from("<" + fmt, self.data, self.at)[0]
         self.at += struct.calcsize("<" + fmt)
         return value
@@ -60,7 +65,7 @@ class _Cursor:
         self.at += n
         return out
 
-    def value(self, vtype: int):
+    def value(self, vtype: int) -> Any:
         if vtype == STRING:
             return self.string()
         if vtype == ARRAY:
@@ -98,7 +103,7 @@ def read_header(path: Path, chunk: int = 64 * 2 ** 20) -> Header:
         raise EditkitError(f"{path} is not a readable GGUF file ({exc})") from None
 
 
-def _parse(data: bytes, sizes, qtype, vtype) -> Header:
+def _parse(data: bytes, sizes: Any, qtype: Any, vtype: Any) -> Header:
     c = _Cursor(data)
     if data[:4] != MAGIC:
         raise ValueError("no GGUF magic")
@@ -129,6 +134,6 @@ def _parse(data: bytes, sizes, qtype, vtype) -> Header:
     return Header(metadata, tensors, (c.at + align - 1) // align * align)
 
 
-def raw(path: Path, header: Header, entry: Entry) -> np.ndarray:
+def raw(path: Path, header: Header, entry: Entry) -> npt.NDArray[np.uint8]:
     """A tensor's bytes as the file stores them (a read-only memory map)."""
     return np.memmap(path, np.uint8, "r", header.data_start + entry.offset, (entry.nbytes,))
