@@ -87,7 +87,8 @@ def test_a_table_edited_by_hand_fails_and_write_rebuilds_it(copy):
 
 
 def test_prune_lists_and_deletes_only_what_no_entry_reads(copy):
-    stray = copy / "assets" / "results" / "ripple" / "gemma-3-270m" / "ripple-memit-gemma-3-270m-counterfact-0000000000.jsonl"
+    stray = (copy / "assets" / "results" / "ripple" / "gemma-3-270m"
+             / "ripple-memit-gemma-3-270m-counterfact-0000000000.jsonl")
     stray.write_text("{}\n")
     read = [copy / p for p in manifest.entry(ENTRY)["reads"]]
     assert manifest.prune(root=copy) == [str(stray.relative_to(copy))]

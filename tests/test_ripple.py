@@ -10,12 +10,27 @@ import torch
 from editkit.cli import main
 from editkit.core.errors import EditkitError
 from editkit.data import implications
-from editkit.data.implications import Derivation, ImpliedFact, derive, match_answer, rules_for, table, user_fact
+from editkit.data.implications import (
+    Derivation,
+    ImpliedFact,
+    derive,
+    match_answer,
+    rules_for,
+    table,
+    user_fact,
+)
 from editkit.editing.defaults import load_hparams
 from editkit.editing.requests import EditRequest
 from editkit.evaluation import ripple_eval
-from editkit.evaluation.ripple import (IN_CONTEXT, conclusion, context_prefix, method_ripple, ripple,
-                                      share_table, written)
+from editkit.evaluation.ripple import (
+    IN_CONTEXT,
+    conclusion,
+    context_prefix,
+    method_ripple,
+    ripple,
+    share_table,
+    written,
+)
 from editkit.model.scoring import TargetScore
 
 EIFFEL = EditRequest("{} is located in the city of", "Eiffel Tower", "Rome", "Paris",
@@ -221,7 +236,6 @@ def test_share_table_keeps_relation_and_neighbourhood_specificity_apart():
 def test_cli_ripple_on_a_tiny_model(tmp_path, capsys):
     path = tmp_path / "r.json"
     path.write_text(json.dumps({**EIFFEL.to_dict(), "case_id": 1}))
-    hp = tmp_path / "hp.json"
     assert main(["ripple", "--model", "tiny-gemma3", "--requests", str(path), "--methods", "rome",
                  "--fact", "The Eiffel Tower is in the country of|Italy|move"]) == 0
     text = capsys.readouterr().out
@@ -355,8 +369,8 @@ def test_the_checkpoint_lives_in_the_repository(tiny_by_name):
 
 
 def test_coedit_writes_the_implications_in_the_edit_phrasing(tiny_by_name, monkeypatch):
-    from editkit.editing.api import run_edit
-    from editkit.editing.methods import coedit, get
+    from editkit.editing.methods import get
+    from editkit.editing.run import run_edit
 
     monkeypatch.setattr(implications, "derive_many", _fake_derive)
     lm = tiny_by_name("tiny-gemma3")
@@ -432,7 +446,7 @@ def test_coedit_joint_targets_tie_an_implication_to_its_requests_subject():
 
 
 def test_coedit_joint_targets_write_one_delta_for_a_fact_and_its_implication(tiny_by_name, monkeypatch):
-    from editkit.editing.api import run_edit
+    from editkit.editing.run import run_edit
 
     monkeypatch.setattr(implications, "derive_many", _fake_derive)
     lm = tiny_by_name("tiny-gemma3")
@@ -445,7 +459,7 @@ def test_coedit_joint_targets_write_one_delta_for_a_fact_and_its_implication(tin
 
 
 def test_coedit_writes_each_implication_in_its_rules_phrasings_never_the_tests(tiny_by_name, monkeypatch):
-    from editkit.editing.api import run_edit
+    from editkit.editing.run import run_edit
 
     monkeypatch.setattr(implications, "derive_many", _fake_derive)
     lm = tiny_by_name("tiny-gemma3")
@@ -479,7 +493,7 @@ def test_keep_facts_ask_the_subjects_other_relations_in_their_keep_phrasing_neve
 
 
 def test_coedit_keeps_the_subjects_other_relations_with_the_same_delta(tiny_by_name, monkeypatch):
-    from editkit.editing.api import run_edit
+    from editkit.editing.run import run_edit
 
     monkeypatch.setattr(implications, "derive_many", _fake_derive)
     kept = ImpliedFact("specificity", "Eiffel Tower lies in the continent of", " Europe", False, "P30",
@@ -504,7 +518,6 @@ def test_coedit_keeps_the_subjects_other_relations_with_the_same_delta(tiny_by_n
 def test_coedit_kept_relations_hold_the_shared_deltas_stop_only_when_asked(tiny_by_name, monkeypatch):
     """kept_hold_stop False: a kept relation pulls on the shared delta but does not keep it running (targets.Joint
     holds: tests/test_targets.py checks what that does); True: every member holds the stop, as before."""
-    from editkit.editing.api import run_edit
     from editkit.editing.methods import coedit
 
     monkeypatch.setattr(implications, "derive_many", _fake_derive)

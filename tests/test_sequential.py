@@ -11,12 +11,12 @@ import pytest
 import torch
 
 from editkit.core.errors import CacheWarning, EditkitError
-from editkit.editing.api import run_edit
+from editkit.editing.run import run_edit
 from editkit.evaluation import load_eval_set
 from editkit.evaluation.lifelong import final_table
-from editkit.figures.lifelong import curves
 from editkit.evaluation.pairs import pair_nlls
 from editkit.evaluation.sequential import SequentialSpec, perplexity, sequential
+from editkit.figures.lifelong import curves
 from editkit.model.loading import load_model
 from editkit.model.scoring import score_targets
 from editkit.model.weights import applied
@@ -261,10 +261,10 @@ def test_shipped_stabiliser_run_and_its_figure():
 
 
 def test_shipped_1000_edit_run_and_its_conclusion():
-    """The shipped 1,000-edit run (docs/results/lifelong.md): every method that edits in batches, the complete runs measured
-    every edit at the end, the stabilised variants carry their settings, a run stopped early says so (incomplete)
-    and is named but not ranked, and the sentence compares the other runs at the last checkpoint all of them
-    reached, not each at its own end."""
+    """The shipped 1,000-edit run (docs/results/lifelong.md): every method that edits in batches, the complete
+    runs measured every edit at the end, the stabilised variants carry their settings, a run stopped early
+    says so (incomplete) and is named but not ranked, and the sentence compares the other runs at the last
+    checkpoint all of them reached, not each at its own end."""
     from editkit.editing.methods import get, names
     from editkit.evaluation.lifelong import SHIPPED_1000, conclusion, load_results
 
@@ -289,7 +289,7 @@ def test_shipped_1000_edit_run_and_its_conclusion():
     # a run stopped at 600 edits (as co-edit's was until 28 Nov 2026) is named, not ranked
     short = {**runs, "coedit": replace(runs["coedit"], complete=False, rows=runs["coedit"].rows[:6])}
     assert "Co-edit (MEMIT + implied) stopped after 600 edits and is not ranked" in conclusion(short)
-    assert f"after 600 edits (the last checkpoint all runs reached" in conclusion(
+    assert "after 600 edits (the last checkpoint all runs reached" in conclusion(
         {m: replace(r, complete=False) for m, r in short.items()})
     cut = {**runs, "memit": replace(runs["memit"], rows=runs["memit"].rows[:3])}
     assert "after 300 edits (the last checkpoint all runs reached" in conclusion(cut)

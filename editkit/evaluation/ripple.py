@@ -23,9 +23,9 @@ from ..core.errors import EditkitError
 from ..core.progress import silent
 from ..core.results import JsonObject, Result, frame
 from ..data.implications import CRITERIA, Derivation, ImpliedFact, derive
-from ..editing.api import run_edit
 from ..editing.methods import get
 from ..editing.requests import EditRequest, parse_record
+from ..editing.run import run_edit
 from ..model import isolation
 from ..model.scoring import score_targets
 from .metrics import mean_ci
@@ -293,7 +293,8 @@ def conclusion(out: dict) -> str:
 
 # ---- many edits --------------------------------------------------------------------------------------------------
 
-def share_table(rows_by_method: dict[str, list[dict]], facts: dict[str, list[dict]], against: str | None = None) -> dict:
+def share_table(rows_by_method: dict[str, list[dict]], facts: dict[str, list[dict]],
+                against: str | None = None) -> dict:
     """Per method and criterion over edits: the mean per-edit share of facts that moved / stayed as they should,
     x100, with a 95% interval over edits, and (with `against`) the paired difference to that method."""
     def shares(rows):
@@ -323,7 +324,8 @@ def share_table(rows_by_method: dict[str, list[dict]], facts: dict[str, list[dic
             mean, ci = mean_ci(vals)
             cell = {"mean": 100 * mean, "ci95": None if math.isnan(ci) else 100 * ci, "edits": len(vals)}
             if against and against in per and m != against:
-                diffs = [v[c] - per[against][k][c] for k, v in by_edit.items() if c in v and c in per[against].get(k, {})]
+                diffs = [v[c] - per[against][k][c] for k, v in by_edit.items()
+                         if c in v and c in per[against].get(k, {})]
                 if diffs:
                     d, dci = mean_ci(diffs)
                     cell["diff"] = {"mean": 100 * d, "ci95": None if math.isnan(dci) else 100 * dci}

@@ -185,7 +185,7 @@ def _add(pack, record: dict, new: compute.Settings) -> None:
     methods = pack.manifest.get("method_names")
     out = ui.run_job("adding a fact to the lesson", lambda progress: build(
         [record], folder, lm=lm, progress=progress, methods=methods, settings=new), on_cancel=_add_cancelled,
-        samples=new.samples, memory=compute.build_memory(lm, new, methods),
+        samples=new.samples, memory=compute.build_ram(lm, new, methods),
         niceness=0)  # the teacher waits on it while preparing: normal priority, not starved by other work
     fact = packs.Pack.open(folder).fact(out["facts"][-1])
     st.session_state[keys.ADDED] = (f"Added “{fact_label(fact)}” ({out['computed']} part(s) computed in "
