@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ..core.errors import EditkitError
 from ..core.paths import safe_name
+from .manifest_tables import row_hparams
 
 RIPPLE_DIR = Path("assets") / "results" / "ripple"
 
@@ -56,15 +57,6 @@ def _models(e: dict) -> list[str]:
 def measured(row: dict, model: str) -> bool:
     """Whether a row was run on `model` (a row may name the models it was run on; default every model)."""
     return model in row.get("models", [model])
-
-
-def row_hparams(row: dict, model: str) -> dict:
-    """A row's hyperparameters on `model`: {method: overrides} of `hparams`, with `by_model[model]` on top (a
-    row that pins a setting one model's defaults have since changed)."""
-    out = {m: dict(v) for m, v in (row.get("hparams") or {}).items()}
-    for m, v in (row.get("by_model") or {}).get(model, {}).items():
-        out[m] = {**out.get(m, {}), **v}
-    return out
 
 
 def _methods(e: dict, row: dict) -> list[str]:

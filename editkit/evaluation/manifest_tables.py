@@ -3,6 +3,15 @@ the manual show between `<!-- results: NAME -->` markers."""
 from __future__ import annotations
 
 
+def row_hparams(row: dict, model: str) -> dict:
+    """A row's hyperparameters on `model`: {method: overrides} of `hparams`, with `by_model[model]` on top (a
+    row that pins a setting one model's defaults have since changed)."""
+    out = {m: dict(v) for m, v in (row.get("hparams") or {}).items()}
+    for m, v in (row.get("by_model") or {}).get(model, {}).items():
+        out[m] = {**out.get(m, {}), **v}
+    return out
+
+
 def md_row(cells: list[str]) -> str:
     """One Markdown table row; an empty cell is "| |"."""
     return "|" + "|".join(f" {c} " if c else " " for c in cells) + "|"

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 
 from ..core.errors import EditkitError
 from ..core.results import JsonObject, Result, frame
-from .manifest_tables import md_row
+from .manifest_tables import md_row, row_hparams
 
 
 @dataclass(frozen=True)
@@ -197,7 +197,6 @@ def ripple_points(e: dict, table_of) -> dict[str, OperatingPoints]:
     """A ripple entry's `points` (method, x and y measures and their labels, knob) per model: each row of that
     method one point (its label the row's), today's default the row without `hparams`."""
     from ..editing.defaults import load_hparams
-    from .manifest_kinds import row_hparams
 
     p = e["points"]
     out = {}
