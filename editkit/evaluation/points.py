@@ -52,20 +52,23 @@ class OperatingPoints(Result):
             return (f"Today's default {self.knob} for {self.model} is not among the measured points; "
                     "its trade-off is unmeasured.")
         top = max(self.points, key=lambda p: (p.x, p.y))
+        if top is not d and top.y >= d.y:  # the default is not on the front (a stabiliser off by default)
+            return (f"Today's default ({d.label}) measured {self.x_label} {_pct(d.x)} with {self.y_label} "
+                    f"{_pct(d.y)}; {top.label} measured more of both ({_pct(top.x)}, {_pct(top.y)}).")
         if top is d:
-            return (f"Today's default ({d.label}) buys the highest {self.x_label} measured, {d.x:.0f}%, and "
-                    f"costs {self.y_label}: {d.y:.0f}% against {max(p.y for p in self.points):.0f}% at best.")
-        return (f"Today's default ({d.label}) buys {self.y_label} {d.y:.0f}% against {top.y:.0f}% at the "
-                f"strongest point measured ({top.label}), and costs {self.x_label}: {d.x:.0f}% against "
-                f"{top.x:.0f}%.")
+            return (f"Today's default ({d.label}) buys the highest {self.x_label} measured, {_pct(d.x)}, and "
+                    f"costs {self.y_label}: {_pct(d.y)} against {_pct(max(p.y for p in self.points))} at best.")
+        return (f"Today's default ({d.label}) buys {self.y_label} {_pct(d.y)} against {_pct(top.y)} at the "
+                f"strongest point measured ({top.label}), and costs {self.x_label}: {_pct(d.x)} against "
+                f"{_pct(top.x)}.")
 
     def picked(self, i: int) -> str:
         """What point i buys and costs against today's default, in one sentence."""
         p, d = self.points[i], self.default()
         if p.default or d is None:
             return self.sentence()
-        return (f"{p.label}: {self.x_label} {p.x:.0f}% (the default: {d.x:.0f}%) with {self.y_label} "
-                f"{p.y:.0f}% (the default: {d.y:.0f}%).")
+        return (f"{p.label}: {self.x_label} {_pct(p.x)} (the default: {_pct(d.x)}) with {self.y_label} "
+                f"{_pct(p.y)} (the default: {_pct(d.y)}).")
 
     def ran_at(self, hparams) -> str:
         """Which measured point an edit with `hparams` (an Hparams or its dict) ran at, and the trade-off."""
@@ -99,6 +102,10 @@ class OperatingPoints(Result):
         from ..figures.points import points_figure
 
         return points_figure(self.to_json(), picked)
+
+
+def _pct(v: float) -> str:
+    return f"{v:.0f}%" if v == int(v) else f"{v:.1f}%"
 
 
 def is_default(method: str, model: str, setting: dict) -> bool:
@@ -144,26 +151,33 @@ class ShippedPoints(Result):
     rows: list[dict]
     command: str = ""
     source: str = ""
+    shown: dict = field(default_factory=dict)  # what the page plots: {"mode", "y", "y_label", "about"} (default:
+    # single batches, the neighbours the unedited model got right that stay right)
 
     def to_json(self) -> JsonObject:
         return {"method": self.method, "model": self.model, "set": self.set, "n": self.n, "knob": self.knob,
                 "columns": self.columns, "unedited": self.unedited, "rows": self.rows, "command": self.command,
-                "source": self.source}
+                "source": self.source, **({"shown": self.shown} if self.shown else {})}
 
     @classmethod
     def _from_json(cls, d: dict) -> "ShippedPoints":
         keys = ("method", "model", "set", "n", "knob", "columns", "unedited", "rows")
         if not isinstance(d, dict) or any(k not in d for k in keys):
             raise EditkitError(f"not a shipped sweep: it needs {', '.join(keys)}")
-        return cls(*(d[k] for k in keys), d.get("command", ""), d.get("source", ""))
+        return cls(*(d[k] for k in keys), d.get("command", ""), d.get("source", ""), d.get("shown", {}))
 
-    def points(self, mode: str = "single") -> OperatingPoints:
-        """Efficacy against the neighbours the unedited model got right that stay right, per setting, in `mode`."""
+    def points(self) -> OperatingPoints:
+        """Efficacy against neighbours kept, per setting, in the mode and measure `shown` names (default: single
+        batches, the neighbours the unedited model got right that stay right)."""
+        mode, y = self.shown.get("mode", "single"), self.shown.get("y", "kept_correct")
         pts = [Point(r["setting"], ", ".join(f"{k} {_value(r['setting'][k])}" for k in self.columns),
-                     r[mode]["efficacy"], r[mode]["kept_correct"], is_default(self.method, self.model, r["setting"]))
+                     r[mode]["efficacy"], r[mode][y], is_default(self.method, self.model, r["setting"]))
                for r in self.rows]
-        return OperatingPoints(self.method, self.model, self.knob, "efficacy", "neighbours kept", pts,
-                               f"{self.n} {self.set} records, {mode} batches of 10: {self.command}")
+        about = self.shown.get("about", f"{mode} batches of 10")
+        return OperatingPoints(self.method, self.model, self.knob, "efficacy",
+                               self.shown.get("y_label", "neighbours kept"), pts,
+                               f"{self.n} {self.set} records, {about}: {self.command}",
+                               [self.shown["note"]] if self.shown.get("note") else [])
 
     def markdown(self) -> str:
         """The manual's table: single batches left, the sequence right, today's default in bold."""
