@@ -196,7 +196,10 @@ class Lifelong:
 
     @staticmethod
     def render(e: dict, root: Path) -> str | None:
-        return None
+        from .lifelong import load_results
+        from .manifest_tables import lifelong_markdown
+
+        return lifelong_markdown(e, load_results(root / e["file"])) if e.get("table") else None
 
     @staticmethod
     def data(e: dict, root: Path):

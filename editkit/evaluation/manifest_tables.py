@@ -65,3 +65,38 @@ def ripple_markdown(e: dict, table_of) -> str:
             cells.append(ripple_cell(table, row["method"], c, d, row.get("diff", True) and row["method"] != against))
         lines.append(md_row(cells))
     return "\n".join(lines) + "\n"
+
+
+def _norm(x: float) -> str:
+    """||dW||/||W|| as the manual prints it: three decimals below 1, three figures above, whole from 100."""
+    return f"{x:.3f}" if x < 1 else f"{x:.0f}" if x >= 100 else f"{x:#.3g}"
+
+
+def _perplexity(row: dict, collapsed_at: int | None) -> str:
+    p, r = row["perplexity"], row["perplexity_ratio"]
+    value = f"{p:,.0f}" if p >= 1000 else f"{p:.2f}"
+    ratio = f"{r:.0f}x" if r >= 100 else f"{r:.2f}x"
+    gone = f", collapsed by {collapsed_at}" if collapsed_at is not None and collapsed_at <= row["edit"] else ""
+    return f"{value} ({ratio}{gone})"
+
+
+def lifelong_markdown(e: dict, runs: dict) -> str:
+    """The entry's lifelong table (`table`: the checkpoints `at`, `labels` per run): per run and checkpoint the
+    rates x100 (whole numbers on a checkpoint's sample, one decimal when every edit was measured), retention,
+    fluency x100, perplexity (and its ratio to the unedited model's, with the collapse) and the accumulated
+    ||dW||/||W||."""
+    spec = e["table"]
+    head = ["method", "edits", "efficacy [p]", "generalization [p]", "specificity [p]", "kept [p]", "locality [t]",
+            "retention", "fluency [g]", "perplexity", "‖ΔW‖/‖W‖"]
+    lines = [md_row(head), "|" + "---|" * len(head)]
+    for key, run in runs.items():
+        label = spec.get("labels", {}).get(key, run.label or key)
+        for row in (r for r in run.rows if r["edit"] in spec["at"]):
+            d = 0 if row.get("sampled") else 1
+            edits = f"{row['edit']:,} " + (f"(sample of {row['measured']})" if row.get("sampled") else "(all)")
+            rates = [_num(100 * row[k], d) for k in ("efficacy", "generalization", "specificity", "kept",
+                                                     "locality")]
+            retention = "-" if row.get("retention") is None else _num(100 * row["retention"], d)
+            lines.append(md_row([label, edits, *rates, retention, f"{100 * row['fluency']:.1f}",
+                                 _perplexity(row, run.collapsed_at), _norm(row["total_relative_norm"])]))
+    return "\n".join(lines) + "\n"
