@@ -74,8 +74,8 @@ def _norm(x: float) -> str:
 
 def _perplexity(row: dict, collapsed_at: int | None) -> str:
     p, r = row["perplexity"], row["perplexity_ratio"]
-    value = f"{p:,.0f}" if p >= 1000 else f"{p:.2f}"
-    ratio = f"{r:.0f}x" if r >= 100 else f"{r:.2f}x"
+    value = f"{p / 1e6:.1f} million" if p >= 1e6 else f"{p:,.0f}" if p >= 1000 else f"{p:.2f}"
+    ratio = f"{r:,.0f}x" if r >= 100 else f"{r:.2f}x"
     gone = f", collapsed by {collapsed_at}" if collapsed_at is not None and collapsed_at <= row["edit"] else ""
     return f"{value} ({ratio}{gone})"
 
@@ -86,16 +86,18 @@ def lifelong_markdown(e: dict, runs: dict) -> str:
     fluency x100, perplexity (and its ratio to the unedited model's, with the collapse) and the accumulated
     ||dW||/||W||."""
     spec = e["table"]
-    head = ["method", "edits", "efficacy [p]", "generalization [p]", "specificity [p]", "kept [p]", "locality [t]",
-            "retention", "fluency [g]", "perplexity", "‖ΔW‖/‖W‖"]
+    rated = [k for k in ("efficacy", "generalization", "specificity", "kept", "locality")
+             if any(r.get(k) is not None for run in runs.values() for r in run.rows)]  # a file older than kept
+    names = {"efficacy": "efficacy [p]", "generalization": "generalization [p]", "specificity": "specificity [p]",
+             "kept": "kept [p]", "locality": "locality [t]"}
+    head = ["method", "edits", *(names[k] for k in rated), "retention", "fluency [g]", "perplexity", "‖ΔW‖/‖W‖"]
     lines = [md_row(head), "|" + "---|" * len(head)]
     for key, run in runs.items():
         label = spec.get("labels", {}).get(key, run.label or key)
         for row in (r for r in run.rows if r["edit"] in spec["at"]):
             d = 0 if row.get("sampled") else 1
             edits = f"{row['edit']:,} " + (f"(sample of {row['measured']})" if row.get("sampled") else "(all)")
-            rates = [_num(100 * row[k], d) for k in ("efficacy", "generalization", "specificity", "kept",
-                                                     "locality")]
+            rates = [_num(100 * row[k], d) for k in rated]
             retention = "-" if row.get("retention") is None else _num(100 * row["retention"], d)
             lines.append(md_row([label, edits, *rates, retention, f"{100 * row['fluency']:.1f}",
                                  _perplexity(row, run.collapsed_at), _norm(row["total_relative_norm"])]))
