@@ -90,7 +90,9 @@ def lifelong_markdown(e: dict, runs: dict) -> str:
              if any(r.get(k) is not None for run in runs.values() for r in run.rows)]  # a file older than kept
     names = {"efficacy": "efficacy [p]", "generalization": "generalization [p]", "specificity": "specificity [p]",
              "kept": "kept [p]", "locality": "locality [t]"}
-    head = ["method", "edits", *(names[k] for k in rated), "retention", "fluency [g]", "perplexity", "‖ΔW‖/‖W‖"]
+    fluency, condition = spec.get("fluency", True), spec.get("condition", False)
+    head = [spec.get("head", "method"), "edits", *(names[k] for k in rated), "retention"] + \
+        (["fluency [g]"] if fluency else []) + ["perplexity", "‖ΔW‖/‖W‖"] + (["cond(W + ΔW)"] if condition else [])
     lines = [md_row(head), "|" + "---|" * len(head)]
     for key, run in runs.items():
         label = spec.get("labels", {}).get(key, run.label or key)
@@ -99,6 +101,9 @@ def lifelong_markdown(e: dict, runs: dict) -> str:
             edits = f"{row['edit']:,} " + (f"(sample of {row['measured']})" if row.get("sampled") else "(all)")
             rates = [_num(100 * row[k], d) for k in rated]
             retention = "-" if row.get("retention") is None else _num(100 * row["retention"], d)
-            lines.append(md_row([label, edits, *rates, retention, f"{100 * row['fluency']:.1f}",
-                                 _perplexity(row, run.collapsed_at), _norm(row["total_relative_norm"])]))
+            cells = [label, edits, *rates, retention] + ([f"{100 * row['fluency']:.1f}"] if fluency else [])
+            cells += [_perplexity(row, run.collapsed_at), _norm(row["total_relative_norm"])]
+            if condition:  # the largest over the edited matrices (PRUNE's quantity)
+                cells.append(f"{max(row['condition'].values()):.0f}")
+            lines.append(md_row(cells))
     return "\n".join(lines) + "\n"
