@@ -107,3 +107,47 @@ def lifelong_markdown(e: dict, runs: dict) -> str:
                 cells.append(f"{max(row['condition'].values()):.0f}")
             lines.append(md_row(cells))
     return "\n".join(lines) + "\n"
+
+
+def _ranges(layers: list[int]) -> str:
+    """[0, 1, 2, 6, 9, 10] -> 'layers 0-2, 6 and 9-10'."""
+    runs, start = [], None
+    for i, l in enumerate(layers):
+        if start is None:
+            start = l
+        if i + 1 == len(layers) or layers[i + 1] != l + 1:
+            runs.append(f"{start}-{l}" if l > start else f"{l}")
+            start = None
+    return "layers " + (", ".join(runs[:-1]) + " and " + runs[-1] if len(runs) > 1 else runs[0])
+
+
+def aie_markdown(runs: dict) -> str:
+    """The AIE summary (docs/results/tracing.md): per shipped run (model label -> AIE) the MLP peak at the last
+    subject token with its interval and relative depth, the layers at half that peak or more, and the peaks of
+    attention at the last token and of the hidden state at the last subject token."""
+    def depth(run, l: int) -> str:
+        return f"depth {l / (run.layers - 1):.2f}"
+
+    def mlp(run) -> str:
+        l, m = run.peak("mlp", "last subject")
+        band = run.kinds["mlp"]["last subject"]
+        return f"layer {l}, AIE {m:+.3f} [{band.low[l]:.3f}, {band.high[l]:.3f}], {depth(run, l)}"
+
+    def half(run) -> str:
+        _, m = run.peak("mlp", "last subject")
+        return _ranges([i for i, v in enumerate(run.kinds["mlp"]["last subject"].mean) if v >= m / 2])
+
+    def attn(run) -> str:
+        l, m = run.peak("attn", "last token")
+        return f"layer {l}, {m:+.2f}, {depth(run, l)}"
+
+    def hidden(run) -> str:
+        l, m = run.peak("hidden", "last subject")
+        return f"layer {l}, {m:+.3f}"
+
+    rows = [("MLP at the last subject token: peak", mlp), ("MLP at the last subject token: ≥ half the peak", half),
+            ("attention at the last token: peak", attn), ("hidden state at the last subject token: peak", hidden)]
+    head = ["site"] + [f"{label} ({run.layers} layers)" for label, run in runs.items()]
+    lines = [md_row(head), "|" + "---|" * len(head)]
+    lines += [md_row([site] + [cell(run) for run in runs.values()]) for site, cell in rows]
+    return "\n".join(lines) + "\n"
