@@ -1,25 +1,25 @@
 """Edit & compare: one request (or a few), every registered editing method on the same base weights, every side
 effect visible."""
 import json
-from pathlib import Path
 from dataclasses import replace
+from pathlib import Path
 
 import pandas as pd
 import streamlit as st
 
 from editkit.editing.defaults import load_hparams
-from editkit.editing.memory import edit_memory, scoring_memory
 from editkit.editing.methods import all_methods, get
+from editkit.editing.ram import edit_ram, scoring_ram
 from editkit.editing.requests import NEIGHBOURS_HELP, NEIGHBOURS_LABEL, EditRequest
 from editkit.evaluation import EvalRecord, SequentialSpec, load_eval_set
 from editkit.evaluation.compare import Comparison, compare_methods, conclusion, estimate
-from editkit.figures.labels import legend
 from editkit.evaluation.sequential import sequential_methods
 from editkit.figures import editing as figures
 from editkit.figures.editing import by_column
+from editkit.figures.labels import legend
 from editkit.runtime.cluster import Item
 from editkit.tracing import TraceSpec, trace
-from editkit.tracing.memory import trace_memory
+from editkit.tracing.ram import trace_ram
 from pages import ui
 
 ui.leave_legacy_multipage_mode()
@@ -145,7 +145,7 @@ if st.button("Edit and compare", type="primary", key="ec_run", disabled=not (rec
         # every method starts from the same weights: base + this session's kept edits
         job = Item(compare_methods, (methods, records, overrides, int(n_gen), int(gen_tokens)), progress=True)
         st.session_state["ec_out"] = ui.run_item("edit and compare", lm, job, batch=len(records),
-                                                 memory=edit_memory(lm, methods, len(records), overrides),
+                                                 memory=edit_ram(lm, methods, len(records), overrides),
                                                  new_tokens=int(gen_tokens) if int(n_gen) else None)
         st.session_state.pop("ec_traces", None)
         show_estimate()  # not "No estimate yet" above the results of the run that timed it
@@ -241,7 +241,7 @@ def show_traces(out: Comparison) -> None:
                     traces[m] = r["hidden"]
                 return traces
 
-            memory = trace_memory(lm, req.rewrite, int(samples), ["hidden"])
+            memory = trace_ram(lm, req.rewrite, int(samples), ["hidden"])
             st.session_state["ec_traces"] = ui.run_job("trace of the edited models", trace_job, memory=memory,
                                                        samples=int(samples))
     traces = list((st.session_state.get("ec_traces") or {}).items())
@@ -331,6 +331,7 @@ def lifelong_section(lm) -> None:
             first = next(iter(shipped.values()))
             st.caption(f"Shipped run on {first.model}: {first.n} CounterFact edits; {first.notes}")
             draw_parts(parts, ("ec_life_shipped", "ec_life_shipped_layers"))
+            unshipped_note(shipped)
     if SHIPPED_STABILISERS.exists():
         title = "Stabilisers against ROME's collapse (120 edits, shipped run)"
         with st.expander(title), ui.guard("the stabilisers' run"):
@@ -355,8 +356,9 @@ def lifelong_section(lm) -> None:
                 "chosen on validation edits. Hollow markers are checkpoints "
                 "measured on a sample of 50 edits; the last one measures all of them. A run that stopped early "
                 "says where and is left out of the sentence's ranking.")
-            draw_parts(shipped_runs(str(SHIPPED_1000), SHIPPED_1000.stat().st_mtime)[1],
-                       ("ec_life_1000", "ec_life_1000_layers"))
+            runs_1000, parts_1000 = shipped_runs(str(SHIPPED_1000), SHIPPED_1000.stat().st_mtime)
+            draw_parts(parts_1000, ("ec_life_1000", "ec_life_1000_layers"))
+            unshipped_note(runs_1000, batch_only=True)
     c1, c2, c3 = st.columns(3)
     chosen = c1.multiselect("Methods", list(LABELS), list(LABELS), format_func=LABELS.get, key="ec_life_methods")
     n = int(c2.number_input("Edits", 2, 200, 20, key="ec_life_n"))
@@ -372,7 +374,7 @@ def lifelong_section(lm) -> None:
                 plans[m] = (overrides.get(m), SequentialSpec(batch=b, eval_every=b * max(1, batch // b), sample=20,
                                                              ppl_tokens=512, fluency_tokens=20))
             job = Item(sequential_methods, (plans, records), progress=True)
-            memory = edit_memory(lm, chosen, batch, overrides) + scoring_memory(lm)
+            memory = edit_ram(lm, chosen, batch, overrides) + scoring_ram(lm)
             st.session_state["ec_life"] = ui.run_item("lifelong editing", lm, job, memory=memory, sequential=n)
     mine = st.session_state.get("ec_life")
     if mine:
@@ -401,6 +403,15 @@ def shipped_runs(path: str, mtime: float) -> tuple[dict, tuple]:
 
     runs = load_results(Path(path))
     return runs, run_parts(runs)
+
+
+def unshipped_note(runs: dict, batch_only: bool = False) -> None:
+    """The registered methods this shipped file has no run of (added since it was made), said as such."""
+    from editkit.evaluation.lifelong import without_run
+
+    note = without_run(runs, batch_only)
+    if note:
+        st.caption(note)
 
 
 def draw_parts(parts: tuple, keys: tuple[str, str], layer_caption: str = "") -> None:
@@ -450,7 +461,7 @@ def bleed_section(lm, records, overrides) -> None:
             job = Item(bleed_map, (method, records[0].request, overrides.get(method)),
                        {"relation": records[0].relation, "n_facts": int(n_facts)}, progress=True)
             st.session_state["ec_bleed"] = ui.run_item("bleed map", lm, job, facts=int(n_facts),
-                                                       memory=edit_memory(lm, [method], 1, overrides))
+                                                       memory=edit_ram(lm, [method], 1, overrides))
     out = st.session_state.get("ec_bleed")
     if not out:
         return
@@ -517,7 +528,7 @@ def sweep_section(lm) -> None:
             job = Item(sweep, (method, params, replace(SWEEP, set_name=set_name, n=n)),
                        {"hparams": overrides.get(method)}, progress=True)
             st.session_state["ec_sweep"] = ui.run_item("sweep", lm, job, facts=n,
-                                                       memory=edit_memory(lm, [method], 1, overrides))
+                                                       memory=edit_ram(lm, [method], 1, overrides))
     out = st.session_state.get("ec_sweep")
     if out:
         st.markdown(sweep_conclusion(out))
@@ -567,7 +578,7 @@ def ripple_section(lm, records, overrides) -> None:
                      if str(r["prompt"] or "").strip() or str(r["expected answer"] or "").strip()]
             job = Item(ripple_view, (req, methods, relation or "", overrides, extra, reference), progress=True)
             st.session_state["ec_ripple"] = ui.run_item("ripple effects", lm, job, batch=len(methods) + 1,
-                                                        memory=edit_memory(lm, methods, 1, overrides))
+                                                        memory=edit_ram(lm, methods, 1, overrides))
     out = st.session_state.get("ec_ripple")
     if not out:
         return

@@ -7,13 +7,13 @@ import re
 import shutil
 
 import pytest
-from lesson_util import FACT, MODEL, SAMPLES, tiny_pack, write_facts
 
 from editkit.cli import main
 from editkit.core.errors import EditkitError
 from editkit.lesson import compute
 from editkit.lesson.build import build
 from editkit.lesson.pack import FORMAT, KIND, Pack
+from lesson_util import FACT, MODEL, SAMPLES, tiny_pack, write_facts
 
 
 @pytest.fixture(scope="module")
@@ -269,7 +269,7 @@ def test_the_shipped_pack_is_estimated_from_the_idle_benchmark_until_a_fact_is_c
     assert "(18 layers × 20,000 WikiText tokens in 3 passes, 302 MB in the cache;" in first.statistics_words()
     assert estimate(shipped, 1, s, others=0)[0] == pytest.approx(first.seconds)
     assert estimate(shipped, 2, s, others=0)[0] > first.seconds
-    remember(shipped.model, s, "lens", 8.27, others=0)  # a cancelled build's first part, under load: 16x the benchmark's
+    remember(shipped.model, s, "lens", 8.27, others=0)  # a cancelled build's first part under load: 16x the benchmark
     lens, how = estimate(shipped, 1, s, others=0)
     assert lens == pytest.approx(first.seconds + 8.27 - COST["lens"])
     assert "the others are from editkit's benchmark" in how
@@ -329,8 +329,8 @@ def test_the_cli_records_how_the_traces_were_computed(tmp_path, monkeypatch):
     seen = []
     monkeypatch.setattr(build_mod, "build", lambda *a, **k: seen.append(a[4]) or {})
     path = write_facts(tmp_path)
-    from editkit.commands.lesson import build as cli_build
     from editkit.cli import build_parser
+    from editkit.commands.lesson import build as cli_build
 
     for argv, want in ((["--samples", "4"], ("bfloat16", "bfloat16", 4)),
                        ([], ("bfloat16", "bfloat16", 5)),

@@ -279,7 +279,7 @@ def _implant(lm, pairs, wrong: bool = False) -> list[int]:
         wte = m.wte.weight
         for j, (a, _) in enumerate(pairs):
             wte[a] = 30.0 * E[:, j]  # LayerNorm turns it into sqrt(d) * E_j: the key reads 8 there
-        for j, (i, (a, b)) in enumerate(zip(memories, pairs)):
+        for j, (i, (_, b)) in enumerate(zip(memories, pairs)):
             b = pairs[(j + 1) % len(pairs)][1] if wrong else b
             v = wte[b] - E @ (E.T @ wte[b])  # no component along the keys' directions (A's logits stay 0)
             m.h[0].mlp.c_fc.weight[:, i] = E[:, j]
@@ -319,7 +319,8 @@ def test_fig5_finds_an_implanted_memory():
 # --- readable value tokens ------------------------------------------------------------------------------------
 @pytest.mark.parametrize("text,cls", [
     (" Paris", "latin"), ("naïve", "latin"), (" rock-and-roll", "latin"), (" l'amour", "latin"), ("a", "punctuation"),
-    (" Москва", "other script"), ("東京", "other script"), (" القاهرة", "other script"), ("Sofia Софія", "other script"),
+    (" Москва", "other script"), ("東京", "other script"), (" القاهرة", "other script"),
+    ("Sofia Софія", "other script"),
     (" 1984", "number"), (" ,", "punctuation"), ("   ", "space"), ("\ufffd", "fragment"), ("<0xE3>", "fragment"),
     ("abc1", "punctuation"), ("🙂", "punctuation"),
 ])

@@ -25,10 +25,9 @@ to use what is particular to the edited subject. Only WikiText is used: no evalu
 from __future__ import annotations
 
 import json
+import threading
 import time
 from pathlib import Path
-
-import threading
 
 import torch
 
@@ -67,8 +66,8 @@ POSITIONS = ("all", "entities")
 def _path(lm, layer: int, n_tokens: int, module: str = "down_proj", positions: str = "all") -> Path:
     """The cache entry of one layer's statistics; `lm`: the model or its name (what is cached needs no load)."""
     extra = {} if positions == "all" else {"positions": positions}
-    return STORE.path(f"layer{layer}", ".safetensors", within=getattr(lm, "name", lm), module=module, corpus="wikitext2-valid",
-                      n_tokens=n_tokens, **extra)
+    return STORE.path(f"layer{layer}", ".safetensors", within=getattr(lm, "name", lm), module=module,
+                      corpus="wikitext2-valid", n_tokens=n_tokens, **extra)
 
 
 def _read(path: Path, d: int) -> tuple[torch.Tensor, dict]:

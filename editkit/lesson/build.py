@@ -23,14 +23,27 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.errors import EditkitError
-from ..core.progress import silent
 from ..core.progress import part as part_of
+from ..core.progress import silent
 from ..editing import stats
 from . import carry, compute, timing
 from .building import Clock, Status
 from .facts import LessonFact, read_facts, refusal
-from .pack import (FIRST, FORMAT, KIND, MANIFEST, Pack, bleed_name, edit_name, editkit_version, read_json,
-                   retrace_name, ripple_name, step_parts, write_json)
+from .pack import (
+    FIRST,
+    FORMAT,
+    KIND,
+    MANIFEST,
+    Pack,
+    bleed_name,
+    edit_name,
+    editkit_version,
+    read_json,
+    retrace_name,
+    ripple_name,
+    step_parts,
+    write_json,
+)
 
 COST = timing.COST  # the units' weights (timing.py: the idle benchmark's seconds of each kind of part)
 

@@ -11,8 +11,15 @@ from editkit.editing.requests import NEIGHBOURS_HELP, NEIGHBOURS_LABEL
 from editkit.lesson import classroom, compute, reference
 from pages import ui
 from pages.lesson_steps import keys
-from pages.lesson_steps.shared import (answers, class_store, current_pack, fact_label, lesson_id, lines,
-                                       settings)
+from pages.lesson_steps.shared import (
+    answers,
+    class_store,
+    current_pack,
+    fact_label,
+    lesson_id,
+    lines,
+    settings,
+)
 
 FEEDBACK = {"right": st.success, "close": st.info, "wrong": st.warning}
 TARGET_SEP = " → "  # a stored answer of steps 5-8: "<fact id> → <new target>"
@@ -125,7 +132,7 @@ def try_own(n: int, what: str, inputs, run, show, **caps) -> None:
                 limit = {k: v(value) if callable(v) else v for k, v in caps.items()}
                 st.session_state[keys.own_result(n)] = ui.run_job(
                     f"lesson step {n}", lambda progress: run(lm, progress, value),
-                    memory=compute.own_memory(lm, n, settings(pack)), **limit)
+                    memory=compute.own_ram(lm, n, settings(pack)), **limit)
         ui.cancelled_note()
         result = st.session_state.get(keys.own_result(n))
         if result is not None:

@@ -2,8 +2,19 @@
 the page draws the one picked. A new step is a module here and one line in `MODULES`."""
 from __future__ import annotations
 
-from pages.lesson_steps import (bleed, edit, lens, lifelong, memories, methods, retrace, ripple, sweep, trace,
-                                windows)
+from pages.lesson_steps import (
+                                bleed,
+                                edit,
+                                lens,
+                                lifelong,
+                                memories,
+                                methods,
+                                retrace,
+                                ripple,
+                                sweep,
+                                trace,
+                                windows,
+)
 from pages.lesson_steps.step import Step
 
 MODULES = (lens, trace, windows, memories, edit, retrace, bleed, methods, sweep, lifelong, ripple)

@@ -204,7 +204,7 @@ def _add(pack, record: dict, new: compute.Settings) -> None:
     out = ui.run_job("adding a fact to the lesson", lambda progress: build(
         [record], folder, lm=lm, progress=_with_parts(progress, table, folder, new_fact.key), methods=methods,
         settings=new), on_cancel=_add_cancelled, samples=new.samples,
-        memory=compute.build_memory(lm, new, methods),
+        memory=compute.build_ram(lm, new, methods),
         niceness=0)  # the teacher waits on it while preparing: normal priority, not starved by other work
     table.empty()
     fid = out["facts"][-1]
