@@ -439,7 +439,7 @@ def statistics_needed(model: str, method: str, layers: list[int] | None = None) 
     """The first-use statistics an edit by `method` on `model` (at `layers`; default its own) still computes, by
     what this machine's cache holds: [{"module", "positions", "tokens", "layers"}], one statistics pass each.
     Read from the cache's file names: nothing loads."""
-    from ..editing.api import first_use
+    from ..editing.run import first_use
     from ..editing.defaults import load_hparams
 
     hp = load_hparams(method, model, {"layers": list(layers)} if layers is not None else None)
