@@ -266,7 +266,7 @@ def test_the_shipped_pack_is_estimated_from_the_idle_benchmark_until_a_fact_is_c
     # ROME's layer 4 (a pass through 5 layers), MEMIT's 2-6 (7 layers), the sweep's others (all 18)
     assert [max(p["layers"]) + 1 for p in first.statistics] == [5, 7, 18]
     assert first.statistics_seconds == pytest.approx(COST["statistics_layer"] * 30)
-    assert "(18 layers × 20,000 WikiText tokens in 3 passes, 302 MB in the cache;" in first.statistics_words()
+    assert "(18 layers × 20,000 WikiText tokens in 3 passes, 302 MB in the cache)" in first.statistics_words()
     assert estimate(shipped, 1, s, others=0)[0] == pytest.approx(first.seconds)
     assert estimate(shipped, 2, s, others=0)[0] > first.seconds
     remember(shipped.model, s, "lens", 8.27, others=0)  # a cancelled build's first part under load: 16x the benchmark

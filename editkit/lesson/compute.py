@@ -439,8 +439,8 @@ def statistics_needed(model: str, method: str, layers: list[int] | None = None) 
     """The first-use statistics an edit by `method` on `model` (at `layers`; default its own) still computes, by
     what this machine's cache holds: [{"module", "positions", "tokens", "layers"}], one statistics pass each.
     Read from the cache's file names: nothing loads."""
-    from ..editing.run import first_use
     from ..editing.defaults import load_hparams
+    from ..editing.run import first_use
 
     hp = load_hparams(method, model, {"layers": list(layers)} if layers is not None else None)
     need = first_use(model, hp, method).get("statistics", {})

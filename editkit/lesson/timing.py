@@ -250,7 +250,7 @@ def statistics_words(first: list[dict]) -> str:
     return (f"the model's first-use statistics, computed once on this server ({len(layers)} layer"
             f"{'s' if len(layers) > 1 else ''} × {tokens} WikiText tokens in {len(first)} pass"
             f"{'es' if len(first) > 1 else ''}" + (f", {size / 1e6:,.0f} MB in the cache" if size else "")
-            + f"; {basis})")
+            + f"), {basis}")
 
 
 def _packs_own(pack, n_targets: int) -> tuple[float, str] | None:

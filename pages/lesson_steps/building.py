@@ -44,10 +44,11 @@ def wait_for_step(fid: str, n: int, target: int) -> None:
 
 
 @st.fragment(run_every=WATCH_SECONDS)
-def watch_facts(shown: tuple[str, ...]) -> None:
-    """Reruns the page when the facts students may open change (a fact added, being built, or withdrawn), so
+def watch_facts(built: tuple[str, ...], building: tuple[str, ...]) -> None:
+    """Reruns the page when the facts students may open change (a fact being built, built, or withdrawn), so
     the sidebar's list follows the teacher's builds without a click."""
-    if tuple(current_pack().served_ids()) != shown:
+    pack = current_pack()
+    if (tuple(pack.fact_ids), tuple(pack.building_ids())) != (built, building):
         st.rerun()
 
 

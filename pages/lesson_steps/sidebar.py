@@ -21,7 +21,7 @@ def sidebar(pack: packs.Pack) -> tuple[str | None, object]:
         n = len(ids)
         st.caption(f"{n} fact{'s' if n != 1 else ''} on **{pack.model}**, each computed once when it was "
                    "built: every step shows these results without computing.")
-        watch_facts(tuple(ids))
+        watch_facts(tuple(pack.fact_ids), tuple(pack.building_ids()))
         if not ids:
             return None, None
         was = st.session_state.get(keys.FACT)

@@ -143,13 +143,16 @@ def _estimate(pack, new: compute.Settings) -> None:
 
     one, two = estimate_fact(pack, 1, new), estimate_fact(pack, 2, new)
     stats = one.statistics_words()
-    first = f", of which {duration(one.statistics_seconds)} for {stats}" if stats else ""
-    st.markdown("The same computation as `python -m editkit lesson build`, as a job on this server: about "
-                f"{duration(one.seconds)} for a fact with one new target, {duration(two.seconds)} with two"
-                f"{first} ({one.how}; longer while other jobs compute). Students can open the fact's first "
-                f"steps once its traces are computed, about {duration(one.first_steps_seconds)} after the "
-                "start, and each later step as its results are computed; if the job is cancelled the fact is "
-                "withdrawn and they are served the pack as it was.")
+    first = (f", of which {duration(one.statistics_seconds)} for the model's first-use statistics (computed "
+             "once on this server)") if stats else ""
+    st.markdown(f"Adding a fact here takes about {duration(one.seconds)} for a fact with one new target, "
+                f"{duration(two.seconds)} with two{first}. Students can open its first steps about "
+                f"{duration(one.first_steps_seconds)} after the start, once its traces are computed; each later "
+                "step opens as its results are computed.")
+    st.caption((f"First-use statistics: {stats}. " if stats else "") + f"The parts' times: {one.how}; longer "
+               "while other jobs compute. It is the same computation as `python -m editkit lesson build`, as a "
+               "job on this server; if the job is cancelled the fact is withdrawn and the students are served "
+               "the pack as it was.")
 
 
 def _cancelled(pack, adding) -> None:
