@@ -13,19 +13,19 @@ from editkit.core.errors import EditkitError
 from editkit.core.paths import DATA
 from editkit.editing.defaults import load_hparams
 from editkit.editing.methods import get, names
-from editkit.editing.methods.ultraedit import group_of
-from editkit.editing.requests import parse_requests
-from editkit.editing.run import first_use, run_edit
-from editkit.editing.sequence import SequenceState
-from editkit.editing.ultra import (
+from editkit.editing.methods.ultraedit import (
     EPS,
     RunningStats,
     answer_batch,
+    group_of,
     keys_and_gradients,
     pseudo_values,
     ridge_solve,
     ultraedit_update,
 )
+from editkit.editing.requests import parse_requests
+from editkit.editing.run import first_use, run_edit
+from editkit.editing.sequence import SequenceState
 from editkit.evaluation import EvalSpec, evaluate
 from editkit.model.scoring import score_targets
 from editkit.model.sites import Site
