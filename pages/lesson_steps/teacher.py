@@ -3,12 +3,12 @@ and adding a fact to the served pack (the `lesson build` computation as a job on
 from __future__ import annotations
 
 import hmac
-import math
 
 import pandas as pd
 import streamlit as st
 
 from editkit.core.errors import EditkitError
+from editkit.core.progress import duration
 from editkit.core.settings import settings as server_settings
 from editkit.editing.requests import NEIGHBOURS_HELP, NEIGHBOURS_LABEL
 from editkit.lesson import compute
@@ -93,11 +93,6 @@ def where_label(pack, where: str) -> str:
     return f"{name}, edited to {target}" if target else name
 
 
-def duration(seconds: float) -> str:
-    """'40 s' or '23 min' (a small pack's fact takes seconds: '0 min' read as nothing to wait for)."""
-    return f"{seconds:.0f} s" if seconds < 90 else f"{math.ceil(seconds / 60)} min"
-
-
 def _add_cancelled() -> None:
     st.session_state[keys.ADD_CANCELLED] = True
 
@@ -131,7 +126,7 @@ def _estimate(pack, new: compute.Settings) -> None:
 
     one, how = estimate(pack, 1, new)
     two, _ = estimate(pack, 2, new)
-    st.markdown("The same computation as `python -m editkit lesson build`, as a job on this server: about "
+    st.markdown("The same computation as `python -m editkit lesson build`, as a job on this server: "
                 f"{duration(one)} for a fact with one new target, {duration(two)} with two ({how}; longer "
                 "while other jobs compute, and on a server that has never computed the model's statistics "
                 "the first fact computes them too). Students see the fact once every part of it is computed; "
