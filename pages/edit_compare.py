@@ -262,6 +262,79 @@ def show_results(out: Comparison) -> None:
     d1.download_button("Download results (JSON)", json.dumps(out.to_json(), indent=1, default=str),
                        "edit_compare.json", "application/json", key="ec_json")
     d2.download_button("Download metrics (CSV)", df.to_csv(index=False), "edit_compare.csv", "text/csv", key="ec_csv")
+    model_download(out)
+
+
+def _about_first_request(result, out: Comparison):
+    """A bleed map or ripple result of this session, if it is about the comparison's first request."""
+    return result if result and result.request.to_dict() == out.requests[0].to_dict() else None
+
+
+def report_section(out: Comparison | None) -> None:
+    """The comparison as one self-contained HTML file (evaluation/html_report.py), with the bleed map and the
+    ripple grid above when they were computed for its first request; built when the button is pressed. Drawn
+    after those sections, so that a map computed in this run is in it."""
+    if not out:
+        return
+    st.subheader("A report to keep or share")
+    st.markdown("One HTML file of this comparison that opens in any browser without the internet and prints: "
+                "the request, every method's metrics with their 95% intervals, the charts, who did best, the "
+                "versions and the command that computes it again.")
+    bleed = _about_first_request(st.session_state.get("ec_bleed"), out)
+    ripple = _about_first_request(st.session_state.get("ec_ripple"), out)
+
+    def build() -> str:
+        from editkit.evaluation.compare import conclusion as sentence
+        from editkit.evaluation.html_report import comparison_document
+
+        return comparison_document(out, sentence(out).sentence(), bleed, ripple).render()
+
+    parts = " and ".join(p for p, r in (("the bleed map", bleed), ("the ripple grid", ripple)) if r)
+    st.download_button("Download a report (HTML)", build, "edit_compare_report.html", "text/html",
+                       key="ec_report", on_click="ignore")
+    st.caption(f"With {parts} of the first request." if parts else
+               "The bleed map and the ripple grid join it once computed above for the first request.")
+
+
+GGUF_KINDS = {"GGUF q8_0 (llama.cpp, Ollama; smallest)": ("gguf", "q8_0"), "GGUF f16": ("gguf", "f16"),
+              "GGUF f32 (exactly the model compared here)": ("gguf", "f32"),
+              "Hugging Face folder (.zip, transformers)": ("hf", None)}
+
+
+def model_download(out: Comparison) -> None:
+    """One method's edited model as a file: GGUF or a zipped Hugging Face folder, built when the button is
+    pressed (model/export.py). Only for the server's own browser: the file is held in the server's memory
+    while the session lasts; anyone can take the patch (sidebar) and run `editkit export` on their machine."""
+    from editkit.model.export import as_bytes
+
+    deltas = [m for m, o in out.methods.items() if o.result.delta]
+    if not deltas or out.model != lm.name:
+        return
+    st.markdown("**Take an edited model out of editkit**")
+    if not ui.visitor().local:
+        st.caption("Whole models are downloaded from the server's own browser only. Keep the edit, download "
+                   "it as a patch (sidebar) and run `editkit export --patch P --gguf edited.gguf` yourself.")
+        return
+    c1, c2, c3 = st.columns(3)
+    method = c1.selectbox("Edited model of", deltas, format_func=LABELS.get, key="ec_export_method")
+    fmt, gguf_type = GGUF_KINDS[c2.selectbox("Format", list(GGUF_KINDS), key="ec_export_kind")]
+    kept = [e["delta"] for e in ui.my_edits(lm)]  # edits act in this thread only: handed to the build
+    name = f"{lm.name.replace('/', '--')}-{method}" + (f"-{gguf_type}.gguf" if fmt == "gguf" else "")
+
+    def build() -> bytes:
+        from editkit.model import isolation
+
+        with isolation.session(lm, kept):
+            if fmt == "gguf":
+                return as_bytes(lambda path: out.export_gguf(method, path, lm, gguf_type), name)
+            return as_bytes(lambda path: out.export_hf(method, path, lm), name)
+
+    c3.download_button("Download the edited model", build, name + (".zip" if fmt == "hf" else ""),
+                       "application/octet-stream", key="ec_export_go", on_click="ignore")
+    st.caption(f"The base model with {LABELS.get(method, method)}'s edit"
+               + (" and your kept edits" if kept else "") + ": GGUF loads in llama.cpp, Ollama and editkit, "
+               "the folder with transformers. f32 is the compared model exactly; f16 and q8_0 are smaller "
+               "and round its weights (the manual's \"Take an edit out of editkit\").")
 
 
 out = st.session_state.get("ec_out")
@@ -620,4 +693,5 @@ def _rate(pair) -> str:
 
 bleed_section(lm, records, overrides)
 ripple_section(lm, records, overrides)
+report_section(st.session_state.get("ec_out"))
 sweep_section(lm)

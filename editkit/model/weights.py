@@ -168,6 +168,15 @@ def current(model: Model, name: str) -> torch.Tensor:
     return entry[0] if entry is not None else _params(_module(model))[name].detach()
 
 
+def effective_state(model: Model) -> dict[str, torch.Tensor]:
+    """The model's state dict as this context computes with it: the base tensors, except each parameter an active
+    edit changes, which is its W + delta exactly as `applied` formed it (what model/export.py writes out)."""
+    state = _module(model).state_dict()
+    for name, entry in _EFFECTIVE.get().items():
+        state[name] = entry[0]
+    return state
+
+
 def effective_weight(lm: LM, part: str, layer: int) -> torch.Tensor:
     """The linear map `part` of `layer` in math layout (d_out, d_in), as this context sees it (base + deltas)."""
     W = current(lm, lm.adapter.param_name(part, layer))
