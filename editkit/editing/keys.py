@@ -178,15 +178,3 @@ def read_sites(lm, requests: list[EditRequest], hp, averaged: dict, plain: dict)
     """Site values at the subject's last token for all requests, in one batched forward over every request's
     context-template rows that stops once the last site needed is computed (see SiteReader.read)."""
     return SiteReader(lm, requests, hp).read(averaged, plain)
-
-
-def layer_state(lm, requests: list[EditRequest], hp, layer: int, z_layer: int, kind: str,
-                attn: bool = False) -> dict:
-    """What MEMIT/PMET read at one critical layer: "K" (d_ff, n) the template-averaged keys at `layer` (= key_star
-    per request), "current" (d_model, n) the site `kind` at z_layer and "mlp" (d_model, n) the MLP output at `layer`,
-    both on the plain rewrite prompt. With `attn`, also "K_attn", the template-averaged inputs of W_O (site attn_z)
-    at `layer`, and "current_attn", the attention output at z_layer (PMET's MHSA update)."""
-    averaged = {"K": Site("mlp_key", layer), **({"K_attn": Site("attn_z", layer)} if attn else {})}
-    plain = {"current": site(kind, z_layer), "mlp": Site("mlp_out", layer),
-             **({"current_attn": Site("attn_out", z_layer)} if attn else {})}
-    return read_sites(lm, requests, hp, averaged, plain)
