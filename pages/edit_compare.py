@@ -117,8 +117,76 @@ def hparams_inputs(methods: list[str]) -> tuple[dict, dict]:
     return overrides, errors
 
 
+# ---- operating points: where each method's strength knob puts it ----------------------------------------------------
+@st.cache_data(show_spinner=False, max_entries=32)
+def shipped_points(method: str, model: str, stamp: float) -> dict | None:
+    """A method's shipped trade-off on this model (the results manifest's operating_points), as JSON; built once
+    per server process and manifest version (co-edit's are tabulated from its validation rows, a few seconds)."""
+    from editkit.evaluation.manifest import operating_points
+
+    points = operating_points(method, model)
+    return None if points is None else points.to_json()
+
+
+def points_of(method: str):
+    from editkit.core.paths import ROOT
+    from editkit.evaluation.manifest import MANIFEST
+    from editkit.evaluation.points import OperatingPoints
+
+    data = shipped_points(method, lm.name, (ROOT / MANIFEST).stat().st_mtime)
+    return None if data is None else OperatingPoints.from_json(data)
+
+
+def use_point(method: str, setting: dict) -> None:
+    """Put a point's setting into the method's hyperparameter box (a button's callback: before the box is drawn)."""
+    key = f"ec_hp_{method}@{lm.name}"
+    try:
+        current = json.loads(st.session_state.get(key) or ui.kept(key, "") or "{}")
+    except ValueError:
+        current = {}
+    if not current:
+        current = {k: v for k, v in load_hparams(method, lm).to_dict().items() if k != "source"}
+    text = json.dumps({**current, **setting}, indent=1)
+    st.session_state.setdefault("_kept_inputs", {})[key] = text
+    st.session_state[key] = text  # set through the API: the browser shows the new text (a popped key did not)
+
+
+def one_point_view(method: str, points) -> None:
+    """One method's measured points: the figure with today's default marked, a pick, what each buys and costs."""
+    labels = [p.label + (" (today's default)" if p.default else "") for p in points.points]
+    default = next((i for i, p in enumerate(points.points) if p.default), 0)
+    i = st.selectbox(f"{LABELS[method]}: a point of its trade-off", range(len(labels)), index=default,
+                     format_func=labels.__getitem__, key=f"ec_point_{method}@{lm.name}")
+    st.plotly_chart(points.figure(i), width="stretch", key=f"ec_point_fig_{method}")
+    st.markdown(points.sentence() if i == default else points.picked(i))
+    st.button("Use this point in the next run", key=f"ec_point_use_{method}", disabled=points.points[i].default,
+              on_click=use_point, args=(method, points.points[i].setting))
+    st.caption(f"Measured on {points.source}." + "".join(f" {n}." for n in points.notes if n))
+
+
+def points_section(methods: list[str]) -> None:
+    """Each chosen method whose strength knob has a shipped trade-off, side by side."""
+    shown = [(m, points_of(m)) for m in methods]
+    shown = [(m, p) for m, p in shown if p is not None]
+    if not shown:
+        return
+    with st.expander("Operating points: the trade-off each method's strength knob was chosen from"):
+        st.markdown(
+            "A knob that makes an edit stronger also moves more of what it should leave alone: UltraEdit's learning "
+            "rate buys efficacy (P(new) > P(true) on the rewrite) with neighbours kept (neighbourhood prompts the "
+            "unedited model got right that stay right); co-edit's kept relations buy back the subject's other facts "
+            "(relation specificity) with implied facts moved (logical generalization). Each point is one setting "
+            "measured on validation records; the star is today's default. Pick a point to see what it buys and "
+            "costs, and use it for your next run.")
+        for col, (m, points) in zip(st.columns(len(shown)), shown):
+            with col:
+                one_point_view(m, points)
+
+
 methods = st.multiselect("Methods", list(LABELS), ui.kept("ec_methods", list(LABELS)), format_func=LABELS.get,
                          key="ec_methods")
+with ui.guard("operating points"):
+    points_section(methods)
 overrides, hp_errors = hparams_inputs(methods)
 c1, c2 = st.columns(2)
 n_gen = c1.number_input("Generations per request", 0, 5, ui.kept("ec_ngen", 1), key="ec_ngen")
@@ -251,9 +319,21 @@ def show_traces(out: Comparison) -> None:
                              key=f"ec_trace_{m}")
 
 
+def show_notes(out: Comparison) -> None:
+    """Beside the metrics: each method's notes (a rewrite it does not win and the likely reason; co-edit with
+    nothing implied to write) and, where its knob has a shipped trade-off, the operating point it ran at."""
+    for name, m in out.methods.items():
+        for d in m.result.diagnostics:
+            st.warning(f"**{m.label}**: {ui.md_escape(str(d))}")
+        points = points_of(name)
+        if points is not None:
+            st.caption(f"**{m.label}**'s operating point: {points.ran_at(m.result.hparams)}")
+
+
 def show_results(out: Comparison) -> None:
     """Every view of one comparison (kept in the session until the next run)."""
     df = show_metrics(out)
+    show_notes(out)
     show_probabilities(out)
     show_changes(out)
     show_generations(out)

@@ -288,7 +288,7 @@ def test_a_job_extrapolates_the_time_left_once_it_has_enough_to_go_on():
     assert job.left(now=1100.0) is None  # under 5% done: no estimate yet
     job.fraction = 0.25
     assert job.left(now=1005.0) is None  # under 10 s spent
-    assert job.left(now=1020.0) == "about 60 s left" and job.left(now=1600.0) == "about 30.0 min left"
+    assert job.left(now=1020.0) == "about 60 s left" and job.left(now=1600.0) == "about 30 min left"
 
 
 def test_a_sessions_new_job_waits_for_its_cancelled_one_to_stop_instead_of_being_refused(monkeypatch):
