@@ -7,7 +7,7 @@ import torch
 
 from editkit.core.paths import DATA
 from editkit.editing.defaults import load_hparams
-from editkit.editing.keys import layer_state
+from test_targets import layer_state
 from editkit.editing.methods.memit import apply_memit
 from editkit.editing.methods.pmet import apply_pmet
 from editkit.editing.requests import parse_requests
