@@ -9,7 +9,7 @@ import torch
 
 from editkit.core import limits, settings
 from editkit.core.errors import Cancelled, EditkitError
-from editkit.core.limits import Limits, parse_limits
+from editkit.core.limits import Limits, parse_limits_override
 from editkit.model import weights
 from editkit.model.text import last_logits
 from editkit.model.tokens import check_prompt
@@ -30,11 +30,11 @@ def queued(queue: JobQueue) -> int:
 
 
 def test_limits_defaults_and_overrides(monkeypatch, tmp_path):
-    assert parse_limits("") == Limits()
-    assert parse_limits('{"samples": 7, "jobs": 3}') == Limits(samples=7, jobs=3)
+    assert Limits(**parse_limits_override("")) == Limits()
+    assert Limits(**parse_limits_override('{"samples": 7, "jobs": 3}')) == Limits(samples=7, jobs=3)
     path = tmp_path / "limits.json"
     path.write_text('{"batch": 2}')
-    assert parse_limits(str(path)).batch == 2
+    assert parse_limits_override(str(path)) == {"batch": 2}
     monkeypatch.setenv(limits.ENV, '{"prompt_tokens": 5}')
     assert settings.limits().prompt_tokens == 5
     monkeypatch.delenv(limits.ENV)
@@ -49,7 +49,7 @@ def test_limits_defaults_and_overrides(monkeypatch, tmp_path):
 ])
 def test_bad_limits_are_clear_errors(text, message):
     with pytest.raises(EditkitError, match=message):
-        parse_limits(text)
+        parse_limits_override(text)
 
 
 def test_check_names_the_cap():
@@ -288,7 +288,7 @@ def test_a_job_extrapolates_the_time_left_once_it_has_enough_to_go_on():
     assert job.left(now=1100.0) is None  # under 5% done: no estimate yet
     job.fraction = 0.25
     assert job.left(now=1005.0) is None  # under 10 s spent
-    assert job.left(now=1020.0) == "about 60 s left" and job.left(now=1600.0) == "about 30.0 min left"
+    assert job.left(now=1020.0) == "about 60 s left" and job.left(now=1600.0) == "about 30 min left"
 
 
 def test_a_sessions_new_job_waits_for_its_cancelled_one_to_stop_instead_of_being_refused(monkeypatch):

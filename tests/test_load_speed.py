@@ -10,17 +10,17 @@ import editkit.model.tokenizer_cache as cache
 from editkit.core.cache import MANIFEST
 from editkit.core.errors import EditkitError
 from editkit.core.timing import phase, recording
-from editkit.model.footprint import (
-    count_parameters,
-    safetensors_files,
-    safetensors_parameters,
-)
 from editkit.model.loading import (
     TINY,
     estimate,
     load_model,
     tiny_config,
     tiny_tokenizer,
+)
+from editkit.model.ram import (
+    count_parameters,
+    safetensors_files,
+    safetensors_parameters,
 )
 
 PROMPT = "The Colosseum is located in the city of"

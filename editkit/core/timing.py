@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
-_PHASES: ContextVar[list | None] = ContextVar("editkit_phases", default=None)
 Phase = tuple[str, float, float]  # name, wall seconds, CPU seconds of the process (all its threads)
+_PHASES: ContextVar[list[Phase] | None] = ContextVar("editkit_phases", default=None)
 
 
 @contextmanager
