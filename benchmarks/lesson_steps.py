@@ -16,10 +16,10 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 
 def main() -> dict:
-    from lesson_util import answers_for
     from streamlit.testing.v1 import AppTest
 
     from editkit.lesson.pack import SHIPPED, Pack
+    from lesson_util import answers_for
 
     os.environ.setdefault("EDITKIT_LESSON", str(SHIPPED))
     os.environ["EDITKIT_CACHE"] = tempfile.mkdtemp(prefix="editkit-steps-")  # a fresh class database only

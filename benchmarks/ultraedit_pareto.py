@@ -14,11 +14,12 @@ Both are measured with sequential.rates (one batched pass over the prompts, as l
 and mode: efficacy, generalization, specificity after the edit, the paired change of specificity
 (post - pre per record, with its 95% interval), `kept` (neighbourhood comparisons P(true) > P(new) that come out as
 the unedited model's) and `kept_correct` (of the neighbourhood prompts the unedited model got right, the share still
-right), and in sequence mode the perplexity ratio (WikiText-2, --ppl-tokens) and the largest ||dW|| / ||W||. A setting "keeps specificity" in a mode when the interval of
-its paired change reaches 0. The rule (fixed before any held-out measurement): among settings that keep
-specificity in both modes, the highest mean of the two modes' efficacy; if none does, the best available: the highest
-mean over the two modes of efficacy + specificity (the point of the front past which one more point of efficacy
-costs more than one point of specificity), with the trade-off shown.
+right), and in sequence mode the perplexity ratio (WikiText-2, --ppl-tokens) and the largest ||dW|| / ||W||. A
+setting "keeps specificity" in a mode when the interval of its paired change reaches 0. The rule (fixed before
+any held-out measurement): among settings that keep specificity in both modes, the highest mean of the two
+modes' efficacy; if none does, the best available: the highest mean over the two modes of efficacy +
+specificity (the point of the front past which one more point of efficacy costs more than one point of
+specificity), with the trade-off shown.
 """
 from __future__ import annotations
 
@@ -31,8 +32,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from editkit.core.cache import Store  # noqa: E402
-from editkit.editing.api import run_edit  # noqa: E402
 from editkit.editing.defaults import load_hparams  # noqa: E402
+from editkit.editing.run import run_edit  # noqa: E402
 from editkit.evaluation.datasets import load_eval_set  # noqa: E402
 from editkit.evaluation.metrics import mean_ci  # noqa: E402
 from editkit.evaluation.sequential import perplexity, rates  # noqa: E402

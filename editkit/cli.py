@@ -2,7 +2,9 @@
 
 Each command lives in editkit/commands/<name>.py and defines `register(subparsers)`, which adds its parser
 and sets `func(args)` (a typed result, editkit/core/results.py, or plain JSON data) and optionally `show(result)`
-(the human-readable form); `--json` prints the result's `to_json()`, the JSON edge.
+(the human-readable form); `--json` prints the result's `to_json()`, the JSON edge. A command file imports only
+light modules at its top (no torch, transformers or the library's algorithms): every parser is built for any
+command line, so `--help` answers at once; `run` imports what the command needs (tests/test_startup.py).
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from .core.results import Result
 
 COMMANDS = ["models", "predict", "trace", "aie", "edit", "apply-patch", "evaluate", "bench", "memories", "triggers",
             "geva", "intervene", "similarity", "spectrum", "sweep", "bleed", "layer-sweep", "lesson", "anchor",
-            "hparams", "ripple"]
+            "hparams", "ripple", "results", "export", "report"]
 
 
 def build_parser() -> argparse.ArgumentParser:

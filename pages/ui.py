@@ -21,9 +21,9 @@ from editkit.core.progress import gives_time
 from editkit.core.settings import limits, settings
 from editkit.core.visitor import Visitor, visitor_of
 from editkit.model import access, isolation, weights
-from editkit.model.footprint import gigabytes
 from editkit.model.hardware import slow_dtype_note
 from editkit.model.loading import ALL_TINY, DEFAULT_MODEL, DTYPES, default_device, list_models
+from editkit.model.ram import gigabytes
 from editkit.model.shipped import SHIPPED
 from editkit.runtime import cluster, jobs
 
@@ -36,10 +36,11 @@ def leave_legacy_multipage_mode() -> None:
     """Streamlit treats a folder named pages/ beside app.py as a legacy multipage app until app.py first calls
     st.navigation: on a fresh server, a page opened directly by its URL ran alone, under a list of the folder's files
     (app, ui, ...). Every page calls this first, after its imports: the first page run of the server process switches
-    the legacy mode off and reruns; app.py then runs for the same URL, and its navigation shows the app's pages and picks the one asked
-    for. Never call it while a module is being imported: st.rerun raises, the half-imported module is dropped, and
-    other sessions' threads that were waiting for that import get nothing (CPython hands them the dropped module:
-    "cannot import name 'ui' from 'pages'"), which is what five students opening a page at once once saw."""
+    the legacy mode off and reruns; app.py then runs for the same URL, and its navigation shows the app's
+    pages and picks the one asked for. Never call it while a module is being imported: st.rerun raises, the
+    half-imported module is dropped, and other sessions' threads that were waiting for that import get nothing
+    (CPython hands them the dropped module: "cannot import name 'ui' from 'pages'"), which is what five
+    students opening a page at once once saw."""
     from streamlit.runtime.pages_manager import PagesManager
 
     with _LEGACY_LOCK:  # once per server process, at the first page run (what the import did before)
@@ -133,7 +134,8 @@ def pickable_models() -> list[str]:
 
 @st.cache_data(ttl=30, show_spinner=False)
 def _estimate(name: str, dtype: str, trust_remote_code: bool) -> dict | None:
-    """The memory estimate of a model before it loads (editkit.model.loading.estimate; the free memory re-read every 30 s)."""
+    """The memory estimate of a model before it loads (editkit.model.loading.estimate; the free memory re-read
+    every 30 s)."""
     from editkit.model.loading import estimate
 
     try:

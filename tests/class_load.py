@@ -10,9 +10,10 @@ round: a prompt nobody else asked, computed rather than served from the page's c
 inspects the FFN memories at the last token, opens Edit & compare and Attention vs FFN, and goes home. Each of
 these is timed from the request to the end of its page run: they are the actions that never queue (goal: p95
 under 1 s). The first `own` students also "try their own" in their first round: a causal trace of their fact (2
-noise samples, three panels and severing) and a ROME edit that they keep, both jobs in the server's queue; a job that waits must show its place ("ahead of yours") and every job
-must finish. After the edit, a student's own fact must predict its new target and the other fact the base model's
-top token (no other student's edit is visible: 0 leaks).
+noise samples, three panels and severing) and a ROME edit that they keep, both jobs in the server's queue; a
+job that waits must show its place ("ahead of yours") and every job must finish. After the edit, a student's
+own fact must predict its new target and the other fact the base model's top token (no other student's edit is
+visible: 0 leaks).
 
 Memory: the server's resident set after the model loaded (the weights, torch and Streamlit) and its peak (VmHWM)
 during the class, against that base plus the jobs' memory budget the Server box reports (set it with

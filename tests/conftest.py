@@ -37,9 +37,10 @@ def tiny_by_name():
 
 @pytest.fixture(scope="module")
 def ray_local():
-    """The Ray backend of a local cluster of 2 CPUs without a dashboard (editkit/runtime/cluster.py starts it at the first
-    run that uses it, handing the workers this process's $EDITKIT_CACHE then), torn down after the module. One per
-    module: a process uses one cluster at a time. Bounded waits, so a broken cluster fails instead of hanging."""
+    """The Ray backend of a local cluster of 2 CPUs without a dashboard (editkit/runtime/cluster.py starts it
+    at the first run that uses it, handing the workers this process's $EDITKIT_CACHE then), torn down after
+    the module. One per module: a process uses one cluster at a time. Bounded waits, so a broken cluster fails
+    instead of hanging."""
     ray = pytest.importorskip("ray", reason="the Ray backend needs the `ray` package (pip install -r requirements.txt)")
     from editkit.runtime import cluster
 

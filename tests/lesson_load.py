@@ -238,7 +238,8 @@ def run(students: int = 5, timeout_s: float = 300, client: str = "browser", thin
     opens = [s["open_s"] for s in steps]
     reveals = [s["reveal_s"] for s in steps]
     both = [s["open_s"] + s["reveal_s"] for s in steps]
-    return {"students": students, "client": client, "think_s": think_s, "steps_walked": len(steps), "errors": len(report["errors"]),
+    return {"students": students, "client": client, "think_s": think_s, "steps_walked": len(steps),
+            "errors": len(report["errors"]),
             "error_list": report["errors"][:20],
             "open_p50_s": _pct(opens, 0.5), "open_p95_s": _pct(opens, 0.95),
             "reveal_p50_s": _pct(reveals, 0.5), "reveal_p95_s": _pct(reveals, 0.95),

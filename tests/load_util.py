@@ -301,7 +301,7 @@ class Session:
         await self.idle()
 
 
-# --- the scenario ------------------------------------------------------------------------------------------------------
+# --- the scenario --------------------------------------------------------------------------------------------
 async def _run(url: str, n: int, report: Report, pid: int, timeout_s: float, cancel: bool) -> None:
     from playwright.async_api import async_playwright
 

@@ -4,9 +4,9 @@ import torch
 from torch import nn
 
 from editkit.core.errors import EditkitError
+from editkit.lens import logit_lens, predict, predict_with_lens
 from editkit.model.adapters import adapter_for
 from editkit.model.hooks import Hooks
-from editkit.lens import logit_lens, predict, predict_with_lens
 from editkit.model.text import block_outputs
 from editkit.model.tokens import encode
 

@@ -155,4 +155,4 @@ def test_import_is_lazy_and_no_api_name_is_a_submodule():
     for name in editkit.__all__:
         assert getattr(editkit, name) is not None, name
     with pytest.raises(AttributeError):
-        editkit.no_such_thing
+        _ = editkit.no_such_thing

@@ -5,7 +5,8 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
-PROMPTS = ["The Eiffel Tower is located in the city of", "", "   ", "日本の首都は", "x" * 5000, "\n\t", "<bos>", "🙂" * 3]
+PROMPTS = ["The Eiffel Tower is located in the city of", "", "   ", "日本の首都は", "x" * 5000, "\n\t", "<bos>",
+           "🙂" * 3]
 
 
 @pytest.fixture(scope="module")

@@ -376,7 +376,8 @@ def test_edit_inputs(editing, name, values, expect):
 
 HPARAMS = [("malformed JSON", '{"v_lr": 0.5,', "not valid JSON|Expecting"), ("NaN value", '{"v_lr": NaN}', "finite"),
            ("unknown key", '{"learning_rate": 1}', "unknown hyperparameter"),
-           ("not an object", "[1, 2]", "must be a JSON object"), ("layer out of range", '{"layers": [40]}', "out of range")]
+           ("not an object", "[1, 2]", "must be a JSON object"),
+           ("layer out of range", '{"layers": [40]}', "out of range")]
 
 
 @pytest.mark.parametrize("name,text,expect", HPARAMS, ids=[h[0] for h in HPARAMS])

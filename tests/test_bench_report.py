@@ -50,10 +50,12 @@ def test_both_loads_are_reported_with_their_priority():
     r["goals"] = goals(r)
     met = {g["goal"]: g["met"] for g in r["goals"]}
     assert met["the same as the page's job, 2 busy loops at normal priority beside it"] is False
-    assert met["the same as the page's job, 2 busy loops at the lowest priority (nice 19, own session) beside it"] is True
+    lowest = "the same as the page's job, 2 busy loops at the lowest priority (nice 19, own session) beside it"
+    assert met[lowest] is True
     text = to_markdown(r)
-    assert "## The same fact as the page's job, with a busy loop at the lowest priority (nice 19, own session) on every core" \
-        in text and "## The same fact as the page's job, with a busy loop at normal priority on every core" in text
+    assert ("## The same fact as the page's job, with a busy loop at the lowest priority (nice 19, own session) "
+            "on every core") in text
+    assert "## The same fact as the page's job, with a busy loop at normal priority on every core" in text
     assert "OpenMP spin count" in text
 
 
@@ -99,10 +101,9 @@ def test_a_tiny_report_end_to_end(tmp_path, capsys):
 def test_the_lesson_section_builds_one_new_fact_per_part(tiny_by_name, monkeypatch):
     """The report's lesson section on a tiny model (with a fact that model knows): a new pack on a cache overlay,
     its profile per part, and the real cache untouched by the pack's results."""
-    from lesson_util import FACT
-
     from editkit.core.paths import cache_dir
     from editkit.evaluation import bench_report
+    from lesson_util import FACT
 
     monkeypatch.setattr(bench_report, "FACT", FACT)
     real = cache_dir()

@@ -13,6 +13,7 @@ import signal
 import tempfile
 
 import pytest
+
 from browser_util import (
     ROOT,
     SHOTS,
@@ -22,7 +23,6 @@ from browser_util import (
     wait_http,
     wait_idle,
 )
-
 from editkit.figures.tracing import TITLES
 
 pytestmark = pytest.mark.browser
@@ -165,7 +165,8 @@ def test_pages_are_discovered():
         assert (ROOT / "pages" / f"{path}.py").exists(), name
 
 
-@pytest.mark.parametrize("path,heading", [("lesson", "Lesson: locate, then edit"), ("causal_tracing", "Causal tracing")])
+@pytest.mark.parametrize("path,heading", [("lesson", "Lesson: locate, then edit"),
+                                          ("causal_tracing", "Causal tracing")])
 def test_a_page_opened_by_its_url_on_a_fresh_server_has_the_apps_navigation(browser, path, heading):
     """The first visitor of a fresh server opens a page by its URL: the page shows, and the sidebar lists the app's
     pages by title (not Streamlit's file list with `app` and `ui`)."""

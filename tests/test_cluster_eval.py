@@ -1,7 +1,7 @@
-"""Evaluations, sweeps, lifelong runs and the app's jobs on Ray (editkit/runtime/cluster.py) give the serial results: the same
-numbers in the same order, also when a worker is killed mid-run; the results files written as items finish let a
-rerun resume from what any worker computed. One local Ray cluster of 2 CPUs (no dashboard; conftest's ray_local)
-serves the module and is torn down after it."""
+"""Evaluations, sweeps, lifelong runs and the app's jobs on Ray (editkit/runtime/cluster.py) give the serial
+results: the same numbers in the same order, also when a worker is killed mid-run; the results files written
+as items finish let a rerun resume from what any worker computed. One local Ray cluster of 2 CPUs (no
+dashboard; conftest's ray_local) serves the module and is torn down after it."""
 import shutil
 import threading
 import time
@@ -11,9 +11,8 @@ import pytest
 ray = pytest.importorskip("ray", reason="the Ray backend needs the `ray` package (pip install -r requirements.txt)")
 
 from cluster_util import same as equal  # noqa: E402
-from cluster_util import stepper
-
-from editkit.editing.api import run_edit  # noqa: E402
+from cluster_util import stepper  # noqa: E402
+from editkit.editing.run import run_edit  # noqa: E402
 from editkit.evaluation import EvalSpec, evaluate, load_eval_set  # noqa: E402
 from editkit.evaluation.sequential import SequentialSpec, sequential_methods  # noqa: E402
 from editkit.evaluation.sweep import sweep  # noqa: E402

@@ -4,11 +4,11 @@ workers and this process both run one torch thread), and a rerun on Ray computes
 import json
 
 import pytest
-from cluster_util import same as equal
-from lesson_util import MODEL, SAMPLES, write_facts
 
+from cluster_util import same as equal
 from editkit.lesson import compute
 from editkit.lesson.build import build
+from lesson_util import MODEL, SAMPLES, write_facts
 
 pytest.importorskip("ray")
 

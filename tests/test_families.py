@@ -7,6 +7,12 @@ test_ultraedit.py run on one model per family (models.TINY); they are imported u
 twice."""
 import pytest
 import torch
+
+from editkit.core.errors import EditkitError
+from editkit.model import adapters
+from editkit.model.adapters import adapter_for
+from editkit.model.loading import TINY, TINY_TYPES, load_model, tiny_config
+from editkit.tracing import TraceSetup, TraceSpec, parse_noise
 from test_adapters import test_down_weight_maps_key_to_value as down_weight_maps_key_to_value
 from test_adapters import test_logit_lens_last_layer_equals_model_logits as logit_lens_equals_logits
 from test_adapters import test_patching_own_clean_value_is_identity as patching_is_identity
@@ -16,12 +22,6 @@ from test_editing import test_rome_makes_W_k_equal_v as rome_identity
 from test_tracing import test_fast_engine_equals_reference as fast_equals_reference
 from test_tracing import test_restoring_everything_reproduces_clean_run as restoring_everything_is_clean
 from test_ultraedit import test_ultraedit_on_every_family as ultraedit_identities
-
-from editkit.core.errors import EditkitError
-from editkit.model import adapters
-from editkit.model.adapters import adapter_for
-from editkit.model.loading import TINY, TINY_TYPES, load_model, tiny_config
-from editkit.tracing import TraceSetup, TraceSpec, parse_noise
 
 PROMPT, SUBJECT = "The Space Needle is in downtown Seattle", "Space Needle"
 

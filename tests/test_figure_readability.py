@@ -16,8 +16,18 @@ import plotly.graph_objects as go
 import pytest
 
 import editkit.figures as figures_pkg
-from editkit.figures import (editing, lens, lesson, lifelong, memories, ripple, side_effects, similarity, spectrum,
-                             tracing)
+from editkit.figures import (
+    editing,
+    lens,
+    lesson,
+    lifelong,
+    memories,
+    ripple,
+    side_effects,
+    similarity,
+    spectrum,
+    tracing,
+)
 from editkit.figures.readability import problems
 from editkit.figures.theme import WIDTHS as W
 from editkit.lesson.pack import SHIPPED, Pack
@@ -302,6 +312,7 @@ def test_table_cells_fit_a_narrow_column():
 
     assert [cell(v) for v in (29070.4, 771.5, 83.45, 1.009, 0.09484, 1000, 100.0, 0.0, True, False, None)] == [
         "29,070", "771.5", "83.5", "1.01", "0.0948", "1,000", "100", "0", "yes", "no", "–"]
-    rows = [{"label": "A", "complete": True, "perplexity": 29070.4}, {"label": "B", "complete": False, "perplexity": 1.0}]
+    rows = [{"label": "A", "complete": True, "perplexity": 29070.4},
+            {"label": "B", "complete": False, "perplexity": 1.0}]
     assert by_column(rows, "label") == [{"measure": "complete", "A": "yes", "B": "no"},
                                         {"measure": "perplexity", "A": "29,070", "B": "1"}]

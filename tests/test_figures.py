@@ -4,8 +4,8 @@ import math
 
 from editkit.figures import memories
 from editkit.figures.similarity import similarity_figure
-from editkit.memories.inspect import memories_at
 from editkit.lens import LogitLens, logit_lens
+from editkit.memories.inspect import memories_at
 
 
 def test_logit_lens_figure(tiny_by_name):

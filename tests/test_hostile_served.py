@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from browser_util import ROOT, free_port, wait_http
 from load_util import run_async, start_server, stop_server
 from ws_util import WsSession

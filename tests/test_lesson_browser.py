@@ -14,6 +14,7 @@ import signal
 import tempfile
 
 import pytest
+
 from browser_util import ROOT, SHOTS, free_port, start_streamlit, wait_http, wait_idle
 
 pytestmark = pytest.mark.browser
@@ -127,9 +128,8 @@ def labels_for(pack, fid: str, specs: dict) -> dict:
 
 
 def test_a_student_walks_the_lesson(student):
-    from lesson_util import answers_for
-
     from editkit.lesson.pack import Pack
+    from lesson_util import answers_for
 
     page = student
     pack = Pack.open(PACK)

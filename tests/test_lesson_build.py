@@ -6,13 +6,13 @@ import re
 import shutil
 
 import pytest
-from lesson_util import FACT, MODEL, SAMPLES, tiny_pack, write_facts
 
 from editkit.cli import main
 from editkit.core.errors import EditkitError
 from editkit.lesson import compute
 from editkit.lesson.build import build
 from editkit.lesson.pack import FORMAT, KIND, Pack
+from lesson_util import FACT, MODEL, SAMPLES, tiny_pack, write_facts
 
 
 @pytest.fixture(scope="module")
@@ -251,8 +251,8 @@ def test_the_cli_records_how_the_traces_were_computed(tmp_path, monkeypatch):
     seen = []
     monkeypatch.setattr(build_mod, "build", lambda *a, **k: seen.append(a[4]) or {})
     path = write_facts(tmp_path)
-    from editkit.commands.lesson import build as cli_build
     from editkit.cli import build_parser
+    from editkit.commands.lesson import build as cli_build
 
     for argv, want in ((["--samples", "4"], ("bfloat16", "bfloat16", 4)),
                        ([], ("bfloat16", "bfloat16", 5)),

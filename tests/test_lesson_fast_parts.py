@@ -4,14 +4,14 @@ other parts equals the edit computed alone (1e-5), and the fact's traces and the
 mode stay within its error bound of the exact ones (and say they are an approximation); the re-traces take the
 first of the fact's noise draws; packs built before a setting existed read as what they computed."""
 import pytest
-from lesson_util import FACT, MODEL, tiny_pack
-from test_tracing_fast import FAST_TOLERANCE
 
 from editkit.lesson import compute
 from editkit.lesson.facts import read_facts
 from editkit.lesson.pack import Pack
 from editkit.model.loading import load_model
 from editkit.tracing import Tracer, TraceSpec
+from lesson_util import FACT, MODEL, tiny_pack
+from test_tracing_fast import FAST_TOLERANCE
 
 EXACT = 1e-5
 

@@ -8,6 +8,7 @@ Needs Debian's chromium, like the browser tests; deselect with -m "not load".
 import os
 
 import pytest
+
 from browser_util import chromium_path
 from test_load import _in_own_thread
 

@@ -7,11 +7,11 @@ import shutil
 from pathlib import Path
 
 import pytest
-from lesson_util import answers_for, tiny_pack
 from streamlit.testing.v1 import AppTest
 
 from editkit.lesson.classroom import ClassStore, default_path
 from editkit.lesson.pack import Pack
+from lesson_util import answers_for, tiny_pack
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 

@@ -1,17 +1,18 @@
 """The shortcuts that make a lesson fact faster give what the straightforward computation gives, on tiny models:
 a measurement that scores every (prompt, target) pair in one batched run equals scoring each group and target on
 its own (1e-5), and a generation whose LM head is computed by rows (runner._head_by_rows) gives the plain head's
-logits (1e-5) and tokens, with or without an edit of the head, so does Runner.logits for a few rows, and ROME's keys read at every layer in one run (a
-layer sweep's) equal each layer's read alone, and give the same edit."""
+logits (1e-5) and tokens, with or without an edit of the head, so does Runner.logits for a few rows, and
+ROME's keys read at every layer in one run (a layer sweep's) equal each layer's read alone, and give the same
+edit."""
 import pytest
 import torch
 
-from editkit.editing.api import run_edit
 from editkit.editing.defaults import load_hparams
 from editkit.editing.keys import key_star, keys_at, prefetch_keys, reuse_keys
 from editkit.editing.requests import parse_record
-from editkit.evaluation.measure import measure
+from editkit.editing.run import run_edit
 from editkit.evaluation.datasets import as_record
+from editkit.evaluation.measure import measure
 from editkit.lesson.compute import record_of
 from editkit.model import runner as runner_mod
 from editkit.model.hooks import Hooks

@@ -3,6 +3,7 @@ walk steps 1-10 (not step 11) of the shipped pack at once without a browser, so 
 alone. Every step's heading and revealed result must arrive with no error element; the latencies are printed, not
 asserted (the benchmark reports them for 30 students)."""
 import pytest
+
 from test_load import _in_own_thread
 
 pytestmark = pytest.mark.load

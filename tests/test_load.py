@@ -9,6 +9,7 @@ import os
 import threading
 
 import pytest
+
 from browser_util import chromium_path
 
 pytestmark = [pytest.mark.browser, pytest.mark.load]

@@ -11,7 +11,14 @@ from editkit.editing.keys import layer_state
 from editkit.editing.methods.memit import apply_memit
 from editkit.editing.methods.pmet import apply_pmet
 from editkit.editing.requests import parse_requests
-from editkit.editing.spread import Stream, batch_update, memit_rule, reachable_output, residual_to_mlp_output, spread
+from editkit.editing.spread import (
+    Stream,
+    batch_update,
+    memit_rule,
+    reachable_output,
+    residual_to_mlp_output,
+    spread,
+)
 from editkit.editing.stats import cholesky, second_moment
 from editkit.model.weights import applied, apply_delta, restore
 

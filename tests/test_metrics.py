@@ -66,8 +66,9 @@ def test_compare_harmonic_mean_and_intervals():
 
 def _meas(rewrite, paraphrase, neighborhood, acc=(1.0,), loc=None, texts=()):
     """A measurement as measure.measure returns it, from (nll_new, nll_true) pairs."""
-    g = lambda pairs, a=(): {"nll_new": [p[0] for p in pairs], "nll_true": [p[1] for p in pairs],
-                             "acc_new": list(a) or [0.0] * len(pairs)}
+    def g(pairs, a=()):
+        return {"nll_new": [p[0] for p in pairs], "nll_true": [p[1] for p in pairs],
+                "acc_new": list(a) or [0.0] * len(pairs)}
     out = {"rewrite": g(rewrite, acc), "paraphrase": g(paraphrase), "neighborhood": g(neighborhood),
            "generations": [{"prompt": "", "text": t} for t in texts]}
     if loc is not None:

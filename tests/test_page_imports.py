@@ -10,8 +10,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 # The pages are what app.py's navigation lists; every other module in pages/ is a helper the pages import.
 PAGES = ["app.py", *re.findall(r'st\.Page\("(pages/\w+\.py)"', (ROOT / "app.py").read_text(encoding="utf-8"))]
-HELPERS = [p for p in sorted((ROOT / "pages").glob("*.py"))
-           if f"pages/{p.name}" not in PAGES and p.stem != "__init__"]
+HELPERS = [p for p in sorted((ROOT / "pages").rglob("*.py"))
+           if p.relative_to(ROOT).as_posix() not in PAGES and p.stem != "__init__"]
 
 
 def top_level_calls(path: Path) -> list[str]:

@@ -10,12 +10,27 @@ import torch
 from editkit.cli import main
 from editkit.core.errors import EditkitError
 from editkit.data import implications
-from editkit.data.implications import Derivation, ImpliedFact, derive, match_answer, rules_for, table, user_fact
+from editkit.data.implications import (
+    Derivation,
+    ImpliedFact,
+    derive,
+    match_answer,
+    rules_for,
+    table,
+    user_fact,
+)
 from editkit.editing.defaults import load_hparams
 from editkit.editing.requests import EditRequest
 from editkit.evaluation import ripple_eval
-from editkit.evaluation.ripple import (IN_CONTEXT, conclusion, context_prefix, method_ripple, ripple,
-                                      share_table, written)
+from editkit.evaluation.ripple import (
+    IN_CONTEXT,
+    conclusion,
+    context_prefix,
+    method_ripple,
+    ripple,
+    share_table,
+    written,
+)
 from editkit.model.scoring import TargetScore
 
 EIFFEL = EditRequest("{} is located in the city of", "Eiffel Tower", "Rome", "Paris",
@@ -221,7 +236,6 @@ def test_share_table_keeps_relation_and_neighbourhood_specificity_apart():
 def test_cli_ripple_on_a_tiny_model(tmp_path, capsys):
     path = tmp_path / "r.json"
     path.write_text(json.dumps({**EIFFEL.to_dict(), "case_id": 1}))
-    hp = tmp_path / "hp.json"
     assert main(["ripple", "--model", "tiny-gemma3", "--requests", str(path), "--methods", "rome",
                  "--fact", "The Eiffel Tower is in the country of|Italy|move"]) == 0
     text = capsys.readouterr().out
@@ -355,8 +369,8 @@ def test_the_checkpoint_lives_in_the_repository(tiny_by_name):
 
 
 def test_coedit_writes_the_implications_in_the_edit_phrasing(tiny_by_name, monkeypatch):
-    from editkit.editing.api import run_edit
-    from editkit.editing.methods import coedit, get
+    from editkit.editing.methods import get
+    from editkit.editing.run import run_edit
 
     monkeypatch.setattr(implications, "derive_many", _fake_derive)
     lm = tiny_by_name("tiny-gemma3")
@@ -424,10 +438,15 @@ def test_coedit_joint_targets_tie_an_implication_to_its_requests_subject():
     about_rome = EditRequest("The capital of {} is", "Italy", " Rome")  # an inverse rule's fact, about o*
     assert joint_tie([EIFFEL], [implied, about_rome], [0, 0]) == (0, 0, 2)
     assert joint_tie([EIFFEL], [about_rome], [0]) is None  # nothing shared: the plain batch
+    # two implications about the same other subject: their own deltas, or with `other` one shared delta
+    also_rome = EditRequest("{} lies in the country of", "Italy", " Rome")
+    assert joint_tie([EIFFEL], [implied, about_rome, also_rome], [0, 0, 0]) == (0, 0, 2, 3)
+    assert joint_tie([EIFFEL], [implied, about_rome, also_rome], [0, 0, 0], other=True) == (0, 0, 2, 2)
+    assert joint_tie([EIFFEL, EIFFEL], [about_rome, also_rome], [0, 1], other=True) is None  # per request
 
 
 def test_coedit_joint_targets_write_one_delta_for_a_fact_and_its_implication(tiny_by_name, monkeypatch):
-    from editkit.editing.api import run_edit
+    from editkit.editing.run import run_edit
 
     monkeypatch.setattr(implications, "derive_many", _fake_derive)
     lm = tiny_by_name("tiny-gemma3")
@@ -440,7 +459,7 @@ def test_coedit_joint_targets_write_one_delta_for_a_fact_and_its_implication(tin
 
 
 def test_coedit_writes_each_implication_in_its_rules_phrasings_never_the_tests(tiny_by_name, monkeypatch):
-    from editkit.editing.api import run_edit
+    from editkit.editing.run import run_edit
 
     monkeypatch.setattr(implications, "derive_many", _fake_derive)
     lm = tiny_by_name("tiny-gemma3")
@@ -474,7 +493,7 @@ def test_keep_facts_ask_the_subjects_other_relations_in_their_keep_phrasing_neve
 
 
 def test_coedit_keeps_the_subjects_other_relations_with_the_same_delta(tiny_by_name, monkeypatch):
-    from editkit.editing.api import run_edit
+    from editkit.editing.run import run_edit
 
     monkeypatch.setattr(implications, "derive_many", _fake_derive)
     kept = ImpliedFact("specificity", "Eiffel Tower lies in the continent of", " Europe", False, "P30",
@@ -499,7 +518,6 @@ def test_coedit_keeps_the_subjects_other_relations_with_the_same_delta(tiny_by_n
 def test_coedit_kept_relations_hold_the_shared_deltas_stop_only_when_asked(tiny_by_name, monkeypatch):
     """kept_hold_stop False: a kept relation pulls on the shared delta but does not keep it running (targets.Joint
     holds: tests/test_targets.py checks what that does); True: every member holds the stop, as before."""
-    from editkit.editing.api import run_edit
     from editkit.editing.methods import coedit
 
     monkeypatch.setattr(implications, "derive_many", _fake_derive)
@@ -509,7 +527,7 @@ def test_coedit_kept_relations_hold_the_shared_deltas_stop_only_when_asked(tiny_
                         lambda lm, rs, cap: [Derivation(r.relation, [kept] if cap else []) for r in rs])
     seen = []
     monkeypatch.setattr(coedit, "apply_memit", lambda *a, joint=None, **k: seen.append(joint) or SimpleNamespace(
-        details={}))
+        details={}, diagnostics=[]))
     lm = tiny_by_name("tiny-gemma3")
     for hold in (True, False):
         coedit.apply_coedit(lm, [EIFFEL], load_hparams("coedit", lm, {**FAST, "max_kept": 1, "kept_hold_stop": hold,
@@ -537,7 +555,8 @@ def test_a_results_file_named_before_a_field_existed_stays_valid_at_its_neutral_
     lm = tiny_by_name("tiny-gemma3")
     hp = load_hparams("coedit", lm, {"joint_targets": False, "implied_phrasings": 1})
     assert "implied_phrasings" not in hp.recorded() and "joint_targets" not in hp.recorded()
-    neutral = ("joint_targets", "implied_phrasings", "max_kept", "keep_weight", "kept_hold_stop", "source")
+    neutral = (*type(hp).NEUTRAL, "source")  # co-edit's own and MEMIT's (update_norm_lambda, add_prev_edits, ...)
+    assert {"joint_targets", "implied_phrasings", "max_kept", "joint_other", "update_norm_lambda"} <= set(neutral)
     assert hp.recorded() == {k: v for k, v in hp.to_dict().items() if k not in neutral}
     other = hp.replace(joint_targets=True, implied_phrasings=3, max_kept=2)
     assert other.recorded()["joint_targets"] is True and other.recorded()["implied_phrasings"] == 3

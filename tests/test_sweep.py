@@ -7,9 +7,18 @@ import torch
 
 from editkit.cli import main
 from editkit.core.errors import EditkitError
-from editkit.editing.api import run_edit
 from editkit.editing.memo import reuse_targets
-from editkit.evaluation.sweep import SWEEP, dominates, front_2d, grid, pareto, parse_param, parse_params, sweep
+from editkit.editing.run import run_edit
+from editkit.evaluation.sweep import (
+    SWEEP,
+    dominates,
+    front_2d,
+    grid,
+    pareto,
+    parse_param,
+    parse_params,
+    sweep,
+)
 
 FAST = ["v_num_grad_steps=2"]
 SMALL = replace(SWEEP, n=2, greedy_tokens=0)

@@ -34,17 +34,53 @@ def test_a_clear_winner_is_said_to_be_ahead_by_more_than_the_noise():
         r.sentence()
 
 
-def test_an_option_closer_than_the_quoted_band_but_outside_its_own_is_said_to_be():
-    """Each option's noise is that of its own difference from the best: the Lesson's step 9 (Space Needle) read
-    "layer 0 (2.458) ... within noise of it (95% band ±0.076); then layer 11 (2.463)", as if 2.463 were further from
-    2.475 than 2.458. The sentence says why when that happens, and only then."""
+def test_one_band_decides_what_is_within_noise():
+    """The Lesson's step 9 (Space Needle) read "layer 15 (2.475) is best, but layer 0 (2.458) ... within noise
+    of it (95% band ±0.076); then, each further from it than the noise of its own difference, layer 11
+    (2.463)": a layer closer to the best listed as outside the noise. One band decides now: every option
+    closer to the best than the band the sentence quotes is within noise, every other one is outside it and
+    outside its own band too."""
     r = verdict.Ranking("the summed margin", {"a": 2.475, "b": 2.458, "c": 2.463, "d": 1.9}, "a",
                         {"a": 0.0, "b": 0.076, "c": 0.01, "d": 0.05})
-    assert r.ties == ["b"]
-    assert "; then, each further from it than the noise of its own difference, c (2.463), d (1.900)." in r.sentence()
+    assert r.band == pytest.approx(0.076) and r.ties == ["c", "b"]
+    assert r.sentence() == ("By the summed margin, a (2.475) is best, but c (2.463) and b (2.458) are within "
+                            "noise of it (less than the 95% band, ±0.076, away); then d (1.900).")
     r = verdict.Ranking("the summed margin", {"a": 2.475, "b": 2.458, "d": 1.9}, "a",
                         {"a": 0.0, "b": 0.076, "d": 0.05})
     assert r.sentence().endswith("; then d (1.900).")
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_band_splits_every_ranking_in_two(seed):
+    """Whatever the noises: an option is within noise exactly when it is closer to the best than the quoted
+    band, and every option outside the band is outside its own noise too (the sentence never contradicts a
+    reader who applies either rule)."""
+    import random
+
+    rng = random.Random(seed)
+    values = {i: rng.uniform(0, 3) for i in range(8)}
+    best = max(values, key=values.get)
+    noise = {i: (None if rng.random() < 0.2 else rng.uniform(0, 1)) for i in values}
+    r = verdict.Ranking("m", values, best, noise)
+    for o in values:
+        if o == best:
+            continue
+        assert (o in r.ties) == (r.band is not None and r.gap(o) <= r.band)
+        if o not in r.ties and noise[o] is not None:
+            assert r.gap(o) > noise[o]
+
+
+def test_a_curve_has_a_peak_only_outside_the_band_of_its_largest_value():
+    flat = [0.05, 0.08, 0.10, 0.07, 0.09]
+    assert verdict.peak(flat, band=0.06) is None  # every layer within noise of the largest: no peak to name
+    p = verdict.peak(flat, band=0.025)
+    assert p.index == 2 and p.extent == (1, 2, 4) and p.band == 0.025
+    p = verdict.peak([0.1, 0.2, 0.9, 0.85, 0.1], band=0.1)
+    assert p.index == 2 and p.extent == (2, 3)
+    assert verdict.peak(flat, band=None).extent == (2,)  # no noise estimate: named as measured
+    a, b = verdict.Peak(2, 0.9, (2, 3), 0.1), verdict.Peak(10, 0.5, (9, 10), 0.1)
+    assert a.overlaps(b, 1 / 4, 1 / 12) and not a.overlaps(b, 1 / 4, 1 / 30)
+    assert verdict.within_noise(0.5, 0.55, 0.1) and not verdict.within_noise(0.5, 0.55, None)
 
 
 def test_one_prompt_per_group_says_it_cannot_estimate_the_noise():

@@ -82,8 +82,9 @@ class WsSession:
                   **values) -> float:
         """Set `values` (key -> value) on the last run's widgets, press the button `press` (a key) once, run the
         script of `page` (None: the same page; `query`: the URL's query string, e.g. "teacher=1") and read its
-        elements until it ends; returns the seconds it took. `until(session)`, if given, is called after each delta and may return True to stop reading early
-        (the run goes on on the server: a job's progress, for instance)."""
+        elements until it ends; returns the seconds it took. `until(session)`, if given, is called after each
+        delta and may return True to stop reading early (the run goes on on the server: a job's progress, for
+        instance)."""
         from streamlit.proto.BackMsg_pb2 import BackMsg
         from streamlit.proto.WidgetStates_pb2 import WidgetState
 

@@ -58,9 +58,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ultraedit_pareto import cell, summary  # noqa: E402 - the same rates and intervals as the validation sweep
 
-from editkit.editing.api import run_edit  # noqa: E402
 from editkit.editing.defaults import load_hparams  # noqa: E402
-from editkit.editing.ultra import RunningStats, ultraedit_update  # noqa: E402
+from editkit.editing.methods.ultraedit import RunningStats, ultraedit_update  # noqa: E402
+from editkit.editing.run import run_edit  # noqa: E402
 from editkit.evaluation.datasets import load_eval_set  # noqa: E402
 from editkit.evaluation.measure import measure  # noqa: E402
 from editkit.evaluation.sequential import rates  # noqa: E402
@@ -179,7 +179,8 @@ class Upstream:
         stats = {"n": float(norm.n), "mean": norm.mean.detach().clone(), "std": norm.std.detach().clone(),
                  "var": norm.var.detach().clone()}
         c = self.cfg
-        folder = Path(c.editor.cache_dir) / f"{c.model.name}_{c.dataset.name}_{c.editor.name}_{c.dataset.n_edits}_{c.num_seq}"
+        folder = Path(c.editor.cache_dir) / (f"{c.model.name}_{c.dataset.name}_{c.editor.name}_"
+                                             f"{c.dataset.n_edits}_{c.num_seq}")
         batches = math.ceil(c.dataset.n_edits / c.dataset.batch_size)
         rows = {i: (torch.cat([torch.load(folder / f"{i}_{b}_keys.pth") for b in range(batches)]),
                     torch.cat([torch.load(folder / f"{i}_{b}_values_grad.pth") for b in range(batches)]))
@@ -256,7 +257,7 @@ def compare(args, lm, up) -> dict:
         layers = []
         # upstream's update order: per forward batch, per layer; editkit's rows of the same forward batch
         fwd = []
-        for b, t in enumerate(tuples["edit_tuples"]):
+        for t in tuples["edit_tuples"]:
             nb = int((t["labels"] != -100).sum())
             fwd.append(nb)
         for i, s in enumerate(res.solves):

@@ -9,7 +9,7 @@ from .common import add_model_arg, load
 
 
 def register(sub):
-    from ..editing.methods import names
+    from ..editing.methods import builtin_names as names
 
     p = sub.add_parser("bleed", help="bleed map of one edit: rise of P(new) on neighbours vs the update's share")
     p.add_argument("--method", default="rome", help=f"one of {', '.join(names())}")

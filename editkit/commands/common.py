@@ -9,7 +9,7 @@ DTYPES = ("float32", "bfloat16", "float16")
 
 
 def add_model_arg(parser: argparse.ArgumentParser) -> None:
-    from ..model.loading import DEFAULT_MODEL
+    from ..model.shipped import DEFAULT_MODEL
 
     parser.add_argument("--model", default=DEFAULT_MODEL,
                         help=f"model name, hub id, folder or GGUF file ({DEFAULT_MODEL})")

@@ -14,10 +14,11 @@ from .common import add_model_arg, add_ray_arg, load, ray_backend
 
 
 def register(sub):
-    from ..editing.methods import names
+    from ..editing.methods import builtin_names
 
     p = sub.add_parser("evaluate", help="CounterFact/EasyEdit metrics of the editing methods over a shipped set")
-    p.add_argument("--methods", default=",".join(names()), help=f"comma-separated: {', '.join(names())}")
+    p.add_argument("--methods", default=None,
+                   help=f"comma-separated (default: every registered method): {', '.join(builtin_names())}")
     p.add_argument("--n", type=int, default=100, help="records to edit (the first N of the set)")
     p.add_argument("--batch", type=int, default=1, help="requests per edit (1 = one edit per record)")
     p.add_argument("--set", dest="set_name", default="counterfact",
@@ -55,7 +56,9 @@ def run(args):
 
     if args.list_sets:
         return {"sets": {name: desc for name, (_, _, desc) in EVAL_SETS.items()}}
-    methods = [m.strip().lower() for m in args.methods.split(",") if m.strip()]
+    from ..editing.methods import names
+
+    methods = [m.strip().lower() for m in (args.methods or ",".join(names())).split(",") if m.strip()]
     if not methods:
         raise EditkitError("give at least one method")
     if (args.n < 1 or args.batch < 1 or args.gen_prompts < 0 or args.gen_tokens < 1 or args.ppl_tokens < 2

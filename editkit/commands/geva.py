@@ -4,7 +4,6 @@ prediction is fixed, Fig. 9), the same cached computation as the FFN memories pa
 import sys
 
 from ..core.errors import EditkitError
-from ..memories import geva
 from .common import add_model_arg, load
 
 
@@ -21,6 +20,8 @@ def register(sub):
 
 
 def run(args):
+    from ..memories import geva
+
     for name in ("positions", "memories", "top_memories"):
         value = getattr(args, name)
         if value is not None and value < 1:

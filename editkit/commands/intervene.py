@@ -1,8 +1,9 @@
 """`python -m editkit intervene --model M --prompt P --memory L3.M17 [--memory ...] [--mode off|on] [--position -1]
 --json`: switch FFN memories off (m_i = 0) or on (m_i = the layer's largest coefficient) at one position and compare
 the next-token prediction and a greedy continuation with the unchanged run (Geva et al. 2021)."""
-from ..memories.intervene import MODES, intervene, parse_memory
 from .common import add_model_arg, load
+
+MODES = ("off", "on", "keep")  # memories.intervene.MODES, named here so that --help imports no torch (a test compares)
 
 
 def register(sub):
@@ -18,6 +19,8 @@ def register(sub):
 
 
 def run(args):
+    from ..memories.intervene import intervene, parse_memory
+
     memories = [parse_memory(m) for m in args.memory]
     lm = load(args)
     return {"model": lm.name, **intervene(lm, args.prompt, memories, args.mode, args.position, args.top,

@@ -68,7 +68,7 @@ def _f(x, fmt=".2f"):
 
 
 def show(out) -> None:
-    for method, res in out.runs.items():
+    for res in out.runs.values():
         print(f"\n{res.label} on {res.model}, {res.n} edits in batches of {res.batch} "
               f"({res.batches_done}/{res.batches} batches done): base perplexity {res.base_perplexity:.2f}, "
               f"fluency {100 * res.base['fluency']:.1f}")

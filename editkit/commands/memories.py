@@ -1,7 +1,6 @@
 """`python -m editkit memories --model M --prompt P --layer L [--position -1] [--top 10] [--norm] --json`:
 the FFN memories most active at one position (Geva et al. 2021), their value tokens, and the residual's top
 tokens before and after each FFN."""
-from ..memories.inspect import memories_at
 from .common import add_model_arg, load
 
 
@@ -18,6 +17,8 @@ def register(sub):
 
 
 def run(args):
+    from ..memories.inspect import memories_at
+
     lm = load(args)
     view = memories_at(lm, args.prompt, args.layer, args.position, args.top, args.norm, args.tokens, args.tokens)
     return view

@@ -1,5 +1,4 @@
 """`python -m editkit models [--estimate] [--dtype D]`: the real models shipped on PyPI and the tiny test models."""
-from ..model.loading import estimate, list_models
 from .common import DTYPES
 
 
@@ -13,6 +12,8 @@ def register(sub):
 
 
 def run(args):
+    from ..model.loading import estimate, list_models
+
     rows = list_models()
     if args.estimate:
         for r in rows:

@@ -1,5 +1,4 @@
 """`python -m editkit predict --model M "prompt" [--top 5] [--json]`: next-token top-k."""
-from ..model.text import top_k
 from .common import add_model_arg, load
 
 
@@ -12,6 +11,8 @@ def register(sub):
 
 
 def run(args):
+    from ..model.text import top_k
+
     lm = load(args)
     preds = top_k(lm, args.prompt, args.top)
     return {"model": lm.name, "prompt": args.prompt, "predictions": [p.to_dict() for p in preds]}

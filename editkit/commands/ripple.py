@@ -6,7 +6,7 @@ from .common import add_model_arg, load
 
 
 def register(sub):
-    from ..editing.methods import names
+    from ..editing.methods import builtin_names as names
 
     p = sub.add_parser("ripple", help="what an edit should move beside what it must not (RippleEdits' criteria)")
     p.add_argument("--requests", required=True, help="JSON/JSONL file: editkit, CounterFact or EasyEdit records")
@@ -75,11 +75,11 @@ def show(out):
             print(f"  {'criterion':14s}{'should':7s}{'P before':>9s}  " + "".join(f"{n[:12]:>13s}" for n in names)
                   + "   prompt -> expected")
         for i, f in enumerate(e["facts"]):
-            cells = "".join(f"{e['methods'][n]['outcomes'][i]['p_after']:7.3f} {_mark(e['methods'][n]['outcomes'][i]):5s}"
-                            for n in names)
+            outcomes = [e["methods"][n]["outcomes"][i] for n in names]
+            cells = "".join(f"{o['p_after']:7.3f} {_mark(o):5s}" for o in outcomes)
             print(f"  {f['criterion'][:13]:14s}{'move' if f['move'] else 'stay':7s}{f['p_before']:9.3f}  {cells}"
                   f"   {f['prompt']!r} -> {f['answer'].strip()!r}" + (f"  ({f['rule']})" if f['rule'] else ""))
-        for n, m in e["methods"].items():
+        for m in e["methods"].values():
             eff = m["efficacy"][1] if m["efficacy"] else None
             spec = m["specificity"][1] if m["specificity"] else None
             print(f"  {m['label']}: efficacy {'-' if eff is None else f'{eff:.0%}'}, neighbourhood kept "

@@ -5,8 +5,10 @@ band over the facts. Same library function and disk cache as the "Attention vs F
 batches of prompts in parallel on a Ray cluster."""
 import sys
 
-from ..similarity import DEFAULT_N, FACT_SETS, MODES, TOP_K, similarity
 from .common import add_model_arg, add_ray_arg, load, ray_backend
+
+# similarity.FACT_SETS, MODES, DEFAULT_N and TOP_K, named here so that --help imports no torch (a test compares)
+FACT_SETS, MODES, DEFAULT_N, TOP_K = ("known", "all"), ("residual", "raw"), 200, 50
 
 
 def register(sub):
@@ -28,6 +30,8 @@ def register(sub):
 
 
 def run(args):
+    from ..similarity import similarity
+
     backend = ray_backend(args)  # a malformed --ray fails before the model loads
     lm = load(args)
     result = similarity(lm, n=args.n, facts=args.facts, prompts=args.prompts, mode=args.mode, k=args.k,

@@ -8,7 +8,7 @@ from .common import add_model_arg, add_ray_arg, load, ray_backend
 
 
 def register(sub):
-    from ..editing.methods import names
+    from ..editing.methods import builtin_names as names
 
     p = sub.add_parser("sweep", help="efficacy / generalization / specificity of a method per hyperparameter "
                                      "setting, with the Pareto front")

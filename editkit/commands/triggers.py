@@ -2,9 +2,9 @@
 prefixes that activate FFN memory (L, I) most (Geva et al. 2021, trigger examples), from the cached index."""
 import time
 
-from ..memories import triggers
-from ..memories.inspect import check_layer, check_memory
 from .common import add_model_arg, load
+
+SEQ_LEN = 128  # memories.triggers.DEFAULT_SEQ_LEN, named here so that --help imports no torch (a test compares)
 
 
 def register(sub):
@@ -13,7 +13,7 @@ def register(sub):
     p.add_argument("--memory", type=int, required=True)
     p.add_argument("--top", type=int, default=10)
     p.add_argument("--n-tokens", type=int, default=None, help="corpus tokens in the index (20000 for Gemma)")
-    p.add_argument("--seq-len", type=int, default=triggers.DEFAULT_SEQ_LEN)
+    p.add_argument("--seq-len", type=int, default=SEQ_LEN)
     p.add_argument("--no-cache", action="store_true", help="rebuild the index instead of using the cached one")
     add_model_arg(p)
     p.set_defaults(func=run, show=show)
@@ -21,6 +21,9 @@ def register(sub):
 
 def run(args):
     import sys
+
+    from ..memories import triggers
+    from ..memories.inspect import check_layer, check_memory
 
     lm = load(args)
     layer, memory = check_layer(lm, args.layer), check_memory(lm, args.memory)

@@ -11,9 +11,13 @@ trigger indexes, analyses, trace results) is an entry of a Store.
   and two writers never share a temporary name.
 - An unreadable entry (the reader raises) is set aside as `<entry>.unreadable`, with a warning naming both files,
   and rebuilt: a lifelong checkpoint hours in the making is never deleted by a reader's failure.
+- `refused(reason)`: inside it, this context's reads and writes of entries raise EditkitError(reason). An
+  intervention (editkit/model/interventions.py) changes every run of its context, and the entries hold the
+  model's numbers without it: none is read as if it held them, none is written with them.
 """
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import json
 import os
@@ -21,15 +25,34 @@ import shutil
 import tempfile
 import time
 import warnings
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from .errors import CacheWarning
+from .errors import CacheWarning, EditkitError
 from .paths import cache_dir, safe_name
 
 MANIFEST = "editkit-manifest.json"
+_REFUSED: contextvars.ContextVar[str | None] = contextvars.ContextVar("editkit_cache_refused", default=None)
+
+
+@contextmanager
+def refused(reason: str) -> Iterator[None]:
+    """A block in which this context's Store reads and writes raise EditkitError(reason) (module
+    docstring)."""
+    token = _REFUSED.set(reason)
+    try:
+        yield
+    finally:
+        _REFUSED.reset(token)
+
+
+def _allowed() -> None:
+    reason = _REFUSED.get()
+    if reason is not None:
+        raise EditkitError(reason)
 
 
 def digest(*parts: Any, length: int = 12) -> str:
@@ -68,7 +91,7 @@ class Store:
     folder: str
     version: int = 1
 
-    def path(self, name: str, suffix: str = ".json", within: str | None = None, **params) -> Path:
+    def path(self, name: str, suffix: str = ".json", within: str | None = None, **params: Any) -> Path:
         """The entry for `name` (a model name, ...) and params:
         <folder>[/<within>]/<name>[-<digest of params>].v<version><suffix>."""
         parts = [safe_name(str(part)) for part in str(self.folder).split("/")]
@@ -79,6 +102,7 @@ class Store:
 
     def get(self, path: Path, read: Callable[[Path], Any] = read_json) -> Any | None:
         """The entry's value, or None when it is missing or unreadable (then set aside: `set_aside`)."""
+        _allowed()
         path = Path(path)
         if not path.exists():
             return None
@@ -89,6 +113,7 @@ class Store:
             return None
 
     def put(self, path: Path, value: Any, write: Callable[[Path, Any], None] = write_json) -> Path:
+        _allowed()
         return atomic_write(path, lambda tmp: write(tmp, value))
 
     def get_or_build(self, path: Path, build: Callable[[], Any], read: Callable[[Path], Any] = read_json,
@@ -99,7 +124,8 @@ class Store:
             self.put(path, value, write)
         return value
 
-    def build_folder(self, final: Path, build: Callable[[Path], None], say: Callable[[str], None] = lambda m: None) -> Path:
+    def build_folder(self, final: Path, build: Callable[[Path], None],
+                     say: Callable[[str], None] = lambda m: None) -> Path:
         """A folder entry built once by `build(tmp_folder)` and renamed into place. A manifest records every file's
         size; a folder whose files do not match it (truncated, missing) is deleted and rebuilt."""
         final = Path(final)
@@ -146,7 +172,7 @@ def _manifest_ok(folder: Path) -> bool:
 
 
 @contextmanager
-def overlay(keep: tuple[str, ...] = ()):
+def overlay(keep: tuple[str, ...] = ()) -> Iterator[Path]:
     """A block run on a fresh, temporary cache that still sees the real cache's entries under `keep` (folders such as
     "models" or "stats", or "tracing/sigma": linked, not copied), removed afterwards: a benchmark's first use of
     everything else (editkit bench report). $EDITKIT_CACHE points at it inside the block, in this process."""

@@ -6,8 +6,9 @@
 
 `BaseHparams` is what every method's hyperparameters share (the edited layers; validation, to_dict, replace).
 The locate-then-edit methods optimize target vectors the same way (ROME Eq. 4, MEMIT Eq. 16, targets.py), so
-`Hparams` adds those fields; each method's dataclass (in its own file, editing/methods/) adds its own. A JSON file or override with
-a key the method does not know is an error naming the key; numbers are checked for type, finiteness and range.
+`Hparams` adds those fields; each method's dataclass (in its own file, editing/methods/) adds its own. A JSON
+file or override with a key the method does not know is an error naming the key; numbers are checked for type,
+finiteness and range.
 """
 from __future__ import annotations
 

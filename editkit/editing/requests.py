@@ -12,7 +12,6 @@ from pathlib import Path
 
 from ..core.errors import EditkitError
 
-
 # What the neighbourhood prompts must be, as every page labels their input: specificity scores each of them against
 # the request's true target, so a neighbour whose own answer is another one is scored against the wrong token.
 NEIGHBOURS_LABEL = "Neighbour prompts (other subjects, same relation and the same true answer)"

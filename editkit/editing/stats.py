@@ -25,10 +25,9 @@ to use what is particular to the edited subject. Only WikiText is used: no evalu
 from __future__ import annotations
 
 import json
+import threading
 import time
 from pathlib import Path
-
-import threading
 
 import torch
 

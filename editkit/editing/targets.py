@@ -36,11 +36,12 @@ from .requests import EditRequest
 # rows are run once: the prefix fills a key/value cache, the suffix is run on top of it, and the arguments every
 # block >= `layer` receives (masks, rotary embeddings, the cache) and the residual entering block `layer` are kept.
 # Each optimisation step then runs only blocks layer..N-1 on the suffix tokens (a few per row instead of ~20),
-# each step continuing from a fresh copy of the prefix keys/values. `_Rows.logits(reference=True)` runs the plain full model on
-# the same rows instead; tests check the two agree. Several requests are optimized in one batch: their losses are
-# summed, so each request's gradient is that of its own loss, and Adam works elementwise, which makes this the same
-# as optimizing them one by one; a request that meets its stopping rule is frozen (its rows keep being computed
-# with its final delta) and the rows are rebuilt for the rest once half the batch has stopped.
+# each step continuing from a fresh copy of the prefix keys/values. `_Rows.logits(reference=True)` runs the
+# plain full model on the same rows instead; tests check the two agree. Several requests are optimized in one
+# batch: their losses are summed, so each request's gradient is that of its own loss, and Adam works
+# elementwise, which makes this the same as optimizing them one by one; a request that meets its stopping rule
+# is frozen (its rows keep being computed with its final delta) and the rows are rebuilt for the rest once
+# half the batch has stopped.
 #
 # Requests may be optimized at different layers in one batch (a layer sweep: one request at every layer). A group's
 # rows are then ordered by layer and stepped block by block (runner.step): at block j the rows of requests at layers

@@ -26,7 +26,6 @@ from .items import Run, execute
 from .measure import FORMAT, GEN_SEED, EvalSpec
 from .metrics import harmonic_mean, mean_ci
 
-
 # the table's columns: Score = the harmonic mean of the mean rates (PMET Table 1), then each metric's mean
 COLUMNS = ("score", "efficacy", "generalization", "specificity", "fluency", "consistency", "gen_efficacy",
            "gen_generalization", "reliability", "generalization_acc", "locality")

@@ -12,13 +12,13 @@ answer is target_true when given, else the model's prediction), reporting the re
 subject's last token per layer and its peak layer, on the same layer axis. The `best_layer` is the one with the
 largest sum of the three magnitudes.
 
-Each layer's edit and measurement is one work item (`edit_at_layer`, editkit/runtime/cluster.py), and so is the trace: in
-process they run one after the other; on Ray (`backend`) the workers run them in parallel (the statistics are
-computed and cached here first), and the rows come back in layer order, equal to the serial run's. Before the items,
-a method that declares its target optimisation (Method.targets) has every layer's targets optimized in one batch
-(targets.optimize_layers: one larger batch per block instead of one small run per layer), kept in the targets
-cache (editing/memo.py) where each layer's edit finds them; ROME's keys at every layer are read in one run
-(keys.prefetch_keys) for the edits in this process.
+Each layer's edit and measurement is one work item (`edit_at_layer`, editkit/runtime/cluster.py), and so is
+the trace: in process they run one after the other; on Ray (`backend`) the workers run them in parallel (the
+statistics are computed and cached here first), and the rows come back in layer order, equal to the serial
+run's. Before the items, a method that declares its target optimisation (Method.targets) has every layer's
+targets optimized in one batch (targets.optimize_layers: one larger batch per block instead of one small run
+per layer), kept in the targets cache (editing/memo.py) where each layer's edit finds them; ROME's keys at
+every layer are read in one run (keys.prefetch_keys) for the edits in this process.
 """
 from __future__ import annotations
 
@@ -29,12 +29,12 @@ from dataclasses import asdict, dataclass
 from ..core.errors import EditkitError
 from ..core.progress import part
 from ..core.results import JsonObject, Result, frame
-from ..editing.api import prepare_first_use, run_edit
 from ..editing.defaults import load_hparams
 from ..editing.keys import prefetch_keys, reuse_keys
 from ..editing.memo import reuse_targets
 from ..editing.methods import get
 from ..editing.requests import EditRequest, parse_record
+from ..editing.run import prepare_first_use, run_edit
 from ..figures.side_effects import layer_sweep_figure
 from ..model import isolation
 from ..runtime.cluster import Backend, Item, run_items

@@ -73,7 +73,7 @@ def pair_nlls(lm, prompts: list[str], news: list[str], trues: list[str], batch_t
         x = h[torch.tensor([s[0] for s in sel]), torch.tensor([s[1] for s in sel])]
         logp, best = lm.runner.answer_logprob(x, torch.tensor([s[2] for s in sel], device=x.device), norm=False,
                                               top=True)
-        for (i, pos, tid, r), lp, b in zip(sel, logp.tolist(), best.tolist()):
+        for (_, pos, tid, r), lp, b in zip(sel, logp.tolist(), best.tolist()):
             scored[(r, pos, tid)] = (lp, b)
         start = end
     out = []

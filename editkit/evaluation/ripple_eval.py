@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 from ..core.errors import EditkitError
@@ -118,7 +119,13 @@ def _key(rec: EvalRecord) -> str:
 
 
 def pool(set_name: str) -> list[EvalRecord]:
-    """The candidate records, in order, each with its relation."""
+    """The candidate records, in order, each with its relation (read once per process: the shipped sets do not
+    change while it runs, and a results check tabulates dozens of tables from the same pool)."""
+    return list(_pool(set_name))
+
+
+@lru_cache(maxsize=4)
+def _pool(set_name: str) -> tuple[EvalRecord, ...]:
     if set_name == "counterfact-val":
         records = load_eval_set("counterfact-val")
     elif set_name == "counterfact":
@@ -137,7 +144,7 @@ def pool(set_name: str) -> list[EvalRecord]:
             r.request.relation = relation
             r.relation = relation
             out.append(r)
-    return out
+    return tuple(out)
 
 
 def checkpoint_dir(lm) -> Path:
@@ -189,15 +196,26 @@ def _deciding() -> dict:
     return out
 
 
+def selection_path(model: str, spec: RippleSpec, out_dir: Path) -> Path:
+    """The selection file of `model` (its name) under today's rule table and derivation."""
+    settings = {'format': FORMAT, 'derivation': DERIVATION, 'cap': spec.max_per_criterion, 'rules': _deciding()}
+    return Path(out_dir) / f"ripple-select-{safe_name(model)}-{spec.set_name}-{_hash(settings)}.jsonl"
+
+
+def selection_header(model: str, spec: RippleSpec) -> dict:
+    return {"model": model, "set": spec.set_name, "format": FORMAT, "derivation": DERIVATION,
+            "cap": spec.max_per_criterion, "rules": _hash(_deciding())}
+
+
 def select(lm, spec: RippleSpec, out_dir: Path, progress=None,
            screen: bool = True) -> list[tuple[EvalRecord, dict]]:
     """The first spec.n usable records of the pool with their derivations, screening (and recording) more as
-    needed; without `screen`, only those the selection file already holds (possibly fewer)."""
-    settings = {'format': FORMAT, 'derivation': DERIVATION, 'cap': spec.max_per_criterion, 'rules': _deciding()}
-    path = out_dir / f"ripple-select-{safe_name(lm.name)}-{spec.set_name}-{_hash(settings)}.jsonl"
+    needed; without `screen`, only those the selection file already holds (possibly fewer; `lm` may then be the
+    model's name)."""
+    name = getattr(lm, "name", lm)
+    path = selection_path(name, spec, out_dir)
     if screen:
-        header_row(path, {"model": lm.name, "set": spec.set_name, "format": FORMAT, "derivation": DERIVATION,
-                          "cap": spec.max_per_criterion, "rules": _hash(_deciding())})
+        header_row(path, selection_header(name, spec))
     done = read_rows(path)
     records = pool(spec.set_name)
     chosen = []
@@ -275,17 +293,14 @@ def evaluate_ripple(lm, methods: list[str], spec: RippleSpec = RippleSpec(), hpa
         raise EditkitError("give at least one method")
     backend = backend or Backend()
     batch = batch or (5 if backend.ray else 1)
-    hps = {m: None if m == IN_CONTEXT else load_hparams(m, lm, (hparams or {}).get(m)) for m in methods}
+    hps = method_hparams(lm, methods, hparams)
     out_dir = results_dir(lm, out_dir)
     chosen = select(lm, spec, out_dir, part(progress, 0.0, 0.2) if progress else None, screen=run)
     if not chosen:
         raise EditkitError(f"no selected edit in {out_dir} yet: run without --report-only first")
     facts = {_key(rec): row["derivation"]["facts"] for rec, row in chosen}
-    settings = {m: {"format": FORMAT, "model": lm.name, "set": spec.set_name, "method": m,
-                    "hp": hps[m].recorded() if hps[m] else None, "n_cap": spec.max_per_criterion} for m in methods}
-    paths = {m: out_dir / f"ripple-{safe_name(m)}-{safe_name(lm.name)}-{spec.set_name}-"
-                          f"{_hash({'format': FORMAT, 'hp': settings[m]['hp'], 'n_cap': spec.max_per_criterion})}.jsonl"
-             for m in methods}
+    settings = {m: method_settings(lm.name, m, hps[m], spec) for m in methods}
+    paths = {m: results_path(lm.name, m, hps[m], spec, out_dir) for m in methods}
     if run:
         for m in methods:
             header_row(paths[m], settings[m])
@@ -313,14 +328,53 @@ def evaluate_ripple(lm, methods: list[str], spec: RippleSpec = RippleSpec(), hpa
 
     if run:
         run_items(lm, items, backend, part(progress, 0.2, 1.0) if progress else None, done=written)
+    return _tabulate(lm.name, chosen, done, spec, paths)
+
+
+def method_hparams(model, methods: list[str], hparams: dict | None = None) -> dict:
+    """Each method's complete hyperparameters for `model` (a loaded model or its name): today's defaults with
+    `hparams[method]`; None for the in-context reference."""
+    return {m: None if m == IN_CONTEXT else load_hparams(m, model, (hparams or {}).get(m)) for m in methods}
+
+
+def method_settings(model: str, method: str, hp, spec: RippleSpec) -> dict:
+    """What a method's results file is headed by (and, less model, set and method, named by)."""
+    return {"format": FORMAT, "model": model, "set": spec.set_name, "method": method,
+            "hp": hp.recorded() if hp else None, "n_cap": spec.max_per_criterion}
+
+
+def results_path(model: str, method: str, hp, spec: RippleSpec, out_dir: Path) -> Path:
+    """A method's results file under these settings: its name carries a hash of the recorded hyperparameters."""
+    settings = method_settings(model, method, hp, spec)
+    key = _hash({'format': FORMAT, 'hp': settings['hp'], 'n_cap': spec.max_per_criterion})
+    return Path(out_dir) / f"ripple-{safe_name(method)}-{safe_name(model)}-{spec.set_name}-{key}.jsonl"
+
+
+def tabulate(model: str, methods: list[str], spec: RippleSpec, hparams: dict | None = None,
+             out_dir=None) -> RippleEvaluation:
+    """The table of the rows already in the files of `model` (its name; no model is loaded, nothing is edited):
+    what `evaluate_ripple(..., run=False)` reports, for checks of shipped tables (evaluation/manifest.py)."""
+    out_dir = Path(out_dir) if out_dir else ASSETS / "results" / "ripple" / safe_name(model)
+    methods = [m.strip().lower() for m in methods if m.strip()]
+    hps = method_hparams(model, methods, hparams)
+    chosen = select(model, spec, out_dir, screen=False)
+    paths = {m: results_path(model, m, hps[m], spec, out_dir) for m in methods}
+    stamp = {_key(rec): facts_stamp(row["derivation"]["facts"]) for rec, row in chosen}
+    done = {m: read_rows(paths[m], keep=lambda r: r.get("facts") == stamp.get(r.get("key"))) for m in methods}
+    return _tabulate(model, chosen, done, spec, paths)
+
+
+def _tabulate(model: str, chosen: list, done: dict, spec: RippleSpec, paths: dict) -> RippleEvaluation:
+    """The share table of each method's rows over the chosen edits, the facts a rule table keeps (`kept`)."""
     masks = {_key(rec): [kept(f, row["derivation"]["relation"]) for f in row["derivation"]["facts"]]
              for rec, row in chosen}
-    facts = {k: [f for f, ok in zip(fs, masks[k]) if ok] for k, fs in facts.items()}
+    facts = {k: [f for f, ok in zip(row["derivation"]["facts"], masks[k]) if ok]
+             for k, row in ((_key(rec), row) for rec, row in chosen)}
     rows = {m: [{**done[m][_key(rec)], "outcomes": [o for o, ok in zip(done[m][_key(rec)]["outcomes"],
                                                                         masks[_key(rec)]) if ok]}
-                for rec, _ in chosen if _key(rec) in done[m]] for m in methods}
+                for rec, _ in chosen if _key(rec) in done[m]] for m in done}
     n_facts = {c: sum(1 for fs in facts.values() for f in fs if f["criterion"] == c) for c in
                ("logical", "aliasing", "specificity", "preservation")}
-    return RippleEvaluation(lm.name, spec.set_name, len(chosen), n_facts, spec.against,
+    return RippleEvaluation(model, spec.set_name, len(chosen), n_facts, spec.against,
                             share_table(rows, facts, spec.against), {m: str(p) for m, p in paths.items()},
                             {m: len(r) for m, r in rows.items()})

@@ -70,12 +70,13 @@ def _evaluate(lm, spec: ScaleSpec, backend=None) -> tuple[dict, float]:
 
 def bench_scale(lm, spec: ScaleSpec = ScaleSpec(), say=None) -> dict:
     """Run the evaluation in process and on 1, 2, ... workers (module docstring); `say(row)` hears each row."""
-    from ..editing.api import prepare_first_use
+    from ..editing.run import prepare_first_use
 
     spec.check()
     say = say or (lambda row: None)
     t0 = time.perf_counter()
-    prepare_first_use(lm, load_hparams(spec.method, lm))  # statistics and templates: in the cache for every configuration
+    # statistics and templates: in the cache for every configuration
+    prepare_first_use(lm, load_hparams(spec.method, lm))
     wikitext_idf()
     prepare_s = time.perf_counter() - t0
     before = torch.get_num_threads()

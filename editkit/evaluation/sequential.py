@@ -46,10 +46,10 @@ from ..core.cache import Store, digest
 from ..core.errors import EditkitError
 from ..core.results import JsonObject, Result, frame
 from ..data.corpus import token_chunks
-from ..editing.api import run_edit
 from ..editing.defaults import load_hparams
 from ..editing.methods import get
 from ..editing.result import condition_number
+from ..editing.run import run_edit
 from ..editing.sequence import SequenceState
 from ..figures.lifelong import lifelong_figure
 from ..model.weights import applied, combined, fingerprint
@@ -350,7 +350,7 @@ def sequential(lm, method: str, requests, hparams: dict | None = None, spec: Seq
         done = (b + 1) * batch if b + 1 < len(batches) else len(records)
         with applied(lm, total):
             now = rates(lm, chunk, ("rewrite",))
-            for i, rec in enumerate(chunk):
+            for i in range(len(chunk)):
                 prog["took"][str(b * batch + i)] = now[i]["rewrite"] == 1.0
             if done % eval_every == 0 or b + 1 == len(batches):
                 prog["rows"].append(_checkpoint(lm, run, b, done, seconds, total, sample))
@@ -377,16 +377,17 @@ def sequential_methods(lm, plans: dict, requests, cache: bool = True, progress=N
                        backend: Backend | None = None) -> dict[str, LifelongRun]:
     """Several methods' lifelong runs on the same requests: `plans` = {method: (hparams overrides or None,
     SequentialSpec)}; returns {method: sequential(...)} in the order of `plans`. Each run is one work item
-    (editkit/runtime/cluster.py): one after another in this process, or in parallel on Ray workers, each sequence serial on
-    its worker and checkpointed after every batch in the editkit cache as always (a shared $EDITKIT_CACHE on a
-    cluster), so a rerun, or the item run again after its worker died, continues from the last batch."""
+    (editkit/runtime/cluster.py): one after another in this process, or in parallel on Ray workers, each
+    sequence serial on its worker and checkpointed after every batch in the editkit cache as always (a shared
+    $EDITKIT_CACHE on a cluster), so a rerun, or the item run again after its worker died, continues from the
+    last batch."""
     backend = backend or Backend()
     records = [as_record(r) for r in requests]
     for method, (overrides, spec) in plans.items():  # bad methods, settings or hyperparameters fail first
         spec.check()
         load_hparams(get(method).name, lm, overrides)
     if backend.ray:  # the statistics and templates every first edit needs, once, before the workers start
-        from ..editing.api import prepare_first_use
+        from ..editing.run import prepare_first_use
 
         prepare_first_use(lm, [load_hparams(get(m).name, lm, hp) for m, (hp, _spec) in plans.items()])
     items = [Item(sequential, (method, records, overrides, spec), {"cache": cache}, label=get(method).label,

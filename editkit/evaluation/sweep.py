@@ -10,12 +10,13 @@ A setting is Pareto-optimal when no other setting is at least as good on efficac
 and better on one; the front is what a user chooses from.
 
 Cost and resumption: every setting is one evaluation run (items.py), whose per-record results file resumes an
-interrupted setting record by record; a finished setting's summary is a cache entry (editkit/core/cache.py, keyed by the model's
-weights, the method, the set, n, batch and the complete hyperparameters), so a rerun or a wider grid only computes
-new settings. Settings that differ only in how the update is solved (statistics, shrinkage, lambda) share their
-target vectors (editing/memo.py), so such a setting costs a solve and the measurements, not an optimisation.
-Every setting's batches of records are independent work items, run in order in this process or spread over the
-workers of a Ray cluster (`backend`, editkit/runtime/cluster.py), with the same numbers.
+interrupted setting record by record; a finished setting's summary is a cache entry (editkit/core/cache.py,
+keyed by the model's weights, the method, the set, n, batch and the complete hyperparameters), so a rerun or a
+wider grid only computes new settings. Settings that differ only in how the update is solved (statistics,
+shrinkage, lambda) share their target vectors (editing/memo.py), so such a setting costs a solve and the
+measurements, not an optimisation. Every setting's batches of records are independent work items, run in order
+in this process or spread over the workers of a Ray cluster (`backend`, editkit/runtime/cluster.py), with the
+same numbers.
 """
 from __future__ import annotations
 

@@ -8,8 +8,17 @@ The noise is estimated from the measurements themselves, never set by hand:
   sample of prompts;
 - rates over many items (a lifelong run's efficacy over its measured edits): the binomial SE of each rate,
   SE(d) = sqrt(p1 (1 - p1) / n1 + p2 (1 - p2) / n2).
-A difference is within noise when |d| <= 1.96 SE(d), the 95% band of every mean editkit reports (metrics.mean_ci).
-Where no spread can be estimated (every group has a single prompt) the ranking says so instead of calling a tie.
+One rule says what is within noise, so a student can check every sentence against the number it quotes: the
+band is 1.96 SE(d), the 95% band of every mean editkit reports (metrics.mean_ci), taken as the widest band of
+an option within its own band of the best; every option closer to the best than that band is within noise,
+every other one is outside it (and outside its own band too). Calling each option against its own band alone
+listed "layer 0 (2.458)" as within noise and "layer 11 (2.463)", closer to the best, as outside it (the
+Lesson's step 9). Where no spread can be estimated (every group has a single prompt) the ranking says so
+instead of calling a tie.
+
+A curve has a peak worth naming by the same rule (`peak`): only where some point of it lies outside the band
+of its largest value; the points within the band are the peak's extent, and a curve all within the band is
+flat.
 """
 from __future__ import annotations
 
@@ -34,11 +43,25 @@ class Ranking:
     scale: float = 1.0  # shown as value x scale (rates as percentages)
     no_noise: str = "one prompt per group: no spread to estimate the noise from"
 
+    def gap(self, option) -> float:
+        """How far an option is from the best (>= 0)."""
+        return abs(self.values[option] - self.values[self.best])
+
+    @property
+    def band(self) -> float | None:
+        """The one 95% band the sentence quotes: the widest noise among the options within their own noise of
+        the best (module docstring); None when no option is."""
+        own = [n for o, n in self.noise.items() if o != self.best and n is not None and self.gap(o) <= n]
+        return max(own, default=None)
+
     @property
     def ties(self) -> list[str]:
-        """The options whose difference from the best is within noise (the best itself excluded)."""
-        return [o for o, n in self.noise.items() if o != self.best and n is not None
-                and abs(self.values[o] - self.values[self.best]) <= n]
+        """The options within noise of the best: closer to it than `band` (the best itself excluded), nearest
+        first."""
+        band = self.band
+        if band is None:
+            return []
+        return sorted((o for o in self.values if o != self.best and self.gap(o) <= band), key=self.gap)
 
     @property
     def estimated(self) -> bool:
@@ -58,7 +81,8 @@ class Ranking:
         return f"{v * self.scale:.{decimals}f}{self.unit}"
 
     def sentence(self) -> str:
-        """One sentence: the best option by the measure, those within noise of it, the rest in order."""
+        """One sentence: the best option by the measure, those within noise of it (closer than the one band it
+        quotes), the rest in order."""
         order = sorted(self.values, key=self.values.get, reverse=self.higher_is_better)
         best = f"{self.name(self.best)} ({self.fmt(self.values[self.best])})"
         if len(order) == 1:
@@ -67,31 +91,62 @@ class Ranking:
         rest = [o for o in order if o != self.best and o not in ties]
         if ties:
             tied = and_list([f"{self.name(o)} ({self.fmt(self.values[o])})" for o in ties])
-            head = (f"By {self.measure}, {best} is best, but {tied} {'is' if len(ties) == 1 else 'are'} within noise "
-                    f"of it (95% band ±{self.fmt(max(self.noise[o] for o in ties), 2)})")
+            verb = "is" if len(ties) == 1 else "are"
+            head = (f"By {self.measure}, {best} is best, but {tied} {verb} within noise of it (less than the "
+                    f"95% band, ±{self.fmt(self.band, 2)}, away)")
         else:
             head = f"By {self.measure}, {best} is best"
             if self.estimated:
-                near = min((o for o in rest if self.noise.get(o) is not None), key=lambda o: abs(
-                    self.values[o] - self.values[self.best]), default=None)
+                near = min((o for o in rest if self.noise.get(o) is not None), key=self.gap, default=None)
                 if near is not None:
-                    head += (f", ahead of {self.name(near)} ({self.fmt(self.values[near])}) by more than the noise "
-                             f"(±{self.fmt(self.noise[near], 2)})")
+                    head += (f", ahead of {self.name(near)} ({self.fmt(self.values[near])}) by more than "
+                             f"the noise (95% band ±{self.fmt(self.noise[near], 2)})")
                     rest.remove(near)
             else:
                 head += f" ({self.no_noise})"
         if rest:
-            # each option has the noise of its own difference: one closer to the best than the band quoted for the
-            # ties can still be outside its own (the Lesson's step 9 listed layer 11 (2.463) after a tie at 2.458)
-            band = max((self.noise[o] for o in ties), default=None)
-            inside = band is not None and any(self.noise.get(o) is not None and abs(
-                self.values[o] - self.values[self.best]) <= band for o in rest)
-            head += ("; then, each further from it than the noise of its own difference, " if inside else
-                     "; then ") + ", ".join(f"{self.name(o)} ({self.fmt(self.values[o])})" for o in rest)
+            head += "; then " + ", ".join(f"{self.name(o)} ({self.fmt(self.values[o])})" for o in rest)
         return head + "."
 
     def to_dict(self) -> dict:
-        return {**asdict(self), "ties": self.ties, "sentence": self.sentence()}
+        return {**asdict(self), "ties": self.ties, "band": self.band, "sentence": self.sentence()}
+
+
+@dataclass(frozen=True)
+class Peak:
+    """Where a curve peaks, by the module's rule: its largest value, and its extent (every index within the
+    band of that value, in order). `band` None: no noise estimate, the peak is the largest value as
+    measured."""
+
+    index: int
+    value: float
+    extent: tuple[int, ...]
+    band: float | None
+
+    def overlaps(self, other: Peak, scale: float = 1.0, other_scale: float = 1.0) -> bool:
+        """Whether two peaks' extents meet once each index is multiplied by its scale (e.g. relative
+        depths)."""
+        lo, hi = min(self.extent) * scale, max(self.extent) * scale
+        olo, ohi = min(other.extent) * other_scale, max(other.extent) * other_scale
+        return lo <= ohi and olo <= hi
+
+
+def peak(values, band: float | None) -> Peak | None:
+    """The peak of a curve when it is worth naming: None when every value lies within `band` of the largest (a
+    flat curve); `band` None names the largest value as measured (nothing to judge it by)."""
+    values = list(values)
+    top = max(range(len(values)), key=values.__getitem__)
+    if band is None:
+        return Peak(top, values[top], (top,), None)
+    extent = tuple(i for i, v in enumerate(values) if values[top] - v <= band)
+    if len(extent) == len(values):
+        return None
+    return Peak(top, values[top], extent, band)
+
+
+def within_noise(a: float, b: float, band: float | None) -> bool:
+    """The module's rule for two values: their difference is no larger than the band (never, without one)."""
+    return band is not None and abs(a - b) <= band
 
 
 def and_list(items: list[str]) -> str:

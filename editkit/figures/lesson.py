@@ -16,8 +16,9 @@ from .side_effects import bleed_figure, layer_sweep_figure
 from .theme import WIDTHS, legend_below
 from .tracing import heatmap, severing_figure
 
-__all__ = ["BARS_KEY", "by_column", "compact", "lens_figure", "pick_grid", "trace_with_marks", "severing_figure", "memories_figure",
-           "edits_figure", "retrace_figure", "bleed_figure", "sweep_figure", "lifelong_figure", "methods_table"]
+__all__ = ["BARS_KEY", "by_column", "compact", "lens_figure", "pick_grid", "trace_with_marks", "severing_figure",
+           "memories_figure", "edits_figure", "retrace_figure", "bleed_figure", "sweep_figure", "lifelong_figure",
+           "methods_table"]
 
 
 def compact(text: str) -> str:

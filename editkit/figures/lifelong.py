@@ -1,10 +1,15 @@
-"""Plotly figures of lifelong-editing runs (data: evaluation/sequential.py's runs, labelled by evaluation/lifelong.styled): one panel per metric, one curve per
-method in its registry colour; hollow markers are checkpoints measured on a sample of the edits so far."""
+"""Plotly figures of lifelong-editing runs (data: evaluation/sequential.py's runs, labelled by
+evaluation/lifelong.styled): one panel per metric, one curve per method in its registry colour; hollow markers
+are checkpoints measured on a sample of the edits so far."""
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from .labels import param_order, short_param
 from .theme import TITLE_FONT, legend_below
 
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
 
 # metric -> (label, scale for display, y-axis title)
 METRICS = {
@@ -74,7 +79,7 @@ def _styles(results: dict) -> dict[str, tuple[str, str, str]]:
     return out
 
 
-def lifelong_figure(results: dict, panels=PANELS, columns: int = 4) -> "go.Figure":
+def lifelong_figure(results: dict, panels=PANELS, columns: int = 4) -> go.Figure:
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
@@ -117,7 +122,7 @@ def _layer_titles(names: list[str]) -> tuple[list[str], str | None]:
     return short, None
 
 
-def layer_figure(results: dict, columns: int | None = None) -> "go.Figure":
+def layer_figure(results: dict, columns: int | None = None) -> go.Figure:
     """One column per edited matrix (layer): ||dW|| / ||W|| on top and the condition number cond(W + dW) below
     (PRUNE's quantity; log axes), one curve per method after each checkpoint. Runs recorded before the condition
     number was kept leave the lower panels empty."""

@@ -7,7 +7,6 @@ from plotly.subplots import make_subplots
 
 from .theme import legend_below
 
-
 RATE_COLORS = {"efficacy": "#1b9e77", "generalization": "#7570b3", "specificity": "#d95f02"}
 SOURCE_COLORS = {"rewrite": "#1b9e77", "paraphrase": "#7570b3", "neighborhood": "#d95f02", "known fact": "#e7298a",
                  "extra": "#666666"}

@@ -26,8 +26,19 @@ from ..core.progress import part as part_of
 from ..editing import stats
 from . import carry, compute
 from .facts import LessonFact, read_facts, refusal
-from .pack import (FORMAT, KIND, MANIFEST, bleed_name, built_on, edit_name, editkit_version, read_json,
-                   retrace_name, ripple_name, write_json)
+from .pack import (
+    FORMAT,
+    KIND,
+    MANIFEST,
+    bleed_name,
+    built_on,
+    edit_name,
+    editkit_version,
+    read_json,
+    retrace_name,
+    ripple_name,
+    write_json,
+)
 
 # the seconds of each unit of work on the embedded model with today's default settings (fast traces, 5-sample
 # re-traces), from the idle benchmark of a new fact (benchmarks/lesson_settings.py and `editkit bench report --skip

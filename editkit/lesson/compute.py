@@ -406,26 +406,26 @@ def lifelong_run(lm, methods_: list[str], n: int, batch: int, progress=None) -> 
             "source": "your run"}
 
 
-def own_memory(lm, step: int, s: Settings, methods_: list[str] | None = None) -> int:
+def own_ram(lm, step: int, s: Settings, methods_: list[str] | None = None) -> int:
     """Bytes a "try your own" run of `step` needs beyond the weights (the queue admits it within its budget): the
-    step's traces (tracing/memory.py) and edits (editing/memory.py) at this pack's settings."""
-    from ..editing.memory import edit_memory, scoring_memory
-    from ..model.footprint import vocab_bytes, with_margin
-    from ..tracing.memory import FACT_TOKENS, trace_memory
+    step's traces (tracing/ram.py) and edits (editing/ram.py) at this pack's settings."""
+    from ..editing.ram import edit_ram, scoring_ram
+    from ..model.ram import vocab_bytes, with_margin
+    from ..tracing.ram import FACT_TOKENS, trace_ram
 
     names = methods_ or [m["name"] for m in methods()]
-    trace = trace_memory(lm, "", s.samples, tokens=FACT_TOKENS)
-    rome = edit_memory(lm, ["rome"])
+    trace = trace_ram(lm, "", s.samples, tokens=FACT_TOKENS)
+    rome = edit_ram(lm, ["rome"])
     lens = with_margin(vocab_bytes(lm, FACT_TOKENS))
-    return {1: lens, 2: trace, 3: trace, 4: lens, 5: rome, 6: rome + trace, 7: rome, 8: edit_memory(lm, names),
-            9: rome + trace, 10: edit_memory(lm, names, 50) + scoring_memory(lm),
-            11: rome + scoring_memory(lm)}.get(step, trace + rome)
+    return {1: lens, 2: trace, 3: trace, 4: lens, 5: rome, 6: rome + trace, 7: rome, 8: edit_ram(lm, names),
+            9: rome + trace, 10: edit_ram(lm, names, 50) + scoring_ram(lm),
+            11: rome + scoring_ram(lm)}.get(step, trace + rome)
 
 
-def build_memory(lm, s: Settings, methods_: list[str] | None = None) -> int:
+def build_ram(lm, s: Settings, methods_: list[str] | None = None) -> int:
     """Bytes adding a fact to a pack needs: every step's computation, one after another, while the edits' deltas
     are kept (the largest trace plus the largest edit)."""
-    return own_memory(lm, 8, s, methods_) + own_memory(lm, 2, s, methods_)
+    return own_ram(lm, 8, s, methods_) + own_ram(lm, 2, s, methods_)
 
 
 # --- the comparisons' conclusions (evaluation/verdict.py) ----------------------------------------------------------

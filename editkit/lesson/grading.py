@@ -343,7 +343,8 @@ def ripple_rows(out: dict, method: str = "rome") -> list[dict]:
     m = out["methods"].get(method)
     if not m:
         return []
-    return [{**f, "passed": o["verdict"] != "failed", "p_after": o["p_after"]} for f, o in zip(out["facts"], m["outcomes"])]
+    return [{**f, "passed": o["verdict"] != "failed", "p_after": o["p_after"]}
+            for f, o in zip(out["facts"], m["outcomes"])]
 
 
 def ripple_conclusion(out: dict) -> str:

@@ -5,7 +5,8 @@ per hidden unit, d_ff of them), and column i of W_out (`adapter.down_weight(l)`,
 - `inspect`   : the memories active at one position, their value tokens, the residual before/after each FFN;
 - `triggers`  : the corpus prefixes that activate a key most (a cached per-model index);
 - `intervene` : switch memories off (m_i = 0) or on (m_i = max_j m_j) and compare predictions;
-- `geva`      : the paper's layer-level analyses (value/trigger agreement, compositionality, when the prediction is fixed).
+- `geva`      : the paper's layer-level analyses (value/trigger agreement, compositionality, when the prediction
+                is fixed).
 """
 from .inspect import MemoryView, memories_at
 from .intervene import InterventionResult, intervene

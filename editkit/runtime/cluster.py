@@ -597,7 +597,7 @@ def _raise(exc: BaseException, tb: str, name: str):
 
 def _check_time(running: dict, items, backend: Backend) -> None:
     now = time.monotonic()
-    for slot, i, t0 in running.values():
+    for _, i, t0 in running.values():
         if now - t0 > backend.item_timeout:
             raise EditkitError(f"{_name(items[i], i, len(items))} ran longer than {backend.item_timeout:.0f} s on "
                                f"a Ray worker")

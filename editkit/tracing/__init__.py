@@ -25,9 +25,9 @@ from .tracer import Tracer
 
 def trace(lm, spec: TraceSpec, engine: str = "fast", progress=None, cache: bool = True,
           cancel=None) -> Traces:
-    """Trace each of the spec's kinds; returns Traces (kind -> TraceResult). `progress(fraction, message)` is called along
-    the way. Results come from the shared cache when the same weights and inputs were traced before (cache=False
-    recomputes); `cancel()` returning True stops the trace with Cancelled."""
+    """Trace each of the spec's kinds; returns Traces (kind -> TraceResult). `progress(fraction, message)` is
+    called along the way. Results come from the shared cache when the same weights and inputs were traced
+    before (cache=False recomputes); `cancel()` returning True stops the trace with Cancelled."""
     out = Tracer(lm, spec, cache, cancel).results(spec.kinds, progress, engine, together=True)
     if progress:
         progress(1.0, "done")

@@ -25,8 +25,8 @@ import numpy as np
 from ..core.errors import EditkitError
 from ..core.paths import ASSETS
 from ..core.results import JsonObject, Result, frame, json_input
-from ..figures.tracing import aie_figure, aie_panels
 from ..data.facts import predicted_facts
+from ..figures.tracing import aie_figure, aie_panels
 from ..model.sites import TRACE_KINDS
 from ..runtime.cluster import Backend, Item, run_items
 from .spec import TraceSpec

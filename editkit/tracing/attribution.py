@@ -23,8 +23,9 @@ the estimate stays at the corrupted 0.015; the last token's late layers are foun
 (2) Attention saturation (AtP*'s main case): an attention softmax that is saturated in the corrupted run has
 near-zero gradient with respect to the keys it ignores, so a restoration that would move a later token's attention
 back to the subject gets little credit; AtP* recomputes the attention softmax exactly for that reason (not done
-here: the preview stays one backward). (3) Windows: the sum of per-layer estimates also counts the paths from one restored module through
-the others, which the exact restoration overwrites; and paths whose first-order effects cancel look unimportant.
+here: the preview stays one backward). (3) Windows: the sum of per-layer estimates also counts the paths from
+one restored module through the others, which the exact restoration overwrites; and paths whose first-order
+effects cancel look unimportant.
 So the preview ranks cells roughly (`bench trace` reports its Spearman rank correlation with the exact maps) and
 is always labelled an estimate; it is exact to first order (tests: finite differences; small noise, where the
 ranks agree).

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from ..hparams import _non_negative, _positive
 from ..requests import EditRequest
+from ..result import Diagnostic
 from ..share import update_share
 from ..targets import Joint
 from . import Method, register
@@ -43,11 +44,13 @@ class CoeditHparams(MemitHparams):
     keep_weight: float = 1.0  # each kept relation's weight in the shared delta's loss (the fact's own: 1)
     kept_hold_stop: bool = True  # the shared delta stops only once its kept relations meet their stopping rule
     # too (False: the fact and its implications decide; a kept relation the fact pulls against may never meet it)
+    joint_other: bool = False  # with joint_targets, a request's implications about another subject (an inverse
+    # rule's, about o*: "Rome is the capital of" and "Rome can be found in the country of") share one delta too
 
     CHECKS = {**MemitHparams.CHECKS, "max_implied": _non_negative, "implied_phrasings": _positive,
               "max_kept": _non_negative, "keep_weight": _non_negative}
     NEUTRAL = {**MemitHparams.NEUTRAL, "joint_targets": False, "implied_phrasings": 1, "max_kept": 0,
-               "keep_weight": 1.0, "kept_hold_stop": True}
+               "keep_weight": 1.0, "kept_hold_stop": True, "joint_other": False}
 
     def recorded(self) -> dict:
         """How kept relations are written means nothing while none is: `max_kept` 0 is co-edit before they
@@ -57,15 +60,16 @@ class CoeditHparams(MemitHparams):
             else out
 
 
-def implied_requests(lm, requests, hp: CoeditHparams) -> tuple[list[EditRequest], list[int]]:
+def implied_requests(lm, requests, hp: CoeditHparams, derived: list | None = None
+                     ) -> tuple[list[EditRequest], list[int]]:
     """Each request's logical-generalization facts as requests of their own (the rule's edit phrasing), and for
-    each the index of the request it follows from."""
-    from ...data.implications import derive_many, edit_phrasings
+    each the index of the request it follows from (`derived`: the requests' derivations, if already made)."""
+    from ...data.implications import edit_phrasings
 
     if hp.max_implied < 1:
         return [], []
     out, source = [], []
-    derived = derive_many(lm, list(requests), None, hp.max_implied, criteria=("logical",))
+    derived = derived if derived is not None else derivations(lm, requests, hp)
     for i, (r, d) in enumerate(zip(requests, derived)):
         for f in d.facts:
             if not f.edit_prompt:
@@ -76,6 +80,30 @@ def implied_requests(lm, requests, hp: CoeditHparams) -> tuple[list[EditRequest]
                                            case_id=f"{r.case_id}:{f.rule}" + (f":{k}" if k else "")))
                     source.append(i)
     return out, source
+
+
+def derivations(lm, requests, hp: CoeditHparams) -> list:
+    """Each request's logical facts, derived from the model's own answers (data/implications.derive_many)."""
+    from ...data.implications import derive_many
+
+    return derive_many(lm, list(requests), None, hp.max_implied, criteria=("logical",))
+
+
+def nothing_implied(requests, derived: list, source: list[int]) -> list[Diagnostic]:
+    """A note for each request co-edit wrote no implication for: it was edited as MEMIT alone would
+    edit it, and which request field would give it one (`relation`, for a template not CounterFact's)."""
+    out = []
+    for i, (r, d) in enumerate(zip(requests, derived)):
+        if i in source:
+            continue
+        why = d.message() or "the implied facts it derived have no phrasing to write them in"
+        hint = ("Give the request its Wikidata relation in the field `relation` (e.g. \"P131\" for 'is "
+                "located in', \"P103\" for a native language; the page's relation box) so the ripple "
+                "rules can derive one." if d.relation is None else
+                f"Its relation {d.relation} has rules, but the model knows none of their second hops here.")
+        out.append(Diagnostic("nothing_implied", f"Co-edit found no implied fact to write for {r.rewrite!r} "
+                              f"({why}): it edited it as MEMIT would.", i, hint))
+    return out
 
 
 def kept_requests(lm, requests, hp: CoeditHparams) -> tuple[list[EditRequest], list[int]]:
@@ -95,12 +123,18 @@ def kept_requests(lm, requests, hp: CoeditHparams) -> tuple[list[EditRequest], l
     return out, source
 
 
-def joint_tie(requests, extra, source) -> tuple[int, ...] | None:
+def joint_tie(requests, extra, source, other: bool = False) -> tuple[int, ...] | None:
     """Which request's delta each of requests + extra shares: an implication about its request's own subject
-    shares the request's; one about another subject (an inverse rule's, about o*) has its own."""
+    shares the request's; one about another subject (an inverse rule's, about o*) has its own, or with `other`
+    the first one's of the same request and subject (their keys are that subject's last token, nearly equal, so
+    separate deltas there would each be halved by Eq. 14's least squares, as for the request's own subject)."""
     n = len(requests)
-    tie = list(range(n)) + [source[e] if x.subject == requests[source[e]].subject else n + e
-                            for e, x in enumerate(extra)]
+    tie, first = list(range(n)), {}
+    for e, x in enumerate(extra):
+        if x.subject == requests[source[e]].subject:
+            tie.append(source[e])
+        else:
+            tie.append(first.setdefault((source[e], x.subject), n + e) if other else n + e)
     return tuple(tie) if any(k != j for j, k in enumerate(tie)) else None
 
 
@@ -108,7 +142,7 @@ def _joint(requests, implied, kept, source, hp: CoeditHparams) -> Joint | None:
     """How requests + implied + kept share target deltas (targets.Joint): each kept relation weighted keep_weight,
     holding its delta's stop only with kept_hold_stop."""
     n = len(requests) + len(implied)
-    tie = joint_tie(requests, implied + kept, source) if hp.joint_targets else None
+    tie = joint_tie(requests, implied + kept, source, hp.joint_other) if hp.joint_targets else None
     weights = tuple([1.0] * n + [hp.keep_weight] * len(kept)) if kept and hp.keep_weight != 1.0 else None
     holds = tuple([True] * n + [False] * len(kept)) if kept and tie and not hp.kept_hold_stop else None
     if tie is None and weights is None:
@@ -118,7 +152,9 @@ def _joint(requests, implied, kept, source, hp: CoeditHparams) -> Joint | None:
 
 def apply_coedit(lm, requests, hp: CoeditHparams, progress=None, reference: bool = False,
                  solves: bool = False, state=None):
-    implied, source = implied_requests(lm, requests, hp)
+    derived = derivations(lm, requests, hp) if hp.max_implied >= 1 else []
+    implied, source = implied_requests(lm, requests, hp, derived)
+    notes = nothing_implied(requests, derived, source) if derived else []
     kept, kept_source = kept_requests(lm, requests, hp)
     extra, source = implied + kept, source + kept_source
     result = apply_memit(lm, list(requests) + extra, hp, progress, reference, solves,
@@ -126,6 +162,7 @@ def apply_coedit(lm, requests, hp: CoeditHparams, progress=None, reference: bool
     result.method = "coedit"
     result.details["implied"] = [{"prompt": e.rewrite, "target": e.target_new} for e in implied]
     result.details["kept"] = [{"prompt": e.rewrite, "target": e.target_new} for e in kept]
+    result.diagnostics += notes
     return result
 
 
