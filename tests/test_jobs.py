@@ -118,7 +118,7 @@ def test_cancelling_a_real_trace_stops_it_and_leaves_no_trace_of_it(tiny_by_name
 def test_queue_runs_at_most_its_slots_first_come_first_served():
     queue = JobQueue(slots=2, poll=0.01)
     running, peak, order, lock = [0], [0], [], threading.Lock()
-    gate = threading.Event()
+    gate, moved_up = threading.Event(), threading.Event()
     waits = {}
 
     admitted = []
@@ -129,6 +129,8 @@ def test_queue_runs_at_most_its_slots_first_come_first_served():
 
         def on_wait(ahead, n_running):
             waits.setdefault(i, []).append(ahead)
+            if i == 5 and ahead < 3:
+                moved_up.set()
 
         with queue.slot(job, on_wait):
             with lock:
@@ -136,6 +138,8 @@ def test_queue_runs_at_most_its_slots_first_come_first_served():
                 running[0] += 1
                 peak[0] = max(peak[0], running[0])
             gate.wait(timeout=10)
+            if i in (2, 3):  # the two admitted after the gate hold their slots until job5 has seen its place move
+                moved_up.wait(timeout=10)
             with lock:
                 running[0] -= 1
 
@@ -144,7 +148,8 @@ def test_queue_runs_at_most_its_slots_first_come_first_served():
         t = threading.Thread(target=work, args=(i,))
         t.start()
         threads.append(t)
-        until(lambda: queued(queue) >= i + 1)  # a known arrival order: the next starts once this is queued
+        # a known arrival order: the next starts once this one runs (the first two) or waits
+        until(lambda: queued(queue) == i + 1 and len(queue.snapshot()["running"]) == min(i + 1, 2))
     snap = queue.snapshot()
     assert [j["name"] for j in snap["running"]] == ["job0", "job1"]
     assert [j["name"] for j in snap["waiting"]] == ["job2", "job3", "job4", "job5"]
