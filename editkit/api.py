@@ -266,12 +266,16 @@ def shipped_aie() -> dict[str, AIE]:
 
 @with_bar("editing")
 def edit(lm, method: str, request_or_requests, hparams=None, progress=None) -> EditReport:
-    """Edit facts with a registered method ("rome", "memit", "pmet", "alphaedit", "ultraedit": `methods()`), and
-    measure each request's prompts before and after: P(target_new) and P(target_true) on the rewrite, paraphrase
-    and neighbourhood prompts. A request is editkit's JSON ({"prompt": "... {} ...", "subject", "target_new",
-    "target_true"?, "paraphrase_prompts"?, "neighborhood_prompts"?}), a CounterFact or EasyEdit record, a list of
-    them or a file. `hparams` overrides the model's defaults (a dict). The model is not changed: use the result
-    with `edit=` or `applied(lm, result)`."""
+    """Edit facts with a registered method ("rome", "memit", "pmet", "alphaedit", "ultraedit", "coedit":
+    `methods()`), and measure each request's prompts before and after: P(target_new) and P(target_true) on the
+    rewrite, paraphrase and neighbourhood prompts. A request is editkit's JSON, a CounterFact or EasyEdit record, a
+    list of them or a file. editkit's fields: "prompt" (with "{}" for the subject), "subject", "target_new";
+    optional "target_true" (needed to say whether the rewrite won), "paraphrase_prompts", "neighborhood_prompts",
+    "generation_prompts", "case_id", and "relation", the Wikidata relation ("P131", "P103", ...) implied facts
+    are derived from (co-edit writes none without it unless the prompt is a CounterFact template).
+    `hparams` overrides the model's defaults (a dict). The model is not changed: use the result with `edit=` or
+    `applied(lm, result)`. `report.result.diagnostics` says when an edit does not win its own rewrite (and the
+    likely reason) or co-edit found nothing implied to write."""
     return edit_report(lm, method, request_or_requests, hparams, progress)
 
 

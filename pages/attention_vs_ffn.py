@@ -3,7 +3,7 @@ feed-forward (FFN) sub-layer changes the last token's hidden state, layer by lay
 import pandas as pd
 import streamlit as st
 
-from editkit.similarity import DEFAULT_N, TOP_K, definition, similarity, similarity_memory
+from editkit.similarity import DEFAULT_N, TOP_K, definition, similarity, similarity_ram
 from pages import ui
 
 ui.leave_legacy_multipage_mode()
@@ -57,7 +57,7 @@ if st.button("Compute similarity curves", type="primary", key="sim_compute"):
                 return similarity(lm, n=int(n), facts=facts, mode=mode,
                                   progress=lambda f, msg: progress(f, f"{f:.0%} of the facts (cached on disk)"))
 
-        result = ui.run_job("similarity curves", job, memory=similarity_memory(lm), facts=int(n))
+        result = ui.run_job("similarity curves", job, memory=similarity_ram(lm), facts=int(n))
         st.session_state["sim_result"] = result
 
 r = st.session_state.get("sim_result")

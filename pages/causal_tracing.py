@@ -13,7 +13,7 @@ from editkit.runtime.cluster import Item, backend_from_env
 from editkit.tracing import Tracer, TraceResult, Traces, TraceSpec, parse_noise
 from editkit.tracing.aie import average_indirect_effect, shipped_runs
 from editkit.tracing.bench import fast_note
-from editkit.tracing.memory import aie_memory, trace_memory
+from editkit.tracing.ram import aie_ram, trace_ram
 from editkit.tracing.tracer import exact_panels
 from pages import ui
 from pages.two_models import two_models_section
@@ -175,7 +175,7 @@ def form_spec() -> TraceSpec:
 if submitted:
     with failure.container(), ui.guard("tracing"):
         spec = form_spec()
-        memory = trace_memory(lm, spec.prompt, spec.samples, kinds)
+        memory = trace_ram(lm, spec.prompt, spec.samples, kinds)
 
         if backend_from_env().ray:  # on a Ray worker with this session's kept edits; drawn when it is done
             job = Item(exact_panels, (spec, kinds), {"cache": not recompute}, progress=True)
@@ -237,7 +237,7 @@ a1, a2 = st.columns(2)
 if a1.button("Compute / show average effects", key="trace_aie_go"):
     with ui.guard("average indirect effect"):
         job = Item(average_indirect_effect, (int(n_facts),), progress=True)
-        st.session_state["trace_aie"] = ui.run_item("average indirect effect", lm, job, memory=aie_memory(lm),
+        st.session_state["trace_aie"] = ui.run_item("average indirect effect", lm, job, memory=aie_ram(lm),
                                                     facts=int(n_facts))
 if lm.name in shipped_aie and a2.button("Show the shipped run (no computing)", key="trace_aie_shipped"):
     st.session_state["trace_aie"] = shipped_aie[lm.name]
@@ -270,7 +270,7 @@ two_models_section(lm, spec_now)
 # ---- does the traced layer edit best? (tracing localizes; editing elsewhere may work as well) -----------------------
 def layer_sweep_section(lm) -> None:
     """ROME at every layer for the traced fact, on the trace's layer axis (Hase et al. 2023)."""
-    from editkit.editing.memory import edit_memory
+    from editkit.editing.ram import edit_ram
     from editkit.editing.requests import EditRequest
     from editkit.evaluation.layer_sweep import layer_sweep
 
@@ -312,7 +312,7 @@ def layer_sweep_section(lm) -> None:
 
             job = Item(layer_sweep, (request, layers),
                        {"trace_kind": "mlp", "samples": samples, "trace_result": use}, progress=True)
-            memory = edit_memory(lm, ["rome"]) + trace_memory(lm, prompt, samples, ["mlp"], preview=False)
+            memory = edit_ram(lm, ["rome"]) + trace_ram(lm, prompt, samples, ["mlp"], preview=False)
             st.session_state["ls_out"] = ui.run_item("layer sweep", lm, job, memory=memory, samples=samples)
     out = st.session_state.get("ls_out")
     if out:

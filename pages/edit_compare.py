@@ -8,8 +8,8 @@ import pandas as pd
 import streamlit as st
 
 from editkit.editing.defaults import load_hparams
-from editkit.editing.memory import edit_memory, scoring_memory
 from editkit.editing.methods import all_methods, get
+from editkit.editing.ram import edit_ram, scoring_ram
 from editkit.editing.requests import NEIGHBOURS_HELP, NEIGHBOURS_LABEL, EditRequest
 from editkit.evaluation import EvalRecord, SequentialSpec, load_eval_set
 from editkit.evaluation.compare import Comparison, compare_methods, conclusion, estimate
@@ -19,7 +19,7 @@ from editkit.figures.editing import by_column
 from editkit.figures.labels import legend
 from editkit.runtime.cluster import Item
 from editkit.tracing import TraceSpec, trace
-from editkit.tracing.memory import trace_memory
+from editkit.tracing.ram import trace_ram
 from pages import ui
 
 ui.leave_legacy_multipage_mode()
@@ -117,8 +117,78 @@ def hparams_inputs(methods: list[str]) -> tuple[dict, dict]:
     return overrides, errors
 
 
+# ---- operating points: where each method's strength knob puts it ----------------------------------------------------
+@st.cache_data(show_spinner=False, max_entries=32)
+def shipped_points(method: str, model: str, stamp: float) -> dict | None:
+    """A method's shipped trade-off on this model (the results manifest's operating_points), as JSON; built once
+    per server process and manifest version (co-edit's are tabulated from its validation rows, a few seconds)."""
+    from editkit.evaluation.manifest import operating_points
+
+    points = operating_points(method, model)
+    return None if points is None else points.to_json()
+
+
+def points_of(method: str):
+    from editkit.core.paths import ROOT
+    from editkit.evaluation.manifest import MANIFEST
+    from editkit.evaluation.points import OperatingPoints
+
+    data = shipped_points(method, lm.name, (ROOT / MANIFEST).stat().st_mtime)
+    return None if data is None else OperatingPoints.from_json(data)
+
+
+def use_point(method: str, setting: dict) -> None:
+    """Put a point's setting into the method's hyperparameter box (a button's callback: before the box is drawn)."""
+    key = f"ec_hp_{method}@{lm.name}"
+    try:
+        current = json.loads(st.session_state.get(key) or ui.kept(key, "") or "{}")
+    except ValueError:
+        current = {}
+    if not current:
+        current = {k: v for k, v in load_hparams(method, lm).to_dict().items() if k != "source"}
+    text = json.dumps({**current, **setting}, indent=1)
+    st.session_state.setdefault("_kept_inputs", {})[key] = text
+    st.session_state[key] = text  # set through the API: the browser shows the new text (a popped key did not)
+
+
+def one_point_view(method: str, points) -> None:
+    """One method's measured points: the figure with today's default marked, a pick, what each buys and costs."""
+    labels = [p.label + (" (today's default)" if p.default else "") for p in points.points]
+    default = next((i for i, p in enumerate(points.points) if p.default), 0)
+    i = st.selectbox(f"{LABELS[method]}: a point of its trade-off", range(len(labels)), index=default,
+                     format_func=labels.__getitem__, key=f"ec_point_{method}@{lm.name}")
+    st.plotly_chart(points.figure(i), width="stretch", key=f"ec_point_fig_{method}")
+    st.markdown(points.sentence() if i == default else points.picked(i))
+    st.button("Use this point in the next run", key=f"ec_point_use_{method}", disabled=points.points[i].default,
+              on_click=use_point, args=(method, points.points[i].setting))
+    st.caption(f"Measured on {points.source}." + "".join(f" {n}." for n in points.notes if n))
+
+
+def points_section(methods: list[str]) -> None:
+    """Each chosen method whose strength knob has a shipped trade-off, side by side."""
+    shown = [(m, points_of(m)) for m in methods]
+    shown = [(m, p) for m, p in shown if p is not None]
+    if not shown:
+        return
+    with st.expander("Operating points: the trade-off each method's strength knob was chosen from"):
+        st.markdown(
+            "A knob that makes an edit stronger also moves more of what it should leave alone: UltraEdit's learning "
+            "rate buys efficacy (P(new) > P(true) on the rewrite) with neighbours kept (neighbourhood prompts the "
+            "unedited model got right that stay right); co-edit's kept relations buy back the subject's other facts "
+            "(relation specificity) with implied facts moved (logical generalization); MEMIT's norm constraint "
+            "λ_n‖ΔW‖² (ENCORE) is a stabiliser for long sequences of edits. Each point is one setting measured on "
+            "validation records; the star is today's default. Pick a point to see what it buys and costs, and use "
+            "it for your next run.")
+        for row in range(0, len(shown), 2):  # two to a row: a third of the page overlapped legend and axis title
+            for col, (m, points) in zip(st.columns(2), shown[row:row + 2]):
+                with col:
+                    one_point_view(m, points)
+
+
 methods = st.multiselect("Methods", list(LABELS), ui.kept("ec_methods", list(LABELS)), format_func=LABELS.get,
                          key="ec_methods")
+with ui.guard("operating points"):
+    points_section(methods)
 overrides, hp_errors = hparams_inputs(methods)
 c1, c2 = st.columns(2)
 n_gen = c1.number_input("Generations per request", 0, 5, ui.kept("ec_ngen", 1), key="ec_ngen")
@@ -145,7 +215,7 @@ if st.button("Edit and compare", type="primary", key="ec_run", disabled=not (rec
         # every method starts from the same weights: base + this session's kept edits
         job = Item(compare_methods, (methods, records, overrides, int(n_gen), int(gen_tokens)), progress=True)
         st.session_state["ec_out"] = ui.run_item("edit and compare", lm, job, batch=len(records),
-                                                 memory=edit_memory(lm, methods, len(records), overrides),
+                                                 memory=edit_ram(lm, methods, len(records), overrides),
                                                  new_tokens=int(gen_tokens) if int(n_gen) else None)
         st.session_state.pop("ec_traces", None)
         show_estimate()  # not "No estimate yet" above the results of the run that timed it
@@ -241,7 +311,7 @@ def show_traces(out: Comparison) -> None:
                     traces[m] = r["hidden"]
                 return traces
 
-            memory = trace_memory(lm, req.rewrite, int(samples), ["hidden"])
+            memory = trace_ram(lm, req.rewrite, int(samples), ["hidden"])
             st.session_state["ec_traces"] = ui.run_job("trace of the edited models", trace_job, memory=memory,
                                                        samples=int(samples))
     traces = list((st.session_state.get("ec_traces") or {}).items())
@@ -251,9 +321,21 @@ def show_traces(out: Comparison) -> None:
                              key=f"ec_trace_{m}")
 
 
+def show_notes(out: Comparison) -> None:
+    """Beside the metrics: each method's notes (a rewrite it does not win and the likely reason; co-edit with
+    nothing implied to write) and, where its knob has a shipped trade-off, the operating point it ran at."""
+    for name, m in out.methods.items():
+        for d in m.result.diagnostics:
+            st.warning(f"**{m.label}**: {ui.md_escape(str(d))}")
+        points = points_of(name)
+        if points is not None:
+            st.caption(f"**{m.label}**'s operating point: {points.ran_at(m.result.hparams)}")
+
+
 def show_results(out: Comparison) -> None:
     """Every view of one comparison (kept in the session until the next run)."""
     df = show_metrics(out)
+    show_notes(out)
     show_probabilities(out)
     show_changes(out)
     show_generations(out)
@@ -262,6 +344,79 @@ def show_results(out: Comparison) -> None:
     d1.download_button("Download results (JSON)", json.dumps(out.to_json(), indent=1, default=str),
                        "edit_compare.json", "application/json", key="ec_json")
     d2.download_button("Download metrics (CSV)", df.to_csv(index=False), "edit_compare.csv", "text/csv", key="ec_csv")
+    model_download(out)
+
+
+def _about_first_request(result, out: Comparison):
+    """A bleed map or ripple result of this session, if it is about the comparison's first request."""
+    return result if result and result.request.to_dict() == out.requests[0].to_dict() else None
+
+
+def report_section(out: Comparison | None) -> None:
+    """The comparison as one self-contained HTML file (evaluation/html_report.py), with the bleed map and the
+    ripple grid above when they were computed for its first request; built when the button is pressed. Drawn
+    after those sections, so that a map computed in this run is in it."""
+    if not out:
+        return
+    st.subheader("A report to keep or share")
+    st.markdown("One HTML file of this comparison that opens in any browser without the internet and prints: "
+                "the request, every method's metrics with their 95% intervals, the charts, who did best, the "
+                "versions and the command that computes it again.")
+    bleed = _about_first_request(st.session_state.get("ec_bleed"), out)
+    ripple = _about_first_request(st.session_state.get("ec_ripple"), out)
+
+    def build() -> str:
+        from editkit.evaluation.compare import conclusion as sentence
+        from editkit.evaluation.html_report import comparison_document
+
+        return comparison_document(out, sentence(out).sentence(), bleed, ripple).render()
+
+    parts = " and ".join(p for p, r in (("the bleed map", bleed), ("the ripple grid", ripple)) if r)
+    st.download_button("Download a report (HTML)", build, "edit_compare_report.html", "text/html",
+                       key="ec_report", on_click="ignore")
+    st.caption(f"With {parts} of the first request." if parts else
+               "The bleed map and the ripple grid join it once computed above for the first request.")
+
+
+GGUF_KINDS = {"GGUF q8_0 (llama.cpp, Ollama; smallest)": ("gguf", "q8_0"), "GGUF f16": ("gguf", "f16"),
+              "GGUF f32 (exactly the model compared here)": ("gguf", "f32"),
+              "Hugging Face folder (.zip, transformers)": ("hf", None)}
+
+
+def model_download(out: Comparison) -> None:
+    """One method's edited model as a file: GGUF or a zipped Hugging Face folder, built when the button is
+    pressed (model/export.py). Only for the server's own browser: the file is held in the server's memory
+    while the session lasts; anyone can take the patch (sidebar) and run `editkit export` on their machine."""
+    from editkit.model.export import as_bytes
+
+    deltas = [m for m, o in out.methods.items() if o.result.delta]
+    if not deltas or out.model != lm.name:
+        return
+    st.markdown("**Take an edited model out of editkit**")
+    if not ui.visitor().local:
+        st.caption("Whole models are downloaded from the server's own browser only. Keep the edit, download "
+                   "it as a patch (sidebar) and run `editkit export --patch P --gguf edited.gguf` yourself.")
+        return
+    c1, c2, c3 = st.columns(3)
+    method = c1.selectbox("Edited model of", deltas, format_func=LABELS.get, key="ec_export_method")
+    fmt, gguf_type = GGUF_KINDS[c2.selectbox("Format", list(GGUF_KINDS), key="ec_export_kind")]
+    kept = [e["delta"] for e in ui.my_edits(lm)]  # edits act in this thread only: handed to the build
+    name = f"{lm.name.replace('/', '--')}-{method}" + (f"-{gguf_type}.gguf" if fmt == "gguf" else "")
+
+    def build() -> bytes:
+        from editkit.model import isolation
+
+        with isolation.session(lm, kept):
+            if fmt == "gguf":
+                return as_bytes(lambda path: out.export_gguf(method, path, lm, gguf_type), name)
+            return as_bytes(lambda path: out.export_hf(method, path, lm), name)
+
+    c3.download_button("Download the edited model", build, name + (".zip" if fmt == "hf" else ""),
+                       "application/octet-stream", key="ec_export_go", on_click="ignore")
+    st.caption(f"The base model with {LABELS.get(method, method)}'s edit"
+               + (" and your kept edits" if kept else "") + ": GGUF loads in llama.cpp, Ollama and editkit, "
+               "the folder with transformers. f32 is the compared model exactly; f16 and q8_0 are smaller "
+               "and round its weights (the manual's \"Take an edit out of editkit\").")
 
 
 out = st.session_state.get("ec_out")
@@ -331,6 +486,7 @@ def lifelong_section(lm) -> None:
             first = next(iter(shipped.values()))
             st.caption(f"Shipped run on {first.model}: {first.n} CounterFact edits; {first.notes}")
             draw_parts(parts, ("ec_life_shipped", "ec_life_shipped_layers"))
+            unshipped_note(shipped)
     if SHIPPED_STABILISERS.exists():
         title = "Stabilisers against ROME's collapse (120 edits, shipped run)"
         with st.expander(title), ui.guard("the stabilisers' run"):
@@ -355,8 +511,9 @@ def lifelong_section(lm) -> None:
                 "chosen on validation edits. Hollow markers are checkpoints "
                 "measured on a sample of 50 edits; the last one measures all of them. A run that stopped early "
                 "says where and is left out of the sentence's ranking.")
-            draw_parts(shipped_runs(str(SHIPPED_1000), SHIPPED_1000.stat().st_mtime)[1],
-                       ("ec_life_1000", "ec_life_1000_layers"))
+            runs_1000, parts_1000 = shipped_runs(str(SHIPPED_1000), SHIPPED_1000.stat().st_mtime)
+            draw_parts(parts_1000, ("ec_life_1000", "ec_life_1000_layers"))
+            unshipped_note(runs_1000, batch_only=True)
     c1, c2, c3 = st.columns(3)
     chosen = c1.multiselect("Methods", list(LABELS), list(LABELS), format_func=LABELS.get, key="ec_life_methods")
     n = int(c2.number_input("Edits", 2, 200, 20, key="ec_life_n"))
@@ -372,7 +529,7 @@ def lifelong_section(lm) -> None:
                 plans[m] = (overrides.get(m), SequentialSpec(batch=b, eval_every=b * max(1, batch // b), sample=20,
                                                              ppl_tokens=512, fluency_tokens=20))
             job = Item(sequential_methods, (plans, records), progress=True)
-            memory = edit_memory(lm, chosen, batch, overrides) + scoring_memory(lm)
+            memory = edit_ram(lm, chosen, batch, overrides) + scoring_ram(lm)
             st.session_state["ec_life"] = ui.run_item("lifelong editing", lm, job, memory=memory, sequential=n)
     mine = st.session_state.get("ec_life")
     if mine:
@@ -401,6 +558,15 @@ def shipped_runs(path: str, mtime: float) -> tuple[dict, tuple]:
 
     runs = load_results(Path(path))
     return runs, run_parts(runs)
+
+
+def unshipped_note(runs: dict, batch_only: bool = False) -> None:
+    """The registered methods this shipped file has no run of (added since it was made), said as such."""
+    from editkit.evaluation.lifelong import without_run
+
+    note = without_run(runs, batch_only)
+    if note:
+        st.caption(note)
 
 
 def draw_parts(parts: tuple, keys: tuple[str, str], layer_caption: str = "") -> None:
@@ -450,7 +616,7 @@ def bleed_section(lm, records, overrides) -> None:
             job = Item(bleed_map, (method, records[0].request, overrides.get(method)),
                        {"relation": records[0].relation, "n_facts": int(n_facts)}, progress=True)
             st.session_state["ec_bleed"] = ui.run_item("bleed map", lm, job, facts=int(n_facts),
-                                                       memory=edit_memory(lm, [method], 1, overrides))
+                                                       memory=edit_ram(lm, [method], 1, overrides))
     out = st.session_state.get("ec_bleed")
     if not out:
         return
@@ -517,7 +683,7 @@ def sweep_section(lm) -> None:
             job = Item(sweep, (method, params, replace(SWEEP, set_name=set_name, n=n)),
                        {"hparams": overrides.get(method)}, progress=True)
             st.session_state["ec_sweep"] = ui.run_item("sweep", lm, job, facts=n,
-                                                       memory=edit_memory(lm, [method], 1, overrides))
+                                                       memory=edit_ram(lm, [method], 1, overrides))
     out = st.session_state.get("ec_sweep")
     if out:
         st.markdown(sweep_conclusion(out))
@@ -567,7 +733,7 @@ def ripple_section(lm, records, overrides) -> None:
                      if str(r["prompt"] or "").strip() or str(r["expected answer"] or "").strip()]
             job = Item(ripple_view, (req, methods, relation or "", overrides, extra, reference), progress=True)
             st.session_state["ec_ripple"] = ui.run_item("ripple effects", lm, job, batch=len(methods) + 1,
-                                                        memory=edit_memory(lm, methods, 1, overrides))
+                                                        memory=edit_ram(lm, methods, 1, overrides))
     out = st.session_state.get("ec_ripple")
     if not out:
         return
@@ -580,6 +746,9 @@ def ripple_section(lm, records, overrides) -> None:
         st.caption("Criteria: " + "; ".join(f"{k} = {v}" for k, v in CRITERIA.items()) + ". Efficacy and "
                    "neighbourhood specificity of each method: " + "; ".join(
                        f"{m.label} {_rate(m.efficacy)} / {_rate(m.specificity)}" for m in out.methods))
+    for m in out.methods:  # co-edit with nothing implied to write: it edited as MEMIT would, and why
+        for note in m.notes:
+            st.warning(f"**{m.label}**: {ui.md_escape(note)}")
     show_written(out)
     dropped = out.derivation.dropped
     if dropped:
@@ -609,4 +778,5 @@ def _rate(pair) -> str:
 
 bleed_section(lm, records, overrides)
 ripple_section(lm, records, overrides)
+report_section(st.session_state.get("ec_out"))
 sweep_section(lm)

@@ -6,7 +6,7 @@ import streamlit as st
 from editkit.memories import geva, triggers, vocab
 from editkit.memories.inspect import memories_at
 from editkit.memories.intervene import intervene, parse_memory
-from editkit.memories.memory import analyses_memory, index_memory
+from editkit.memories.ram import analyses_ram, index_ram
 from editkit.model.weights import model_key
 from pages import ui
 
@@ -150,7 +150,7 @@ with ui.guard("trigger examples"):
                     with ui.session(lm):
                         return triggers.get_index(lm, int(n_tokens), progress=progress)
 
-                index = ui.run_job("trigger index", index_job, memory=index_memory(lm), index_tokens=int(n_tokens))
+                index = ui.run_job("trigger index", index_job, memory=index_ram(lm), index_tokens=int(n_tokens))
         if index is not None:
             found = triggers.examples(lm, index, t_layer, t_index, 10)
             st.caption(f"{index.meta['n_positions']:,} tokens, {index.meta['corpus']}")
@@ -212,7 +212,7 @@ if st.button("Compute analyses", key="mem_geva_run"):
             with ui.session(lm):
                 return geva.analyses(lm, int(g_pos), int(g_mem), index_tokens=int(n_tokens), progress=progress)
 
-        g = ui.run_job("layer-level analyses", geva_job, memory=analyses_memory(lm, int(g_pos)),
+        g = ui.run_job("layer-level analyses", geva_job, memory=analyses_ram(lm, int(g_pos)),
                        positions=int(g_pos), index_tokens=int(n_tokens))
         st.session_state["mem_geva"] = g
 g = st.session_state.get("mem_geva")

@@ -68,6 +68,9 @@ def test_spectrum_and_lifelong_sections():
     at.session_state["model_choice"] = "tiny-gemma3"
     at.switch_page("pages/edit_compare.py").run()
     assert not at.exception
+    # the 500-edit file predates UltraEdit and co-edit: named as without a run, not left out silently
+    assert any(c.value.startswith("UltraEdit and Co-edit (MEMIT + implied) have no run in this file")
+               for c in at.caption), [c.value for c in at.caption]
     at.button(key="ec_spec_go").click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]
     spec = at.session_state["ec_spec"]

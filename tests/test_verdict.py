@@ -80,7 +80,6 @@ def test_a_curve_has_a_peak_only_outside_the_band_of_its_largest_value():
     assert verdict.peak(flat, band=None).extent == (2,)  # no noise estimate: named as measured
     a, b = verdict.Peak(2, 0.9, (2, 3), 0.1), verdict.Peak(10, 0.5, (9, 10), 0.1)
     assert a.overlaps(b, 1 / 4, 1 / 12) and not a.overlaps(b, 1 / 4, 1 / 30)
-    assert verdict.within_noise(0.5, 0.55, 0.1) and not verdict.within_noise(0.5, 0.55, None)
 
 
 def test_one_prompt_per_group_says_it_cannot_estimate_the_noise():

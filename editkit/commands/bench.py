@@ -1,7 +1,8 @@
-"""`python -m editkit bench trace|edit|fast|preview|scale|report [...] [--json]`: benchmarks that time editkit
-against the reference algorithm in the same run, and an evaluation in process against 1, 2, ... Ray workers.
-The measurements live in the library (tracing/bench.py, tracing/agreement.py, editing/bench.py,
-evaluation/scale.py); this file parses the arguments and prints."""
+"""`python -m editkit bench trace|edit|fast|preview|scale|report|startup [...] [--json]`: benchmarks that time
+editkit against the reference algorithm in the same run, an evaluation in process against 1, 2, ... Ray workers,
+and the start-up against an earlier commit. The measurements live in the library (tracing/bench.py,
+tracing/agreement.py, editing/bench.py, evaluation/scale.py, evaluation/startup.py); this file parses the
+arguments and prints."""
 import sys
 
 from .common import add_model_arg, load
@@ -76,6 +77,20 @@ def register(sub):
     s.add_argument("--model", default="gemma-3-270m")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=run_scale, show=show_scale)
+    _add_startup(inner)
+
+
+def _add_startup(inner) -> None:
+    u = inner.add_parser("startup", help="start-up from a fresh process with the model cached: --help, "
+                                         "predict, editkit.load and the app's first page, per phase")
+    u.add_argument("--model", default="gemma-3-270m", help="the model predict and load (converted first)")
+    u.add_argument("--runs", type=int, default=3, help="runs per measurement after a warm-up (best, median)")
+    u.add_argument("--only", default=None, help="measurements, comma-separated: help, predict, load, app")
+    u.add_argument("--reference", default=None, metavar="COMMIT",
+                   help="also measure this git commit's code in the same run (e.g. the one before a change)")
+    u.add_argument("--port", type=int, default=None, help="the app's port (default: a free one)")
+    u.add_argument("--json", action="store_true")
+    u.set_defaults(func=run_startup, show=show_startup)
 
 
 def _line(row: dict) -> str:
@@ -244,3 +259,34 @@ def show_scale(out: dict) -> None:
     if p:
         print(f"{p['records']} records at {p['seconds_per_record']} s each + {p['fixed_s']} s fixed: "
               + ", ".join(f"{n} workers {sec / 60:.0f} min" for n, sec in p["seconds"].items()))
+
+
+def run_startup(args):
+    from ..evaluation.startup import MEASUREMENTS, StartupSpec, bench_startup
+
+    only = tuple(m.strip() for m in args.only.split(",") if m.strip()) if args.only else MEASUREMENTS
+    spec = StartupSpec(model=args.model, runs=args.runs, measurements=only, reference=args.reference,
+                       port=args.port)
+    return bench_startup(spec, say=lambda line: print(line, file=sys.stderr, flush=True))
+
+
+def show_startup(out) -> None:
+    r = out.to_json()
+    m = r["machine"]
+    print(f"{m['cpu']}, {m['cores']} cores, load average {m['load_average']} -> {r['load_average_end']}; "
+          f"model {r['model']}; best and median of {r['spec']['runs']} runs after a warm-up")
+    for label, code in r["codes"].items():
+        print(f"[{label}] {code.get('commit') or code['root']}")
+        for name in r["spec"]["measurements"]:
+            row = code.get(name, {})
+            if "skipped" in row:
+                print(f"  {name:8s} skipped: {row['skipped']}")
+                continue
+            cpu_phases = row.get("cpu_phases", {})
+            phases = ", ".join(f"{p} {s:.2f}" + (f" ({cpu_phases[p]:.2f} CPU)" if p in cpu_phases else "")
+                               for p, s in row.get("phases", {}).items())
+            cpu = f"  CPU {row['cpu_best']:.2f} s" if "cpu_best" in row else ""
+            print(f"  {name:8s} best {row['best']:6.2f} s  median {row['median']:6.2f} s{cpu}"
+                  + (f"  ({phases})" if phases else ""))
+    for name, g in r["goals"].items():
+        print(f"goal {name} < {g['goal']} s: best {g['best']:.2f} s, {'met' if g['met'] else 'missed'}")

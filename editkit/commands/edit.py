@@ -1,5 +1,5 @@
-"""`python -m editkit edit --method M --requests FILE [--hparams FILE] [--save-patch P] --json`: any registered
-method (editing/methods/)."""
+"""`python -m editkit edit --method M --requests FILE [--hparams FILE] [--save-patch P] [--report FILE.html]
+--json`: any registered method (editing/methods/)."""
 from ..core.errors import EditkitError
 from .common import add_model_arg, load
 
@@ -9,10 +9,18 @@ def register(sub):
 
     p = sub.add_parser("edit", help="edit facts with a registered method and report pre/post probabilities")
     p.add_argument("--method", required=True, help=f"one of {', '.join(builtin_names())}")
-    p.add_argument("--requests", required=True, help="JSON/JSONL file: editkit, CounterFact or EasyEdit records")
+    p.add_argument("--requests", required=True,
+                   help="JSON/JSONL file of editkit, CounterFact or EasyEdit records; editkit's fields: prompt "
+                        "(with {} for the subject), subject, target_new; optional target_true, paraphrase_prompts, "
+                        "neighborhood_prompts, generation_prompts, case_id, relation (the Wikidata relation, e.g. "
+                        "P131, that implied facts derive from)")
     p.add_argument("--hparams", default=None, help="JSON file of hyperparameter overrides")
     p.add_argument("--save-patch", default=None, help="write the edit as <P>.safetensors + <P>.json")
-    p.add_argument("--save-model", default=None, help="write the edited model with save_pretrained")
+    p.add_argument("--save-model", default=None,
+                   help="write the edited model as a Hugging Face folder (new or empty; `editkit "
+                        "export` also writes GGUF)")
+    p.add_argument("--report", default=None, metavar="FILE.html",
+                   help="write the edit as one self-contained HTML report")
     p.add_argument("--n", type=int, default=None, help="use the first N requests of the file")
     add_model_arg(p)
     p.set_defaults(func=run, show=show)
@@ -35,17 +43,26 @@ def run(args):
     lm = load(args)
     report = edit_report(lm, args.method, requests, overrides)
     if args.save_model:
-        state = dict(lm.model.state_dict())
-        state.update({name: state[name] + d for name, d in report.delta.items()})
-        lm.model.save_pretrained(args.save_model, state_dict=state)  # the loaded weights stay as they are
-        lm.tok.save_pretrained(args.save_model)
+        report.export_hf(args.save_model)  # the loaded weights stay as they are
     if args.save_patch:
         hparams = report.result.info.get("hparams")
         path = save_patch(args.save_patch, report.delta, {"model": lm.name, "method": args.method,
                                                           "requests": [r.to_dict() for r in requests],
                                                           "hparams": hparams})
         report.patch = str(path)
+    if args.report:
+        report.report(args.report, command=_command(args))
     return report
+
+
+def _command(args) -> str:
+    """This run as one command line (files as they were named)."""
+    from ..evaluation.html_report import command_line
+
+    words = ["edit", "--model", args.model, "--method", args.method, "--requests", args.requests]
+    optional = [("--n", args.n), ("--dtype", args.dtype), ("--hparams", args.hparams)]
+    words += [w for flag, value in optional if value is not None for w in (flag, str(value))]
+    return command_line(words + ["--report", args.report])
 
 
 def show(report):
@@ -57,3 +74,5 @@ def show(report):
             true = (f"  p_true {nan if p.p_true_pre is None else p.p_true_pre:.3f} -> "
                     f"{nan if p.p_true_post is None else p.p_true_post:.3f}")
             print(f"  [{p.group}] p_new {p.p_new_pre:.3f} -> {p.p_new_post:.3f}{true}  {p.prompt[:60]!r}")
+    for d in report.result.diagnostics:  # a rewrite it does not win, an implication it could not write
+        print(f"note: {d}")

@@ -8,7 +8,8 @@ already gave one (`gives_time`).
 """
 from __future__ import annotations
 
-from typing import Callable
+import math
+from typing import Any, Callable
 
 Progress = Callable[[float, str], None]
 
@@ -29,13 +30,14 @@ LEFT = " left"  # the end of every time estimate a message carries
 
 
 def duration(seconds: float) -> str:
-    """'about 40 s' / 'about 3.5 min'."""
-    return f"about {seconds:.0f} s" if seconds < 120 else f"about {seconds / 60:.1f} min"
+    """'40 s' below a minute and a half, else whole minutes rounded up ('4 min': never '0 min', which reads as
+    nothing to wait for): the one way editkit says how long something takes or took."""
+    return f"{seconds:.0f} s" if seconds < 90 else f"{math.ceil(seconds / 60)} min"
 
 
 def time_left(seconds: float) -> str:
-    """'about 40 s left' / 'about 3.5 min left': the one way a progress message says how long is left."""
-    return duration(seconds) + LEFT
+    """'about 40 s left' / 'about 4 min left': the one way a progress message says how long is left."""
+    return "about " + duration(seconds) + LEFT
 
 
 def eta(elapsed: float, done: float, total: float) -> str:
@@ -70,7 +72,7 @@ class Bar:
     line otherwise), in percent with the latest message beside it; it appears only once a call has run `delay`
     seconds, so quick calls stay silent. A context manager: the bar is closed on exit."""
 
-    def __init__(self, what: str, delay: float = 2.0):
+    def __init__(self, what: str, delay: float = 2.0) -> None:
         import warnings
 
         with warnings.catch_warnings():  # without ipywidgets tqdm.auto falls back to text and says so
@@ -86,14 +88,15 @@ class Bar:
             self.bar.set_postfix_str(message[:100], refresh=False)
         self.bar.update(max(target - self.bar.n, 0.0))
 
-    def __enter__(self) -> "Bar":
+    def __enter__(self) -> Bar:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.bar.close()
 
 
-_BARS: dict = {"on": None}  # None: on in a Jupyter kernel, off elsewhere (EDITKIT_PROGRESS=0/1 decides first)
+# None: on in a Jupyter kernel, off elsewhere (EDITKIT_PROGRESS=0/1 decides first)
+_BARS: dict[str, bool | None] = {"on": None}
 
 
 def set_bars(on: bool | None) -> None:
@@ -107,26 +110,27 @@ def set_bars(on: bool | None) -> None:
 def bars_on() -> bool:
     import os
 
-    if _BARS["on"] is not None:
-        return _BARS["on"]
+    on = _BARS["on"]
+    if on is not None:
+        return on
     env = os.environ.get("EDITKIT_PROGRESS", "").strip().lower()
     if env in ("0", "off", "false", "no"):
         return False
     return env in ("1", "on", "true", "yes") or in_notebook()
 
 
-def with_bar(what: str):
+def with_bar(what: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """A decorator for a notebook-API function with a `progress` argument: left out (None), it becomes a Bar
     (`what` is its label) when bars are on; False turns it off for that call; a callback given is used as
     is."""
     import functools
     import inspect
 
-    def wrap(fn):
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
         signature = inspect.signature(fn)
 
         @functools.wraps(fn)
-        def call(*args, **kwargs):
+        def call(*args: Any, **kwargs: Any) -> Any:
             bound = signature.bind(*args, **kwargs)
             given = bound.arguments.get("progress")
             if given is False or (given is None and not bars_on()):

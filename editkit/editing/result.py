@@ -16,8 +16,10 @@ per-request table; `figure()` draws the target optimisation's loss and the relat
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -25,6 +27,13 @@ from ..core.results import JsonObject, Result, frame
 from ..figures.editing import edit_figure
 from ..model import weights
 from .requests import EditRequest, parse_record
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from ..model.loading import LM
+    from .hparams import BaseHparams
+    from .sequence import SequenceState
 
 
 @dataclass(frozen=True)
@@ -34,7 +43,7 @@ class ParameterNorm:
     relative_norm: float  # their ratio (inf for a zero weight)
     condition: float | None = None  # cond_2(W + dW) = sigma_max / sigma_min (PRUNE's quantity); None: not asked
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         if self.condition is None:
             d.pop("condition")
@@ -49,7 +58,8 @@ def condition_number(matrix: torch.Tensor) -> float:
     return float(s[0] / s[-1]) if float(s[-1]) > 0 else float("inf")
 
 
-def norm_report(model, delta: dict[str, torch.Tensor], condition: bool = False) -> dict[str, ParameterNorm]:
+def norm_report(model: torch.nn.Module, delta: weights.WeightDelta,
+                condition: bool = False) -> dict[str, ParameterNorm]:
     """||dW||_F, ||W||_F and their ratio per edited parameter; with `condition` also cond(W + dW) (W the base
     weight, as for the norms; off by default: it costs a singular value decomposition per parameter)."""
     params = dict(model.named_parameters())
@@ -68,10 +78,11 @@ class RequestReport:
     """One request's diagnostics."""
 
     case_id: object = None
-    losses: list[dict] = field(default_factory=list)  # per optimisation step: step, loss, nll, kl, p_target
+    # per optimisation step: step, loss, nll, kl, p_target
+    losses: list[dict[str, float]] = field(default_factory=list)
     reached: float | None = None  # share of the distance to the target the edited model covers at the target site
     # (1 = reached), for multi-layer edits, which can fall short; None where the method does not measure it
-    details: dict = field(default_factory=dict)  # the method's own numbers for this request (JSON)
+    details: dict[str, Any] = field(default_factory=dict)  # the method's own numbers for this request
 
     @property
     def steps(self) -> int:
@@ -83,7 +94,7 @@ class RequestReport:
         """P(target_new) at the optimisation's last step: whether the target vector reached the new answer."""
         return self.losses[-1].get("p_target") if self.losses else None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"case_id": self.case_id, **self.details, "losses": self.losses}
 
 
@@ -112,8 +123,52 @@ class Solve:
     C: torch.Tensor | None = None
 
 
+@dataclass(frozen=True)
+class Diagnostic:
+    """What a user must read beside an edit's numbers: what went wrong for a request (or the whole
+    edit) and the likely reason, in a sentence each; `hint` names what to change (a setting, a request
+    field)."""
+
+    kind: str  # "rewrite_failed": the edit does not win its own rewrite prompt; "nothing_implied":
+    # co-edit wrote no implied fact for the request (it edited it as MEMIT would)
+    message: str
+    request: int | None = None  # the request's index in the edit; None: the whole edit
+    hint: str = ""
+
+    def __str__(self) -> str:
+        return self.message + (f" {self.hint}" if self.hint else "")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def likely_reason(result: "EditResult", i: int) -> str:
+    """Why request i's edit may not win its rewrite, from the result's own diagnostics (any method's:
+    the target held at its bound, a target optimisation that ended short of the new answer, a spread
+    that did not reach its target); a method that knows better says so through its `explain` hook."""
+    from .methods import get
+
+    own = get(result.method).explain
+    if own is not None:
+        reason = own(result, i)
+        if reason:
+            return reason
+    r = result.per_request[i] if i < len(result.per_request) else RequestReport()
+    if r.details.get("held_at_bound"):
+        return "its target was held at the shift bound v_max_norm before it reached the new answer"
+    if r.p_target is not None and r.p_target < 0.5:
+        return (f"its target optimisation ended at P(new) {r.p_target:.2f} after {r.steps} step(s) "
+                "(v_num_grad_steps and v_lr set how far it goes)")
+    if r.reached is not None and r.reached < 0.8:
+        return (f"the update reached {100 * r.reached:.0f}% of its target at the edited layers (the "
+                "statistics C of other keys hold it back: mom2_update_weight)")
+    return ("its target was reached where it was written, yet the rewrite prompt's answer is decided "
+            "elsewhere in the model (another layer or token than the edited ones)")
+
+
 # info keys EditResult.info builds from typed fields; any other key of a read-back "info" is the method's details
-_BUILT = ("requests", "target_reached", "seconds_targets", "seconds_spread", "norms", "hparams")
+_BUILT = ("requests", "target_reached", "seconds_targets", "seconds_spread", "norms", "hparams",
+          "diagnostics")
 
 
 @dataclass
@@ -123,23 +178,25 @@ class EditResult(Result):
 
     method: str
     requests: list[EditRequest]
-    delta: dict[str, torch.Tensor] = field(repr=False)  # parameter name -> delta, in the parameter's layout
-    hparams: object = None  # the method's Hparams
+    delta: weights.WeightDelta = field(repr=False)  # parameter name -> delta, in the parameter's layout
+    hparams: BaseHparams | dict[str, Any] | None = None  # the method's Hparams (their JSON when read back)
     per_request: list[RequestReport] = field(default_factory=list)  # one per request, in order
     layers: list[LayerReport] = field(default_factory=list)  # multi-layer edits, by layer and map
     norms: dict[str, ParameterNorm] = field(default_factory=dict)  # per edited parameter
     seconds: float = 0.0
     seconds_targets: float | None = None  # of `seconds`, the target optimisation
     seconds_spread: float | None = None  # of `seconds`, a multi-layer edit's spreading
-    details: dict = field(default_factory=dict)  # the method's own JSON numbers (ROME: layer, rrome; ...)
+    details: dict[str, Any] = field(default_factory=dict)  # the method's own JSON numbers (ROME: layer, ...)
     solves: list[Solve] = field(default_factory=list, repr=False)  # with solves=True
-    state: object = field(default=None, repr=False)  # a stateful method's next SequenceState (editing/sequence.py)
+    # a stateful method's next SequenceState (editing/sequence.py)
+    state: SequenceState | None = field(default=None, repr=False)
     shapes: dict[str, list[int]] | None = None  # parameter -> shape, for a result read from JSON (no delta)
+    diagnostics: list[Diagnostic] = field(default_factory=list)  # what to read beside the numbers
 
     _show = "table"
 
     @contextmanager
-    def applied(self, lm):
+    def applied(self, lm: LM) -> Iterator[LM]:
         """A block whose computations (in this thread) see the edited weights W + delta; the model is unchanged."""
         with weights.applied(lm, self.delta):
             yield lm
@@ -152,11 +209,31 @@ class EditResult(Result):
     def headline(self) -> str:
         held = [r.details["held_at_bound"] for r in self.per_request if "held_at_bound" in r.details]
         bound = f"; {sum(held)} of {len(held)} target(s) held at the shift bound v_max_norm" if any(held) else ""
+        notes = "".join(f"\n{d}" for d in self.diagnostics)
         return (f"{self.method}, {len(self.requests)} request(s) in {self.seconds:.1f} s; "
-                f"{len(self.norms)} parameter(s) changed, max ||dW||/||W|| = {self.relative_norm:.4f}{bound}")
+                f"{len(self.norms)} parameter(s) changed, max ||dW||/||W|| = {self.relative_norm:.4f}"
+                f"{bound}{notes}")
+
+    def check_rewrites(self, post: list[dict[str, Any]]) -> list[Diagnostic]:
+        """Given each request's probabilities after the edit (measure.probabilities: group ->
+        [{"p_new", "p_true"}]), note every request whose rewrite prompt the edit does not win
+        (P(new) <= P(true)), with its likely reason; they replace earlier such notes and are returned."""
+        self.diagnostics = [d for d in self.diagnostics if d.kind != "rewrite_failed"]
+        new = []
+        for i, (q, p) in enumerate(zip(self.requests, post)):
+            rw = (p.get("rewrite") or [{}])[0]
+            if rw.get("p_true") is None or rw["p_new"] > rw["p_true"]:
+                continue
+            new_, true = q.target_new.strip(), (q.target_true or "").strip()
+            new.append(Diagnostic(
+                "rewrite_failed", f"The edit does not win its own rewrite: after {q.rewrite!r}, "
+                f"P({new_}) {rw['p_new']:.3f} is not above P({true}) {rw['p_true']:.3f}; likely reason: "
+                f"{likely_reason(self, i)}.", i))
+        self.diagnostics += new
+        return new
 
     @property
-    def info(self) -> dict:
+    def info(self) -> dict[str, Any]:
         """The diagnostics as JSON (to_dict()["info"])."""
         info = dict(self.details)
         info["requests"] = [r.to_dict() for r in self.per_request]
@@ -169,8 +246,10 @@ class EditResult(Result):
         if self.seconds_spread is not None:
             info["seconds_spread"] = round(self.seconds_spread, 2)
         info["norms"] = {k: v.to_dict() for k, v in self.norms.items()}
+        if self.diagnostics:
+            info["diagnostics"] = [d.to_dict() for d in self.diagnostics]
         if self.hparams is not None:  # a result read from JSON keeps its hyperparameters as their JSON
-            info["hparams"] = self.hparams.to_dict() if hasattr(self.hparams, "to_dict") else dict(self.hparams)
+            info["hparams"] = self.hparams if isinstance(self.hparams, dict) else self.hparams.to_dict()
         return info
 
     def to_json(self) -> JsonObject:
@@ -179,7 +258,7 @@ class EditResult(Result):
                 "seconds": round(self.seconds, 3), "parameters": shapes}
 
     @classmethod
-    def _from_json(cls, d: dict) -> "EditResult":
+    def _from_json(cls, d: JsonObject) -> EditResult:
         """The diagnostics of to_json() (the delta is not in the JSON; the hyperparameters stay a dict)."""
         info = d["info"]
         reached = info.get("target_reached") or [None] * len(info["requests"])
@@ -189,9 +268,10 @@ class EditResult(Result):
         return cls(d["method"], [parse_record(r) for r in d["requests"]], {}, info.get("hparams"), per_request,
                    norms={k: ParameterNorm(**v) for k, v in info.get("norms", {}).items()}, seconds=d["seconds"],
                    seconds_targets=info.get("seconds_targets"), seconds_spread=info.get("seconds_spread"),
-                   details={k: v for k, v in info.items() if k not in _BUILT}, shapes=d.get("parameters", {}))
+                   details={k: v for k, v in info.items() if k not in _BUILT}, shapes=d.get("parameters", {}),
+                   diagnostics=[Diagnostic(**x) for x in info.get("diagnostics", [])])
 
-    def to_frame(self):
+    def to_frame(self) -> pd.DataFrame:
         """One row per request: case_id, rewrite, target_new, target_true, optimisation steps, P(target_new) at
         the last step, the final loss and how far a multi-layer edit reached its target."""
         return frame([{"case_id": q.case_id, "rewrite": q.rewrite, "target_new": q.target_new,
@@ -199,14 +279,14 @@ class EditResult(Result):
                        "loss": r.losses[-1].get("loss") if r.losses else None, "reached": r.reached}
                       for q, r in zip(self.requests, self.per_request)])
 
-    def figure(self):
+    def figure(self) -> Any:  # a plotly Figure
         """The target optimisation's loss per step (per request) and ||dW||_F / ||W||_F per edited parameter."""
         return edit_figure(self.to_json())
 
 
-def _per_layer(layers: list[LayerReport]) -> list[dict]:
+def _per_layer(layers: list[LayerReport]) -> list[dict[str, Any]]:
     """One row per layer: the first map's numbers plain, every other map's prefixed with its part ("o_proj_")."""
-    rows: dict[int, dict] = {}
+    rows: dict[int, dict[str, Any]] = {}
     for r in layers:
         row = rows.setdefault(r.layer, {"layer": r.layer})
         prefix = "" if len(row) == 1 else f"{r.part}_"

@@ -181,6 +181,22 @@ def conclusion(runs: dict[str, LifelongRun]) -> str:
     return f"{head}. {ranked.sentence()}{tail}"
 
 
+def without_run(runs: dict[str, LifelongRun], batch_only: bool = False) -> str:
+    """A sentence naming the registered methods (only those that edit in batches with `batch_only`) that have no
+    run in `runs`, so a page shows a method added since the file was made as such; "" when every one has a run."""
+    from ..editing.methods import all_methods
+    from .verdict import and_list
+
+    have = {r.method or key for key, r in runs.items()}
+    missing = [m for m in all_methods() if m.name not in have and (m.batch or not batch_only)]
+    if not missing:
+        return ""
+    names = ",".join(m.name for m in missing)
+    verb = "has" if len(missing) == 1 else "have"
+    return (f"{and_list([m.label for m in missing])} {verb} no run in this file (added since, or not run): "
+            f"`editkit evaluate --sequential --methods {names} ...` with this run's settings makes one.")
+
+
 def _stopped_clause(stopped: dict[str, tuple[str, int]]) -> str:
     """'X stopped after 600 edits and is not ranked.' for runs (key -> (label, last edit)) left out."""
     parts = [f"{name} stopped after {edit:,} edits" for name, edit in stopped.values()]

@@ -18,9 +18,14 @@ deltas, the target optimisation's accumulations; W + delta is formed in float32 
 A half-precision model's name carries its dtype ("gemma-3-270m@bfloat16"), so every cache keyed by the name
 (statistics, templates, evaluations) keeps the two apart; `load_model` accepts such a name back.
 
-Memory: before any weight is loaded, the parameters are counted from the config (editkit/model/footprint.py) and a
-model that would not fit in the free RAM (or GPU memory) is refused with the numbers; one larger than a GPU is
-spread over several with accelerate's device map when they hold it together.
+Memory: before any weight is loaded, the parameters are counted from the weights' safetensors headers (from
+the config when the weights are not here yet; editkit/model/ram.py) and a model that would not fit in
+the free RAM (or GPU memory) is refused with the numbers; one larger than a GPU is spread over several with
+accelerate's device map when they hold it together.
+
+Start-up: a converted folder's tokenizer loads from its checked fast form (model/tokenizer_cache.py), and the
+steps of a load name themselves (core/timing.py: config, tokenizer, weights, check) for `editkit bench
+startup`.
 """
 from __future__ import annotations
 
@@ -31,7 +36,7 @@ import threading
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
@@ -39,10 +44,21 @@ from ..core.cache import Store
 from ..core.errors import EditkitError
 from ..core.paths import ASSETS
 from ..core.progress import Progress
+from ..core.timing import phase
 from .adapters import Adapter, adapter_for
-from .footprint import Footprint, count_parameters, device_map, dtype_name
 from .hardware import slow_dtype_note
+from .ram import (
+    Footprint,
+    count_parameters,
+    device_map,
+    dtype_name,
+    safetensors_files,
+    safetensors_parameters,
+)
 from .shipped import DEFAULT_MODEL, SHIPPED
+
+if TYPE_CHECKING:
+    from .runner import Runner
 
 # One tiny model per adapter family (editkit/model/adapters.py), each test runs on every one of them. tiny-llama has
 # grouped-query attention (4 query heads, 2 KV heads); tiny-llama-tied ties the LM head to the embedding and shares
@@ -63,8 +79,8 @@ class LM:
     """A loaded model with its tokenizer and architecture adapter."""
 
     name: str
-    model: torch.nn.Module
-    tok: object
+    model: Any  # the transformers model, a torch.nn.Module (its types are not followed: pyproject.toml)
+    tok: Any  # the transformers tokenizer (its types are not followed: pyproject.toml)
     adapter: Adapter
 
     @property
@@ -72,7 +88,7 @@ class LM:
         return next(self.model.parameters()).device
 
     @cached_property
-    def runner(self):
+    def runner(self) -> Runner:
         """Partial runs of this model (editkit/model/runner.py)."""
         from .runner import Runner
 
@@ -140,7 +156,8 @@ def load_model(name: str = DEFAULT_MODEL, device: str | None = None, trust_remot
         raise EditkitError(f"the name asks for {dtype_name(named_dtype)} but dtype is {dtype_name(dtype)}")
     dev = checked_device(device)
     shown = full_name(name, dtype)
-    fp, config = footprint(name, dtype, trust_remote_code)
+    with phase("config"):
+        fp, config = footprint(name, dtype, trust_remote_code)
     mapping = None
     if fp is None:
         report(0.0, f"memory estimate for {shown}: its config cannot be read before loading")
@@ -158,22 +175,24 @@ def load_model(name: str = DEFAULT_MODEL, device: str | None = None, trust_remot
         if name in ALL_TINY:
             model, tok = _tiny(name)
         elif name in SHIPPED:
-            model, tok = _load_folder(shipped_folder(name, say, dtype), dtype, mapping)
+            model, tok = _load_folder(shipped_folder(name, say, dtype), dtype, mapping, say)
         elif (gguf := gguf_file(name)) is not None:
-            model, tok = _load_folder(gguf_folder(gguf, say, dtype), dtype, mapping)
+            model, tok = _load_folder(gguf_folder(gguf, say, dtype), dtype, mapping, say)
         else:
             model, tok = _pretrained(name, trust_remote_code, say, dtype, mapping)
     except torch.cuda.OutOfMemoryError as exc:
         raise EditkitError(f"{shown} ran out of GPU memory while loading ({_first_line(exc)}); try "
                            "--dtype bfloat16 or a smaller model") from None
-    if mapping is None or mapping == {"": str(dev)}:
-        model = model.to(device=dev, dtype=dtype)
-    model = model.eval()
-    for p in model.parameters():
-        p.requires_grad_(False)
+    with phase("weights"):
+        if mapping is None or mapping == {"": str(dev)}:
+            model = model.to(device=dev, dtype=dtype)
+        model = model.eval()
+        for p in model.parameters():
+            p.requires_grad_(False)
     _pad_convention(tok)
     lm = LM(name=shown, model=model, tok=SerialTokenizer(tok), adapter=adapter_for(model))
-    lm.runner.check_layout()  # the adapter's decomposition holds on this model (refused with the numbers if not)
+    with phase("check"):  # the first forward: the adapter's decomposition holds (or refused with numbers)
+        lm.runner.check_layout()
     report(1.0, f"{shown} loaded on {lm.device}")
     return lm
 
@@ -278,9 +297,7 @@ def model_config(name: str, trust_remote_code: bool = False):
 
     if name in ALL_TINY:
         return tiny_config(name)
-    gguf = gguf_file(name)
-    if name in SHIPPED or gguf is not None:
-        folder = MODELS.path(name if name in SHIPPED else gguf_key(gguf), suffix="")
+    if (folder := _weights_folder(name)) is not None:
         try:
             return AutoConfig.from_pretrained(folder) if (folder / "config.json").exists() else None
         except (OSError, ValueError):
@@ -293,6 +310,14 @@ def model_config(name: str, trust_remote_code: bool = False):
             return AutoConfig.from_pretrained(name, local_files_only=local_only, trust_remote_code=trust_remote_code)
         except (OSError, ValueError):
             continue
+    return None
+
+
+def _weights_folder(name: str) -> Path | None:
+    """The converted folder of a shipped model or a GGUF file (perhaps not built yet); None for others."""
+    gguf = gguf_file(name)
+    if name in SHIPPED or gguf is not None:
+        return MODELS.path(name if name in SHIPPED else gguf_key(gguf), suffix="")
     return None
 
 
@@ -313,7 +338,12 @@ _COUNTS: dict = {}
 
 
 def _parameter_count(name: str, config, trust_remote_code: bool) -> int:
-    """count_parameters, remembered per model and config (a meta-device build takes a second or two)."""
+    """From the safetensors headers of the weights when they are on this machine (a converted folder, a local
+    folder, a hub id in the local cache), else count_parameters on the config, remembered per model and config
+    (a meta-device build takes a second or two)."""
+    files = None if name in ALL_TINY else safetensors_files(_weights_folder(name) or name)
+    if files:
+        return safetensors_parameters(files)
     key = (name, config.to_json_string(use_diff=False), trust_remote_code)
     if key not in _COUNTS:
         _COUNTS[key] = count_parameters(config, trust_remote_code)
@@ -437,11 +467,12 @@ _GLOBAL_RNG = threading.Lock()  # tiny models are initialised from torch's globa
 def _tiny(name: str):
     from transformers import AutoModelForCausalLM
 
-    tok = tiny_tokenizer()
+    with phase("tokenizer"):
+        tok = tiny_tokenizer()
     config = tiny_config(name, vocab_size=len(tok))
     # Two sessions may load two tiny models at once; without the lock their draws would interleave and the weights
     # would depend on timing. (Nothing else in editkit uses the global generator: text.sample has its own.)
-    with _GLOBAL_RNG, torch.random.fork_rng():
+    with phase("weights"), _GLOBAL_RNG, torch.random.fork_rng():
         torch.manual_seed(0)
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
         # Default inits are near-uniform; widen them so tiny models have peaked, informative distributions.
@@ -470,9 +501,11 @@ def _pretrained(name: str, trust_remote_code: bool, say: Say, dtype: torch.dtype
     kwargs = dict(trust_remote_code=trust_remote_code)
 
     def attempt(local_only: bool):
-        tok = AutoTokenizer.from_pretrained(name, local_files_only=local_only, **kwargs)
-        model = AutoModelForCausalLM.from_pretrained(name, local_files_only=local_only, dtype=dtype,
-                                                     device_map=mapping, **kwargs)
+        with phase("tokenizer"):
+            tok = AutoTokenizer.from_pretrained(name, local_files_only=local_only, **kwargs)
+        with phase("weights"):
+            model = AutoModelForCausalLM.from_pretrained(name, local_files_only=local_only, dtype=dtype,
+                                                         device_map=mapping, **kwargs)
         return model, tok
 
     say(f"loading {name} ({'folder' if is_folder else 'Hugging Face hub id'})")
@@ -523,11 +556,17 @@ def _save_as(folder: Path, out: Path, dtype: torch.dtype, say: Say) -> None:
     tok.save_pretrained(out)
 
 
-def _load_folder(folder: Path, dtype: torch.dtype = torch.float32, mapping: dict | None = None):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def _load_folder(folder: Path, dtype: torch.dtype = torch.float32, mapping: dict | None = None,
+                 say: Say = lambda m: None):
+    """A folder editkit converted: its tokenizer in the fast form (model/tokenizer_cache.py), its weights."""
+    from transformers import AutoModelForCausalLM
 
-    tok = AutoTokenizer.from_pretrained(folder)
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, device_map=mapping)
+    from .tokenizer_cache import fast_tokenizer
+
+    with phase("tokenizer"):
+        tok = fast_tokenizer(folder, say)
+    with phase("weights"):
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, device_map=mapping)
     return model, tok
 
 
