@@ -19,8 +19,8 @@ with Timer("load_object", R):
     # end load
 with Timer("activations", R):
     # activations
-    config = [{"layer": LAYER, "component": c, "intervention_type": pv.CollectIntervention}
-              for c in ("block_input", "attention_output", "mlp_output")]
+    config = [{"layer": LAYER, "component": c, "intervention": pv.CollectIntervention(keep_last_dim=True)}
+              for c in ("block_input", "attention_output", "mlp_output")]  # keep_last_dim: every position
     collector = pv.IntervenableModel(config, model=model)
     batch = tok(PROMPTS, return_tensors="pt", padding=True)
     T = batch["input_ids"].shape[1]
@@ -62,7 +62,7 @@ with Timer("trace_rows", R):
         for layer in range(L):
             window = list(range(max(0, layer - 5), min(L, layer + 5)))
             config = pv.IntervenableConfig(
-                [{"layer": 0, "component": "block_input", "intervention": Noise(), "unit": "pos",
+                [{"layer": 0, "component": "block_input", "intervention": Noise(keep_last_dim=True), "unit": "pos",
                   "max_number_of_units": T, "group_key": 0}]
                 + [{"layer": j, "component": "mlp_output", "intervention_type": pv.VanillaIntervention,
                     "group_key": 1} for j in window])

@@ -23,7 +23,7 @@ with Timer("activations", R):
     names = [f"blocks.{LAYER}.hook_resid_pre", f"blocks.{LAYER}.hook_attn_out", f"blocks.{LAYER}.hook_mlp_out"]
     _, cache = tl.run_with_cache(PROMPTS, names_filter=lambda n: n in names)
     # end activations
-out["shapes"] = {n: list(cache[n].shape) for n in names}
+out["shapes"] = {n: list(cache[n].shape) for n in names}  # TransformerLens prepends a BOS token by default
 with Timer("batch_predict", R):
     # predict
     tokens = tl.to_tokens(PROMPTS)
@@ -35,8 +35,8 @@ out["top"] = top
 scale = reference()["noise_scale"]
 with Timer("trace_rows", R):
     # trace
-    ids = tl.to_tokens(PROMPT)
-    strs = tl.to_str_tokens(PROMPT)
+    ids = tl.to_tokens(PROMPT, prepend_bos=False)  # as the tokenizer has it (SmolLM2 adds no BOS), as editkit
+    strs = tl.to_str_tokens(PROMPT, prepend_bos=False)
     text, spans = "", []
     for s in strs:
         spans.append((len(text), len(text) + len(s)))
