@@ -5,7 +5,6 @@ import threading
 
 import pytest
 import torch
-from polling import until
 
 from editkit.core import limits, settings
 from editkit.core.errors import Cancelled, EditkitError
@@ -16,6 +15,7 @@ from editkit.model.tokens import check_prompt
 from editkit.runtime import jobs
 from editkit.runtime.jobs import Job, JobQueue
 from editkit.tracing import TraceSpec, trace
+from polling import until
 
 
 def idle(queue: JobQueue) -> bool:
@@ -150,6 +150,7 @@ def test_queue_runs_at_most_its_slots_first_come_first_served():
         threads.append(t)
         # a known arrival order: the next starts once this one runs (the first two) or waits
         until(lambda: queued(queue) == i + 1 and len(queue.snapshot()["running"]) == min(i + 1, 2))
+    until(lambda: all(i in waits for i in range(2, 6)))  # each waiting job has heard its first place
     snap = queue.snapshot()
     assert [j["name"] for j in snap["running"]] == ["job0", "job1"]
     assert [j["name"] for j in snap["waiting"]] == ["job2", "job3", "job4", "job5"]
