@@ -22,6 +22,8 @@ import time
 from pathlib import Path
 
 from ..core.cache import atomic_write
+from ..core.errors import EditkitError
+from ..core.paths import new_file
 from ..figures import editing as charts
 from ..figures.html import PAGE, Document
 from ..figures.labels import legend
@@ -39,12 +41,17 @@ INTERVALS = ("x100, mean ± 95% half-width (1.96 standard errors): over the reco
              "the measure of the conclusion above.")
 
 
-def write(path, doc: Document) -> Path:
-    """The document written to `path` at once (a temporary file renamed into place)."""
+def write(path, doc: Document, overwrite: bool = False) -> Path:
+    """The document written to `path` at once (a temporary file renamed into place); an existing file is
+    replaced only with `overwrite`, and a folder, a missing or read-only folder is said in a line."""
+    target = new_file(path, overwrite)
     text = doc.render()
-    out = atomic_write(Path(path), lambda tmp: tmp.write_text(text, encoding="utf-8"))
-    out.chmod(0o644)  # a file to share (the temporary name was private)
-    return out
+    try:
+        out = atomic_write(target, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+        out.chmod(0o644)  # a file to share (the temporary name was private)
+    except OSError as exc:
+        raise EditkitError(f"writing {path} failed ({exc.strerror or exc}); nothing was left behind") from exc
+    return Path(path)
 
 
 # --- parts every report has -------------------------------------------------------------------------------

@@ -88,14 +88,15 @@ class Plan:
 
 
 def export_gguf(lm: LM, file: str | Path, provenance: Provenance, kind: str = "f32",
-                say: Callable[[str], None] = lambda message: None) -> Exported:
-    """Write the model as this context sees it to `file` as GGUF of type `kind` (module docstring)."""
+                say: Callable[[str], None] = lambda message: None, overwrite: bool = False) -> Exported:
+    """Write the model as this context sees it to `file` as GGUF of type `kind` (module docstring); an
+    existing file is replaced only with `overwrite`."""
     from .weights import effective_state
 
     t0 = time.perf_counter()
     if kind not in TYPES:
         raise EditkitError(f"GGUF type must be one of {', '.join(TYPES)}, not {kind!r}")
-    target = check_target(lm, Path(file), folder=False)
+    target = check_target(lm, Path(file), folder=False, overwrite=overwrite)
     arch = _architecture(lm)
     state = effective_state(lm)
     source = source_gguf(lm, say)
@@ -177,8 +178,22 @@ def _plan(lm: LM, state: State, arch: tuple[str, bool, bool], kind: str, source:
         plan.metadata.update(_config_metadata(lm, arch[0]))
         plan.metadata.update(_tokenizer_metadata(lm))
         plan.tensors = [_param(g, n, state[n], kind) for n, g in names.items()]
+    plan.notes += _kept_f16(plan, kind)
     _edit_metadata(plan, kind, provenance)
     return plan
+
+
+def _kept_f16(plan: Plan, kind: str) -> list[str]:
+    """The note (said, not silent) when q8_0 leaves matrices in f16: rows not a multiple of a block's 32
+    values cannot be quantized, and llama.cpp's converter stores them f16 the same way."""
+    from gguf import GGMLQuantizationType as T
+
+    kept = [t.name for t in plan.tensors if kind == "q8_0" and t.param is not None and t.ggml == T.F16]
+    if not kept:
+        return []
+    stay = "matrix stays" if len(kept) == 1 else "matrices stay"
+    return [f"{len(kept)} {stay} f16, rows not a multiple of {QK} values long (q8_0's block): "
+            + ", ".join(kept[:3]) + (" ..." if len(kept) > 3 else "")]
 
 
 def _from_source(plan: Plan, source: Path, names: dict[str, str], state: State, kind: str) -> None:
