@@ -137,12 +137,16 @@ def test_cli_report_and_its_command_computes_it_again(lm, tmp_path, capsys, monk
 
     words = shlex.split(html_mod.unescape(command))
     assert words[:3] == ["editkit", "report", "--model"] and "--out" in words
-    assert main(words[1:]) == 0  # the command as the report gives it
-    again = (tmp_path / "report.html").read_text(encoding="utf-8")
+    assert main(words[1:]) == 2 and "already exists" in capsys.readouterr().err  # never replaced silently
+    (tmp_path / "again").mkdir()
+    (tmp_path / "again" / "requests.json").write_text((tmp_path / "requests.json").read_text())
+    monkeypatch.chdir(tmp_path / "again")
+    assert main(words[1:]) == 0  # the command as the report gives it, in a fresh folder
+    again = (tmp_path / "again" / "report.html").read_text(encoding="utf-8")
     assert len(_measured(first)) >= 5 and _measured(again) == _measured(first)
     assert main(["report", "--model", "tiny-gpt2", "--requests", "requests.json", "--methods", "nope",
                  "--out", "x.html"]) == 2
-    assert "nope" in capsys.readouterr().err and not (tmp_path / "x.html").exists()
+    assert "nope" in capsys.readouterr().err and not (tmp_path / "again" / "x.html").exists()
 
 
 def _measured(text: str) -> list[str]:
