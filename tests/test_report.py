@@ -99,6 +99,10 @@ def test_report_says_what_a_reader_needs(compared, tmp_path):
     folded = re.search(r"<summary>requests.json</summary><pre>(.*?)</pre>", text, re.DOTALL).group(1)
     assert json.loads(html_mod.unescape(folded))[0]["subject"] == cmp.requests[0].subject
     assert "transformers" in plain and "editkit" in plain
+    for m in cmp.methods.values():  # the settings each method ran with, not only the overrides
+        fold = re.search(rf"<summary>{re.escape(html_mod.escape(m.label))}: hyperparameters</summary><pre>(.*?)</pre>",
+                         text, re.DOTALL)
+        assert json.loads(html_mod.unescape(fold.group(1)))["layers"] == m.result.info["hparams"]["layers"]
     # every chart is drawn at the width it is shown, and readable there (figures/readability.py)
     assert len(doc.drawn) == 3 * len(cmp.requests) + 3  # bars per group and request, norms, bleed, ripple
     for fig, width in doc.drawn:

@@ -169,9 +169,31 @@ def comparison_document(cmp, conclusion: str, bleed=None, ripple=None, command: 
     if ripple is not None:
         _ripple_section(doc, ripple)
     settings = cmp.settings or {}
+    _settings_section(doc, cmp)
     reproduce_section(doc, cmp.model, command or command_line(_compare_words(cmp)), cmp.requests,
                       settings.get("hparams"))
     return doc
+
+
+def _settings_section(doc: Document, cmp) -> None:
+    """Every method's hyperparameters as it ran (the defaults for this model, or the overrides applied): a
+    reader sees which layers each one edited without rerunning it."""
+    s = cmp.settings or {}
+    overrides = s.get("hparams") or {}
+    doc.heading("Settings")
+    doc.text(f"Each method ran with editkit's hyperparameters for {cmp.model or 'this model'} unless overridden "
+             f"(--hparams); {s.get('n_gen', 0)} sampled generation(s) of {s.get('gen_tokens', 0)} tokens per "
+             "request. The full set of each method is folded below.")
+    rows, folds = [], []
+    for name, m in cmp.methods.items():
+        hp = m.result.info.get("hparams") or {}
+        rows.append({"method": m.label, "edited layers": ", ".join(map(str, hp.get("layers", []))) or None,
+                     "hyperparameters from": hp.get("source"),
+                     "overridden": ", ".join(sorted(overrides.get(name) or {})) or None})
+        folds.append((f"{m.label}: hyperparameters", json.dumps(hp, indent=1, ensure_ascii=False)))
+    doc.table(rows)
+    for summary, text in folds:
+        doc.details(summary, text)
 
 
 def _compare_words(cmp) -> list[str]:
