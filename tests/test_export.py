@@ -130,6 +130,11 @@ def test_norm_shift_and_tied_head_round_trip_exactly(tiny_by_name, tmp_path):
 
 def test_refused_before_any_file_is_written(edited, tiny_by_name, tmp_path):
     ed = edited[1]
+    # what a page asks before offering GGUF at all (the export itself raises the same sentence)
+    assert "supports" in gguf_export.refusal(tiny_by_name("tiny-gpt2"), True)
+    assert "needs the GGUF" in gguf_export.refusal(tiny_by_name("tiny-gemma3"), False)
+    assert gguf_export.refusal(tiny_by_name("tiny-gemma3"), True) is None
+    assert gguf_export.refusal(edited[0], False) is None
     with pytest.raises(EditkitError, match="supports"):
         gguf_export.export_gguf(tiny_by_name("tiny-gpt2"), tmp_path / "a.gguf", Provenance("tiny-gpt2", "x"))
     with pytest.raises(EditkitError, match="needs the GGUF it was loaded from"):

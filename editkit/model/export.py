@@ -257,6 +257,15 @@ def as_bytes(write: Callable[[Path], object], name: str) -> bytes:
         return buffer.getvalue()
 
 
+def has_source_gguf(lm: LM) -> bool:
+    """Whether the model came from a GGUF file (a shipped model's, fetched on first use, or the user's .gguf),
+    said without fetching anything."""
+    from .loading import gguf_file, split_name
+
+    name = split_name(lm.name)[0]
+    return name in SHIPPED or gguf_file(name) is not None
+
+
 def source_gguf(lm: LM, say: Say = lambda message: None) -> Path | None:
     """The GGUF file a model was converted from (a shipped model's, or the user's .gguf), else None."""
     from .loading import gguf_file, split_name

@@ -119,6 +119,22 @@ def _architecture(lm: LM) -> tuple[str, bool, bool]:
     return ARCHITECTURES[model_type]
 
 
+def refusal(lm: LM, has_source: bool) -> str | None:
+    """Why this model cannot be written as GGUF at all, before any work (a page offers the folder alone
+    then), or None; `has_source`: a GGUF it came from exists (export.has_source_gguf, which fetches
+    nothing). The tokenizer and config checks come later, in export_gguf."""
+    try:
+        arch = _architecture(lm)[0]
+    except EditkitError as exc:
+        return str(exc)
+    if not has_source and arch != "llama":
+        # transformers reads a Gemma-architecture GGUF's tokenizer back as Gemma's sentencepiece kind: only a
+        # Gemma 3 that came from a GGUF (its tokenizer metadata carried over) round-trips
+        return (f"GGUF export of a {lm.model.config.model_type} model needs the GGUF it was loaded from; "
+                "without one only Llama-family models are written (export a Hugging Face folder instead)")
+    return None
+
+
 # --- the plan: names, layouts, types, metadata ---------------------------------------------------------
 def _names(lm: LM, state: State, arch: str) -> dict[str, str]:
     """HF state-dict name -> GGUF tensor name for every tensor to write (a tied head is left out)."""
@@ -166,14 +182,10 @@ def _plan(lm: LM, state: State, arch: tuple[str, bool, bool], kind: str, source:
           provenance: Provenance) -> Plan:
     names = _names(lm, state, arch[0])
     plan = Plan(arch[0])
+    if (why := refusal(lm, source is not None)) is not None:
+        raise EditkitError(why)
     if source is not None:
         _from_source(plan, source, names, state, kind)
-    elif arch[0] != "llama":
-        # transformers reads a Gemma-architecture GGUF's tokenizer back as Gemma's sentencepiece kind: only a
-        # Gemma 3 that came from a GGUF (its tokenizer metadata carried over) round-trips
-        raise EditkitError(f"GGUF export of a {lm.model.config.model_type} model needs the GGUF it was "
-                           "loaded from; without one only Llama-family models are written (export a Hugging "
-                           "Face folder instead)")
     else:
         plan.metadata.update(_config_metadata(lm, arch[0]))
         plan.metadata.update(_tokenizer_metadata(lm))
