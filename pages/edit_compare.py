@@ -175,12 +175,14 @@ def points_section(methods: list[str]) -> None:
             "A knob that makes an edit stronger also moves more of what it should leave alone: UltraEdit's learning "
             "rate buys efficacy (P(new) > P(true) on the rewrite) with neighbours kept (neighbourhood prompts the "
             "unedited model got right that stay right); co-edit's kept relations buy back the subject's other facts "
-            "(relation specificity) with implied facts moved (logical generalization). Each point is one setting "
-            "measured on validation records; the star is today's default. Pick a point to see what it buys and "
-            "costs, and use it for your next run.")
-        for col, (m, points) in zip(st.columns(len(shown)), shown):
-            with col:
-                one_point_view(m, points)
+            "(relation specificity) with implied facts moved (logical generalization); MEMIT's norm constraint "
+            "λ_n‖ΔW‖² (ENCORE) is a stabiliser for long sequences of edits. Each point is one setting measured on "
+            "validation records; the star is today's default. Pick a point to see what it buys and costs, and use "
+            "it for your next run.")
+        for row in range(0, len(shown), 2):  # two to a row: a third of the page overlapped legend and axis title
+            for col, (m, points) in zip(st.columns(2), shown[row:row + 2]):
+                with col:
+                    one_point_view(m, points)
 
 
 methods = st.multiselect("Methods", list(LABELS), ui.kept("ec_methods", list(LABELS)), format_func=LABELS.get,
@@ -744,6 +746,9 @@ def ripple_section(lm, records, overrides) -> None:
         st.caption("Criteria: " + "; ".join(f"{k} = {v}" for k, v in CRITERIA.items()) + ". Efficacy and "
                    "neighbourhood specificity of each method: " + "; ".join(
                        f"{m.label} {_rate(m.efficacy)} / {_rate(m.specificity)}" for m in out.methods))
+    for m in out.methods:  # co-edit with nothing implied to write: it edited as MEMIT would, and why
+        for note in m.notes:
+            st.warning(f"**{m.label}**: {ui.md_escape(note)}")
     show_written(out)
     dropped = out.derivation.dropped
     if dropped:

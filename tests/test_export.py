@@ -22,9 +22,9 @@ from editkit.model.weights import applied, save_patch
 # the subject ends the prompt: ROME's edit at its last token reaches the prediction on a random 4-layer model
 REQUEST = {"prompt": "The mother tongue of {}", "subject": "Danielle Darrieux", "target_new": "war"}
 PROMPT = "The mother tongue of Danielle Darrieux"
-# |log P_gguf(new) - log P_in-process(new)|: measured on tiny-llama and Gemma 3 270M
-# (docs/tutorials/export.md); bounds a few times over them
-TOLERANCE = {"f16": 0.05, "q8_0": 0.1}
+# |log P_gguf(new) - log P_in-process(new)|, the bound the manual states (docs/tutorials/export.md): measured
+# 1.7e-4 (f16) and 3.8e-3 (q8_0) on tiny-llama, 1.1e-4 and 9.0e-4 on Gemma 3 270M
+TOLERANCE = {"f16": 0.005, "q8_0": 0.02}
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from editkit.model.weights import applied, effective_state
 REQUEST = {"prompt": "The {} is in downtown", "subject": "Space Needle", "target_new": "Chicago",
            "target_true": "Seattle"}
 PROMPT, TARGET = "The Space Needle is in downtown", " Chicago"
-TOLERANCE = {"f16": 0.05, "q8_0": 0.1}  # |log P_gguf - log P_in-process|, as tests/test_export.py and the manual
+TOLERANCE = {"f16": 0.005, "q8_0": 0.02}  # |log P_gguf - log P_in-process|, as in tests/test_export.py
 
 
 def _digests(lm) -> dict:

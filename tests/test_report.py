@@ -94,7 +94,7 @@ def test_report_says_what_a_reader_needs(compared, tmp_path):
     assert conclusion(cmp).sentence() in plain
     assert all(m.label in plain for m in cmp.methods.values())
     assert cmp.requests[0].rewrite in plain and "Metrics with their intervals" in plain
-    assert "bleed map of rome" in plain and "Ripple effects" in plain
+    assert "bleed map of ROME" in plain and "Ripple effects" in plain
     assert "editkit report --model tiny-gpt2 --requests requests.json --methods " + ",".join(cmp.methods) in plain
     folded = re.search(r"<summary>requests.json</summary><pre>(.*?)</pre>", text, re.DOTALL).group(1)
     assert json.loads(html_mod.unescape(folded))[0]["subject"] == cmp.requests[0].subject

@@ -53,7 +53,7 @@ def run(args) -> dict:
     lm = load(args)
     cmp = compare_methods(lm, methods, records, hparams, args.n_gen, args.gen_tokens, progress=_progress())
     bleed, ripple = _extras(lm, args, records[0], methods, hparams)
-    path = cmp.report(args.out, bleed, ripple, command=_command(args))
+    path = cmp.report(args.out, bleed, ripple, command=_command(args, methods))
     return {"report": str(path), "bytes": path.stat().st_size, "model": lm.name, "methods": methods,
             "requests": len(records)}
 
@@ -66,16 +66,17 @@ def _extras(lm, args, record, methods: list[str], hparams: dict | None):
     relation = args.relation or record.relation
     bleed = bleed_map(lm, args.bleed, record.request, (hparams or {}).get(args.bleed), relation,
                       args.bleed_facts) if args.bleed else None
-    ripple = ripple_view(lm, record.request, methods, relation or "", hparams) if args.ripple else None
+    # no relation given: ripple reads it from the request's template, as the page does
+    ripple = ripple_view(lm, record.request, methods, relation, hparams) if args.ripple else None
     return bleed, ripple
 
 
-def _command(args) -> str:
+def _command(args, methods: list[str]) -> str:
     """This run as one command line, every setting written out (the defaults too), files as they were named."""
     from ..evaluation.html_report import command_line
 
-    words = ["report", "--model", args.model, "--requests", args.requests]
-    optional = [("--methods", args.methods), ("--n", args.n), ("--dtype", args.dtype),
+    words = ["report", "--model", args.model, "--requests", args.requests, "--methods", ",".join(methods)]
+    optional = [("--n", args.n), ("--dtype", args.dtype),
                 ("--hparams", args.hparams), ("--bleed", args.bleed), ("--relation", args.relation)]
     words += ["--n-gen", str(args.n_gen), "--gen-tokens", str(args.gen_tokens)]
     words += [w for flag, value in optional if value is not None for w in (flag, str(value))]

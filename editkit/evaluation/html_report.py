@@ -42,7 +42,9 @@ INTERVALS = ("x100, mean ± 95% half-width (1.96 standard errors): over the reco
 def write(path, doc: Document) -> Path:
     """The document written to `path` at once (a temporary file renamed into place)."""
     text = doc.render()
-    return atomic_write(Path(path), lambda tmp: tmp.write_text(text, encoding="utf-8"))
+    out = atomic_write(Path(path), lambda tmp: tmp.write_text(text, encoding="utf-8"))
+    out.chmod(0o644)  # a file to share (the temporary name was private)
+    return out
 
 
 # --- parts every report has -------------------------------------------------------------------------------
@@ -202,7 +204,9 @@ def _generations_section(doc: Document, cmp) -> None:
 
 
 def _bleed_section(doc: Document, bleed) -> None:
-    doc.heading(f"Why did neighbours move? The bleed map of {bleed.method}")
+    from ..editing.methods import get
+
+    doc.heading(f"Why did neighbours move? The bleed map of {get(bleed.method).label}")
     doc.text("Each point is one prompt about another subject: x = the largest share s of the edit's change "
              "its tokens receive, y = how much P(new) rose. " + bleed.headline() + ".")
     doc.figures([(bleed.figure(), PAGE, "")])

@@ -38,7 +38,7 @@ td.num {{ text-align: right; font-variant-numeric: tabular-nums; }}
 .row {{ display: flex; gap: {GAP}px; align-items: flex-start; }}
 .figure {{ break-inside: avoid; page-break-inside: avoid; }}
 pre {{ background: #f6f6f6; border: 1px solid #ddd; padding: 8px 10px; font-size: 12px; white-space: pre-wrap;
-       word-break: break-all; }}
+       overflow-wrap: anywhere; }}
 details summary {{ cursor: pointer; font-size: 14px; }}
 @page {{ size: A4 landscape; margin: 8mm; }}
 @media print {{
