@@ -5,7 +5,6 @@ import threading
 
 import pytest
 import torch
-from polling import until
 
 from editkit.core import limits, settings
 from editkit.core.errors import Cancelled, EditkitError
@@ -16,6 +15,7 @@ from editkit.model.tokens import check_prompt
 from editkit.runtime import jobs
 from editkit.runtime.jobs import Job, JobQueue
 from editkit.tracing import TraceSpec, trace
+from polling import until
 
 
 def idle(queue: JobQueue) -> bool:
