@@ -144,9 +144,9 @@ def remember_alone(lm: LM, requests: Any, layers: list[int], sites: Any, hp: Any
 
 
 def memoized(encode: Callable[[Any], Encoded], decode: Callable[[Encoded], Any]) -> Callable[[F], F]:
-    """Decorator for targets.optimize_targets_batch, whose results `encode` writes and `decode` reads back: inside
-    `reuse_targets()` an optimisation already done (same key) is returned instead of recomputed; outside it, the
-    function runs unchanged."""
+    """Decorator for targets.optimize_targets_batch, whose results `encode` writes and `decode` reads back:
+    inside `reuse_targets()` an optimisation already done (same key) is returned instead of recomputed;
+    outside it, the function runs unchanged."""
 
     def wrap(optimize: F) -> F:
         @functools.wraps(optimize)
