@@ -48,8 +48,6 @@ LONG_MODULES = {
 LONG_FUNCTIONS = {
     "editkit/model/shipped.py::fetch_wheel": 68,
     "editkit/runtime/cluster.py::_on_ray": 66,
-    "editkit/memories/geva.py::compute": 62,
-    "editkit/tracing/bench.py::bench_trace": 61,
 }
 
 
