@@ -46,7 +46,6 @@ LONG_MODULES = {
     "editkit/figures/readability.py": 461,
 }
 LONG_FUNCTIONS = {
-    "editkit/model/shipped.py::fetch_wheel": 68,
     "editkit/runtime/cluster.py::_on_ray": 66,
 }
 
