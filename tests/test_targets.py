@@ -148,10 +148,10 @@ def test_layer_state_matches_one_by_one(tiny):
 
 
 def test_fused_loss_terms_equal_full_softmax(tiny):
-    """The one-pass vocabulary terms (runner.vocab_logsumexp: log p of each target token, its argmax, the KL to the
+    """The one-pass vocabulary terms (vocab.vocab_logsumexp: log p of each target token, its argmax, the KL to the
     first step's distribution) equal the softmax over full logits, values and gradients, on every family."""
     from editkit.editing.targets import KlReference, loss_terms
-    from editkit.model.runner import vocab_logsumexp
+    from editkit.model.vocab import vocab_logsumexp
 
     hp = load_hparams("memit", tiny)
     rows = TargetRows(tiny, _requests(3), 1, ("resid_post",), hp)

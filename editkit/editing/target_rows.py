@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..model.hooks import Hooks
-from ..model.runner import KV, BlockCalls
+from ..model.kv import KV
+from ..model.runner import BlockCalls
 from ..model.scoring import target_ids
 from ..model.sites import Site, site
 from ..model.tokens import pad_right

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..core.errors import EditkitError
-from ..model.runner import vocab_logsumexp
+from ..model.vocab import vocab_logsumexp
 from .joint import Joint, Tie
 from .memo import Encoded, memoized, missing_alone, remember_alone
 from .requests import EditRequest
@@ -147,7 +147,7 @@ def loss_terms(lm: LM, rows: TargetRows, deltas: Deltas, init: dict[str, torch.T
     KL(P_orig || P_delta) on its KL row (kl0 keeps P_orig from the first call, when every request is active).
 
     Fast path (a plain linear unembedding, logits W x + b): each loss term is lse(W x + b) minus an affine
-    function of x, so one pass over the vocabulary gives the values and the gradient (runner.vocab_logsumexp,
+    function of x, so one pass over the vocabulary gives the values and the gradient (vocab.vocab_logsumexp,
     no (N, V) logits held):
         log p(t | x) = w_t . x + b_t - lse(W x + b)
         KL(P0 || P_x) = sum_v P0_v log P0_v - sum_v P0_v (w_v . x - lse(W x))
