@@ -148,7 +148,6 @@ def _sample_positions(lm, n_positions: int, seed: int, seq_len: int = 128):
     return out
 
 
-
 def _fixed_layers(lens_top: torch.Tensor) -> list[int]:
     """Per position (columns of the (L, n) logit-lens top tokens): the smallest l whose top token is the final
     one at every layer from l on (Geva et al. 2022, Fig. 9)."""
@@ -161,6 +160,7 @@ def _fixed_layers(lens_top: torch.Tensor) -> list[int]:
             l -= 1
         out.append(l)
     return out
+
 
 @torch.no_grad()
 def _position_pass(lm, n_positions: int, top_memories: int, norm: bool, seed: int,
