@@ -4,11 +4,12 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never use the network
 
-import pytest  # noqa: I001 (editkit's loading before torch, below)
+import pytest
 
 from editkit.model.loading import TINY, load_model  # before torch: OpenMP's spin count (core/threads.py)
 
-import torch  # noqa: E402
+# isort: split
+import torch
 
 # Tiny models on one thread: each of their operations is microseconds of work, so a second OpenMP thread
 # only adds a barrier per operation, and beside other processes on 2 cores a descheduled partner stalls
