@@ -32,8 +32,6 @@ def new_file(path: str | os.PathLike[str], overwrite: bool = False) -> Path:
     """The resolved path of a file about to be written (a report, a GGUF), or an EditkitError saying why it
     cannot be: it is a folder, its folder is missing or not writable, or it exists and `overwrite` was not
     asked for (nothing a user made is replaced silently). Checked before the work that fills it."""
-    from .errors import EditkitError
-
     target = Path(path).expanduser()
     if not target.name or target.name in (".", ".."):
         raise EditkitError(f"'{path}' is not a file name")
