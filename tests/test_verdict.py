@@ -6,7 +6,7 @@ import math
 import pytest
 
 from editkit.evaluation import verdict
-from editkit.figures.tracing import answer_mismatches, depth_summary
+from editkit.evaluation.depth import answer_mismatches, depth_summary
 from editkit.lesson import compute, grading
 from editkit.lesson.pack import SHIPPED, Pack
 
