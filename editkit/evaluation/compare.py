@@ -139,17 +139,30 @@ def compare_methods(lm, methods: list[str], records, hparams: dict | None = None
 
 
 def _remember(lm, method: str, seconds: float) -> None:
+    """The seconds one record's edit took, with the machine's speed for a job just after it (runtime/speed.py),
+    so that an estimate under another load can scale it."""
+    from ..runtime import speed
+
     path = TIMINGS.path(lm.name)
-    TIMINGS.put(path, {**(TIMINGS.get(path) or {}), method: round(seconds, 2)})
+    TIMINGS.put(path, {**(TIMINGS.get(path) or {}), method: {"seconds": round(seconds, 2),
+                                                            "rate": round(speed.rate(), 2)}})
+
+
+def _timed(entry) -> tuple[float, float | None]:
+    """(seconds, the rate they were measured at) of a TIMINGS entry (a bare number: written before rates were
+    kept, taken as measured at the machine's best)."""
+    return (entry["seconds"], entry.get("rate")) if isinstance(entry, dict) else (float(entry), None)
 
 
 def estimate(lm, methods: list[str], n_records: int, hparams: dict | None = None) -> tuple[float | None, str]:
     """(seconds or None, the estimate in words) of a comparison before it starts: the first-use statistics each
     method still needs (timed by the cached statistics of this model) and each method's edits (timed by the last
-    comparison on this model). None where a part has never run on this model: the words say which."""
+    comparison on this model), each scaled to the machine's speed for a job now (runtime/speed.py: what other
+    work leaves it). None where a part has never run on this model: the words say which."""
     from ..editing.api import first_use
     from ..editing.defaults import load_hparams
     from ..editing.stats import pass_seconds
+    from ..runtime import speed
 
     passes: dict = {}
     for m in methods:
@@ -166,11 +179,12 @@ def estimate(lm, methods: list[str], n_records: int, hparams: dict | None = None
         if sec is None:
             unknown.append(what)
         else:
+            sec = speed.now(sec)  # recorded without a rate: as measured at the machine's best
             total += sec
             parts.append(f"{what} ~{_minutes(sec)}")
     edits = [m for m in methods if m in timed]
     if edits:
-        sec = n_records * sum(timed[m] for m in edits)
+        sec = n_records * sum(speed.now(*_timed(timed[m])) for m in edits)
         total += sec
         parts.append(f"the edits of {and_list([get(m).label for m in edits])} ~{_minutes(sec)}")
     new = [get(m).label for m in methods if m not in timed]
@@ -180,7 +194,10 @@ def estimate(lm, methods: list[str], n_records: int, hparams: dict | None = None
     text = (f"About {_minutes(total)}: {'; '.join(parts)}" if parts else "No estimate yet")
     if unknown:
         text += f"{'; not counted' if parts else ''}: {'; '.join(unknown)}"
-    return (total if not unknown else None), text + ". Longer while other jobs compute."
+    slower = speed.slowdown()
+    load = (f" At this machine's speed for a job now, {slower:.1f}x slower than at its best (other work shares "
+            "its cores)." if slower >= 1.2 else " At this machine's speed for a job now.")
+    return (total if not unknown else None), text + "." + load
 
 
 def _minutes(seconds: float) -> str:
