@@ -96,7 +96,7 @@ def test_the_request_survives_a_visit_to_another_page():
     at.text_input(key="ec_subject").set_value("Jean Gabin")
     at.text_area(key="ec_para").set_value("Jean Gabin's birthplace is")
     at.run()
-    at.switch_page("app.py").run()
+    at.switch_page("pages/attention_vs_ffn.py").run()  # another page (Home is app.py's function)
     at.switch_page("pages/edit_compare.py").run()
     assert not at.exception
     assert at.text_input(key="ec_prompt").value == "{} was born in the city of"
