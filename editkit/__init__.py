@@ -18,9 +18,10 @@ from .core import threads as _threads  # noqa: F401 - first: OpenMP's spin count
 
 # The API's functions (no name may be a submodule's: `import editkit.lens` sets editkit.lens to the module) and
 # the result and settings types, by the module that defines them
-_API = ("load", "models", "methods", "applied", "predict", "logit_lens", "trace", "severing", "aie", "shipped_aie",
-        "edit", "compare", "bleed", "ripple", "ripple_evaluation", "evaluate", "sweep", "layer_sweep", "lifelong",
-        "ffn_memories", "similarity_curves")
+_API = ("load", "model_folder", "set_progress", "models", "methods", "applied", "activations", "intervene",
+        "predict", "logit_lens", "trace", "preview", "severing", "aie", "shipped_aie", "edit", "save_patch",
+        "load_patch", "compare", "bleed", "ripple", "ripple_evaluation", "evaluate", "sweep", "layer_sweep",
+        "lifelong", "ffn_memories", "similarity_curves")
 _TYPES = {
     "TraceSpec": "editkit.tracing.spec", "TraceResult": "editkit.tracing.result",
     "Traces": "editkit.tracing.result",
@@ -35,6 +36,8 @@ _TYPES = {
     "EvalSpec": "editkit.evaluation.measure",
     "SequentialSpec": "editkit.evaluation.sequential",
     "MemoryView": "editkit.memories.inspect", "SimilarityResult": "editkit.similarity",
+    "Activations": "editkit.model.activations", "Intervention": "editkit.model.interventions",
+    "Batch": "editkit.core.results", "Patch": "editkit.api",
     "EditkitError": "editkit.core.errors",
 }
 _WHERE = {**{name: "editkit.api" for name in _API}, **_TYPES}

@@ -17,6 +17,11 @@ evaluation), `SequentialSpec` (lifelong editing).
 
 `edit=` on the reading functions computes with one or several edits applied (an EditReport, an EditResult or a
 weight delta dict), in this call only: the base weights stay as they are for everything else.
+
+Beyond the recipes: `load(model, tokenizer)` takes a transformers model object, `activations` reads any sites
+for a batch of prompts, `intervene` runs the model with your own functions at sites, `preview` is the trace's
+first-order estimate with its measured agreement. predict, logit_lens and trace take lists of prompts (a Batch
+of results). Long calls draw a progress bar in a notebook (`set_progress(False)` turns them off).
 """
 from __future__ import annotations
 
@@ -25,10 +30,12 @@ from dataclasses import replace
 from pathlib import Path
 
 from .core.errors import EditkitError
-from .core.results import frame
+from .core.progress import part, set_bars, with_bar
+from .core.results import Batch, frame
 from .data.implications import check_relation
 from .editing.methods import Method, all_methods
 from .editing.methods import get as get_method
+from .editing.result import EditResult
 from .evaluation.bleed import BleedMap, bleed_map
 from .evaluation.compare import Comparison, compare_methods
 from .evaluation.datasets import load_eval_set
@@ -45,26 +52,69 @@ from .evaluation.ripple_eval import RippleEvaluation, RippleSpec, evaluate_rippl
 from .evaluation.sequential import SequentialSpec, sequential_methods
 from .evaluation.sweep import SWEEP, Sweep
 from .evaluation.sweep import sweep as _sweep
+from .figures.notebook import use_in_notebook
 from .lens import LogitLens, Predictions
 from .lens import logit_lens as _logit_lens
 from .lens import predict as _predict
 from .memories.inspect import MemoryView, memories_at
 from .model import isolation
-from .model.loading import DEFAULT_MODEL, LM, list_models, load_model
-from .model.weights import WeightDelta
+from .model.activations import Activations, read_activations
+from .model.interventions import Intervention
+from .model.loading import (
+    DEFAULT_MODEL,
+    LM,
+    list_models,
+    load_model,
+    shipped_folder,
+    wrap_model,
+)
+from .model.shipped import SHIPPED
+from .model.weights import WeightDelta, combined
+from .model.weights import load_patch as _load_patch
+from .model.weights import save_patch as _save_patch
 from .runtime.cluster import Backend
 from .similarity import SimilarityResult
 from .similarity import similarity as _similarity
 from .tracing import Severing, Tracer, TraceResult, Traces, TraceSpec
 from .tracing import trace as _trace
 from .tracing.aie import AIE, average_indirect_effect, shipped_runs
+from .tracing.spec import trace_specs
 
 
-def load(name: str = DEFAULT_MODEL, dtype=None, device: str | None = None, progress=None) -> LM:
+@with_bar("loading")
+def load(model=DEFAULT_MODEL, tokenizer=None, dtype=None, device: str | None = None, progress=None) -> LM:
     """Load a model: "gemma-3-270m" (embedded, offline), "smollm2-135m", a tiny test model ("tiny-gpt2"), a
-    Hugging Face hub id, a folder or a GGUF file. `dtype` float32 (default), "bfloat16" or "float16"; `device`
-    defaults to CUDA when present. The first load of a shipped model converts it once (about a minute)."""
-    return load_model(name, device=device, progress=progress, dtype=dtype)
+    Hugging Face hub id, a folder or a GGUF file; or take a causal LM already loaded with transformers
+    (`model` an AutoModelForCausalLM, `tokenizer` its tokenizer, default the one saved beside it), on its own
+    device and dtype. Either way the architecture's layout is checked on one run before use. `dtype` float32
+    (default), "bfloat16" or "float16"; `device` defaults to CUDA when present. The first load of a shipped
+    model converts it once (about a minute)."""
+    use_in_notebook()  # bare figures (tr.figure()) draw offline in an exported notebook (figures/notebook.py)
+    if isinstance(model, (str, Path)):
+        if tokenizer is not None:
+            raise EditkitError("a tokenizer goes with a loaded model object; a name or folder brings its own")
+        return load_model(str(model), device=device, progress=progress, dtype=dtype)
+    if dtype is not None or device is not None:
+        raise EditkitError("a loaded model keeps its own device and dtype: move it first (model.to(...)), "
+                           "then editkit.load(model, tokenizer)")
+    return wrap_model(model, tokenizer, progress)
+
+
+@with_bar("preparing the model")
+def model_folder(name: str = DEFAULT_MODEL, progress=None) -> Path:
+    """The folder of a shipped model's float32 safetensors (converted from its GGUF the first time, about a
+    minute), to load it with transformers yourself: AutoModelForCausalLM.from_pretrained(model_folder())."""
+    if name not in SHIPPED:
+        raise EditkitError(f"{name!r} is not a shipped model; these are: {', '.join(SHIPPED)}")
+    say = (lambda message: progress(0.0, message)) if progress else (lambda message: None)
+    return shipped_folder(name, say)
+
+
+def set_progress(on: bool | None = True) -> None:
+    """Progress bars (tqdm) for calls that take more than a few seconds: on (True), off (False), or automatic
+    (None, the default: on in a Jupyter kernel; EDITKIT_PROGRESS=0 turns the default off). A call's own
+    `progress=False` silences that call, a callback given replaces the bar."""
+    set_bars(on)
 
 
 def models():
@@ -86,7 +136,8 @@ def _deltas(edit) -> list[WeightDelta]:
     delta = edit.delta if hasattr(edit, "delta") else edit
     if not isinstance(delta, dict) or not delta:
         raise EditkitError("this edit carries no weight change (a result read back from JSON keeps only its "
-                           "numbers: save the delta with editkit.model.weights.save_patch)")
+                           "numbers: save the weight change with editkit.save_patch, read it with "
+                           "load_patch)")
     return [delta]
 
 
@@ -98,41 +149,94 @@ def applied(lm, edit):
         yield lm
 
 
-def predict(lm, prompt: str, k: int = 5, edit=None) -> Predictions:
-    """The top `k` next tokens after `prompt` with their probabilities (with `edit` applied, if given)."""
+def activations(lm, prompts, sites, edit=None) -> Activations:
+    """The tensors at `sites` (editkit's names: "resid_pre.3", "mlp_out.5", "attn_out.5", "embed", ...;
+    "mlp_out.*" for every layer) for a prompt or a list of prompts, from one run of the model (with `edit` and
+    any open `intervene` block applied): a tensor (prompts, tokens, width) per site, the token strings, the
+    next-token logits (`.probs(token)`), and `.to_frame()`."""
     with applied(lm, edit):
-        return _predict(lm, prompt, k)
+        return read_activations(lm, prompts, sites)
 
 
-def logit_lens(lm, prompt: str, k: int = 5, position: int = -1, edit=None) -> LogitLens:
+def intervene(lm) -> Intervention:
+    """A block in which every whole run of `lm` goes through your functions at sites, in this thread only:
+
+        with editkit.intervene(lm) as iv:
+            iv.patch("mlp_out.5", values, positions=4)  # or ablate(site), add(site, vector), apply(site, fn)
+            editkit.predict(lm, prompt)                 # and activations, logit_lens: with the interventions
+
+    Leaving the block removes every hook. Traces and edits are refused inside it (they run the model in pieces
+    and read caches that hold the model's numbers without your functions)."""
+    return Intervention(lm)
+
+
+def _batch(prompt, one, what: str):
+    """`one(prompt)` for one prompt; a Batch of `one(p)` for a list of prompts (an empty list is refused)."""
+    if isinstance(prompt, (list, tuple)):
+        if not prompt:
+            raise EditkitError(f"{what}: the list of prompts is empty")
+        return Batch([one(p) for p in prompt], list(prompt))
+    return one(prompt)
+
+
+def predict(lm, prompt: str | list[str], k: int = 5, edit=None) -> Predictions | Batch:
+    """The top `k` next tokens after `prompt` with their probabilities (with `edit` applied, if given); a list
+    of prompts gives a Batch of Predictions, in order."""
+    with applied(lm, edit):
+        return _batch(prompt, lambda p: _predict(lm, p, k), "predict")
+
+
+def logit_lens(lm, prompt: str | list[str], k: int = 5, position: int = -1, edit=None) -> LogitLens | Batch:
     """The logit lens (nostalgebraist 2020): each layer's residual at `position` read through the final norm and
-    the unembedding, its top `k` tokens per layer."""
+    the unembedding, its top `k` tokens per layer; a list of prompts gives a Batch of them."""
     with applied(lm, edit):
-        return _logit_lens(lm, prompt, k, position)
+        return _batch(prompt, lambda p: _logit_lens(lm, p, k, position), "logit_lens")
 
 
-def trace(lm, prompt: str | TraceSpec, subject: str | None = None, kind: str | None = None, kinds=None,
-          target: str | None = TraceSpec.target, samples: int = TraceSpec.samples, noise=TraceSpec.noise,
-          window: int = TraceSpec.window, seed: int = TraceSpec.seed, edit=None, cache: bool = True,
-          progress=None) -> TraceResult | Traces:
-    """Causal tracing (Meng et al. 2022): noise on `subject`'s embeddings in `samples` corrupted runs, then each
-    (token, layer) state of a kind restored to its clean value; p(`target`) (default: the clean top token) per
-    restoration. One `kind` ("hidden", "mlp" or "attn") gives a TraceResult; otherwise Traces of `kinds` (default
-    all three). `noise` "3s" = 3 x the embeddings' std; MLP and attention restore `window` layers together.
-    `prompt` may be a whole TraceSpec. Results come from the shared cache when traced before (cache=False
-    recomputes)."""
-    if isinstance(prompt, TraceSpec):
-        spec = prompt
-    else:
-        spec = TraceSpec(prompt, subject, target, samples, noise, window, seed,
-                         kinds=kind if kind is not None else (kinds or TraceSpec.kinds))
-    if kind is not None and spec.kinds != (kind,):
-        spec = replace(spec, kinds=(kind,))
+@with_bar("tracing")
+def trace(lm, prompt: str | TraceSpec | list, subject: str | list | None = None, kind: str | None = None,
+          kinds=None, target: str | None = TraceSpec.target, samples: int = TraceSpec.samples,
+          noise=TraceSpec.noise, window: int = TraceSpec.window, seed: int = TraceSpec.seed, edit=None,
+          cache: bool = True, progress=None) -> TraceResult | Traces | Batch:
+    """Causal tracing (Meng et al. 2022): noise on `subject`'s embeddings in `samples` corrupted runs, then
+    each (token, layer) state of a kind restored to its clean value; p(`target`) (default: the clean top
+    token) per restoration. One `kind` ("hidden", "mlp" or "attn") gives a TraceResult; otherwise Traces of
+    `kinds` (default all three). `noise` "3s" = 3 x the embeddings' std; MLP and attention restore `window`
+    layers together. `prompt` may be a whole TraceSpec. A list of prompts with a list of subjects (or a list
+    of TraceSpecs) gives a Batch, one result per prompt. Results come from the shared cache when traced before
+    (cache=False recomputes)."""
+    settings = {"target": target, "samples": samples, "noise": noise, "window": window, "seed": seed,
+                "kinds": kind if kind is not None else (kinds or TraceSpec.kinds)}
+    specs = trace_specs(prompt, subject, settings)
+    if kind is not None:
+        specs = [replace(spec, kinds=(kind,)) for spec in specs]
+
+    def one(i, spec):
+        with applied(lm, edit):
+            out = _trace(lm, spec, progress=part(progress, i / len(specs), (i + 1) / len(specs))
+                         if progress else None, cache=cache)
+        return out[kind] if kind is not None else out
+
+    if isinstance(prompt, (list, tuple)):
+        return Batch([one(i, spec) for i, spec in enumerate(specs)], [spec.prompt for spec in specs])
+    return one(0, specs[0])
+
+
+def preview(lm, prompt: str | TraceSpec, subject: str | None = None, kinds=None,
+            target: str | None = TraceSpec.target, samples: int = TraceSpec.samples, noise=TraceSpec.noise,
+            window: int = TraceSpec.window, seed: int = TraceSpec.seed, edit=None,
+            cache: bool = True) -> Traces:
+    """The trace's attribution-patching estimate (Nanda 2023; AtP, Kramar et al. 2024): every cell of every
+    kind from one backward pass, under a second, instead of a forward per cell. Each panel carries its
+    measured agreement with the exact trace over known facts (`.meta["agreement"]`, in its headline and figure
+    title), and says where that agreement is poor: then read `trace`."""
+    spec = prompt if isinstance(prompt, TraceSpec) else TraceSpec(prompt, subject, target, samples, noise,
+                                                                  window, seed)
     with applied(lm, edit):
-        out = _trace(lm, spec, progress=progress, cache=cache)
-    return out[kind] if kind is not None else out
+        return Tracer(lm, spec, cache=cache).preview(kinds)
 
 
+@with_bar("severing")
 def severing(lm, prompt: str | TraceSpec, subject: str | None = None, token: int | None = None,
              target: str | None = TraceSpec.target, samples: int = TraceSpec.samples, noise=TraceSpec.noise,
              seed: int = TraceSpec.seed, edit=None, cache: bool = True, progress=None) -> Severing:
@@ -144,6 +248,7 @@ def severing(lm, prompt: str | TraceSpec, subject: str | None = None, token: int
         return Tracer(lm, spec, cache=cache).severing(token, progress)
 
 
+@with_bar("average indirect effect")
 def aie(lm, n_facts: int = 50, samples: int = TraceSpec.samples, noise: str = "3s", window: int = TraceSpec.window,
         edit=None, cache: bool = True, progress=None, backend: Backend | None = None) -> AIE:
     """The average indirect effect (ROME Fig. 2) over the first `n_facts` known facts the model predicts, per
@@ -159,16 +264,22 @@ def shipped_aie() -> dict[str, AIE]:
     return shipped_runs()
 
 
+@with_bar("editing")
 def edit(lm, method: str, request_or_requests, hparams=None, progress=None) -> EditReport:
-    """Edit facts with a registered method ("rome", "memit", "pmet", "alphaedit", "ultraedit": `methods()`), and
-    measure each request's prompts before and after: P(target_new) and P(target_true) on the rewrite, paraphrase
-    and neighbourhood prompts. A request is editkit's JSON ({"prompt": "... {} ...", "subject", "target_new",
-    "target_true"?, "paraphrase_prompts"?, "neighborhood_prompts"?}), a CounterFact or EasyEdit record, a list of
-    them or a file. `hparams` overrides the model's defaults (a dict). The model is not changed: use the result
-    with `edit=` or `applied(lm, result)`."""
+    """Edit facts with a registered method ("rome", "memit", "pmet", "alphaedit", "ultraedit", "coedit":
+    `methods()`), and measure each request's prompts before and after: P(target_new) and P(target_true) on the
+    rewrite, paraphrase and neighbourhood prompts. A request is editkit's JSON, a CounterFact or EasyEdit record, a
+    list of them or a file. editkit's fields: "prompt" (with "{}" for the subject), "subject", "target_new";
+    optional "target_true" (needed to say whether the rewrite won), "paraphrase_prompts", "neighborhood_prompts",
+    "generation_prompts", "case_id", and "relation", the Wikidata relation ("P131", "P103", ...) implied facts
+    are derived from (co-edit writes none without it unless the prompt is a CounterFact template).
+    `hparams` overrides the model's defaults (a dict). The model is not changed: use the result with `edit=` or
+    `applied(lm, result)`. `report.result.diagnostics` says when an edit does not win its own rewrite (and the
+    likely reason) or co-edit found nothing implied to write."""
     return edit_report(lm, method, request_or_requests, hparams, progress)
 
 
+@with_bar("comparing methods")
 def compare(lm, request_or_requests, methods=None, hparams: dict | None = None, n_gen: int = 0,
             gen_tokens: int = 30, progress=None) -> Comparison:
     """Several methods (default: every registered one) edit the same request(s) from the same weights, each
@@ -181,6 +292,7 @@ def compare(lm, request_or_requests, methods=None, hparams: dict | None = None, 
     return compare_methods(lm, names, records, hparams, n_gen, gen_tokens, progress)
 
 
+@with_bar("bleed map")
 def bleed(lm, method: str, request, hparams: dict | None = None, n_facts: int = 20, relation: str | None = None,
           extra: list[str] | None = None, progress=None) -> BleedMap:
     """The bleed map of one edit: per prompt about another subject (the request's neighbourhood prompts, up to
@@ -189,6 +301,7 @@ def bleed(lm, method: str, request, hparams: dict | None = None, n_facts: int = 
     return bleed_map(lm, method, request, hparams, relation, n_facts, extra, progress)
 
 
+@with_bar("ripple effects")
 def ripple(lm, request, methods=("rome", "memit"), relation: str | None = None, hparams: dict | None = None,
            reference: bool = True, progress=None) -> RippleResult:
     """What one edit should move beside what it must not (RippleEdits' criteria): the implied facts derived from
@@ -206,6 +319,7 @@ def ripple(lm, request, methods=("rome", "memit"), relation: str | None = None, 
                    progress=progress)
 
 
+@with_bar("ripple evaluation")
 def ripple_evaluation(lm, methods, n: int = 100, set_name: str = "counterfact", hparams: dict | None = None,
                       out_dir=None, progress=None, backend: Backend | None = None,
                       run: bool = True) -> RippleEvaluation:
@@ -219,6 +333,7 @@ def ripple_evaluation(lm, methods, n: int = 100, set_name: str = "counterfact", 
                            run=run)
 
 
+@with_bar("evaluating")
 def evaluate(lm, methods, spec: EvalSpec = EvalSpec(), hparams: dict | None = None, out_dir=None,
              progress=None, backend: Backend | None = None) -> Evaluation:
     """Edit and measure the records `spec` names (a shipped set such as "counterfact" or "counterfact-val", or a
@@ -239,6 +354,7 @@ def _spec(spec, default: EvalSpec) -> EvalSpec:
     return spec
 
 
+@with_bar("sweep")
 def sweep(lm, method: str, params, spec: EvalSpec = SWEEP, hparams: dict | None = None, progress=None,
           backend: Backend | None = None) -> Sweep:
     """`method` at every combination of `params` ({name: [values]} or ["name=v1,v2", ...]) on the records `spec`
@@ -248,6 +364,7 @@ def sweep(lm, method: str, params, spec: EvalSpec = SWEEP, hparams: dict | None 
     return _sweep(lm, method, params, _spec(spec, SWEEP), hparams, progress=progress, backend=backend)
 
 
+@with_bar("layer sweep")
 def layer_sweep(lm, request, layers="all", method: str = "rome", hparams: dict | None = None,
                 trace_kind: str | None = "mlp", samples: int = TraceSpec.samples, progress=None,
                 backend: Backend | None = None) -> LayerSweep:
@@ -257,6 +374,7 @@ def layer_sweep(lm, request, layers="all", method: str = "rome", hparams: dict |
     return _layer_sweep(lm, request, layers, method, hparams, trace_kind, samples, progress, backend=backend)
 
 
+@with_bar("lifelong editing")
 def lifelong(lm, methods, records="counterfact", n: int = 50, spec: SequentialSpec = SequentialSpec(),
              hparams: dict | None = None, progress=None, backend: Backend | None = None) -> Lifelong:
     """Lifelong editing: each method applies `n` records (of a shipped set or file, or a list of requests) batch
@@ -271,6 +389,36 @@ def lifelong(lm, methods, records="counterfact", n: int = 50, spec: SequentialSp
     return Lifelong.of(runs, records if isinstance(records, str) else "your records")
 
 
+def save_patch(edit, path) -> Path:
+    """Write an edit's weight change (an EditReport, an EditResult, a delta dict or a list of them, summed) to
+    `path` (.safetensors, with a .json manifest beside it: model, method, requests, hyperparameters, as
+    `editkit edit --save-patch` writes), for `load_patch`, the app's patch upload and `editkit edit
+    --load-patch`."""
+    deltas = _deltas(edit)
+    result = getattr(edit, "result", edit)
+    manifest = {"model": getattr(edit, "model", None)}
+    if isinstance(result, EditResult):
+        manifest.update(method=result.method, requests=[r.to_dict() for r in result.requests],
+                        hparams=result.info.get("hparams"))
+    return _save_patch(path, deltas[0] if len(deltas) == 1 else combined(deltas),
+                       {k: v for k, v in manifest.items() if v is not None})
+
+
+def load_patch(path) -> "Patch":
+    """A weight change written by `save_patch` (or the app's download), usable wherever an edit is: `edit=`,
+    `applied(lm, patch)`. Its manifest is `.manifest`."""
+    delta, manifest = _load_patch(path)
+    return Patch(delta, manifest)
+
+
+class Patch(dict):
+    """A loaded weight change (parameter name -> delta) with the manifest it was saved with."""
+
+    def __init__(self, delta: WeightDelta, manifest: dict):
+        super().__init__(delta)
+        self.manifest = manifest
+
+
 def ffn_memories(lm, prompt: str, layer: int, position: int = -1, top: int = 10, edit=None) -> MemoryView:
     """The FFN memories (Geva et al. 2021) of `layer` at `position`: the `top` memories by |m_i| ||v_i||, each with
     its value vector's top tokens, and the logit lens before and after each FFN."""
@@ -278,6 +426,7 @@ def ffn_memories(lm, prompt: str, layer: int, position: int = -1, top: int = 10,
         return memories_at(lm, prompt, layer, position, top)
 
 
+@with_bar("similarity curves")
 def similarity_curves(lm, n: int = 50, mode: str = "residual", prompts: list[str] | None = None, edit=None,
                cache: bool = True, progress=None) -> SimilarityResult:
     """PMET's Fig. 2: per layer, the cosine and top-50 Jaccard similarity of the state entering and leaving the
@@ -286,6 +435,7 @@ def similarity_curves(lm, n: int = 50, mode: str = "residual", prompts: list[str
         return _similarity(lm, n, prompts=prompts, mode=mode, cache=cache, progress=progress)
 
 
-__all__ = ["load", "models", "methods", "applied", "predict", "logit_lens", "trace", "severing", "aie",
-           "shipped_aie", "edit", "compare", "bleed", "evaluate", "sweep", "layer_sweep", "lifelong",
-           "ffn_memories", "similarity_curves"]
+__all__ = ["load", "model_folder", "set_progress", "models", "methods", "applied", "activations",
+           "intervene", "predict", "logit_lens", "trace", "preview", "severing", "aie", "shipped_aie", "edit",
+           "save_patch", "load_patch", "compare", "bleed", "ripple", "ripple_evaluation", "evaluate", "sweep",
+           "layer_sweep", "lifelong", "ffn_memories", "similarity_curves"]

@@ -527,7 +527,7 @@ def test_coedit_kept_relations_hold_the_shared_deltas_stop_only_when_asked(tiny_
                         lambda lm, rs, cap: [Derivation(r.relation, [kept] if cap else []) for r in rs])
     seen = []
     monkeypatch.setattr(coedit, "apply_memit", lambda *a, joint=None, **k: seen.append(joint) or SimpleNamespace(
-        details={}))
+        details={}, diagnostics=[]))
     lm = tiny_by_name("tiny-gemma3")
     for hold in (True, False):
         coedit.apply_coedit(lm, [EIFFEL], load_hparams("coedit", lm, {**FAST, "max_kept": 1, "kept_hold_stop": hold,

@@ -1,7 +1,8 @@
-"""`python -m editkit bench trace|edit|fast|scale|report [...] [--json]`: benchmarks that time editkit against
-the reference algorithm in the same run, and an evaluation in process against 1, 2, ... Ray workers. The
-measurements live in the library (tracing/bench.py, editing/bench.py, evaluation/scale.py); this file parses
-the arguments and prints."""
+"""`python -m editkit bench trace|edit|fast|preview|scale|report|startup [...] [--json]`: benchmarks that time
+editkit against the reference algorithm in the same run, an evaluation in process against 1, 2, ... Ray workers,
+and the start-up against an earlier commit. The measurements live in the library (tracing/bench.py,
+tracing/agreement.py, editing/bench.py, evaluation/scale.py, evaluation/startup.py); this file parses the
+arguments and prints."""
 import sys
 
 from .common import add_model_arg, load
@@ -44,6 +45,15 @@ def register(sub):
     f.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
     add_model_arg(f)
     f.set_defaults(func=run_fast, show=show_fast)
+    v = inner.add_parser("preview", help="the attribution preview against the exact panels over known facts: "
+                                         "its agreement per panel, shown beside every preview")
+    v.add_argument("--facts", type=int, default=20, help="known facts the model predicts (the first N)")
+    v.add_argument("--samples", type=int, default=10)
+    v.add_argument("--save", default=None, help="write the result here (the API reads "
+                                                "assets/results/trace-preview-<model>.json)")
+    v.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
+    add_model_arg(v)
+    v.set_defaults(func=run_preview, show=show_preview)
     r = inner.add_parser("report", help="the headline measurements in one process (tracing, edits, a lesson fact, "
                                         "the lesson's steps, first use) as a markdown report with the goals")
     r.add_argument("--out", default="bench-report.md", help="the markdown report (default: bench-report.md)")
@@ -67,6 +77,20 @@ def register(sub):
     s.add_argument("--model", default="gemma-3-270m")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=run_scale, show=show_scale)
+    _add_startup(inner)
+
+
+def _add_startup(inner) -> None:
+    u = inner.add_parser("startup", help="start-up from a fresh process with the model cached: --help, "
+                                         "predict, editkit.load and the app's first page, per phase")
+    u.add_argument("--model", default="gemma-3-270m", help="the model predict and load (converted first)")
+    u.add_argument("--runs", type=int, default=3, help="runs per measurement after a warm-up (best, median)")
+    u.add_argument("--only", default=None, help="measurements, comma-separated: help, predict, load, app")
+    u.add_argument("--reference", default=None, metavar="COMMIT",
+                   help="also measure this git commit's code in the same run (e.g. the one before a change)")
+    u.add_argument("--port", type=int, default=None, help="the app's port (default: a free one)")
+    u.add_argument("--json", action="store_true")
+    u.set_defaults(func=run_startup, show=show_startup)
 
 
 def _line(row: dict) -> str:
@@ -121,6 +145,34 @@ def show_fast(out: dict) -> None:
           f"difference| from the exact panels {out['max_abs_diff']:.4f} (per panel: "
           + ", ".join(f"{k} {v:.4f}" for k, v in out["max_abs_diff_per_kind"].items())
           + f"; mean of the per-fact maxima {out['mean_max_abs_diff']:.4f})")
+
+
+def run_preview(args):
+    import json
+
+    import torch
+
+    from ..core.errors import EditkitError
+    from ..tracing.bench import preview_agreement
+
+    if args.facts < 1 or args.samples < 1:
+        raise EditkitError("--facts and --samples must be at least 1")
+    if args.threads is not None:
+        torch.set_num_threads(max(1, args.threads))
+    out = preview_agreement(load(args), args.facts, args.samples, say=_say)
+    if args.save:
+        with open(args.save, "w", encoding="utf-8") as fh:
+            json.dump(out, fh, indent=1)
+    return out
+
+
+def show_preview(out: dict) -> None:
+    print(f"attribution preview on {out['model']}, {out['facts']} known facts, {out['samples']} samples "
+          f"({out['seconds']} s):")
+    for kind, s in out["panels"].items():
+        print(f"  {kind}: Spearman mean {s['spearman_mean']:.3f} (min {s['spearman_min']:.3f}), Pearson "
+              f"{s['pearson_mean']:.3f}, top-10 overlap {s['top10_overlap_mean']:.1f}/10, peak at the exact "
+              f"peak's token {s['peak_same_token']:.0%}{'  POOR' if s['poor'] else ''}")
 
 
 def run_edit(args):
@@ -207,3 +259,32 @@ def show_scale(out: dict) -> None:
     if p:
         print(f"{p['records']} records at {p['seconds_per_record']} s each + {p['fixed_s']} s fixed: "
               + ", ".join(f"{n} workers {sec / 60:.0f} min" for n, sec in p["seconds"].items()))
+
+
+def run_startup(args):
+    from ..evaluation.startup import MEASUREMENTS, StartupSpec, bench_startup
+
+    only = tuple(m.strip() for m in args.only.split(",") if m.strip()) if args.only else MEASUREMENTS
+    spec = StartupSpec(model=args.model, runs=args.runs, measurements=only, reference=args.reference,
+                       port=args.port)
+    return bench_startup(spec, say=lambda line: print(line, file=sys.stderr, flush=True))
+
+
+def show_startup(out) -> None:
+    r = out.to_json()
+    m = r["machine"]
+    print(f"{m['cpu']}, {m['cores']} cores, load average {m['load_average']} -> {r['load_average_end']}; "
+          f"model {r['model']}; best and median of {r['spec']['runs']} runs after a warm-up")
+    for label, code in r["codes"].items():
+        print(f"[{label}] {code.get('commit') or code['root']}")
+        for name in r["spec"]["measurements"]:
+            row = code.get(name, {})
+            if "skipped" in row:
+                print(f"  {name:8s} skipped: {row['skipped']}")
+                continue
+            phases = ", ".join(f"{p} {s:.2f}" for p, s in row.get("phases", {}).items())
+            cpu = f"  CPU {row['cpu_best']:.2f} s" if "cpu_best" in row else ""
+            print(f"  {name:8s} best {row['best']:6.2f} s  median {row['median']:6.2f} s{cpu}"
+                  + (f"  ({phases})" if phases else ""))
+    for name, g in r["goals"].items():
+        print(f"goal {name} < {g['goal']} s: best {g['best']:.2f} s, {'met' if g['met'] else 'missed'}")

@@ -9,7 +9,11 @@ def register(sub):
 
     p = sub.add_parser("edit", help="edit facts with a registered method and report pre/post probabilities")
     p.add_argument("--method", required=True, help=f"one of {', '.join(builtin_names())}")
-    p.add_argument("--requests", required=True, help="JSON/JSONL file: editkit, CounterFact or EasyEdit records")
+    p.add_argument("--requests", required=True,
+                   help="JSON/JSONL file of editkit, CounterFact or EasyEdit records; editkit's fields: prompt "
+                        "(with {} for the subject), subject, target_new; optional target_true, paraphrase_prompts, "
+                        "neighborhood_prompts, generation_prompts, case_id, relation (the Wikidata relation, e.g. "
+                        "P131, that implied facts derive from)")
     p.add_argument("--hparams", default=None, help="JSON file of hyperparameter overrides")
     p.add_argument("--save-patch", default=None, help="write the edit as <P>.safetensors + <P>.json")
     p.add_argument("--save-model", default=None, help="write the edited model with save_pretrained")
@@ -57,3 +61,5 @@ def show(report):
             true = (f"  p_true {nan if p.p_true_pre is None else p.p_true_pre:.3f} -> "
                     f"{nan if p.p_true_post is None else p.p_true_post:.3f}")
             print(f"  [{p.group}] p_new {p.p_new_pre:.3f} -> {p.p_new_post:.3f}{true}  {p.prompt[:60]!r}")
+    for d in report.result.diagnostics:  # a rewrite it does not win, an implication it could not write
+        print(f"note: {d}")

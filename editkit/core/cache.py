@@ -11,9 +11,13 @@ trigger indexes, analyses, trace results) is an entry of a Store.
   and two writers never share a temporary name.
 - An unreadable entry (the reader raises) is set aside as `<entry>.unreadable`, with a warning naming both files,
   and rebuilt: a lifelong checkpoint hours in the making is never deleted by a reader's failure.
+- `refused(reason)`: inside it, this context's reads and writes of entries raise EditkitError(reason). An
+  intervention (editkit/model/interventions.py) changes every run of its context, and the entries hold the
+  model's numbers without it: none is read as if it held them, none is written with them.
 """
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import json
 import os
@@ -26,10 +30,28 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from .errors import CacheWarning
+from .errors import CacheWarning, EditkitError
 from .paths import cache_dir, safe_name
 
 MANIFEST = "editkit-manifest.json"
+_REFUSED: contextvars.ContextVar[str | None] = contextvars.ContextVar("editkit_cache_refused", default=None)
+
+
+@contextmanager
+def refused(reason: str):
+    """A block in which this context's Store reads and writes raise EditkitError(reason) (module
+    docstring)."""
+    token = _REFUSED.set(reason)
+    try:
+        yield
+    finally:
+        _REFUSED.reset(token)
+
+
+def _allowed() -> None:
+    reason = _REFUSED.get()
+    if reason is not None:
+        raise EditkitError(reason)
 
 
 def digest(*parts: Any, length: int = 12) -> str:
@@ -79,6 +101,7 @@ class Store:
 
     def get(self, path: Path, read: Callable[[Path], Any] = read_json) -> Any | None:
         """The entry's value, or None when it is missing or unreadable (then set aside: `set_aside`)."""
+        _allowed()
         path = Path(path)
         if not path.exists():
             return None
@@ -89,6 +112,7 @@ class Store:
             return None
 
     def put(self, path: Path, value: Any, write: Callable[[Path, Any], None] = write_json) -> Path:
+        _allowed()
         return atomic_write(path, lambda tmp: write(tmp, value))
 
     def get_or_build(self, path: Path, build: Callable[[], Any], read: Callable[[Path], Any] = read_json,

@@ -48,3 +48,94 @@ def eta(elapsed: float, done: float, total: float) -> str:
 def gives_time(message: str) -> bool:
     """Whether a progress message already says how long its part has left (time_left / eta)."""
     return LEFT in message or "estimating time" in message
+
+
+def in_notebook() -> bool:
+    """Whether this process is a Jupyter kernel (IPython's kernel application), where progress bars are on by
+    default in the notebook API."""
+    import sys
+
+    ipython = sys.modules.get("IPython")
+    if ipython is None:
+        return False
+    try:
+        shell = ipython.get_ipython()
+    except Exception:  # noqa: BLE001 - any IPython that cannot say is not a kernel we draw into
+        return False
+    return shell is not None and "IPKernelApp" in getattr(shell, "config", {})
+
+
+class Bar:
+    """A progress callback drawn as a tqdm.auto bar (a widget in Jupyter when ipywidgets is installed, a text
+    line otherwise), in percent with the latest message beside it; it appears only once a call has run `delay`
+    seconds, so quick calls stay silent. A context manager: the bar is closed on exit."""
+
+    def __init__(self, what: str, delay: float = 2.0):
+        import warnings
+
+        with warnings.catch_warnings():  # without ipywidgets tqdm.auto falls back to text and says so
+            warnings.simplefilter("ignore")
+            from tqdm.auto import tqdm
+
+        self.bar = tqdm(total=100, desc=what, delay=delay, mininterval=0.5, leave=True,
+                        bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed}{postfix}")
+
+    def __call__(self, fraction: float, message: str) -> None:
+        target = round(100 * min(max(float(fraction), 0.0), 1.0), 1)
+        if message:
+            self.bar.set_postfix_str(message[:100], refresh=False)
+        self.bar.update(max(target - self.bar.n, 0.0))
+
+    def __enter__(self) -> "Bar":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.bar.close()
+
+
+_BARS: dict = {"on": None}  # None: on in a Jupyter kernel, off elsewhere (EDITKIT_PROGRESS=0/1 decides first)
+
+
+def set_bars(on: bool | None) -> None:
+    """Progress bars for the notebook API's calls: True, False, or None (the default: on in a Jupyter
+    kernel)."""
+    if on not in (True, False, None):
+        raise ValueError("progress bars are on (True), off (False) or automatic (None)")
+    _BARS["on"] = on
+
+
+def bars_on() -> bool:
+    import os
+
+    if _BARS["on"] is not None:
+        return _BARS["on"]
+    env = os.environ.get("EDITKIT_PROGRESS", "").strip().lower()
+    if env in ("0", "off", "false", "no"):
+        return False
+    return env in ("1", "on", "true", "yes") or in_notebook()
+
+
+def with_bar(what: str):
+    """A decorator for a notebook-API function with a `progress` argument: left out (None), it becomes a Bar
+    (`what` is its label) when bars are on; False turns it off for that call; a callback given is used as
+    is."""
+    import functools
+    import inspect
+
+    def wrap(fn):
+        signature = inspect.signature(fn)
+
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            bound = signature.bind(*args, **kwargs)
+            given = bound.arguments.get("progress")
+            if given is False or (given is None and not bars_on()):
+                bound.arguments["progress"] = None
+                return fn(*bound.args, **bound.kwargs)
+            if given is not None:
+                return fn(*bound.args, **bound.kwargs)
+            with Bar(what) as bar:
+                bound.arguments["progress"] = bar
+                return fn(*bound.args, **bound.kwargs)
+        return call
+    return wrap

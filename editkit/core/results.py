@@ -7,16 +7,17 @@
     tr.to_frame()                                # a pandas DataFrame (long format: one row per number)
     tr.figure()                                  # the plotly figure the pages draw (editkit/figures/)
 
-In Jupyter a result shows itself (`_repr_html_`): its figure, or its table where a table says more (an edit).
-Results live in the package that computes them; their figures come from editkit/figures/, which reads the JSON
-form or the result's attributes, never the other way round.
+In Jupyter a result shows itself (`_repr_mimebundle_`): its figure (offline: figures/notebook.py), or its
+table where a table says more (an edit). `Batch` holds the results of one call on several prompts. Results
+live in the package that computes them; their figures come from editkit/figures/, which reads the JSON form or
+the result's attributes, never the other way round.
 """
 from __future__ import annotations
 
 import html
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from .errors import EditkitError
 
@@ -95,23 +96,60 @@ class Result:
         return f"<p><b>{html.escape(type(self).__name__)}</b>: {html.escape(self.headline())}</p>"
 
     def _repr_html_(self) -> str:
-        """Jupyter's view as HTML: the headline, then the figure (plotly's HTML for its configured renderer) or
-        the table; the headline alone when there is neither (a ripple test that derived no fact: it says why)."""
-        fig = self.figure() if self._show == "figure" else None
-        if fig is not None:
-            return self._head() + fig._repr_html_()
-        table = self.to_frame()
-        if not len(table):
-            return self._head()
-        return self._head() + table.to_html(index=False, float_format=lambda x: f"{x:.4g}")
+        """Jupyter's view as HTML: the headline, then the figure (offline HTML: FIGURE_BUNDLE) or the table;
+        the headline alone when there is neither (a ripple test that derived no fact: it says why)."""
+        return self._repr_mimebundle_()["text/html"]
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
-        """What Jupyter shows: a figure also as plotly's own mime type, which JupyterLab draws without the
-        internet (the HTML form may load plotly.js from its CDN); a table as HTML. text/plain is the headline."""
+        """What Jupyter shows: a figure as plotly's own mimetype (JupyterLab draws it with its own plotly.js)
+        and as HTML that draws with no network (figures/notebook.py: plotly.js inline once per kernel); a
+        table as HTML. text/plain is the headline."""
+        text = f"{type(self).__name__}: {self.headline()}"
         fig = self.figure() if self._show == "figure" else None
-        if fig is None:
-            return {"text/html": self._repr_html_(), "text/plain": f"{type(self).__name__}: {self.headline()}"}
-        bundle = dict(fig._repr_mimebundle_())
-        bundle["text/html"] = self._head() + (bundle.get("text/html") or fig._repr_html_())
-        bundle["text/plain"] = f"{type(self).__name__}: {self.headline()}"
-        return bundle
+        if fig is not None and FIGURE_BUNDLE is not None:
+            bundle = dict(FIGURE_BUNDLE(fig))
+            bundle["text/html"] = self._head() + bundle["text/html"]
+            return {**bundle, "text/plain": text}
+        if fig is not None:  # no figures package imported (cannot happen for a result that has a figure)
+            return {"text/html": self._head() + fig.to_html(full_html=False, include_plotlyjs=True),
+                    "text/plain": text}
+        table = self.to_frame()
+        body = "" if not len(table) else table.to_html(index=False, float_format=lambda x: f"{x:.4g}")
+        return {"text/html": self._head() + body, "text/plain": text}
+
+
+# figures/notebook.py sets this when the figures package is imported (core imports nothing above it):
+# figure -> {mimetype: ..., "text/html": ...}
+FIGURE_BUNDLE: Callable[[Any], dict] | None = None
+
+
+class Batch(list):
+    """The results of one call on several prompts (a list, in the prompts' order): `to_frame()` stacks their
+    tables with the prompt's index and text in front, `to_json()` is the list of their JSON objects, and a
+    notebook shows each result in turn."""
+
+    def __init__(self, items, prompts: list[str]):
+        super().__init__(items)
+        self.prompts = list(prompts)
+
+    def to_frame(self):
+        import pandas as pd
+
+        parts = []
+        for i, (prompt, item) in enumerate(zip(self.prompts, self)):
+            table = item.to_frame()
+            table.insert(0, "prompt", prompt)
+            table.insert(0, "prompt_index", i)
+            parts.append(table)
+        return pd.concat(parts, ignore_index=True) if parts else frame([])
+
+    def to_json(self) -> list:
+        return [item.to_json() for item in self]
+
+    def headline(self) -> str:
+        return f"{len(self)} results"
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
+        html = "".join(item._repr_mimebundle_()["text/html"] for item in self)
+        text = "\n".join(f"{type(item).__name__}: {item.headline()}" for item in self)
+        return {"text/html": html, "text/plain": text}

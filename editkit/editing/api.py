@@ -9,12 +9,13 @@ before its first edit, with progress messages (`prepare_first_use`), from what t
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import fields
 
 import torch
 
 from ..core.errors import EditkitError
-from ..core.progress import part
+from ..core.progress import duration, part
 from .anchor import AnchorEstimate
 from .context import context_templates, templates_cached
 from .defaults import load_hparams
@@ -22,7 +23,7 @@ from .hparams import Hparams
 from .methods import Method, all_methods, get
 from .requests import parse_requests
 from .result import EditResult, RequestReport, norm_report
-from .stats import missing, second_moment
+from .stats import missing, pass_seconds, second_moment
 
 
 def run_edit(lm, method: str, requests, hparams: "dict | Hparams | None" = None, progress=None,
@@ -101,16 +102,32 @@ def prepare_first_use(lm, hps: "Hparams | list[Hparams]", progress=None, method:
         return False
     say = progress or (lambda f, m: None)
     parts = len(passes) + len(templates)
-    done = 0
+    done, t0 = 0, time.perf_counter()
     for (module, positions, n_tokens), layers in passes.items():
+        what = first_use_words(lm, module, positions, sorted(layers), n_tokens)
+        say(done / parts, what)
         second_moment(lm, sorted(layers), n_tokens, module=module, positions=positions,
-                      progress=lambda f, m, d=done: say((d + f) / parts, f"first use: {m}"))
+                      progress=lambda f, m, d=done: say((d + f) / parts, f"first use (once per model): {m}"))
         done += 1
     for n, length in sorted(templates):
+        say(done / parts, f"first use (once per model): {n} context templates of {length} tokens generated "
+                          "by the model (ROME's prefixes that average a key over contexts)")
         context_templates(lm, n, length, progress=lambda f, m, d=done: say((d + f) / parts, f"first use: {m}"))
         done += 1
-    say(1.0, "first use: ready")
+    say(1.0, f"first use: ready in {time.perf_counter() - t0:.0f} s (cached for every later edit)")
     return True
+
+
+def first_use_words(lm, module: str, positions: str, layers: list[int], n_tokens: int) -> str:
+    """What a first-use statistics pass computes and about how long it takes, in one sentence."""
+    seconds = pass_seconds(lm, layers, n_tokens, module, positions)
+    site = ("FFN keys (the down-projection's inputs)" if module == "down_proj"
+            else "attention heads' outputs (W_O's inputs)")
+    which = "" if positions == "all" else " at named-entity tokens"
+    took = duration(seconds) if seconds else "its time is measured on this first pass"
+    return (f"first use (once per model): the second moment C = E[k kᵀ] of the {site}{which} at layer"
+            f"{'s' if len(layers) > 1 else ''} {', '.join(map(str, layers))}, over {n_tokens:,} WikiText-2 "
+            f"tokens, {took}")
 
 
 def anchor_from_edits(lm, method: str, requests, hparams: dict | None = None, progress=None,

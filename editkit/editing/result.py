@@ -112,8 +112,52 @@ class Solve:
     C: torch.Tensor | None = None
 
 
+@dataclass(frozen=True)
+class Diagnostic:
+    """What a user must read beside an edit's numbers: what went wrong for a request (or the whole
+    edit) and the likely reason, in a sentence each; `hint` names what to change (a setting, a request
+    field)."""
+
+    kind: str  # "rewrite_failed": the edit does not win its own rewrite prompt; "nothing_implied":
+    # co-edit wrote no implied fact for the request (it edited it as MEMIT would)
+    message: str
+    request: int | None = None  # the request's index in the edit; None: the whole edit
+    hint: str = ""
+
+    def __str__(self) -> str:
+        return self.message + (f" {self.hint}" if self.hint else "")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def likely_reason(result: "EditResult", i: int) -> str:
+    """Why request i's edit may not win its rewrite, from the result's own diagnostics (any method's:
+    the target held at its bound, a target optimisation that ended short of the new answer, a spread
+    that did not reach its target); a method that knows better says so through its `explain` hook."""
+    from .methods import get
+
+    own = get(result.method).explain
+    if own is not None:
+        reason = own(result, i)
+        if reason:
+            return reason
+    r = result.per_request[i] if i < len(result.per_request) else RequestReport()
+    if r.details.get("held_at_bound"):
+        return "its target was held at the shift bound v_max_norm before it reached the new answer"
+    if r.p_target is not None and r.p_target < 0.5:
+        return (f"its target optimisation ended at P(new) {r.p_target:.2f} after {r.steps} step(s) "
+                "(v_num_grad_steps and v_lr set how far it goes)")
+    if r.reached is not None and r.reached < 0.8:
+        return (f"the update reached {100 * r.reached:.0f}% of its target at the edited layers (the "
+                "statistics C of other keys hold it back: mom2_update_weight)")
+    return ("its target was reached where it was written, yet the rewrite prompt's answer is decided "
+            "elsewhere in the model (another layer or token than the edited ones)")
+
+
 # info keys EditResult.info builds from typed fields; any other key of a read-back "info" is the method's details
-_BUILT = ("requests", "target_reached", "seconds_targets", "seconds_spread", "norms", "hparams")
+_BUILT = ("requests", "target_reached", "seconds_targets", "seconds_spread", "norms", "hparams",
+          "diagnostics")
 
 
 @dataclass
@@ -135,6 +179,7 @@ class EditResult(Result):
     solves: list[Solve] = field(default_factory=list, repr=False)  # with solves=True
     state: object = field(default=None, repr=False)  # a stateful method's next SequenceState (editing/sequence.py)
     shapes: dict[str, list[int]] | None = None  # parameter -> shape, for a result read from JSON (no delta)
+    diagnostics: list[Diagnostic] = field(default_factory=list)  # what to read beside the numbers
 
     _show = "table"
 
@@ -152,8 +197,28 @@ class EditResult(Result):
     def headline(self) -> str:
         held = [r.details["held_at_bound"] for r in self.per_request if "held_at_bound" in r.details]
         bound = f"; {sum(held)} of {len(held)} target(s) held at the shift bound v_max_norm" if any(held) else ""
+        notes = "".join(f"\n{d}" for d in self.diagnostics)
         return (f"{self.method}, {len(self.requests)} request(s) in {self.seconds:.1f} s; "
-                f"{len(self.norms)} parameter(s) changed, max ||dW||/||W|| = {self.relative_norm:.4f}{bound}")
+                f"{len(self.norms)} parameter(s) changed, max ||dW||/||W|| = {self.relative_norm:.4f}"
+                f"{bound}{notes}")
+
+    def check_rewrites(self, post: list[dict]) -> list[Diagnostic]:
+        """Given each request's probabilities after the edit (measure.probabilities: group ->
+        [{"p_new", "p_true"}]), note every request whose rewrite prompt the edit does not win
+        (P(new) <= P(true)), with its likely reason; they replace earlier such notes and are returned."""
+        self.diagnostics = [d for d in self.diagnostics if d.kind != "rewrite_failed"]
+        new = []
+        for i, (q, p) in enumerate(zip(self.requests, post)):
+            rw = (p.get("rewrite") or [{}])[0]
+            if rw.get("p_true") is None or rw["p_new"] > rw["p_true"]:
+                continue
+            new_, true = q.target_new.strip(), (q.target_true or "").strip()
+            new.append(Diagnostic(
+                "rewrite_failed", f"The edit does not win its own rewrite: after {q.rewrite!r}, "
+                f"P({new_}) {rw['p_new']:.3f} is not above P({true}) {rw['p_true']:.3f}; likely reason: "
+                f"{likely_reason(self, i)}.", i))
+        self.diagnostics += new
+        return new
 
     @property
     def info(self) -> dict:
@@ -169,6 +234,8 @@ class EditResult(Result):
         if self.seconds_spread is not None:
             info["seconds_spread"] = round(self.seconds_spread, 2)
         info["norms"] = {k: v.to_dict() for k, v in self.norms.items()}
+        if self.diagnostics:
+            info["diagnostics"] = [d.to_dict() for d in self.diagnostics]
         if self.hparams is not None:  # a result read from JSON keeps its hyperparameters as their JSON
             info["hparams"] = self.hparams.to_dict() if hasattr(self.hparams, "to_dict") else dict(self.hparams)
         return info
@@ -189,7 +256,8 @@ class EditResult(Result):
         return cls(d["method"], [parse_record(r) for r in d["requests"]], {}, info.get("hparams"), per_request,
                    norms={k: ParameterNorm(**v) for k, v in info.get("norms", {}).items()}, seconds=d["seconds"],
                    seconds_targets=info.get("seconds_targets"), seconds_spread=info.get("seconds_spread"),
-                   details={k: v for k, v in info.items() if k not in _BUILT}, shapes=d.get("parameters", {}))
+                   details={k: v for k, v in info.items() if k not in _BUILT}, shapes=d.get("parameters", {}),
+                   diagnostics=[Diagnostic(**x) for x in info.get("diagnostics", [])])
 
     def to_frame(self):
         """One row per request: case_id, rewrite, target_new, target_true, optimisation steps, P(target_new) at

@@ -130,9 +130,11 @@ def compare_methods(lm, methods: list[str], records, hparams: dict | None = None
         keep: dict = {}
         rows = edit_and_measure(lm, spec.name, records, (hparams or {}).get(spec.name), generation, pre=pre,
                                 keep=keep, progress=step)
+        post = [probabilities(r["post"]) for r in rows]
+        keep["result"].check_rewrites(post)  # requests whose rewrite it does not win, and why
         out.methods[spec.name] = MethodOutcome(
             spec.label, spec.color, keep["result"], [r["metrics"] for r in rows],
-            [{"probabilities": probabilities(r["post"]), "generations": r["post"]["generations"]} for r in rows])
+            [{"probabilities": p, "generations": r["post"]["generations"]} for p, r in zip(post, rows)])
         _remember(lm, spec.name, keep["result"].seconds / len(records))
     say(1.0, "done")
     return out

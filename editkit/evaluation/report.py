@@ -96,8 +96,9 @@ class EditReport(Result):
         for r in self.requests:
             a, b = r.pre["rewrite"][0], r.post["rewrite"][0]
             parts.append(f"{r.rewrite!r}: P({r.target_new.strip()}) {a['p_new']:.3f} -> {b['p_new']:.3f}")
+        notes = "".join(f"\n{d}" for d in self.result.diagnostics)
         return f"{self.method} on {self.model} in {self.result.seconds:.1f} s; " + "; ".join(parts[:3]) + \
-            ("; ..." if len(parts) > 3 else "")
+            ("; ..." if len(parts) > 3 else "") + notes
 
     def to_json(self) -> JsonObject:
         info = self.result.info
@@ -143,6 +144,7 @@ def edit_report(lm, method: str, requests, hparams=None, progress=None) -> EditR
     t0 = time.perf_counter()
     with result.applied(lm):
         post = [probabilities(measure(lm, r, n_gen=0, greedy_tokens=0)) for r in requests]
+    result.check_rewrites(post)  # a rewrite the edit does not win is said with its likely reason
     outcomes = [RequestOutcome(r.case_id, r.rewrite, r.target_new, r.target_true, a, b)
                 for r, a, b in zip(requests, pre, post)]
     return EditReport(lm.name, result, outcomes, time.perf_counter() - t0)

@@ -64,6 +64,7 @@ class MethodRipple:
     specificity: tuple[float, float] | None = None  # (pre, post) share of neighbourhood prompts kept
     seconds: float = 0.0
     wrote: list[dict] = field(default_factory=list)  # facts written besides the request (`written`)
+    notes: list[str] = field(default_factory=list)  # the edit's diagnostics (co-edit: nothing implied)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -112,7 +113,7 @@ class RippleResult(Result):
         derivation = Derivation.from_dict(d)
         methods = [MethodRipple(name, m["label"], m["color"], [Outcome(**o) for o in m["outcomes"]],
                                 _tuple(m.get("efficacy")), _tuple(m.get("specificity")), m.get("seconds", 0.0),
-                                m.get("wrote", []))
+                                m.get("wrote", []), m.get("notes", []))
                    for name, m in d["methods"].items()]
         return cls(parse_record(d["request"]), derivation, methods)
 
@@ -180,7 +181,8 @@ def method_ripple(lm, method: str, request, facts: list[ImpliedFact], hparams=No
         outcomes = measure_facts(lm, facts)
         post = counterfact_rates(lm, request)
     return MethodRipple(spec.name, spec.label, spec.color, outcomes, _pair(pre_rates[0], post[0]),
-                        _pair(pre_rates[1], post[1]), result.seconds, written(result))
+                        _pair(pre_rates[1], post[1]), result.seconds, written(result),
+                        [str(d) for d in result.diagnostics])
 
 
 WRITTEN = {"implied": "implied by the new fact, written to move", "kept": "the model's own answer, written to stay"}

@@ -47,7 +47,7 @@ def _panel(r: dict, relative: bool = False) -> tuple[go.Heatmap, str]:
     ie = r.get("indirect_effect") or [[s - r["low_score"] for s in row] for row in r["scores"]]
     title = TITLES[r["kind"]] + (f", window {r['window']}" if r["kind"] != "hidden" else "")
     if estimate:
-        title = f"ESTIMATE (attribution patching)<br>{title}"
+        title = f"{_estimate_label(r.get('meta', {}).get('agreement'))}<br>{title}"
     n_layers = len(r["scores"][0])
     panel = go.Heatmap(
         z=r["scores"], x=relative_depth(n_layers) if relative else list(range(n_layers)), y=_labels(r),
@@ -58,6 +58,17 @@ def _panel(r: dict, relative: bool = False) -> tuple[go.Heatmap, str]:
         + "<br>p = %{z:.3f}<br>IE = %{customdata:.3f}<extra></extra>",
     )
     return panel, title
+
+
+def _estimate_label(agreement: dict | None) -> str:
+    """An estimate's first title line: what it is, and how far its panel agrees with the exact one, as
+    measured over known facts (tracing/agreement.py), or that it is poor there."""
+    if not agreement or agreement.get("poor") is None:
+        return "ESTIMATE (attribution patching)"
+    if agreement["poor"]:
+        return "ESTIMATE, POOR on this panel: trace it"
+    rho, facts = agreement["spearman_mean"], agreement["facts"]
+    return f"ESTIMATE (attribution patching, ρ {rho:.2f} on {facts} facts)"
 
 
 def heatmap(r: dict, relative: bool = False) -> go.Figure:

@@ -1,13 +1,15 @@
 """How much memory a model's weights need, and whether they fit, decided before any weight is loaded.
 
-    fp = footprint(config, "bfloat16")     # parameters counted on the meta device x bytes per parameter
+    fp = footprint(config, "bfloat16")     # parameters (weights' headers or a meta-device model) x bytes
     fp.check(device, name)                  # EditkitError with the numbers when it does not fit; else a message
     device_map(config, fp)                  # None: one device; else accelerate's map over several GPUs
 
-The parameters are counted on a model built on PyTorch's meta device (shapes only, no memory), so tied embeddings
-count once. A load needs the weights plus a margin (`OVERHEAD`: activations of short prompts, buffers, the
-tokenizer); editing adds the statistics C (d_ff x d_ff floats per edited layer) and tracing a batch of
-`samples + 1` prompts, both small beside the weights of a large model.
+The parameters are counted from the safetensors headers of the weights when they are on this machine (every
+tensor's shape is there; `safetensors_parameters`), else on a model built from the config on PyTorch's meta
+device (shapes only, no memory); tied embeddings count once either way. A load needs the weights plus a margin
+(`OVERHEAD`: activations of short prompts, buffers, the tokenizer); editing adds the statistics C (d_ff x
+d_ff floats per edited layer) and tracing a batch of `samples + 1` prompts, both small beside the weights of a
+large model.
 
 A long job's working memory (what a served app's queue admits within its budget, editkit/runtime/jobs.py) is built
 from the same dimensions: `step_bytes` (a forward's live activations in one block), `graph_bytes` (what autograd
@@ -17,7 +19,10 @@ allocator's slack and the temporaries the sums leave out (measured peaks: docs/r
 """
 from __future__ import annotations
 
+import json
+import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -26,6 +31,56 @@ from ..core.errors import EditkitError
 OVERHEAD = 1.2  # what a load needs beyond the weights themselves
 GB = 1e9
 MARGIN = 1.5  # a job's estimate over the sum of its large tensors (allocator slack, temporaries)
+MAX_HEADER = 100 * 2 ** 20  # the safetensors format's own limit on a header
+
+
+def safetensors_parameters(files) -> int:
+    """The parameter count of a checkpoint from its safetensors files' headers alone: each file begins with
+    the length of a JSON table (8 bytes, little-endian) that gives every tensor's shape; no tensor is read.
+    transformers saves a tied weight once, so it counts once, as on the model."""
+    total = 0
+    for path in files:
+        try:
+            with open(path, "rb") as f:
+                size = int.from_bytes(f.read(8), "little")
+                if not 2 <= size <= MAX_HEADER:
+                    raise ValueError(f"a header of {size} bytes")
+                table = json.loads(f.read(size))
+            total += sum(math.prod(t["shape"]) for key, t in table.items() if key != "__metadata__")
+        except (OSError, ValueError, TypeError, KeyError) as exc:
+            why = f"{type(exc).__name__}: {exc}"
+            raise EditkitError(f"{path} is not a readable safetensors file ({why})") from None
+    return total
+
+
+def safetensors_files(where: str | Path) -> list[Path] | None:
+    """The safetensors files of a checkpoint when all of them are on this machine: a folder's, or a hub id's
+    in the local Hugging Face cache (an index's shards, or model.safetensors); None when it has none here
+    (weights in another format, or not downloaded yet)."""
+    folder = Path(where).expanduser()
+    if folder.is_dir():
+        def find(name: str) -> Path | None:
+            return folder / name if (folder / name).is_file() else None
+    else:
+        from huggingface_hub import try_to_load_from_cache
+
+        def find(name: str) -> Path | None:
+            try:
+                hit = try_to_load_from_cache(str(where), name)
+            except ValueError:  # not a valid hub id
+                return None
+            return Path(hit) if isinstance(hit, str) else None
+    index = find("model.safetensors.index.json")
+    if index is None:
+        single = find("model.safetensors")
+        return [single] if single is not None else None
+    try:
+        shards = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        why = f"{type(exc).__name__}: {exc}"
+        raise EditkitError(f"{index} is not a readable safetensors index ({why})") from None
+    files = [find(shard) for shard in shards]
+    return files if files and all(f is not None for f in files) else None  # type: ignore[return-value]
 
 
 def count_parameters(config, trust_remote_code: bool = False) -> int:

@@ -18,9 +18,14 @@ deltas, the target optimisation's accumulations; W + delta is formed in float32 
 A half-precision model's name carries its dtype ("gemma-3-270m@bfloat16"), so every cache keyed by the name
 (statistics, templates, evaluations) keeps the two apart; `load_model` accepts such a name back.
 
-Memory: before any weight is loaded, the parameters are counted from the config (editkit/model/footprint.py) and a
-model that would not fit in the free RAM (or GPU memory) is refused with the numbers; one larger than a GPU is
-spread over several with accelerate's device map when they hold it together.
+Memory: before any weight is loaded, the parameters are counted from the weights' safetensors headers (from
+the config when the weights are not here yet; editkit/model/footprint.py) and a model that would not fit in
+the free RAM (or GPU memory) is refused with the numbers; one larger than a GPU is spread over several with
+accelerate's device map when they hold it together.
+
+Start-up: a converted folder's tokenizer loads from its checked fast form (model/tokenizer_cache.py), and the
+steps of a load name themselves (core/timing.py: config, tokenizer, weights, check) for `editkit bench
+startup`.
 """
 from __future__ import annotations
 
@@ -39,8 +44,16 @@ from ..core.cache import Store
 from ..core.errors import EditkitError
 from ..core.paths import ASSETS
 from ..core.progress import Progress
+from ..core.timing import phase
 from .adapters import Adapter, adapter_for
-from .footprint import Footprint, count_parameters, device_map, dtype_name
+from .footprint import (
+    Footprint,
+    count_parameters,
+    device_map,
+    dtype_name,
+    safetensors_files,
+    safetensors_parameters,
+)
 from .hardware import slow_dtype_note
 from .shipped import DEFAULT_MODEL, SHIPPED
 
@@ -138,9 +151,10 @@ def load_model(name: str = DEFAULT_MODEL, device: str | None = None, trust_remot
     dtype = parse_dtype(dtype) if dtype is not None else (named_dtype or torch.float32)
     if named_dtype is not None and named_dtype != dtype:
         raise EditkitError(f"the name asks for {dtype_name(named_dtype)} but dtype is {dtype_name(dtype)}")
-    dev = torch.device(device) if device else default_device()
+    dev = checked_device(device)
     shown = full_name(name, dtype)
-    fp, config = footprint(name, dtype, trust_remote_code)
+    with phase("config"):
+        fp, config = footprint(name, dtype, trust_remote_code)
     mapping = None
     if fp is None:
         report(0.0, f"memory estimate for {shown}: its config cannot be read before loading")
@@ -158,24 +172,95 @@ def load_model(name: str = DEFAULT_MODEL, device: str | None = None, trust_remot
         if name in ALL_TINY:
             model, tok = _tiny(name)
         elif name in SHIPPED:
-            model, tok = _load_folder(shipped_folder(name, say, dtype), dtype, mapping)
+            model, tok = _load_folder(shipped_folder(name, say, dtype), dtype, mapping, say)
         elif (gguf := gguf_file(name)) is not None:
-            model, tok = _load_folder(gguf_folder(gguf, say, dtype), dtype, mapping)
+            model, tok = _load_folder(gguf_folder(gguf, say, dtype), dtype, mapping, say)
         else:
             model, tok = _pretrained(name, trust_remote_code, say, dtype, mapping)
     except torch.cuda.OutOfMemoryError as exc:
         raise EditkitError(f"{shown} ran out of GPU memory while loading ({_first_line(exc)}); try "
                            "--dtype bfloat16 or a smaller model") from None
-    if mapping is None or mapping == {"": str(dev)}:
-        model = model.to(device=dev, dtype=dtype)
+    with phase("weights"):
+        if mapping is None or mapping == {"": str(dev)}:
+            model = model.to(device=dev, dtype=dtype)
+        model = model.eval()
+        for p in model.parameters():
+            p.requires_grad_(False)
+    _pad_convention(tok)
+    lm = LM(name=shown, model=model, tok=SerialTokenizer(tok), adapter=adapter_for(model))
+    with phase("check"):  # the first forward: the adapter's decomposition holds (or refused with numbers)
+        lm.runner.check_layout()
+    report(1.0, f"{shown} loaded on {lm.device}")
+    return lm
+
+
+def checked_device(device) -> torch.device:
+    """The torch device `device` names (default: CUDA when present), or a clear EditkitError for one this
+    torch cannot use (a CUDA device on a CPU-only build or without a GPU, an index past the GPUs, a name torch
+    reads not)."""
+    if not device:
+        return default_device()
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise EditkitError(f"device {device!r} is not a device torch knows ({_first_line(exc)}); use 'cpu' "
+                           "or 'cuda'") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            why = ("this torch is a CPU-only build" if torch.version.cuda is None
+                   else "no CUDA GPU is visible to this process")
+            raise EditkitError(f"device {device!r} asked for, but {why} (torch {torch.__version__}); use "
+                               "device='cpu', or install a CUDA build of torch")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise EditkitError(f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA GPU(s)")
+    return dev
+
+
+def wrap_model(model, tok=None, progress: Progress | None = None) -> LM:
+    """A causal LM already loaded with transformers (and its tokenizer; default: the one saved beside the
+    model, read from its name_or_path) as editkit's LM, checked by the same layout test as every load, so a
+    model whose family editkit does not know is refused with the numbers. As a load does, it puts the model in
+    eval mode and turns off its parameters' gradients (editkit never writes its weights) and gives the
+    tokenizer a pad token. Its name is the model's name_or_path with a digest of its weights, so the caches
+    keyed by a model's name (statistics, templates) never mix two different weights under one name."""
+    from .weights import fingerprint
+
+    report = progress or (lambda fraction, message: None)
+    if not isinstance(model, torch.nn.Module) or not hasattr(model, "config"):
+        raise EditkitError("editkit.load takes a model name, a folder, a GGUF file or a loaded transformers "
+                           f"causal LM (a PreTrainedModel), not {type(model).__name__}")
+    if not callable(getattr(model, "get_output_embeddings", None)) or model.get_output_embeddings() is None:
+        raise EditkitError(f"{type(model).__name__} has no language-model head: load the model with "
+                           "transformers.AutoModelForCausalLM")
+    tok = tok if tok is not None else _saved_tokenizer(model)
     model = model.eval()
     for p in model.parameters():
         p.requires_grad_(False)
     _pad_convention(tok)
-    lm = LM(name=shown, model=model, tok=SerialTokenizer(tok), adapter=adapter_for(model))
-    lm.runner.check_layout()  # the adapter's decomposition holds on this model (refused with the numbers if not)
-    report(1.0, f"{shown} loaded on {lm.device}")
+    base = Path(str(getattr(model.config, "_name_or_path", "") or model.config.model_type)).name or "model"
+    report(0.0, f"checking {type(model).__name__} (a digest of its weights names it in the caches)")
+    name = full_name(f"{base}-{fingerprint(model)[:8]}", next(model.parameters()).dtype)
+    tok = SerialTokenizer(getattr(tok, "_tok", tok))  # an editkit LM's tokenizer is unwrapped first
+    lm = LM(name=name, model=model, tok=tok, adapter=adapter_for(model))
+    lm.runner.check_layout()
+    report(1.0, f"{name} ready on {lm.device}")
     return lm
+
+
+def _saved_tokenizer(model):
+    """The tokenizer saved beside a loaded model (its config's name_or_path: a folder or the local HF
+    cache)."""
+    from transformers import AutoTokenizer
+
+    where = str(getattr(model.config, "_name_or_path", "") or "")
+    if not where:
+        raise EditkitError("this model does not say where it was loaded from: pass its tokenizer, "
+                           "editkit.load(model, tokenizer)")
+    try:
+        return AutoTokenizer.from_pretrained(where, local_files_only=True)
+    except (OSError, ValueError) as exc:
+        raise EditkitError(f"no tokenizer found for {where!r} on this machine ({_first_line(exc)}): pass it, "
+                           "editkit.load(model, tokenizer)") from None
 
 
 def _spread(mapping: dict) -> str:
@@ -209,9 +294,7 @@ def model_config(name: str, trust_remote_code: bool = False):
 
     if name in ALL_TINY:
         return tiny_config(name)
-    gguf = gguf_file(name)
-    if name in SHIPPED or gguf is not None:
-        folder = MODELS.path(name if name in SHIPPED else gguf_key(gguf), suffix="")
+    if (folder := _weights_folder(name)) is not None:
         try:
             return AutoConfig.from_pretrained(folder) if (folder / "config.json").exists() else None
         except (OSError, ValueError):
@@ -224,6 +307,14 @@ def model_config(name: str, trust_remote_code: bool = False):
             return AutoConfig.from_pretrained(name, local_files_only=local_only, trust_remote_code=trust_remote_code)
         except (OSError, ValueError):
             continue
+    return None
+
+
+def _weights_folder(name: str) -> Path | None:
+    """The converted folder of a shipped model or a GGUF file (perhaps not built yet); None for others."""
+    gguf = gguf_file(name)
+    if name in SHIPPED or gguf is not None:
+        return MODELS.path(name if name in SHIPPED else gguf_key(gguf), suffix="")
     return None
 
 
@@ -244,7 +335,12 @@ _COUNTS: dict = {}
 
 
 def _parameter_count(name: str, config, trust_remote_code: bool) -> int:
-    """count_parameters, remembered per model and config (a meta-device build takes a second or two)."""
+    """From the safetensors headers of the weights when they are on this machine (a converted folder, a local
+    folder, a hub id in the local cache), else count_parameters on the config, remembered per model and config
+    (a meta-device build takes a second or two)."""
+    files = None if name in ALL_TINY else safetensors_files(_weights_folder(name) or name)
+    if files:
+        return safetensors_parameters(files)
     key = (name, config.to_json_string(use_diff=False), trust_remote_code)
     if key not in _COUNTS:
         _COUNTS[key] = count_parameters(config, trust_remote_code)
@@ -368,11 +464,12 @@ _GLOBAL_RNG = threading.Lock()  # tiny models are initialised from torch's globa
 def _tiny(name: str):
     from transformers import AutoModelForCausalLM
 
-    tok = tiny_tokenizer()
+    with phase("tokenizer"):
+        tok = tiny_tokenizer()
     config = tiny_config(name, vocab_size=len(tok))
     # Two sessions may load two tiny models at once; without the lock their draws would interleave and the weights
     # would depend on timing. (Nothing else in editkit uses the global generator: text.sample has its own.)
-    with _GLOBAL_RNG, torch.random.fork_rng():
+    with phase("weights"), _GLOBAL_RNG, torch.random.fork_rng():
         torch.manual_seed(0)
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
         # Default inits are near-uniform; widen them so tiny models have peaked, informative distributions.
@@ -401,9 +498,11 @@ def _pretrained(name: str, trust_remote_code: bool, say: Say, dtype: torch.dtype
     kwargs = dict(trust_remote_code=trust_remote_code)
 
     def attempt(local_only: bool):
-        tok = AutoTokenizer.from_pretrained(name, local_files_only=local_only, **kwargs)
-        model = AutoModelForCausalLM.from_pretrained(name, local_files_only=local_only, dtype=dtype,
-                                                     device_map=mapping, **kwargs)
+        with phase("tokenizer"):
+            tok = AutoTokenizer.from_pretrained(name, local_files_only=local_only, **kwargs)
+        with phase("weights"):
+            model = AutoModelForCausalLM.from_pretrained(name, local_files_only=local_only, dtype=dtype,
+                                                         device_map=mapping, **kwargs)
         return model, tok
 
     say(f"loading {name} ({'folder' if is_folder else 'Hugging Face hub id'})")
@@ -454,11 +553,17 @@ def _save_as(folder: Path, out: Path, dtype: torch.dtype, say: Say) -> None:
     tok.save_pretrained(out)
 
 
-def _load_folder(folder: Path, dtype: torch.dtype = torch.float32, mapping: dict | None = None):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def _load_folder(folder: Path, dtype: torch.dtype = torch.float32, mapping: dict | None = None,
+                 say: Say = lambda m: None):
+    """A folder editkit converted: its tokenizer in the fast form (model/tokenizer_cache.py), its weights."""
+    from transformers import AutoModelForCausalLM
 
-    tok = AutoTokenizer.from_pretrained(folder)
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, device_map=mapping)
+    from .tokenizer_cache import fast_tokenizer
+
+    with phase("tokenizer"):
+        tok = fast_tokenizer(folder, say)
+    with phase("weights"):
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, device_map=mapping)
     return model, tok
 
 

@@ -39,6 +39,7 @@ import torch
 
 from ..core.errors import EditkitError
 from .hooks import Hooks, first_tensor
+from .interventions import check_whole
 from .sites import parse
 from .tokens import encode
 
@@ -195,6 +196,8 @@ class Runner:
         """Run the body (see module docstring). With `kv`, the inputs are the positions after it: position ids
         default to kv.length + 0, 1, ...; an attention mask, if given, covers kv and inputs."""
         a = self.adapter
+        if kv is not None:
+            check_whole("a run continued from cached keys and values")
         cache = kv.cache(self.config) if kv is not None else None
         if kv is not None and position_ids is None:
             width = (input_ids if input_ids is not None else inputs_embeds).shape[1]
@@ -289,6 +292,7 @@ class Runner:
         ids, mask = batch["input_ids"], batch.get("attention_mask")
         if decoding.new_tokens == 0:
             return Generated([""] * ids.shape[0], ids[:, :0])
+        check_whole("a generation (one token at a time after the prompt)")
         sampler = [SeededTopK(decoding.top_k, decoding.seed)] if decoding.top_k is not None else []
         with Hooks(self.lm) as hooks:
             if edit is not None:
@@ -335,6 +339,7 @@ class Runner:
         """Blocks start..stop-1 (default: to the last) on residuals h (B, T, d), called as recorded in `calls`,
         attending to a fresh copy of `kv` (the positions before h). Returns the residual after the last block run
         (not normed)."""
+        check_whole("a run of blocks on given residuals")
         a = self.adapter
         stop = a.n_layers if stop is None else stop
         cache = kv.cache(self.config) if kv is not None else None
@@ -351,6 +356,7 @@ class Runner:
         (B, kv_heads, P, head_dim), one row per row of h. Returns the block's output residual. Only this layer's
         keys are copied into the fresh cache the block appends to, so stepping many rows through the layers one
         block at a time costs no more than run_blocks."""
+        check_whole("a block stepped on its own")
         if calls[layer] is None:
             raise EditkitError(f"no recorded call for block {layer}")
         cache = None

@@ -97,6 +97,7 @@ def parse(name: "str | Site") -> Site:
         return name
     kind, _, layer = str(name).partition(".")
     try:
-        return Site(kind, int(layer) if layer else None)
+        number = int(layer) if layer else None
     except ValueError:
         raise EditkitError(f"site {name!r} should look like 'mlp_out.5'") from None
+    return Site(kind, number)  # an unknown kind or a missing layer: Site says which

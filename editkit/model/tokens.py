@@ -9,7 +9,12 @@ from ..core.settings import limits
 def check_prompt(lm, prompt: str, max_tokens: int | None = None) -> None:
     """Clear errors for empty prompts and prompts over the model's limit or the cap (`max_tokens`, default the
     configured limit settings.limits().prompt_tokens, 512 unless EDITKIT_LIMITS says otherwise)."""
-    if not isinstance(prompt, str) or not prompt.strip():
+    if isinstance(prompt, (list, tuple)):
+        raise EditkitError(f"one prompt (a string) is expected here, not a {type(prompt).__name__} of "
+                           f"{len(prompt)}; activations, predict, logit_lens and trace take lists of prompts")
+    if prompt is not None and not isinstance(prompt, str):
+        raise EditkitError(f"a prompt is a string, not {type(prompt).__name__}")
+    if not prompt or not prompt.strip():
         raise EditkitError("the prompt is empty")
     if "\x00" in prompt:
         raise EditkitError("the prompt contains a NUL character")

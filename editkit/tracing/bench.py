@@ -174,6 +174,37 @@ def _spearmans(est: dict, exact: dict, b: int) -> dict:
                 "from_subject": round(spearman(est[k][b:], torch.as_tensor(exact[k])[b:]), 3)} for k in exact}
 
 
+# --- the preview's agreement -------------------------------------------------------------------------------
+def preview_agreement(lm, n_facts: int = 20, samples: int = TraceSpec.samples, say=print) -> dict:
+    """The preview (attribution patching) against the exact panels on the first `n_facts` known facts the
+    model predicts (the exact panels from the shared result cache, computed when missing, all three in one
+    schedule), as the API and the page compute both (Tracer.preview, Tracer.results), compared by
+    agreement.compare. Returns the rows and the per-panel summary (agreement.summarize)."""
+    from ..core.errors import EditkitError
+    from ..data.facts import predicted_facts
+    from ..model.sites import TRACE_KINDS
+    from .agreement import compare, summarize
+    from .tracer import Tracer
+
+    facts = predicted_facts(lm, n_facts)
+    if not facts:
+        raise EditkitError(f"{lm.name} predicts none of the known facts: no exact panels to compare the "
+                           "preview with")
+    kinds, rows, t0 = list(TRACE_KINDS), [], time.perf_counter()
+    for fact in facts:
+        tracer = Tracer(lm, TraceSpec(fact["prompt"], fact["subject"], samples=samples))
+        exact = tracer.results(kinds, together=True)
+        preview = tracer.preview(kinds)
+        first = exact.first.subject_range[0]
+        row = {"prompt": fact["prompt"], "subject": fact["subject"], "answer": exact.answer,
+               "panels": {k: compare(preview[k].scores, exact[k].scores, first) for k in kinds}}
+        rows.append(row)
+        say({"fact": fact["prompt"], **{k: v["spearman"] for k, v in row["panels"].items()}})
+    return {"model": lm.name, "facts": len(rows), "samples": samples, "method": "corrupted (AtP)",
+            "seconds": round(time.perf_counter() - t0, 1), "threads": torch.get_num_threads(),
+            "panels": summarize(rows, kinds), "rows": rows}
+
+
 # --- the fast mode's error ---------------------------------------------------------------------------------------
 FAST_ERRORS = ASSETS / "results"  # trace-fast-<model>.json: `python -m editkit bench fast --save ...`
 

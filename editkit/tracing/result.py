@@ -86,8 +86,20 @@ class TraceResult(Result):
     def prompt(self) -> str | None:
         return self.meta.get("prompt")
 
+    def timing(self) -> str:
+        """How long this panel took, in words: from the cache, alone, or as part of one run with other kinds
+        (`seconds` is then its share of that run; the run's own time is said)."""
+        if self.cached:
+            return "from the cache"
+        together = self.meta.get("together")
+        if together and len(together) > 1 and "run_s" in self.meta:
+            return (f"computed in one run of {self.meta['run_s']:.1f} s with "
+                    f"{', '.join(k for k in together if k != self.kind)}")
+        return f"computed in {self.seconds:.1f} s"
+
     def headline(self) -> str:
-        return self.reading()
+        agreement = self.meta.get("agreement") if self.estimate else None
+        return self.reading() + (f" {agreement['text']}" if agreement else "")
 
     def to_json(self) -> JsonObject:
         """The cache's and `--json`'s form: every field, the subject range as a list, and the indirect effect."""
@@ -164,10 +176,21 @@ class Traces(Result):
     def low_score(self) -> float:
         return self.first.low_score
 
+    @property
+    def seconds(self) -> float:
+        """The time the kinds took together, each run counted once (the clean and corrupted setup, then the
+        kinds computed alone or in one shared run); 0 when all came from the cache."""
+        fresh = [r for r in self.values() if not r.cached]
+        if not fresh:
+            return 0.0
+        return max(r.meta.get("setup_s", 0.0) for r in fresh) + sum(r.seconds for r in fresh)
+
     def headline(self) -> str:
         r = self.first
+        took = "from the cache" if not self.seconds else f"{self.seconds:.1f} s"
         return (f"p({r.answer!r}) clean {r.high_score:.3f}, corrupted {r.low_score:.3f}; "
-                + "; ".join(f"{k}: peak {v.peak()[2]:.3f} at layer {v.peak()[1]}" for k, v in self.items()))
+                + "; ".join(f"{k}: peak {v.peak()[2]:.3f} at layer {v.peak()[1]}" for k, v in self.items())
+                + f" ({took})")
 
     def to_json(self) -> JsonObject:
         """kind -> TraceResult.to_json(): the tracing page's JSON download."""

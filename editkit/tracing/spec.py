@@ -78,3 +78,22 @@ class TraceSpec:
     def fast(self) -> bool:
         """The engine's fast mode: an approximation (engine.py)."""
         return self.precision != "float32"
+
+
+def trace_specs(prompt, subject, settings: dict) -> list[TraceSpec]:
+    """The TraceSpecs of the notebook API's trace arguments: one spec, one prompt and subject, or lists of them
+    (paired; a list of specs as it is); `settings` are TraceSpec's other fields."""
+    if isinstance(prompt, TraceSpec):
+        return [prompt]
+    if not isinstance(prompt, (list, tuple)):
+        if isinstance(subject, (list, tuple)):
+            raise EditkitError("one prompt with a list of subjects: give as many prompts as subjects")
+        return [TraceSpec(prompt, subject, **settings)]
+    if not prompt:
+        raise EditkitError("trace: the list of prompts is empty")
+    if all(isinstance(p, TraceSpec) for p in prompt):
+        return list(prompt)
+    if not isinstance(subject, (list, tuple)) or len(subject) != len(prompt):
+        raise EditkitError(f"a list of {len(prompt)} prompts needs a list of as many subjects, one per "
+                           "prompt")
+    return [TraceSpec(p, s, **settings) for p, s in zip(prompt, subject)]

@@ -25,6 +25,7 @@ from ..core.errors import Cancelled, EditkitError
 from ..core.progress import part
 from ..model.sites import TRACE_KINDS
 from ..model.weights import fingerprint
+from .agreement import agreement_note
 from .attribution import attribution
 from .engine import Work, fast_trace, fast_traces
 from .reference import reference_trace
@@ -129,14 +130,15 @@ class Tracer:
         kinds = check_kinds(self.spec.kinds if kinds is None else kinds)
         missing = [k for k in kinds if self.cached(k) is None]
         if together and engine == "fast" and len(missing) > 1:
+            setup = self.setup
             t0 = time.perf_counter()
             work = Work()
             step = self._check((lambda f, msg: progress(f, "tracing " + ", ".join(missing))) if progress else None)
-            scores = fast_traces(self.lm, self.setup, missing, self.spec.window, step, work, self.spec.precision)
+            scores = fast_traces(self.lm, setup, missing, self.spec.window, step, work, self.spec.precision)
             seconds = time.perf_counter() - t0
-            for kind in missing:
+            for kind in missing:  # one run for all: each kind holds its share, and the run's own time
                 result = self._make(kind, scores[kind].tolist(), seconds / len(missing), engine)
-                result.meta.update(work=work.to_dict(), together=missing)
+                result.meta.update(work=work.to_dict(), together=missing, run_s=round(seconds, 3))
                 self._put(kind, result.to_json())
                 self._results[kind] = result
         out = {}
@@ -148,7 +150,8 @@ class Tracer:
 
     def preview(self, kinds=None) -> Traces:
         """Attribution-patching estimates of the heatmaps (attribution.py; default: the spec's kinds), labelled
-        meta["estimate"] = True."""
+        meta["estimate"] = True, each with its measured agreement with the exact panels over known facts
+        (meta["agreement"], agreement.py)."""
         kinds = check_kinds(self.spec.kinds if kinds is None else kinds)
         value = self._get("preview")
         if value is None:
@@ -159,7 +162,10 @@ class Tracer:
             for v in value.values():
                 v["meta"]["estimate"] = True
             self._put("preview", value)
-        return Traces({k: TraceResult.from_json(value[k]) for k in kinds})
+        out = Traces({k: TraceResult.from_json(value[k]) for k in kinds})
+        for k, r in out.items():  # how far this panel's preview is from the exact trace, as measured
+            r.meta["agreement"] = agreement_note(self.lm.name, k)
+        return out
 
     def severing(self, token: int | None = None, progress=None) -> Severing:
         """Per layer, the hidden state at `token` (default: the last subject token) restored with nothing, the
@@ -184,6 +190,7 @@ class Tracer:
             window=1 if kind == "hidden" else self.spec.window,
             noise_scale=s.scale, noise=s.noise_spec.to_dict(), samples=s.n, seed=s.seed, scores=scores,
             seconds=seconds, meta={"model": self.lm.name, "prompt": s.prompt, "engine": engine,
+                                   "setup_s": round(self.setup_s, 3),
                                    **({"precision": self.spec.precision, "approximation": True}
                                       if self.spec.fast and engine == "fast" else {})},
         )

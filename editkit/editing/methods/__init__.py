@@ -80,6 +80,8 @@ class Method:
     # centred on the peak), "depth" (the template's layers, centred at the same relative depth)
     placement: str = "window"
     targets: Callable | None = None  # (hp) -> (sites, layer, adaptive) of its target optimisation
+    explain: Callable | None = None  # (result, i) -> why request i's edit may not win its rewrite, where the
+    # method knows better than the result's generic diagnostics (result.likely_reason); "" or None: no opinion
 
     @property
     def defaults_dir(self) -> Path:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from ..hparams import _non_negative, _positive
 from ..requests import EditRequest
+from ..result import Diagnostic
 from ..share import update_share
 from ..targets import Joint
 from . import Method, register
@@ -59,15 +60,16 @@ class CoeditHparams(MemitHparams):
             else out
 
 
-def implied_requests(lm, requests, hp: CoeditHparams) -> tuple[list[EditRequest], list[int]]:
+def implied_requests(lm, requests, hp: CoeditHparams, derived: list | None = None
+                     ) -> tuple[list[EditRequest], list[int]]:
     """Each request's logical-generalization facts as requests of their own (the rule's edit phrasing), and for
-    each the index of the request it follows from."""
-    from ...data.implications import derive_many, edit_phrasings
+    each the index of the request it follows from (`derived`: the requests' derivations, if already made)."""
+    from ...data.implications import edit_phrasings
 
     if hp.max_implied < 1:
         return [], []
     out, source = [], []
-    derived = derive_many(lm, list(requests), None, hp.max_implied, criteria=("logical",))
+    derived = derived if derived is not None else derivations(lm, requests, hp)
     for i, (r, d) in enumerate(zip(requests, derived)):
         for f in d.facts:
             if not f.edit_prompt:
@@ -78,6 +80,30 @@ def implied_requests(lm, requests, hp: CoeditHparams) -> tuple[list[EditRequest]
                                            case_id=f"{r.case_id}:{f.rule}" + (f":{k}" if k else "")))
                     source.append(i)
     return out, source
+
+
+def derivations(lm, requests, hp: CoeditHparams) -> list:
+    """Each request's logical facts, derived from the model's own answers (data/implications.derive_many)."""
+    from ...data.implications import derive_many
+
+    return derive_many(lm, list(requests), None, hp.max_implied, criteria=("logical",))
+
+
+def nothing_implied(requests, derived: list, source: list[int]) -> list[Diagnostic]:
+    """A note for each request co-edit wrote no implication for: it was edited as MEMIT alone would
+    edit it, and which request field would give it one (`relation`, for a template not CounterFact's)."""
+    out = []
+    for i, (r, d) in enumerate(zip(requests, derived)):
+        if i in source:
+            continue
+        why = d.message() or "the implied facts it derived have no phrasing to write them in"
+        hint = ("Give the request its Wikidata relation in the field `relation` (e.g. \"P131\" for 'is "
+                "located in', \"P103\" for a native language; the page's relation box) so the ripple "
+                "rules can derive one." if d.relation is None else
+                f"Its relation {d.relation} has rules, but the model knows none of their second hops here.")
+        out.append(Diagnostic("nothing_implied", f"Co-edit found no implied fact to write for {r.rewrite!r} "
+                              f"({why}): it edited it as MEMIT would.", i, hint))
+    return out
 
 
 def kept_requests(lm, requests, hp: CoeditHparams) -> tuple[list[EditRequest], list[int]]:
@@ -126,7 +152,9 @@ def _joint(requests, implied, kept, source, hp: CoeditHparams) -> Joint | None:
 
 def apply_coedit(lm, requests, hp: CoeditHparams, progress=None, reference: bool = False,
                  solves: bool = False, state=None):
-    implied, source = implied_requests(lm, requests, hp)
+    derived = derivations(lm, requests, hp) if hp.max_implied >= 1 else []
+    implied, source = implied_requests(lm, requests, hp, derived)
+    notes = nothing_implied(requests, derived, source) if derived else []
     kept, kept_source = kept_requests(lm, requests, hp)
     extra, source = implied + kept, source + kept_source
     result = apply_memit(lm, list(requests) + extra, hp, progress, reference, solves,
@@ -134,6 +162,7 @@ def apply_coedit(lm, requests, hp: CoeditHparams, progress=None, reference: bool
     result.method = "coedit"
     result.details["implied"] = [{"prompt": e.rewrite, "target": e.target_new} for e in implied]
     result.details["kept"] = [{"prompt": e.rewrite, "target": e.target_new} for e in kept]
+    result.diagnostics += notes
     return result
 
 

@@ -204,9 +204,20 @@ def apply_ultraedit(lm, requests, hp: UltraEditHparams, progress=None, reference
                       solves=kept, state=state_with(state, stats, len(requests), hp.normalizer))
 
 
+def explain(result, i: int) -> str:
+    """Why an UltraEdit edit may not win its rewrite: its learning rate, chosen to keep the neighbours."""
+    hp = result.hparams
+    lr = hp.get("lr") if isinstance(hp, dict) else getattr(hp, "lr", None)
+    if lr is None:
+        return ""
+    return (f"UltraEdit's step is lr x ||k_hat||^2 g_hat, and its lr ({lr:g}) was chosen on validation "
+            "to keep the neighbours, where few single rewrites win; a larger lr buys efficacy with "
+            "neighbours (its operating points on Edit & compare, docs/results/ultraedit.md)")
+
+
 METHOD = register(Method(
     name="ultraedit", label="UltraEdit", apply=apply_ultraedit, hparams=UltraEditHparams, order=50,
-    color="#66a61e", stateful=True, first_use=nothing, placement="depth",
+    color="#66a61e", stateful=True, first_use=nothing, placement="depth", explain=explain,
     spreading="each edited layer's own ridge solve from its keys and gradients, no statistics of text",
     about="UltraEdit (Gu et al. 2025): lifelong editing by a closed-form ridge solve per round from the target "
           "tokens' keys and gradients, normalised with running statistics kept across rounds."))
