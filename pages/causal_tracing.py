@@ -418,10 +418,12 @@ def main() -> None:
         return
     form = tracing_section(lm)
     aie_section(lm)
-    spec = None
-    with ui.guard("two-model trace"):
+    spec, refused = None, None
+    try:  # a refused form says so once, above, when Trace is pressed; here only why nothing can be traced
         spec = form.spec() if form.prompt.strip() else None
-    two_models_section(lm, spec)
+    except EditkitError as exc:
+        refused = str(exc)
+    two_models_section(lm, spec, refused)
     layer_sweep_section(lm, form)
 
 

@@ -68,9 +68,9 @@ def trace_both(lms: list, spec: TraceSpec, kind: str, progress) -> tuple[dict[st
     return out, tops
 
 
-def two_models_section(lm, spec: TraceSpec | None) -> None:
-    """The section's inputs, its job and its figures; `spec` is the trace form's (None before a trace was
-    asked)."""
+def two_models_section(lm, spec: TraceSpec | None, refused: str | None = None) -> None:
+    """The section's inputs, its job and its figures; `spec` is the trace form's (None while it is empty, or
+    `refused` says why it cannot be traced)."""
     st.subheader("Two models side by side")
     st.markdown(
         "Trace the same fact on a second model. Models have different numbers of layers, so layers are shown "
@@ -84,7 +84,8 @@ def two_models_section(lm, spec: TraceSpec | None) -> None:
     kind = c2.selectbox("Kind", list(KINDS), format_func=KINDS.get, key=K.KIND)
     clicked = st.button("Trace on both", key=K.GO, disabled=other is None or spec is None)
     if spec is None:
-        st.caption("Fill in the trace form above first (prompt and subject).")
+        st.caption(f"The trace form above cannot be traced: {refused}." if refused else
+                   "Fill in the trace form above first (prompt and subject).")
     if clicked and other is not None and spec is not None:
         with ui.guard("two-model trace"):
             one = dataclasses.replace(spec, kinds=(kind,))

@@ -136,3 +136,16 @@ def test_edit_every_layer_waits_for_a_subject_that_is_in_the_prompt():
     assert not at.exception and any("does not occur" in e.value for e in at.error)
     assert at.button(key="ls_go").disabled
     assert any("'Tokyo' is not in the prompt" in c.value for c in at.caption)
+
+
+def test_a_refused_noise_text_is_said_once():
+    """The second walk: a bad noise text gave two red boxes, the trace's and the two-model section's; the section
+    now says in a caption why it cannot trace."""
+    at = AppTest.from_file(APP, default_timeout=300)
+    at.session_state["model_choice"] = "tiny-gpt2"
+    at.switch_page("pages/causal_tracing.py").run()
+    at.text_input(key="trace_noise").set_value("three sigma")
+    at.button[0].click().run()
+    assert [e.value for e in at.error if "noise" in e.value] == \
+        ["tracing: noise must be a number (absolute) or a multiple of sigma like '3s', not 'three sigma'"]
+    assert any(c.value.startswith("The trace form above cannot be traced: noise must") for c in at.caption)
