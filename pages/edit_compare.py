@@ -47,6 +47,7 @@ class K:
 
 
 LABELS = {m.name: m.label for m in all_methods()}
+JOB = "edit and compare"
 
 
 def intro() -> None:
@@ -112,6 +113,11 @@ def request_inputs() -> list[EvalRecord]:
     gen = c7.text_area("Generation prompts", ui.kept(K.GEN, "Danielle Darrieux's mother tongue is"),
                        key=K.GEN)
     ui.keep(*K.REQUEST_KEPT)
+    elsewhere = [p for p in _lines(para) + _lines(gen) if subject.strip() and subject.strip() not in p]
+    if elsewhere:  # the example's prompts left beside a subject of one's own (the second walk)
+        st.warning(f"{len(elsewhere)} paraphrase or generation prompt(s) do not mention the subject "
+                   f"{subject.strip()!r}: " + "; ".join(repr(p) for p in elsewhere[:3]) + ". They measure "
+                   "another subject, not this edit: replace them, or empty the box.")
     return [EvalRecord(EditRequest(prompt, subject, target_new, target_true or None, _lines(para),
                                    _lines(neigh), _lines(gen)))]
 
@@ -174,7 +180,7 @@ def run_section(s: Setup) -> None:
             job = Item(compare_methods, (s.methods, s.records, s.overrides, s.n_gen, s.gen_tokens),
                        progress=True)
             memory = edit_memory(s.lm, s.methods, len(s.records), s.overrides)
-            st.session_state[K.OUT] = ui.run_item("edit and compare", s.lm, job, batch=len(s.records),
+            st.session_state[K.OUT] = ui.run_item(JOB, s.lm, job, batch=len(s.records),
                                                   memory=memory, new_tokens=s.gen_tokens if s.n_gen else None)
             st.session_state.pop(K.TRACES, None)
             show_estimate(s, box)  # not "No estimate yet" above the results of the run that timed it
@@ -306,8 +312,11 @@ def results_section(s: Setup) -> None:
     if out:
         if s.records and [r.request.to_dict() for r in s.records] != [r.to_dict() for r in out.requests]:
             shown = "; ".join(f"{r.rewrite} → {r.target_new.strip()}" for r in out.requests)
-            st.caption(f"The results below are for the last run ({ui.md_escape(shown[:200])}), not for the "
-                       "request above: press **Edit and compare** to run it.")
+            st.caption(f"The results below are for the last run ({ui.md_escape(ui.clip(shown, 200))}), not "
+                       "for the request above: press **Edit and compare** to run it.")
+        waited = ui.waited(JOB)
+        if waited:
+            st.caption(f"This run: {waited}.")
         show_results(s.lm, out)
     else:
         st.info("Enter a request, pick methods and press **Edit and compare**.")

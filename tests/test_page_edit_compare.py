@@ -144,3 +144,18 @@ def test_ripple_section_draws_the_implied_facts_or_says_there_are_none():
     assert not at.exception
     assert at.session_state["ec_ripple"].facts == []
     assert any("no implied fact the model knows" in i.value for i in at.info)
+
+
+def test_prompts_of_another_subject_are_pointed_out():
+    """The second walk: a request of one's own about the Brandenburg Gate kept the example's generation prompt
+    "Danielle Darrieux's mother tongue is", and the generations compared nothing of the edit."""
+    at = AppTest.from_file(APP, default_timeout=300)
+    at.session_state["model_choice"] = "tiny-gpt2"
+    at.switch_page("pages/edit_compare.py").run()
+    assert not any("do not mention the subject" in w.value for w in at.warning)  # the example is consistent
+    at.text_input(key="ec_subject").set_value("Brandenburg Gate")
+    at.text_input(key="ec_prompt").set_value("{} is located in the country of")
+    at.text_area(key="ec_para").set_value("The Brandenburg Gate stands in the country of").run()
+    said = [w.value for w in at.warning if "do not mention the subject" in w.value]
+    assert said and said[0].startswith("1 paraphrase or generation prompt(s) do not mention the subject "
+                                       "'Brandenburg Gate'") and "Danielle Darrieux's mother tongue is" in said[0]

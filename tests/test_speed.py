@@ -47,10 +47,23 @@ def test_an_edit_estimate_grows_with_the_load(rates, monkeypatch, tiny_by_name):
 
     monkeypatch.setattr(api, "first_use", lambda *a, **k: {})
     lm = tiny_by_name("tiny-gpt2")
-    compare._remember(lm, "rome", 3.0)
+    compare._remember(lm, "rome", 3.0)  # one record's edit and its measuring
+    compare._remember(lm, compare.MEASURE, 1.0)  # one record measured on the unedited model
     idle, _ = compare.estimate(lm, ["rome"], 2)
     monkeypatch.setattr(speed, "_LAST", {})
     rates["rate"] = 25.0
     busy, text = compare.estimate(lm, ["rome"], 2)
-    assert idle == pytest.approx(6.0) and busy == pytest.approx(24.0)
-    assert "4.0x slower than at its best" in text
+    assert idle == pytest.approx(8.0) and busy == pytest.approx(32.0)
+    assert "measuring the unedited model" in text and "4.0x slower than at its best" in text
+
+
+def test_a_comparison_records_the_time_of_its_edits_with_their_measuring(rates, monkeypatch, tiny_by_name):
+    """The edit alone was a third of a run (3 min of 10): the time recorded is each method's edit and the measuring
+    after it, and the unedited model's measuring."""
+    from editkit.evaluation import compare, load_eval_set
+
+    lm = tiny_by_name("tiny-gpt2")
+    compare.compare_methods(lm, ["rome"], load_eval_set("counterfact", 1), n_gen=1, gen_tokens=5)
+    timed = compare.TIMINGS.get(compare.TIMINGS.path(lm.name))
+    assert set(timed) == {"rome", compare.MEASURE} and timed["rome"]["rate"] == 100.0
+    assert timed["rome"]["seconds"] > 0 and timed[compare.MEASURE]["seconds"] > 0
