@@ -17,9 +17,9 @@ import time
 import torch
 
 import editkit
-from editkit.editing.api import run_edit
 from editkit.editing.defaults import load_hparams
 from editkit.editing.methods import coedit
+from editkit.editing.run import run_edit
 from editkit.evaluation.datasets import load_eval_set
 
 CASES = "253,4405,2585,6964"  # Gemma validation facts whose subjects have relations to keep (ripple.md)

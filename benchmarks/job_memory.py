@@ -64,7 +64,7 @@ def one(model: str, job: str) -> dict:
 def _job(lm, kind: str, arg: str):
     """(a small warm-up of the same kind, the computation, its declared bytes)."""
     from editkit.tracing import Tracer, TraceSpec
-    from editkit.tracing.memory import aie_memory, trace_memory
+    from editkit.tracing.ram import aie_ram, trace_ram
 
     if kind in ("trace", "longtrace"):
         prompt, subject = FACT if kind == "trace" else LONG
@@ -76,21 +76,21 @@ def _job(lm, kind: str, arg: str):
                 tracer.result(k)
             tracer.severing()
         small = Tracer(lm, TraceSpec("Paris is the capital of", "Paris", None, 1), cache=False)
-        return (lambda: run(small)), run, trace_memory(lm, prompt, int(arg))
+        return (lambda: run(small)), run, trace_ram(lm, prompt, int(arg))
     if kind == "aie":
         from editkit.tracing.aie import average_indirect_effect
 
         return (lambda: average_indirect_effect(lm, 1, samples=1, cache=False)), \
-            (lambda: average_indirect_effect(lm, int(arg), cache=False)), aie_memory(lm)
+            (lambda: average_indirect_effect(lm, int(arg), cache=False)), aie_ram(lm)
     if kind == "edit":
-        from editkit.editing.api import prepare_first_use, run_edit
         from editkit.editing.defaults import load_hparams
-        from editkit.editing.memory import edit_memory
+        from editkit.editing.ram import edit_ram
+        from editkit.editing.run import prepare_first_use, run_edit
 
         def warm():  # the statistics and context templates (cached on disk), the method's modules
             prepare_first_use(lm, load_hparams(arg, lm), None, arg)
             run_edit(lm, arg, [dict(REQUEST, subject="The Louvre", target_new=" Berlin")])
-        return warm, (lambda: run_edit(lm, arg, [REQUEST])), edit_memory(lm, [arg])
+        return warm, (lambda: run_edit(lm, arg, [REQUEST])), edit_ram(lm, [arg])
     if kind == "lesson":
         import tempfile
 
@@ -101,7 +101,7 @@ def _job(lm, kind: str, arg: str):
                       paraphrase_prompts=["The Eiffel Tower, a landmark in the city of"],
                       neighborhood_prompts=["The Louvre is located in the city of"])
         folder = Path(tempfile.mkdtemp()) / "pack"
-        return (lambda: None), (lambda: build([record], folder, lm=lm)), compute.build_memory(lm, compute.Settings())
+        return (lambda: None), (lambda: build([record], folder, lm=lm)), compute.build_ram(lm, compute.Settings())
     raise SystemExit(f"unknown job {kind!r}")
 
 

@@ -38,7 +38,7 @@ def _say(row: dict) -> None:
 def edits(lm, pack: Pack):
     """(fact, target, method, record, delta) for each fact of the shipped pack and the bench report's, each of its
     new targets and each of the pack's methods: the edits whose re-traces the benchmarks compare."""
-    from editkit.editing.api import run_edit
+    from editkit.editing.run import run_edit
     from editkit.evaluation.bench_report import FACT
     from editkit.lesson.facts import read_facts
 

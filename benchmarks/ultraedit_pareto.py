@@ -32,8 +32,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from editkit.core.cache import Store  # noqa: E402
-from editkit.editing.api import run_edit  # noqa: E402
 from editkit.editing.defaults import load_hparams  # noqa: E402
+from editkit.editing.run import run_edit  # noqa: E402
 from editkit.evaluation.datasets import load_eval_set  # noqa: E402
 from editkit.evaluation.metrics import mean_ci  # noqa: E402
 from editkit.evaluation.sequential import perplexity, rates  # noqa: E402
@@ -160,6 +160,32 @@ def table(rows: list[dict], chosen: int) -> str:
     return "\n".join(lines)
 
 
+def points(lm, args, rows: list[dict]) -> dict:
+    """The sweep as a shipped operating-points file (evaluation/points.ShippedPoints, assets/results/points/):
+    per setting its layers, lr and ridge, and each mode's rates rounded as the manual prints them."""
+    def mode(x: dict | None, ppl: bool) -> dict | None:
+        if x is None:
+            return None
+        c = x["change_specificity"]
+        out = {k: round(x[k]["mean"]) for k in ("efficacy", "generalization", "specificity")}
+        out.update(change=round(c["mean"]), change_ci=round(c["ci95"] or 0), keeps=keeps(x),
+                   kept_correct=round(x["kept_correct"]["mean"]))
+        return {**out, "perplexity": round(x["perplexity_ratio"], 2)} if ppl else out
+
+    first = rows[0].get("single") or rows[0]["sequence"]
+    unedited = {"single": {k: round(first[f"unedited_{k}"]["mean"])
+                           for k in ("efficacy", "generalization", "specificity")}, "sequence": {"perplexity": 1.0}}
+    out = []
+    for r in rows:
+        hp = load_hparams("ultraedit", lm, r["setting"])
+        out.append({"setting": {"layers": list(hp.layers), "lr": hp.lr, "ridge": hp.ridge},
+                    "single": mode(r.get("single"), False), "sequence": mode(r.get("sequence"), True)})
+    return {"method": "ultraedit", "model": lm.name, "set": args.set, "n": args.n, "knob": "lr",
+            "columns": ["layers", "lr", "ridge"], "unedited": unedited, "rows": out,
+            "command": "PYTHONPATH=$PWD OMP_NUM_THREADS=1 python " + " ".join(sys.argv),
+            "source": f"benchmarks/ultraedit_pareto.py on {args.set} records 0-{args.n - 1}"}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="gemma-3-270m")
@@ -169,6 +195,8 @@ def main() -> None:
     p.add_argument("--modes", default="single,sequence")
     p.add_argument("--ppl-tokens", type=int, default=512)
     p.add_argument("--json", default=None)
+    p.add_argument("--points", default=None, help="also write the operating-points file the app and the manual "
+                                                   "show (assets/results/points/ultraedit-<model>.json)")
     args = p.parse_args()
     lm = load_model(args.model)
     records = load_eval_set(args.set, args.n)
@@ -186,6 +214,8 @@ def main() -> None:
     print(table(rows, chosen))
     print("chosen:", rows[chosen]["label"], "(keeps specificity in every mode)" if kept_all else
           "(none keeps specificity in every mode: the highest efficacy + specificity)")
+    if args.points:
+        Path(args.points).write_text(json.dumps(points(lm, args, rows), indent=1, ensure_ascii=False) + "\n")
     if args.json:
         Path(args.json).write_text(json.dumps({"model": lm.name, "set": args.set, "n": args.n, "rows": rows,
                                                "chosen": chosen, "chosen_keeps": kept_all}, indent=1, default=float))

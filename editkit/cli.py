@@ -20,7 +20,7 @@ from .core.results import Result
 
 COMMANDS = ["models", "predict", "trace", "aie", "edit", "apply-patch", "evaluate", "bench", "memories", "triggers",
             "geva", "intervene", "similarity", "spectrum", "sweep", "bleed", "layer-sweep", "lesson", "anchor",
-            "hparams", "ripple", "results"]
+            "hparams", "ripple", "results", "export", "report"]
 
 
 def build_parser() -> argparse.ArgumentParser:

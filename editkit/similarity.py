@@ -46,7 +46,7 @@ from .core.cache import Store, read_json
 from .core.errors import EditkitError
 from .core.results import JsonObject, Result, frame
 from .figures.similarity import similarity_figure
-from .model.footprint import step_bytes, with_margin
+from .model.ram import step_bytes, with_margin
 from .model.sites import layers
 from .model.tokens import encode
 from .model.weights import model_key
@@ -305,7 +305,7 @@ def similarity(lm, n: int = DEFAULT_N, facts: str = "known", prompts: list[str] 
     return result
 
 
-def similarity_memory(lm, tokens: int = 32) -> int:
+def similarity_ram(lm, tokens: int = 32) -> int:
     """Bytes the similarity curves need beyond the weights: one fact of up to `tokens` tokens at a time, with every
     layer's sub-layer inputs and outputs kept (four d_model vectors per layer and position) and one block step."""
     return with_margin(tokens * lm.adapter.n_layers * lm.adapter.d_model * 4 * 4 + step_bytes(lm, tokens))

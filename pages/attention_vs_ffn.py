@@ -4,7 +4,7 @@ facts."""
 import pandas as pd
 import streamlit as st
 
-from editkit.similarity import DEFAULT_N, TOP_K, definition, similarity, similarity_memory
+from editkit.similarity import DEFAULT_N, TOP_K, definition, similarity, similarity_ram
 from pages import ui
 
 
@@ -101,7 +101,7 @@ def main() -> None:
                                       progress=lambda f, msg: progress(f, f"{f:.0%} of the facts (cached on "
                                                                           f"disk)"))
 
-            st.session_state[K.RESULT] = ui.run_job(JOB, job, memory=similarity_memory(lm), facts=n)
+            st.session_state[K.RESULT] = ui.run_job(JOB, job, memory=similarity_ram(lm), facts=n)
     r = st.session_state.get(K.RESULT)
     if r:
         show(r)

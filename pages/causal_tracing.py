@@ -14,7 +14,7 @@ from editkit.runtime.cluster import Item, backend_from_env
 from editkit.tracing import Tracer, TraceResult, Traces, TraceSpec, parse_noise
 from editkit.tracing.aie import average_indirect_effect, shipped_runs
 from editkit.tracing.bench import fast_note
-from editkit.tracing.memory import aie_memory, trace_memory
+from editkit.tracing.ram import aie_ram, trace_ram
 from editkit.tracing.tracer import exact_panels
 from pages import ui
 from pages.two_models import two_models_section
@@ -216,7 +216,7 @@ def _cancel():
 def run_trace(lm, form: TraceForm, panels: Panels) -> None:
     """The trace as this session's job: in process, panel by panel; on a Ray worker, drawn when it is done."""
     spec, kinds = form.spec(), form.kinds
-    memory = trace_memory(lm, spec.prompt, spec.samples, kinds)
+    memory = trace_ram(lm, spec.prompt, spec.samples, kinds)
     if backend_from_env().ray:  # on a Ray worker with this session's kept edits
         job = Item(exact_panels, (spec, kinds), {"cache": not form.recompute}, progress=True)
         exact, sever = ui.run_item("causal trace", lm, job, cancel_label="Cancel trace", on_cancel=_cancel,
@@ -307,7 +307,7 @@ def aie_section(lm) -> None:
     if a1.button("Compute / show average effects", key=K.AIE_GO):
         with ui.guard("average indirect effect"):
             job = Item(average_indirect_effect, (n_facts,), progress=True)
-            st.session_state[K.AIE] = ui.run_item("average indirect effect", lm, job, memory=aie_memory(lm),
+            st.session_state[K.AIE] = ui.run_item("average indirect effect", lm, job, memory=aie_ram(lm),
                                                   facts=n_facts)
     if lm.name in shipped and a2.button("Show the shipped run (no computing)", key=K.AIE_SHIPPED):
         st.session_state[K.AIE] = shipped[lm.name]
@@ -378,7 +378,7 @@ def sweep_refusal(form: TraceForm, layers) -> str | None:
 
 def layer_sweep_section(lm, form: TraceForm) -> None:
     """ROME at every layer for the traced fact, on the trace's layer axis (Hase et al. 2023)."""
-    from editkit.editing.memory import edit_memory
+    from editkit.editing.ram import edit_ram
     from editkit.editing.requests import EditRequest
     from editkit.evaluation.layer_sweep import layer_sweep
 
@@ -399,7 +399,7 @@ def layer_sweep_section(lm, form: TraceForm) -> None:
             same = traced and traced.prompt == prompt and traced.answer.strip() == (true or "").strip()
             options = {"trace_kind": "mlp", "samples": form.samples, "trace_result": traced if same else None}
             job = Item(layer_sweep, (request, layers), options, progress=True)
-            memory = edit_memory(lm, ["rome"]) + trace_memory(lm, prompt, form.samples, ["mlp"],
+            memory = edit_ram(lm, ["rome"]) + trace_ram(lm, prompt, form.samples, ["mlp"],
                                                               preview=False)
             st.session_state[K.SWEEP_OUT] = ui.run_item("layer sweep", lm, job, memory=memory,
                                                          samples=form.samples)

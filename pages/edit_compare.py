@@ -6,8 +6,8 @@ import pandas as pd
 import streamlit as st
 
 from editkit.editing.defaults import load_hparams
-from editkit.editing.memory import edit_memory
 from editkit.editing.methods import all_methods
+from editkit.editing.ram import edit_ram
 from editkit.editing.requests import NEIGHBOURS_HELP, NEIGHBOURS_LABEL, EditRequest
 from editkit.evaluation import EvalRecord, load_eval_set
 from editkit.evaluation.compare import Comparison, compare_methods, conclusion, estimate
@@ -16,9 +16,11 @@ from editkit.figures.editing import by_column
 from editkit.figures.labels import legend
 from editkit.runtime.cluster import Item
 from editkit.tracing import TraceSpec, trace
-from editkit.tracing.memory import trace_memory
+from editkit.tracing.ram import trace_ram
 from pages import edit_sections as sections
 from pages import ui
+from pages.edit_export import model_download, report_section
+from pages.edit_points import hparams_key, points_of, points_section
 from pages.edit_sections import Setup
 
 
@@ -41,9 +43,7 @@ class K:
     def bars(request: int, group: str) -> str:
         return f"ec_bars_{request}_{group}"
 
-    @staticmethod
-    def hparams(method: str, model: str) -> str:
-        return f"ec_hp_{method}@{model}"  # one box per model: another model's layers would be out of range
+    hparams = staticmethod(hparams_key)  # one box per model: another model's layers would be out of range
 
 
 LABELS = {m.name: m.label for m in all_methods()}
@@ -152,6 +152,8 @@ def setup_inputs(lm) -> Setup:
         records = request_inputs()
     methods = st.multiselect("Methods", list(LABELS), ui.kept(K.METHODS, list(LABELS)),
                              format_func=LABELS.get, key=K.METHODS)
+    with ui.guard("operating points"):
+        points_section(lm, methods)
     overrides, errors = hparams_inputs(lm, methods)
     c1, c2 = st.columns(2)
     n_gen = c1.number_input("Generations per request", 0, 5, ui.kept(K.NGEN, 1), key=K.NGEN)
@@ -179,7 +181,7 @@ def run_section(s: Setup) -> None:
             ui.refuse(s.errors, s.methods)
             job = Item(compare_methods, (s.methods, s.records, s.overrides, s.n_gen, s.gen_tokens),
                        progress=True)
-            memory = edit_memory(s.lm, s.methods, len(s.records), s.overrides)
+            memory = edit_ram(s.lm, s.methods, len(s.records), s.overrides)
             st.session_state[K.OUT] = ui.run_item(JOB, s.lm, job, batch=len(s.records),
                                                   memory=memory, new_tokens=s.gen_tokens if s.n_gen else None)
             st.session_state.pop(K.TRACES, None)
@@ -282,7 +284,7 @@ def show_traces(lm, out: Comparison) -> None:
                     traces[m] = r["hidden"]
                 return traces
 
-            memory = trace_memory(lm, req.rewrite, int(samples), ["hidden"])
+            memory = trace_ram(lm, req.rewrite, int(samples), ["hidden"])
             st.session_state[K.TRACES] = ui.run_job("trace of the edited models", trace_job, memory=memory,
                                                        samples=int(samples))
     traces = list((st.session_state.get(K.TRACES) or {}).items())
@@ -292,9 +294,21 @@ def show_traces(lm, out: Comparison) -> None:
                              key=K.trace(m))
 
 
+def show_notes(lm, out: Comparison) -> None:
+    """Beside the metrics: each method's notes (a rewrite it does not win and the likely reason; co-edit with
+    nothing implied to write) and, where its knob has a shipped trade-off, the operating point it ran at."""
+    for name, m in out.methods.items():
+        for d in m.result.diagnostics:
+            st.warning(f"**{m.label}**: {ui.md_escape(str(d))}")
+        points = points_of(lm, name)
+        if points is not None:
+            st.caption(f"**{m.label}**'s operating point: {points.ran_at(m.result.hparams)}")
+
+
 def show_results(lm, out: Comparison) -> None:
     """Every view of one comparison (kept in the session until the next run)."""
     df = show_metrics(lm, out)
+    show_notes(lm, out)
     show_probabilities(out)
     show_changes(out)
     show_generations(out)
@@ -304,6 +318,7 @@ def show_results(lm, out: Comparison) -> None:
                        "edit_compare.json", "application/json", key=K.JSON)
     d2.download_button("Download metrics (CSV)", df.to_csv(index=False), "edit_compare.csv", "text/csv",
                        key=K.CSV)
+    model_download(lm, out)
 
 
 def results_section(s: Setup) -> None:
@@ -334,6 +349,7 @@ def main() -> None:
     sections.lifelong_section(s)
     sections.bleed_section(s)
     sections.ripple_section(s)
+    report_section(st.session_state.get(K.OUT))
     sections.sweep_section(s)
 
 

@@ -12,8 +12,8 @@ import pandas as pd
 import streamlit as st
 
 from editkit.editing.defaults import load_hparams
-from editkit.editing.memory import edit_memory, scoring_memory
 from editkit.editing.methods import all_methods, get
+from editkit.editing.ram import edit_ram, scoring_ram
 from editkit.evaluation import SequentialSpec, load_eval_set
 from editkit.evaluation.sequential import sequential_methods
 from editkit.figures.editing import by_column
@@ -173,7 +173,7 @@ def own_run_section(s: Setup) -> None:
                                       fluency_tokens=20)
                 plans[m] = (s.overrides.get(m), spec)
             job = Item(sequential_methods, (plans, records), progress=True)
-            memory = edit_memory(s.lm, chosen, batch, s.overrides) + scoring_memory(s.lm)
+            memory = edit_ram(s.lm, chosen, batch, s.overrides) + scoring_ram(s.lm)
             st.session_state[K.LIFE] = ui.run_item("lifelong editing", s.lm, job, memory=memory, sequential=n)
     mine = st.session_state.get(K.LIFE)
     if mine:
@@ -262,7 +262,7 @@ def bleed_section(s: Setup) -> None:
             job = Item(bleed_map, (method, s.records[0].request, s.overrides.get(method)),
                        {"relation": s.records[0].relation, "n_facts": int(n_facts)}, progress=True)
             st.session_state[K.BLEED] = ui.run_item("bleed map", s.lm, job, facts=int(n_facts),
-                                                       memory=edit_memory(s.lm, [method], 1, s.overrides))
+                                                       memory=edit_ram(s.lm, [method], 1, s.overrides))
     out = st.session_state.get(K.BLEED)
     if not out:
         return
@@ -334,7 +334,7 @@ def sweep_section(s: Setup) -> None:
             job = Item(sweep, (method, params, replace(SWEEP, set_name=set_name, n=n)),
                        {"hparams": s.overrides.get(method)}, progress=True)
             st.session_state[K.SWEEP] = ui.run_item("sweep", s.lm, job, facts=n,
-                                                       memory=edit_memory(s.lm, [method], 1, s.overrides))
+                                                       memory=edit_ram(s.lm, [method], 1, s.overrides))
     out = st.session_state.get(K.SWEEP)
     if out:
         st.markdown(sweep_conclusion(out))
@@ -388,7 +388,7 @@ def ripple_section(s: Setup) -> None:
             job = Item(ripple_view, (req, s.methods, relation or "", s.overrides, extra, reference),
                        progress=True)
             st.session_state[K.RIPPLE] = ui.run_item("ripple effects", s.lm, job, batch=len(s.methods) + 1,
-                                                     memory=edit_memory(s.lm, s.methods, 1, s.overrides))
+                                                     memory=edit_ram(s.lm, s.methods, 1, s.overrides))
     show_ripple(st.session_state.get(K.RIPPLE))
 
 

@@ -8,7 +8,7 @@ import streamlit as st
 from editkit.memories import geva, triggers, vocab
 from editkit.memories.inspect import memories_at
 from editkit.memories.intervene import intervene, parse_memory
-from editkit.memories.memory import analyses_memory, index_memory
+from editkit.memories.ram import analyses_ram, index_ram
 from editkit.model.weights import model_key
 from pages import ui
 
@@ -208,7 +208,7 @@ def triggers_section(lm, labels: list[str]) -> int:
                     with ui.session(lm):
                         return triggers.get_index(lm, n_tokens, progress=progress)
 
-                index = ui.run_job("trigger index", index_job, memory=index_memory(lm), index_tokens=n_tokens)
+                index = ui.run_job("trigger index", index_job, memory=index_ram(lm), index_tokens=n_tokens)
         if index is not None:
             found = triggers.examples(lm, index, t_layer, t_index, 10)
             st.caption(f"{index.meta['n_positions']:,} tokens, {index.meta['corpus']}")
@@ -282,7 +282,7 @@ def analyses_section(lm, n_tokens: int) -> None:
                     return geva.analyses(lm, g_pos, g_mem, index_tokens=n_tokens, progress=progress)
 
             st.session_state[K.GEVA] = ui.run_job("layer-level analyses", geva_job,
-                                                  memory=analyses_memory(lm, g_pos), positions=g_pos,
+                                                  memory=analyses_ram(lm, g_pos), positions=g_pos,
                                                   index_tokens=n_tokens)
     g = st.session_state.get(K.GEVA)
     if not g:

@@ -12,9 +12,11 @@ from editkit.lesson import reference
 from pages import ui
 from pages.lesson_steps import keys
 from pages.lesson_steps.asking import draw
+from pages.lesson_steps.building import wait_for_step
 from pages.lesson_steps.registry import STEPS
 from pages.lesson_steps.shared import current_pack, fact_prompt
 from pages.lesson_steps.sidebar import my_answers, sidebar
+from pages.lesson_steps.targets import pick_target
 from pages.lesson_steps.teacher import is_teacher, teacher_view
 
 
@@ -38,7 +40,8 @@ def _go(delta: int) -> None:
 
 
 def lesson(pack, fid: str) -> None:
-    """The fact, the step picker, the step picked and the buttons to the previous and next step."""
+    """The fact, the step picker, the step picked (for a fact being built: once its parts are written) and the
+    buttons to the previous and next step."""
     fact = pack.fact(fid)
     if st.session_state.get(keys.STEP, 1) == 1:
         draw(reference.intro(pack_methods(pack)))
@@ -49,7 +52,11 @@ def lesson(pack, fid: str) -> None:
     step = STEPS[n]
     st.header(f"Step {n}. {step.title_for(pack, fact)}")
     with ui.guard(f"step {n}"):
-        step.draw(pack, fid, fact)
+        target = pick_target(fid, fact) if step.targeted else None
+        if fid not in pack.fact_ids and pack.missing_for(fid, n, target or 0):
+            wait_for_step(fid, n, target or 0)  # a fact being built: this step's parts are still computed
+        else:
+            step.draw(pack, fid, fact, target)
     c1, c2, _ = st.columns([1, 1, 6])
     c1.button("← Previous", key=keys.PREV, on_click=_go, args=(-1,), disabled=n == 1)
     c2.button("Next →", key=keys.NEXT, on_click=_go, args=(1,), disabled=n == len(STEPS))

@@ -11,7 +11,7 @@ from editkit.figures.tracing import depth_comparison
 from editkit.model.loading import ALL_TINY
 from editkit.model.text import top_k
 from editkit.tracing import Tracer, TraceResult, TraceSpec
-from editkit.tracing.memory import trace_memory
+from editkit.tracing.ram import trace_ram
 from pages import ui
 
 KINDS = {"mlp": "MLP outputs (window)", "hidden": "hidden states", "attn": "attention outputs (window)"}
@@ -91,7 +91,7 @@ def two_models_section(lm, spec: TraceSpec | None, refused: str | None = None) -
             one = dataclasses.replace(spec, kinds=(kind,))
             st.session_state[K.OUT], st.session_state[K.TOPS] = ui.run_job(
                 "two-model trace", lambda progress: trace_both([lm, other], one, kind, progress),
-                memory=max(trace_memory(m, spec.prompt, spec.samples, [kind], preview=False)
+                memory=max(trace_ram(m, spec.prompt, spec.samples, [kind], preview=False)
                            for m in (lm, other)),
                 samples=int(spec.samples))
     out = st.session_state.get(K.OUT)

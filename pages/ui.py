@@ -27,9 +27,9 @@ from editkit.core.progress import gives_time
 from editkit.core.settings import limits, settings
 from editkit.core.visitor import Visitor, visitor_of
 from editkit.model import access, isolation, weights
-from editkit.model.footprint import gigabytes
 from editkit.model.hardware import slow_dtype_note
 from editkit.model.loading import ALL_TINY, DEFAULT_MODEL, DTYPES, default_device, list_models
+from editkit.model.ram import gigabytes
 from editkit.model.shipped import SHIPPED
 from editkit.runtime import cluster, jobs
 

@@ -40,7 +40,7 @@ def edit_record(lm, request: dict, log: str | None = None, shared: dict | None =
                 hparams: dict | None = None) -> dict:
     """ROME on one request; log-probabilities of the new and true targets before and after (and, given `shared`,
     a value read from it, to show it arrived). `log`: a file that gets one line per execution."""
-    from editkit.editing.api import run_edit
+    from editkit.editing.run import run_edit
     from editkit.model.weights import applied
 
     if log:

@@ -5,13 +5,13 @@ import torch
 
 from editkit.core.errors import EditkitError
 from editkit.core.paths import DATA
-from editkit.editing.api import run_edit
 from editkit.editing.defaults import load_hparams
 from editkit.editing.keys import read_sites
 from editkit.editing.methods import builtin_names, get, names
 from editkit.editing.methods.alphaedit import alphaedit_update, alphaedit_update_in_basis, apply_alphaedit
 from editkit.editing.nullspace import eigen, null_dimension, null_space_projector
 from editkit.editing.requests import parse_requests
+from editkit.editing.run import run_edit
 from editkit.editing.sequence import SequenceState
 from editkit.editing.spread import batch_update
 from editkit.model.weights import applied

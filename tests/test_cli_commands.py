@@ -7,7 +7,7 @@ import statistics
 import pytest
 
 from editkit.cli import main
-from editkit.editing.api import run_edit
+from editkit.editing.run import run_edit
 from editkit.memories.intervene import intervene
 from editkit.model.loading import load_model
 from editkit.model.scoring import score_targets
@@ -77,7 +77,7 @@ def test_geva_cli(capsys, tiny_by_name):
 def test_anchor_cli_gives_nas_its_reference_norm(capsys, tiny_by_name):
     """`anchor` prints the library's n_bar; the value, passed back as nas_anchor, is the norm every edit writes;
     bad input is one error line."""
-    from editkit.editing.api import anchor_from_edits
+    from editkit.editing.run import anchor_from_edits
     from editkit.evaluation import load_eval_set, requests_of
     out = _json(capsys, ["anchor", "--model", "tiny-gpt2", "--set", "counterfact-first5", "--n", "3",
                          "--hparams-json", '{"rome": {"v_num_grad_steps": 2}}', "--json"])

@@ -16,7 +16,7 @@ ray = pytest.importorskip("ray", reason="the Ray backend needs the `ray` package
 from cluster_util import STEPS, die_once, edit_record, items, requests, stepper  # noqa: E402
 from editkit.commands.common import add_ray_arg, ray_backend  # noqa: E402
 from editkit.core.errors import Cancelled, EditkitError  # noqa: E402
-from editkit.editing.api import run_edit  # noqa: E402
+from editkit.editing.run import run_edit  # noqa: E402
 from editkit.model.loading import load_model  # noqa: E402
 from editkit.runtime import cluster  # noqa: E402
 

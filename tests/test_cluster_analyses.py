@@ -10,8 +10,8 @@ ray = pytest.importorskip("ray", reason="the Ray backend needs the `ray` package
 
 import editkit.similarity as sim  # noqa: E402
 from cluster_util import same as equal  # noqa: E402
-from editkit.editing.api import run_edit  # noqa: E402
 from editkit.editing.requests import EditRequest  # noqa: E402
+from editkit.editing.run import run_edit  # noqa: E402
 from editkit.evaluation.layer_sweep import layer_sweep  # noqa: E402
 from editkit.runtime import cluster  # noqa: E402
 from editkit.similarity import similarity  # noqa: E402

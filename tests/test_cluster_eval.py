@@ -12,7 +12,7 @@ ray = pytest.importorskip("ray", reason="the Ray backend needs the `ray` package
 
 from cluster_util import same as equal  # noqa: E402
 from cluster_util import stepper  # noqa: E402
-from editkit.editing.api import run_edit  # noqa: E402
+from editkit.editing.run import run_edit  # noqa: E402
 from editkit.evaluation import EvalSpec, evaluate, load_eval_set  # noqa: E402
 from editkit.evaluation.sequential import SequentialSpec, sequential_methods  # noqa: E402
 from editkit.evaluation.sweep import sweep  # noqa: E402

@@ -28,3 +28,8 @@ def test_ruff_passes():
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
 
 
+
+
+def test_mypy_passes():
+    out = _run("mypy")
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]

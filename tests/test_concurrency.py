@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from editkit.editing.api import run_edit
 from editkit.editing.context import context_templates
+from editkit.editing.run import run_edit
 from editkit.editing.stats import second_moment
 from editkit.evaluation import SequentialSpec, sequential
 from editkit.evaluation.datasets import load_eval_set

@@ -7,12 +7,12 @@ import torch
 from editkit.cli import main
 from editkit.core.errors import EditkitError
 from editkit.core.paths import DATA
-from editkit.editing.api import run_edit
 from editkit.editing.defaults import load_hparams
 from editkit.editing.methods.memit import apply_memit
 from editkit.editing.methods.pmet import apply_pmet
 from editkit.editing.methods.rome import apply_rome
 from editkit.editing.requests import parse_requests
+from editkit.editing.run import run_edit
 from editkit.editing.spread import batch_update
 from editkit.editing.stats import provenance, second_moment
 from editkit.model.weights import EditHistory, applied, effective_weight, load_patch, save_patch

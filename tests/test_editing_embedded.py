@@ -1,9 +1,9 @@
 """Editing the embedded Gemma 3 270M: the acceptance cases of the editing engine."""
 import pytest
 
-from editkit.editing.api import run_edit
 from editkit.editing.defaults import load_hparams
 from editkit.editing.requests import parse_requests
+from editkit.editing.run import run_edit
 from editkit.editing.stats import second_moment
 from editkit.model.scoring import score_targets
 from editkit.model.text import top_k

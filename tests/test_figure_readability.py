@@ -22,6 +22,7 @@ from editkit.figures import (
     lesson,
     lifelong,
     memories,
+    points,
     ripple,
     side_effects,
     similarity,
@@ -98,6 +99,14 @@ def _pareto():
     return {"method": "ROME", "set": "counterfact-val", "n": 10, "settings": rows,
             "fronts": {y: [0, 1, 2] for y in ("efficacy", "generalization", "gen_efficacy")},
             "unedited": {"specificity": cell(75.0)}}
+
+
+def _points():
+    """UltraEdit's shipped operating points on Gemma (a file: nothing computed), in the half-page column the
+    Edit & compare page gives each of two methods."""
+    from editkit.evaluation.manifest import operating_points
+
+    return operating_points("ultraedit", "gemma-3-270m").to_json()
 
 
 def _ripple_shares():
@@ -196,6 +205,7 @@ CASES = {
     "ripple.share_figure": (lambda c: ripple.share_figure(_ripple_shares()), W["full"]),
     "side_effects.pareto_figure": (lambda c: side_effects.pareto_figure(_pareto(), ("efficacy", "generalization",
                                                                                      "gen_efficacy")), W["full"]),
+    "points.points_figure": (lambda c: points.points_figure(_points(), 3), W["half"]),
     "side_effects.bleed_figure": (lambda c: side_effects.bleed_figure(part("bleed-0")), W["full"]),
     "side_effects.bleed_figure without a share": (lambda c: side_effects.bleed_figure(_no_share(part("bleed-0"))),
                                                   W["full"]),

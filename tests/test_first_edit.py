@@ -1,6 +1,6 @@
 """The first edit on a fresh install: statistics and context templates with progress and time estimates."""
-from editkit.editing.api import first_use, run_edit
 from editkit.editing.defaults import load_hparams
+from editkit.editing.run import first_use, run_edit
 
 REQ = {"prompt": "The mother tongue of {} is", "subject": "Danielle Darrieux", "target_new": "English"}
 

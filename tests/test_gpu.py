@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from editkit.editing.api import run_edit
 from editkit.editing.methods import get, names
 from editkit.editing.requests import parse_requests
+from editkit.editing.run import run_edit
 from editkit.editing.stats import second_moment
 from editkit.model.loading import load_model
 from editkit.model.scoring import score_targets
@@ -135,7 +135,7 @@ def test_every_method_and_stabiliser_on_a_post_norm_model(gemma_pair, method):
 def test_anchor_and_lifelong_run_on_cuda(gemma_pair, tmp_path, monkeypatch):
     """NAS's anchor estimate and two batches of a lifelong MEMIT run on the GPU equal the CPU's (the commands the
     1,000-edit table runs: `editkit anchor`, `evaluate --sequential`)."""
-    from editkit.editing.api import anchor_from_edits
+    from editkit.editing.run import anchor_from_edits
     from editkit.evaluation.sequential import SequentialSpec, sequential
 
     cpu, gpu = gemma_pair

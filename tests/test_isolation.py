@@ -6,7 +6,7 @@ import threading
 import pytest
 import torch
 
-from editkit.editing.api import run_edit
+from editkit.editing.run import run_edit
 from editkit.model import isolation, weights
 from editkit.model.loading import load_model
 from editkit.model.text import last_logits

@@ -1,8 +1,10 @@
 """The floors of the code base: a module imports only from its own floor and the floors below it, the packages of a
 floor whose rule says "never one another" do not import one another, and no module imports itself back through
-others (no import cycles). Every import counts, also one inside a function. The floors are read from the table in
-the manual's architecture page (docs/architecture.md), so the manual and this test cannot disagree: a new package
-needs a row there first. Also: editkit/ never imports Streamlit, and only editkit/figures/ imports plotly."""
+others (no import cycles). Every import counts, also one inside a function; one under `if TYPE_CHECKING:`
+names a type only (a runner typed by the LM that owns it): it counts for the floors, not for cycles, since it
+never runs. The floors are read from the table in the manual's architecture page (docs/architecture.md), so
+the manual and this test cannot disagree: a new package needs a row there first. Also: editkit/ never imports
+Streamlit, and only editkit/figures/ imports plotly."""
 import ast
 import re
 from pathlib import Path
@@ -62,11 +64,24 @@ def unit_of(module: str) -> str | None:
     return None
 
 
-def imports(module: str, path: Path, known: dict[str, Path]):
+def _type_only(tree: ast.AST) -> set[int]:
+    """The ids of the import nodes under `if TYPE_CHECKING:` (imports that name types for the checker)."""
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            out |= {id(n) for part in node.body for n in ast.walk(part)}
+    return out
+
+
+def imports(module: str, path: Path, known: dict[str, Path], types: bool = True):
     """(line, imported module) for every import statement of the file, wherever it stands; `from a import b` names
-    the module a.b when b is a module of the project, else a."""
+    the module a.b when b is a module of the project, else a. `types=False` leaves out the type-only ones."""
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    skip = set() if types else _type_only(tree)
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield node.lineno, alias.name
@@ -102,7 +117,8 @@ def import_graph(known: dict[str, Path]) -> dict[str, set[str]]:
     """Module -> the project's modules it imports (a package's import counts as its __init__'s)."""
     graph = {}
     for module, path in known.items():
-        graph[module] = {t for _, t in imports(module, path, known) if t in known and t != module}
+        graph[module] = {t for _, t in imports(module, path, known, types=False)
+                         if t in known and t != module}
     return graph
 
 
@@ -163,6 +179,10 @@ def test_the_rules_see_lazy_imports_siblings_and_cycles(tmp_path):
     path.write_text("def f():\n    from ..evaluation import sweep\n    from ..tracing import trace\n")
     got = list(imports("editkit.editing.x", path, {"editkit.evaluation.sweep": path}))
     assert got == [(2, "editkit.evaluation.sweep"), (3, "editkit.tracing")]
+    path.write_text("from typing import TYPE_CHECKING\n"
+                    "if TYPE_CHECKING:\n    from ..evaluation import sweep\n")
+    assert list(imports("editkit.editing.x", path, {})) == [(1, "typing"), (3, "editkit.evaluation")]
+    assert list(imports("editkit.editing.x", path, {}, types=False)) == [(1, "typing")]
     floors, siblings = unit_floors()
     assert floors["evaluation"] > floors["editing"] and floors["tracing"] == floors["editing"] in siblings
     assert floors["core"] < floors["model"] < floors["tracing"] < floors["evaluation"] < floors["cli"]

@@ -54,6 +54,23 @@ def test_severing_truth_follows_the_curves():
     assert grading.severing_truth(sev([0.5] * 6, [0.48] * 6, [0.47] * 6)) == 2
 
 
+def test_a_near_tie_of_the_severing_curves_is_close():
+    """The Space Needle: freezing the MLPs removed 71% of the effect, attention 63%; "the later attention" was
+    graded wrong while the feedback said how close they were (issue 60). The other side of a near tie is close, a
+    clear loser still wrong, and the sentence says it is a near tie."""
+    tie = sev([0.5] * 6, [0.5 - 0.71 * 0.45] * 6, [0.5 - 0.63 * 0.45] * 6)
+    assert grading.severing_truth(tie) == 0
+    g = grading.grade_severing(tie, 1)
+    assert g.verdict == CLOSE and 0 < g.score < 1 and "near tie" in g.feedback and "71%" in g.feedback
+    assert grading.grade_severing(tie, 0).verdict == RIGHT
+    assert grading.grade_severing(tie, 2).verdict == WRONG  # both remove far more than the 20% line
+    clear = sev([0.5] * 6, [0.5 - 0.71 * 0.45] * 6, [0.5 - 0.45 * 0.45] * 6)
+    assert grading.grade_severing(clear, 1).verdict == WRONG and "near tie" not in grading.severing_conclusion(clear)
+    edge = sev([0.5] * 6, [0.5 - 0.22 * 0.45] * 6, [0.5 - 0.05 * 0.45] * 6)  # the MLPs just over the 20% line
+    assert grading.severing_truth(edge) == 0 and grading.grade_severing(edge, 2).verdict == CLOSE
+    assert grading.grade_severing(edge, 1).verdict == WRONG
+
+
 def test_memories_answer_in_values():
     view = {"answer": " Paris", "answer_id": 7, "n_active": 1000, "d_ff": 2048,
             "memories": [{"label": "L4.M1", "value_tokens": [{"token_id": 3}, {"token_id": 7}]},
@@ -111,3 +128,31 @@ def test_sweep_and_lifelong():
 def test_grades_serialize(n):
     g = grading.grade_lens({"answer": "x", "first_layer": n, "layers": [[]] * 4}, 0)
     assert set(g.to_dict()) == {"verdict", "score", "feedback", "choice", "truth"}
+
+
+def test_step_11_asks_only_about_facts_the_model_answered_so_before_the_edit():
+    """An implied fact that should stay but was not the model's top answer before the edit is no question a
+    student can get right ("it stays" graded wrong, issue 60); nor is one that should move but already gave its
+    answer. Such facts leave the question, its conclusion and its chart; a part without the before-flag (built
+    before it was recorded) is read by its probability before the edit."""
+    def fact(prompt, move, top=None, p=0.5):
+        f = {"criterion": "logical" if move else "specificity", "prompt": prompt, "answer": " X", "move": move,
+             "p_before": p}
+        return f if top is None else {**f, "top1_before": top}
+
+    def outcome(ok):
+        return {"p_after": 0.5, "top1": ok, "verdict": "stayed" if ok else "failed"}
+
+    out = {"facts": [fact("kept", False, True), fact("never top", False, False), fact("moves", True, False),
+                     fact("already there", True, True), fact("old part, a guess", False, None, 0.05),
+                     fact("old part, known", False, None, 0.3)],
+           "methods": {"rome": {"label": "ROME", "outcomes": [outcome(True), outcome(False), outcome(True),
+                                                               outcome(True), outcome(False), outcome(True)]}},
+           "message": ""}
+    rows = grading.ripple_rows(out)
+    assert [r["prompt"] for r in rows] == ["kept", "moves", "old part, known"]
+    asked = grading.ripple_asked(out)
+    assert [f["prompt"] for f in asked["facts"]] == [r["prompt"] for r in rows]
+    assert len(asked["methods"]["rome"]["outcomes"]) == 3
+    g = grading.grade_ripple(out, ["kept", "moves", "old part, known"])
+    assert g.verdict == RIGHT and "never top" not in g.feedback

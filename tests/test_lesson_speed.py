@@ -7,10 +7,10 @@ edit."""
 import pytest
 import torch
 
-from editkit.editing.api import run_edit
 from editkit.editing.defaults import load_hparams
 from editkit.editing.keys import key_star, keys_at, prefetch_keys, reuse_keys
 from editkit.editing.requests import parse_record
+from editkit.editing.run import run_edit
 from editkit.evaluation.datasets import as_record
 from editkit.evaluation.measure import measure
 from editkit.lesson.compute import record_of

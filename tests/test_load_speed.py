@@ -10,17 +10,17 @@ import editkit.model.tokenizer_cache as cache
 from editkit.core.cache import MANIFEST
 from editkit.core.errors import EditkitError
 from editkit.core.timing import phase, recording
-from editkit.model.footprint import (
-    count_parameters,
-    safetensors_files,
-    safetensors_parameters,
-)
 from editkit.model.loading import (
     TINY,
     estimate,
     load_model,
     tiny_config,
     tiny_tokenizer,
+)
+from editkit.model.ram import (
+    count_parameters,
+    safetensors_files,
+    safetensors_parameters,
 )
 
 PROMPT = "The Colosseum is located in the city of"
@@ -127,8 +127,20 @@ def test_a_fast_form_that_differs_is_never_used(converted):
         p.name: p.stat().st_size for p in cached.iterdir() if p.name != MANIFEST}}))
     said = []
     again = cache.fast_tokenizer(converted, said.append)
-    assert said and "differs from the slow load (the ids of 'x' differ)" in said[0]
+    assert said == ["tokenizer: its fast form differs from the slow load (the ids of 'x' differ); loading it the "
+                    "slow way"]
     assert cache.differences(slow, again, cache.check_texts()) is None
+
+
+def test_a_cache_that_cannot_be_written_loads_the_slow_way(converted, monkeypatch):
+    def read_only(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(type(cache.TOKENIZERS), "build_folder", read_only)  # every Store, in this test
+    said = []
+    tok = cache.fast_tokenizer(converted, said.append)
+    assert said and said[0].startswith("tokenizer: its fast form cannot be written (")
+    assert cache.differences(cache.slow_tokenizer(converted), tok, cache.check_texts(facts=20, lines=20)) is None
 
 
 def test_a_changed_source_gets_a_new_fast_form(converted):

@@ -87,15 +87,22 @@ def test_keep_and_empty_interventions_are_bitwise_identities(tiny):
 def test_switching_a_memory_off_removes_its_sub_update(tiny):
     """Down-projection output changes by exactly -m_i v_i at the intervened position, nowhere else."""
     a = tiny.adapter
-    l, i, pos = a.n_layers - 2, 11, 4
+    l, pos = a.n_layers - 2, 4
     cap = capture_ffn(tiny, PROMPT)
+    i = int(cap["m"][l, pos].abs().argmax())  # the largest memory there: its sub-update stands above rounding
     m_i = cap["m"][l, pos, i]
     with Hooks() as hooks, torch.no_grad():
         add_hooks(hooks, tiny, {l: [i]}, pos, "off")
         out = hooks.capture({"o": a.down_proj(l)})
         tiny.model(**encode(tiny, PROMPT))
     diff = out["o"][0] - cap["out"][l]
-    torch.testing.assert_close(diff[pos], -m_i * a.down_weight(l)[:, i], atol=1e-5, rtol=1e-5)
+    w = a.down_weight(l)
+    # float32 rounding of the two products W m over d_ff terms, the standard bound n eps sum_k |w_k m_k| (a fixed
+    # 1e-5 failed on AVX-512 kernels, whose blocking rounds differently; a wrong sub-update is O(|m_i v_i|))
+    bound = w.shape[1] * torch.finfo(w.dtype).eps * (w.abs() @ cap["m"][l, pos].abs())
+    err = (diff[pos] + m_i * w[:, i]).abs()
+    assert (err <= bound).all(), f"max error {err.max():.3g}, bound {bound.min():.3g}"
+    assert (m_i * w[:, i]).abs().max() > 10 * bound.max()  # the sub-update stands far above the rounding
     assert diff[:pos].abs().max() == 0  # causal: earlier positions untouched
 
 

@@ -8,7 +8,7 @@ import streamlit as st
 import torch
 from streamlit.testing.v1 import AppTest
 
-import editkit.model.footprint as footprint
+import editkit.model.ram as ram
 from editkit.model import hardware
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
@@ -48,7 +48,7 @@ def test_half_precision_says_where_it_is_the_slow_path(monkeypatch, bf16, warned
 
 def test_a_model_that_does_not_fit_is_refused(monkeypatch):
     st.cache_data.clear()
-    monkeypatch.setattr(footprint, "available", lambda device: (1_000, "RAM"))
+    monkeypatch.setattr(ram, "available", lambda device: (1_000, "RAM"))
     at = AppTest.from_file(APP, default_timeout=120)
     at.session_state["model_choice"] = "tiny-llama"
     at.run()

@@ -269,8 +269,8 @@ def test_progress_bars_follow_the_switch(lm, monkeypatch):
 
 
 def test_first_use_says_what_it_computes_and_how_long(lm, tmp_path, monkeypatch):
-    from editkit.editing.api import prepare_first_use
     from editkit.editing.defaults import load_hparams
+    from editkit.editing.run import prepare_first_use
 
     monkeypatch.setenv("EDITKIT_CACHE", str(tmp_path))
     said = []

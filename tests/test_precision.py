@@ -8,10 +8,10 @@ import torch
 
 from editkit.cli import main
 from editkit.core.errors import EditkitError
-from editkit.editing.api import run_edit
 from editkit.editing.context import TEMPLATES, context_templates
 from editkit.editing.defaults import load_hparams
 from editkit.editing.requests import parse_requests
+from editkit.editing.run import run_edit
 from editkit.editing.stats import second_moment
 from editkit.model.loading import TINY, load_model, tiny_config
 from editkit.model.scoring import score_targets

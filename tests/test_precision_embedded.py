@@ -5,8 +5,8 @@ float32 (model/hardware.py): on an AVX2-only CPU torch's bf16 fallback would tak
 import pytest
 import torch
 
-from editkit.editing.api import run_edit
 from editkit.editing.requests import parse_requests
+from editkit.editing.run import run_edit
 from editkit.model.hardware import matmul_rates
 from editkit.model.loading import load_model
 from editkit.model.scoring import score_targets

@@ -13,12 +13,12 @@ from streamlit.testing.v1 import AppTest
 
 from editkit.cli import main
 from editkit.core.errors import EditkitError
-from editkit.editing.api import first_use, run_edit
 from editkit.editing.bench import bench_edit
 from editkit.editing.defaults import load_hparams
 from editkit.editing.hparams import Hparams
 from editkit.editing.methods import Method, get, names, register, unregister
 from editkit.editing.result import EditResult, RequestReport
+from editkit.editing.run import first_use, run_edit
 from editkit.editing.share import update_share
 from editkit.evaluation import EvalSpec, evaluate
 from editkit.evaluation.bleed import bleed_map

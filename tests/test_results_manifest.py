@@ -114,3 +114,33 @@ def test_the_command_line(capsys):
     assert main(["results", "prune"]) == 0
     with pytest.raises(SystemExit):
         main(["results", "chart"])
+
+
+def test_operating_points_mark_todays_default_and_say_what_it_buys_and_costs():
+    ultra = manifest.operating_points("ultraedit", "gemma-3-270m")
+    (default,) = [p for p in ultra.points if p.default]
+    assert default.setting["lr"] == 5e-7 and (default.x, default.y) == (26, 96)
+    assert ultra.sentence().startswith("Today's default (layers 12-16, lr 5e-7, ridge 1) buys neighbours kept 96%")
+    stronger = next(i for i, p in enumerate(ultra.points) if p.setting["lr"] == 2e-6 and p.setting["ridge"] == 1)
+    assert ultra.picked(stronger) == ("layers 12-16, lr 2e-6, ridge 1: efficacy 66% (the default: 26%) with "
+                                      "neighbours kept 75% (the default: 96%).")
+    assert ultra.ran_at({"layers": [12, 13, 14, 15, 16], "lr": 5e-7, "ridge": 1.0}).startswith("It ran at today's")
+    assert "not measured" in ultra.ran_at({"layers": [12, 13, 14, 15, 16], "lr": 4e-7, "ridge": 1.0})
+    coedit = manifest.operating_points("coedit", "smollm2-135m")
+    assert sum(p.default for p in coedit.points) == 1 and coedit.x_label == "logical generalization"
+    assert manifest.operating_points("rome", "gemma-3-270m") is None
+
+
+def test_a_sweep_without_todays_default_fails_the_check(tmp_path):
+    name = "ultraedit-points-gemma-3-270m"
+    e = manifest.entry(name)
+    for rel in [str(manifest.MANIFEST), *e["reads"], *(p.partition("#")[0] for p in e["shown"])]:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / rel, tmp_path / rel)
+    assert manifest.check([name], tmp_path).ok
+    path = tmp_path / e["file"]
+    data = json.loads(path.read_text())
+    data["rows"] = [r for r in data["rows"] if r["setting"]["lr"] != 5e-7]
+    path.write_text(json.dumps(data))
+    out = manifest.check([name], tmp_path)
+    assert any("today's default lr of ultraedit for gemma-3-270m is not among" in p.message for p in out.problems)

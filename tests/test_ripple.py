@@ -369,8 +369,8 @@ def test_the_checkpoint_lives_in_the_repository(tiny_by_name):
 
 
 def test_coedit_writes_the_implications_in_the_edit_phrasing(tiny_by_name, monkeypatch):
-    from editkit.editing.api import run_edit
     from editkit.editing.methods import get
+    from editkit.editing.run import run_edit
 
     monkeypatch.setattr(implications, "derive_many", _fake_derive)
     lm = tiny_by_name("tiny-gemma3")
@@ -446,7 +446,7 @@ def test_coedit_joint_targets_tie_an_implication_to_its_requests_subject():
 
 
 def test_coedit_joint_targets_write_one_delta_for_a_fact_and_its_implication(tiny_by_name, monkeypatch):
-    from editkit.editing.api import run_edit
+    from editkit.editing.run import run_edit
 
     monkeypatch.setattr(implications, "derive_many", _fake_derive)
     lm = tiny_by_name("tiny-gemma3")
@@ -459,7 +459,7 @@ def test_coedit_joint_targets_write_one_delta_for_a_fact_and_its_implication(tin
 
 
 def test_coedit_writes_each_implication_in_its_rules_phrasings_never_the_tests(tiny_by_name, monkeypatch):
-    from editkit.editing.api import run_edit
+    from editkit.editing.run import run_edit
 
     monkeypatch.setattr(implications, "derive_many", _fake_derive)
     lm = tiny_by_name("tiny-gemma3")
@@ -493,7 +493,7 @@ def test_keep_facts_ask_the_subjects_other_relations_in_their_keep_phrasing_neve
 
 
 def test_coedit_keeps_the_subjects_other_relations_with_the_same_delta(tiny_by_name, monkeypatch):
-    from editkit.editing.api import run_edit
+    from editkit.editing.run import run_edit
 
     monkeypatch.setattr(implications, "derive_many", _fake_derive)
     kept = ImpliedFact("specificity", "Eiffel Tower lies in the continent of", " Europe", False, "P30",

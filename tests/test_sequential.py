@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from editkit.core.errors import CacheWarning, EditkitError
-from editkit.editing.api import run_edit
+from editkit.editing.run import run_edit
 from editkit.evaluation import load_eval_set
 from editkit.evaluation.lifelong import final_table
 from editkit.evaluation.pairs import pair_nlls

@@ -42,7 +42,7 @@ def test_the_probe_measures_something():
 def test_an_edit_estimate_grows_with_the_load(rates, monkeypatch, tiny_by_name):
     """A comparison's edit time recorded at 100 GFLOP/s is said 4x longer at 25 (no first-use statistics to
     count here: only the edits)."""
-    from editkit.editing import api
+    from editkit.editing import run as api
     from editkit.evaluation import compare
 
     monkeypatch.setattr(api, "first_use", lambda *a, **k: {})

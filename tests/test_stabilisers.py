@@ -47,7 +47,7 @@ def test_norm_bound_holds(tiny_by_name):
 
 def test_an_edit_says_how_many_targets_the_bound_held(tiny_by_name):
     """A bound on the wrong scale looks like an edit that did not take; the result says why."""
-    from editkit.editing.api import run_edit
+    from editkit.editing.run import run_edit
 
     lm = tiny_by_name("tiny-gemma3")
     requests = _requests(2)
@@ -121,7 +121,7 @@ def test_condition_number_is_torch_cond():
 
 def test_condition_view_off_and_on(tiny_by_name):
     """Off (default): no condition in the report; on: cond(W + dW) of every edited matrix, nothing else changed."""
-    from editkit.editing.api import run_edit
+    from editkit.editing.run import run_edit
     lm = tiny_by_name("tiny-llama")
     hp = {"v_num_grad_steps": 2}
     off = run_edit(lm, "memit", _requests(2), hp)
@@ -177,7 +177,7 @@ def test_nas_rescales_value_vectors_to_the_anchor(tiny_by_name, site):
 
 def test_rome_with_nas_writes_the_anchor(tiny_by_name):
     """End to end: ROME's v* (its solve's v_star) has the anchor norm, and the report says so."""
-    from editkit.editing.api import run_edit
+    from editkit.editing.run import run_edit
     lm = tiny_by_name("tiny-llama")
     result = run_edit(lm, "rome", _requests(1), {"v_num_grad_steps": 2, "nas_anchor": 2.5}, solves=True)
     assert float(result.solves[0].v_star.norm()) == pytest.approx(2.5, rel=1e-5)
@@ -200,7 +200,7 @@ def test_anchor_from_edits_equals_the_direct_estimate(tiny_by_name, method, site
     enters; a method without the option says so."""
     from editkit.core.errors import EditkitError
     from editkit.editing.anchor import anchor_norm
-    from editkit.editing.api import anchor_from_edits
+    from editkit.editing.run import anchor_from_edits
     lm = tiny_by_name("tiny-llama")
     hp = load_hparams(method, lm, {"v_num_grad_steps": 2})
     got = anchor_from_edits(lm, method, _requests(4), {"v_num_grad_steps": 2}, quantile=0.5)
@@ -244,7 +244,7 @@ def test_pmet_residual_target_is_the_residual_of_its_mlp_target(tiny_by_name, na
 
 def test_pmet_residual_option_edits(tiny_by_name):
     """The option runs end to end and changes the update; off is the faithful rule (the default)."""
-    from editkit.editing.api import run_edit
+    from editkit.editing.run import run_edit
     lm = tiny_by_name("tiny-gemma3")
     hp = {"v_num_grad_steps": 2}
     plain = run_edit(lm, "pmet", _requests(2), hp)

@@ -7,8 +7,8 @@ import torch
 
 from editkit.cli import main
 from editkit.core.errors import EditkitError
-from editkit.editing.api import run_edit
 from editkit.editing.memo import reuse_targets
+from editkit.editing.run import run_edit
 from editkit.evaluation.sweep import (
     SWEEP,
     dominates,

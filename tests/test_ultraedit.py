@@ -11,21 +11,21 @@ import torch
 from editkit.cli import main
 from editkit.core.errors import EditkitError
 from editkit.core.paths import DATA
-from editkit.editing.api import first_use, run_edit
 from editkit.editing.defaults import load_hparams
 from editkit.editing.methods import get, names
-from editkit.editing.methods.ultraedit import group_of
-from editkit.editing.requests import parse_requests
-from editkit.editing.sequence import SequenceState
-from editkit.editing.ultra import (
+from editkit.editing.methods.ultraedit import (
     EPS,
     RunningStats,
     answer_batch,
+    group_of,
     keys_and_gradients,
     pseudo_values,
     ridge_solve,
     ultraedit_update,
 )
+from editkit.editing.requests import parse_requests
+from editkit.editing.run import first_use, run_edit
+from editkit.editing.sequence import SequenceState
 from editkit.evaluation import EvalSpec, evaluate
 from editkit.model.scoring import score_targets
 from editkit.model.sites import Site
@@ -287,8 +287,8 @@ def test_registered_everywhere(tiny_by_name, tmp_path, capsys):
     UltraEdit through the registry; it needs no statistics or templates before its first edit; Gemma 3 270M has
     its defaults."""
     from editkit.cli import build_parser
-    from editkit.editing.api import prepare_first_use
     from editkit.editing.bench import bench_edit
+    from editkit.editing.run import prepare_first_use
 
     assert "ultraedit" in names() and get("ultraedit").stateful
     lm = tiny_by_name("tiny-neox")

@@ -58,9 +58,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ultraedit_pareto import cell, summary  # noqa: E402 - the same rates and intervals as the validation sweep
 
-from editkit.editing.api import run_edit  # noqa: E402
 from editkit.editing.defaults import load_hparams  # noqa: E402
-from editkit.editing.ultra import RunningStats, ultraedit_update  # noqa: E402
+from editkit.editing.methods.ultraedit import RunningStats, ultraedit_update  # noqa: E402
+from editkit.editing.run import run_edit  # noqa: E402
 from editkit.evaluation.datasets import load_eval_set  # noqa: E402
 from editkit.evaluation.measure import measure  # noqa: E402
 from editkit.evaluation.sequential import rates  # noqa: E402

@@ -24,8 +24,8 @@ def register(sub):
 
 
 def run(args):
-    from ..editing.api import anchor_from_edits
     from ..editing.memo import reuse_targets
+    from ..editing.run import anchor_from_edits
     from ..evaluation import load_eval_set, requests_of
 
     if args.n < 1:

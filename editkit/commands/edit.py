@@ -1,5 +1,5 @@
-"""`python -m editkit edit --method M --requests FILE [--hparams FILE] [--save-patch P] --json`: any registered
-method (editing/methods/)."""
+"""`python -m editkit edit --method M --requests FILE [--hparams FILE] [--save-patch P] [--report FILE.html]
+--json`: any registered method (editing/methods/)."""
 from ..core.errors import EditkitError
 from .common import add_model_arg, load
 
@@ -16,7 +16,11 @@ def register(sub):
                         "P131, that implied facts derive from)")
     p.add_argument("--hparams", default=None, help="JSON file of hyperparameter overrides")
     p.add_argument("--save-patch", default=None, help="write the edit as <P>.safetensors + <P>.json")
-    p.add_argument("--save-model", default=None, help="write the edited model with save_pretrained")
+    p.add_argument("--save-model", default=None,
+                   help="write the edited model as a Hugging Face folder (new or empty; `editkit "
+                        "export` also writes GGUF)")
+    p.add_argument("--report", default=None, metavar="FILE.html",
+                   help="write the edit as one self-contained HTML report")
     p.add_argument("--n", type=int, default=None, help="use the first N requests of the file")
     add_model_arg(p)
     p.set_defaults(func=run, show=show)
@@ -39,17 +43,26 @@ def run(args):
     lm = load(args)
     report = edit_report(lm, args.method, requests, overrides)
     if args.save_model:
-        state = dict(lm.model.state_dict())
-        state.update({name: state[name] + d for name, d in report.delta.items()})
-        lm.model.save_pretrained(args.save_model, state_dict=state)  # the loaded weights stay as they are
-        lm.tok.save_pretrained(args.save_model)
+        report.export_hf(args.save_model)  # the loaded weights stay as they are
     if args.save_patch:
         hparams = report.result.info.get("hparams")
         path = save_patch(args.save_patch, report.delta, {"model": lm.name, "method": args.method,
                                                           "requests": [r.to_dict() for r in requests],
                                                           "hparams": hparams})
         report.patch = str(path)
+    if args.report:
+        report.report(args.report, command=_command(args))
     return report
+
+
+def _command(args) -> str:
+    """This run as one command line (files as they were named)."""
+    from ..evaluation.html_report import command_line
+
+    words = ["edit", "--model", args.model, "--method", args.method, "--requests", args.requests]
+    optional = [("--n", args.n), ("--dtype", args.dtype), ("--hparams", args.hparams)]
+    words += [w for flag, value in optional if value is not None for w in (flag, str(value))]
+    return command_line(words + ["--report", args.report])
 
 
 def show(report):

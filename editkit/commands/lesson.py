@@ -101,6 +101,9 @@ def show_build(out):
     for p in out.get("profile", []):
         first = f", {p['statistics_seconds']:.1f} s of it first-use statistics" if p.get("statistics_seconds") else ""
         print(f"  {p['seconds']:7.1f} s  ({p['cpu_seconds']:7.1f} CPU s{first})  {p['fact']}: {p['part']}")
+    for fid, at in (out.get("opened") or {}).items():  # a fact is served step by step while it is built
+        steps = ", ".join(f"{n} at {at[n]:.0f} s" for n in range(1, 12) if n in at)
+        print(f"  {fid}: served to students from {at['visible']:.0f} s (steps 1-3); steps opened: {steps}")
     if out.get("restored"):
         print(f"restored {len(out['restored'])} statistics file(s) the pack carries into this machine's cache")
     print(f"serve it: EDITKIT_LESSON={out['pack']} streamlit run app.py")

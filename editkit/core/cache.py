@@ -25,10 +25,11 @@ import shutil
 import tempfile
 import time
 import warnings
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from .errors import CacheWarning, EditkitError
 from .paths import cache_dir, safe_name
@@ -38,7 +39,7 @@ _REFUSED: contextvars.ContextVar[str | None] = contextvars.ContextVar("editkit_c
 
 
 @contextmanager
-def refused(reason: str):
+def refused(reason: str) -> Iterator[None]:
     """A block in which this context's Store reads and writes raise EditkitError(reason) (module
     docstring)."""
     token = _REFUSED.set(reason)
@@ -90,7 +91,7 @@ class Store:
     folder: str
     version: int = 1
 
-    def path(self, name: str, suffix: str = ".json", within: str | None = None, **params) -> Path:
+    def path(self, name: str, suffix: str = ".json", within: str | None = None, **params: Any) -> Path:
         """The entry for `name` (a model name, ...) and params:
         <folder>[/<within>]/<name>[-<digest of params>].v<version><suffix>."""
         parts = [safe_name(str(part)) for part in str(self.folder).split("/")]
@@ -171,7 +172,7 @@ def _manifest_ok(folder: Path) -> bool:
 
 
 @contextmanager
-def overlay(keep: tuple[str, ...] = ()):
+def overlay(keep: tuple[str, ...] = ()) -> Iterator[Path]:
     """A block run on a fresh, temporary cache that still sees the real cache's entries under `keep` (folders such as
     "models" or "stats", or "tracing/sigma": linked, not copied), removed afterwards: a benchmark's first use of
     everything else (editkit bench report). $EDITKIT_CACHE points at it inside the block, in this process."""

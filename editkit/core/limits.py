@@ -41,7 +41,7 @@ class Limits:
     waiting: int = 30  # long jobs that may wait for a turn
     session_jobs: int = 1  # long jobs one browser session may have running or waiting
     visitor_jobs: int = 3  # long jobs of every session from one address (not this machine's) at once
-    origin: dict = field(default_factory=dict, compare=False, repr=False)
+    origin: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     LABELS = {"prompt_tokens": "prompt tokens", "samples": "noise samples", "batch": "requests in one batch",
               "facts": "facts", "new_tokens": "generated tokens", "sequential": "sequential edits",
@@ -49,7 +49,7 @@ class Limits:
               "patch_scale": "times the weight's norm", "jobs": "parallel jobs", "waiting": "waiting jobs",
               "session_jobs": "jobs of one session", "visitor_jobs": "jobs of one visitor"}
 
-    def check(self, **values) -> None:
+    def check(self, **values: int | None) -> None:
         """EditkitError for the first value over its cap, e.g. check(samples=80)."""
         for key, value in values.items():
             cap = getattr(self, key, None) if key in self.names() else None
@@ -67,7 +67,7 @@ class Limits:
     def names(cls) -> list[str]:
         return [f.name for f in fields(cls) if f.name != "origin"]
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, int]:
         return {n: getattr(self, n) for n in self.names()}
 
 
@@ -77,7 +77,7 @@ def cite(key: str, value: str, source: str | None) -> str:
     return f"setting {key} = {value}, " + (f"from {source}" if source else "the default")
 
 
-def check_limit_values(raw, where: str = ENV) -> None:
+def check_limit_values(raw: object, where: str = ENV) -> None:
     """EditkitError unless `raw` is a {name: positive int} object of known limits."""
     if not isinstance(raw, dict):
         raise EditkitError(f"{where} must be a JSON object like {{\"samples\": 20}}")
@@ -89,7 +89,7 @@ def check_limit_values(raw, where: str = ENV) -> None:
             raise EditkitError(f"{where}: {key} must be a positive integer, not {value!r}")
 
 
-def parse_limits_override(text: str | None) -> dict:
+def parse_limits_override(text: str | None) -> dict[str, int]:
     """The limits a JSON object names (or the JSON file a path names): {name: value}; empty or None: {}."""
     text = (text or "").strip()
     if not text:
@@ -105,7 +105,7 @@ def parse_limits_override(text: str | None) -> dict:
     except ValueError as exc:
         raise EditkitError(f"{ENV} is not valid JSON: {exc}") from None
     check_limit_values(raw)
-    return raw
+    return dict(raw)
 
 
 def parse_limits(text: str | None) -> Limits:

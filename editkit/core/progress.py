@@ -8,7 +8,7 @@ already gave one (`gives_time`).
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 Progress = Callable[[float, str], None]
 
@@ -70,7 +70,7 @@ class Bar:
     line otherwise), in percent with the latest message beside it; it appears only once a call has run `delay`
     seconds, so quick calls stay silent. A context manager: the bar is closed on exit."""
 
-    def __init__(self, what: str, delay: float = 2.0):
+    def __init__(self, what: str, delay: float = 2.0) -> None:
         import warnings
 
         with warnings.catch_warnings():  # without ipywidgets tqdm.auto falls back to text and says so
@@ -86,14 +86,15 @@ class Bar:
             self.bar.set_postfix_str(message[:100], refresh=False)
         self.bar.update(max(target - self.bar.n, 0.0))
 
-    def __enter__(self) -> "Bar":
+    def __enter__(self) -> Bar:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.bar.close()
 
 
-_BARS: dict = {"on": None}  # None: on in a Jupyter kernel, off elsewhere (EDITKIT_PROGRESS=0/1 decides first)
+# None: on in a Jupyter kernel, off elsewhere (EDITKIT_PROGRESS=0/1 decides first)
+_BARS: dict[str, bool | None] = {"on": None}
 
 
 def set_bars(on: bool | None) -> None:
@@ -107,26 +108,27 @@ def set_bars(on: bool | None) -> None:
 def bars_on() -> bool:
     import os
 
-    if _BARS["on"] is not None:
-        return _BARS["on"]
+    on = _BARS["on"]
+    if on is not None:
+        return on
     env = os.environ.get("EDITKIT_PROGRESS", "").strip().lower()
     if env in ("0", "off", "false", "no"):
         return False
     return env in ("1", "on", "true", "yes") or in_notebook()
 
 
-def with_bar(what: str):
+def with_bar(what: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """A decorator for a notebook-API function with a `progress` argument: left out (None), it becomes a Bar
     (`what` is its label) when bars are on; False turns it off for that call; a callback given is used as
     is."""
     import functools
     import inspect
 
-    def wrap(fn):
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
         signature = inspect.signature(fn)
 
         @functools.wraps(fn)
-        def call(*args, **kwargs):
+        def call(*args: Any, **kwargs: Any) -> Any:
             bound = signature.bind(*args, **kwargs)
             given = bound.arguments.get("progress")
             if given is False or (given is None and not bars_on()):

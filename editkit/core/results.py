@@ -16,10 +16,14 @@ from __future__ import annotations
 
 import html
 import json
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from .errors import EditkitError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 JsonObject = dict[str, Any]  # what to_json() returns: a result's JSON form, the edge where dicts belong
 
@@ -42,7 +46,7 @@ def json_input(data: Any) -> Any:
     raise EditkitError(f"expected a JSON object, JSON text or a path, not {type(data).__name__}")
 
 
-def frame(rows: list, columns: list[str] | None = None):
+def frame(rows: list[Any], columns: list[str] | None = None) -> pd.DataFrame:
     """A pandas DataFrame of row dicts. pandas is imported here, when a table is asked for: the pages' imports and
     Ray workers that never build one do not pay its 0.35 s."""
     import pandas as pd
@@ -61,11 +65,11 @@ class Result:
         raise NotImplementedError
 
     @classmethod
-    def _from_json(cls, d: dict):
+    def _from_json(cls, d: JsonObject) -> Any:
         raise NotImplementedError
 
     @classmethod
-    def from_json(cls, data):
+    def from_json(cls, data: Any) -> Any:
         """The result `to_json()` wrote: its dict, JSON text or a .json file. A JSON object of another kind is one
         EditkitError naming what is missing."""
         d = json_input(data)
@@ -76,16 +80,16 @@ class Result:
         except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
             raise EditkitError(f"this JSON holds no {cls.__name__} ({type(exc).__name__}: {exc})") from None
 
-    def save(self, path) -> Path:
+    def save(self, path: str | Path) -> Path:
         """Write to_json() to `path` (UTF-8 JSON); `from_json(path)` reads it back."""
         path = Path(path)
         path.write_text(json.dumps(self.to_json(), ensure_ascii=False, indent=1), encoding="utf-8")
         return path
 
-    def figure(self):
+    def figure(self) -> Any:  # a plotly Figure (editkit/figures/), or None where there is none
         raise NotImplementedError(f"{type(self).__name__} has no figure")
 
-    def to_frame(self):
+    def to_frame(self) -> pd.DataFrame:
         raise NotImplementedError(f"{type(self).__name__} has no table")
 
     def headline(self) -> str:
@@ -98,9 +102,10 @@ class Result:
     def _repr_html_(self) -> str:
         """Jupyter's view as HTML: the headline, then the figure (offline HTML: FIGURE_BUNDLE) or the table;
         the headline alone when there is neither (a ripple test that derived no fact: it says why)."""
-        return self._repr_mimebundle_()["text/html"]
+        html_text: str = self._repr_mimebundle_()["text/html"]
+        return html_text
 
-    def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
         """What Jupyter shows: a figure as plotly's own mimetype (JupyterLab draws it with its own plotly.js)
         and as HTML that draws with no network (figures/notebook.py: plotly.js inline once per kernel); a
         table as HTML. text/plain is the headline."""
@@ -120,19 +125,19 @@ class Result:
 
 # figures/notebook.py sets this when the figures package is imported (core imports nothing above it):
 # figure -> {mimetype: ..., "text/html": ...}
-FIGURE_BUNDLE: Callable[[Any], dict] | None = None
+FIGURE_BUNDLE: Callable[[Any], dict[str, Any]] | None = None
 
 
-class Batch(list):
+class Batch(list[Any]):
     """The results of one call on several prompts (a list, in the prompts' order): `to_frame()` stacks their
     tables with the prompt's index and text in front, `to_json()` is the list of their JSON objects, and a
     notebook shows each result in turn."""
 
-    def __init__(self, items, prompts: list[str]):
+    def __init__(self, items: Iterable[Any], prompts: list[str]) -> None:
         super().__init__(items)
         self.prompts = list(prompts)
 
-    def to_frame(self):
+    def to_frame(self) -> pd.DataFrame:
         import pandas as pd
 
         parts = []
@@ -143,13 +148,13 @@ class Batch(list):
             parts.append(table)
         return pd.concat(parts, ignore_index=True) if parts else frame([])
 
-    def to_json(self) -> list:
+    def to_json(self) -> list[JsonObject]:
         return [item.to_json() for item in self]
 
     def headline(self) -> str:
         return f"{len(self)} results"
 
-    def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
         html = "".join(item._repr_mimebundle_()["text/html"] for item in self)
         text = "\n".join(f"{type(item).__name__}: {item.headline()}" for item in self)
         return {"text/html": html, "text/plain": text}

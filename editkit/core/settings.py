@@ -17,8 +17,10 @@ from __future__ import annotations
 import os
 import re
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .errors import EditkitError
 from .limits import ENV as LIMITS_ENV
@@ -46,7 +48,7 @@ class Settings:
     memory_budget: str = "50%"  # working memory of the long jobs at once: a share of the free memory, or "6 GB"
     teacher_passphrase: str = field(default="", repr=False)
     limits: Limits = Limits()
-    sources: dict = field(default_factory=dict, compare=False, repr=False)
+    sources: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
     path: str | None = None  # the settings file read, if any
 
     KEYS = {  # "table.key" -> (field, type check, what it is)
@@ -90,7 +92,7 @@ class Settings:
             raise EditkitError(f"no upload kind {kind!r}")
         return int(getattr(self, self.KEYS[key][0]) * MB), key
 
-    def table(self) -> list[dict]:
+    def table(self) -> list[dict[str, str]]:
         """Every setting in force: {"setting", "value", "from", "what"} (the Server box, the manual)."""
         rows = [{"setting": k, "value": self.shown(k), "from": self.sources.get(k, "default"), "what": what}
                 for k, (_, _, what) in self.KEYS.items()]
@@ -100,7 +102,7 @@ class Settings:
         return rows
 
 
-def _toml(value) -> str:
+def _toml(value: object) -> str:
     if isinstance(value, str):
         return f'"{value}"'
     if isinstance(value, tuple):
@@ -128,7 +130,7 @@ def parse_budget(text: str) -> tuple[float, float | None]:
     return 0.0, value * scale
 
 
-def _check(key: str, kind: str, value):
+def _check(key: str, kind: str, value: Any) -> Any:
     """The value of one setting in its field's type, or an EditkitError naming the key."""
     if kind == "list":
         if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
@@ -163,14 +165,16 @@ def config_path() -> Path | None:
     return path.resolve() if path.is_file() else None
 
 
-def parse_settings(text: str = "", where: str = DEFAULT_FILE, env: dict | None = None) -> Settings:
+def parse_settings(text: str = "", where: str = DEFAULT_FILE,
+                   env: Mapping[str, str] | None = None) -> Settings:
     """Settings from a TOML text (`where` names it in messages and sources) and the environment `env`."""
     env = os.environ if env is None else env
     try:
         raw = tomllib.loads(text) if text.strip() else {}
     except tomllib.TOMLDecodeError as exc:
         raise EditkitError(f"{where} is not valid TOML: {exc}") from None
-    values, sources = {}, {}
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
     known = {k.split(".")[0] for k in Settings.KEYS} | {"limits"}
     for table, body in raw.items():
         if table not in known or not isinstance(body, dict):
@@ -198,7 +202,7 @@ def parse_settings(text: str = "", where: str = DEFAULT_FILE, env: dict | None =
                     path=where if text.strip() else None)
 
 
-_cache: dict = {}
+_cache: dict[tuple[str, int | None, tuple[str, ...]], Settings] = {}
 
 
 def settings() -> Settings:

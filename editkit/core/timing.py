@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
-_PHASES: ContextVar[list | None] = ContextVar("editkit_phases", default=None)
+_PHASES: ContextVar[list[tuple[str, float]] | None] = ContextVar("editkit_phases", default=None)
 
 
 @contextmanager

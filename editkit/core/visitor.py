@@ -17,6 +17,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from dataclasses import dataclass
+from typing import Any
 
 FORWARDED = ("x-forwarded-for", "x-real-ip", "forwarded")
 
@@ -59,7 +60,7 @@ def shown(address: str) -> str:
     return address if ip is None or ip.version == 6 else str(ip)
 
 
-def forwarded_addresses(headers) -> list[str]:
+def forwarded_addresses(headers: Any) -> list[str]:
     """Every client address named by the forwarding headers (X-Forwarded-For, X-Real-IP, Forwarded for=)."""
     pairs = headers.items() if hasattr(headers, "items") else headers
     out = []
@@ -74,7 +75,7 @@ def forwarded_addresses(headers) -> list[str]:
     return [a.rsplit(":", 1)[0] if a.count(":") == 1 else a for a in out if a]
 
 
-def visitor_of(peer: str | None, headers, connected: bool | None = None) -> Visitor:
+def visitor_of(peer: str | None, headers: Any, connected: bool | None = None) -> Visitor:
     """The Visitor of a connection from `peer` with these request headers. `connected`: whether there is a
     network connection at all (default: whether any header came); without one the code runs in this process (a
     test, a script) and is local; with one but no peer address it is not."""

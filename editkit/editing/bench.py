@@ -11,10 +11,10 @@ from ..core.errors import EditkitError
 from ..core.paths import DATA
 from ..model.scoring import score_targets
 from ..model.weights import applied
-from .api import prepare_first_use, run_edit
 from .defaults import load_hparams
 from .methods import all_methods, get
 from .requests import parse_requests
+from .run import prepare_first_use, run_edit
 
 DARRIEUX = {"prompt": "The mother tongue of {} is", "subject": "Danielle Darrieux", "target_new": "English",
             "target_true": "French", "paraphrase_prompts": ["Danielle Darrieux, a native speaker of",

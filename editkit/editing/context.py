@@ -23,7 +23,8 @@ def context_templates(lm, n: int = 5, length: int = 10, seed: int = 0, progress=
 
 
 def templates_cached(lm, n: int = 5, length: int = 10, seed: int = 0) -> bool:
-    return TEMPLATES.get(TEMPLATES.path(lm.name, n=n, length=length, seed=seed)) is not None
+    """Whether the templates are cached (`lm`: the model or its name)."""
+    return TEMPLATES.get(TEMPLATES.path(getattr(lm, "name", lm), n=n, length=length, seed=seed)) is not None
 
 
 def _generate(lm, n: int, length: int, seed: int, progress=None) -> list[str]:

@@ -16,8 +16,10 @@ per-request table; `figure()` draws the target optimisation's loss and the relat
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -25,6 +27,13 @@ from ..core.results import JsonObject, Result, frame
 from ..figures.editing import edit_figure
 from ..model import weights
 from .requests import EditRequest, parse_record
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from ..model.loading import LM
+    from .hparams import BaseHparams
+    from .sequence import SequenceState
 
 
 @dataclass(frozen=True)
@@ -34,7 +43,7 @@ class ParameterNorm:
     relative_norm: float  # their ratio (inf for a zero weight)
     condition: float | None = None  # cond_2(W + dW) = sigma_max / sigma_min (PRUNE's quantity); None: not asked
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         if self.condition is None:
             d.pop("condition")
@@ -49,7 +58,8 @@ def condition_number(matrix: torch.Tensor) -> float:
     return float(s[0] / s[-1]) if float(s[-1]) > 0 else float("inf")
 
 
-def norm_report(model, delta: dict[str, torch.Tensor], condition: bool = False) -> dict[str, ParameterNorm]:
+def norm_report(model: torch.nn.Module, delta: weights.WeightDelta,
+                condition: bool = False) -> dict[str, ParameterNorm]:
     """||dW||_F, ||W||_F and their ratio per edited parameter; with `condition` also cond(W + dW) (W the base
     weight, as for the norms; off by default: it costs a singular value decomposition per parameter)."""
     params = dict(model.named_parameters())
@@ -68,10 +78,11 @@ class RequestReport:
     """One request's diagnostics."""
 
     case_id: object = None
-    losses: list[dict] = field(default_factory=list)  # per optimisation step: step, loss, nll, kl, p_target
+    # per optimisation step: step, loss, nll, kl, p_target
+    losses: list[dict[str, float]] = field(default_factory=list)
     reached: float | None = None  # share of the distance to the target the edited model covers at the target site
     # (1 = reached), for multi-layer edits, which can fall short; None where the method does not measure it
-    details: dict = field(default_factory=dict)  # the method's own numbers for this request (JSON)
+    details: dict[str, Any] = field(default_factory=dict)  # the method's own numbers for this request
 
     @property
     def steps(self) -> int:
@@ -83,7 +94,7 @@ class RequestReport:
         """P(target_new) at the optimisation's last step: whether the target vector reached the new answer."""
         return self.losses[-1].get("p_target") if self.losses else None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"case_id": self.case_id, **self.details, "losses": self.losses}
 
 
@@ -127,7 +138,7 @@ class Diagnostic:
     def __str__(self) -> str:
         return self.message + (f" {self.hint}" if self.hint else "")
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -167,24 +178,25 @@ class EditResult(Result):
 
     method: str
     requests: list[EditRequest]
-    delta: dict[str, torch.Tensor] = field(repr=False)  # parameter name -> delta, in the parameter's layout
-    hparams: object = None  # the method's Hparams
+    delta: weights.WeightDelta = field(repr=False)  # parameter name -> delta, in the parameter's layout
+    hparams: BaseHparams | dict[str, Any] | None = None  # the method's Hparams (their JSON when read back)
     per_request: list[RequestReport] = field(default_factory=list)  # one per request, in order
     layers: list[LayerReport] = field(default_factory=list)  # multi-layer edits, by layer and map
     norms: dict[str, ParameterNorm] = field(default_factory=dict)  # per edited parameter
     seconds: float = 0.0
     seconds_targets: float | None = None  # of `seconds`, the target optimisation
     seconds_spread: float | None = None  # of `seconds`, a multi-layer edit's spreading
-    details: dict = field(default_factory=dict)  # the method's own JSON numbers (ROME: layer, rrome; ...)
+    details: dict[str, Any] = field(default_factory=dict)  # the method's own JSON numbers (ROME: layer, ...)
     solves: list[Solve] = field(default_factory=list, repr=False)  # with solves=True
-    state: object = field(default=None, repr=False)  # a stateful method's next SequenceState (editing/sequence.py)
+    # a stateful method's next SequenceState (editing/sequence.py)
+    state: SequenceState | None = field(default=None, repr=False)
     shapes: dict[str, list[int]] | None = None  # parameter -> shape, for a result read from JSON (no delta)
     diagnostics: list[Diagnostic] = field(default_factory=list)  # what to read beside the numbers
 
     _show = "table"
 
     @contextmanager
-    def applied(self, lm):
+    def applied(self, lm: LM) -> Iterator[LM]:
         """A block whose computations (in this thread) see the edited weights W + delta; the model is unchanged."""
         with weights.applied(lm, self.delta):
             yield lm
@@ -202,7 +214,7 @@ class EditResult(Result):
                 f"{len(self.norms)} parameter(s) changed, max ||dW||/||W|| = {self.relative_norm:.4f}"
                 f"{bound}{notes}")
 
-    def check_rewrites(self, post: list[dict]) -> list[Diagnostic]:
+    def check_rewrites(self, post: list[dict[str, Any]]) -> list[Diagnostic]:
         """Given each request's probabilities after the edit (measure.probabilities: group ->
         [{"p_new", "p_true"}]), note every request whose rewrite prompt the edit does not win
         (P(new) <= P(true)), with its likely reason; they replace earlier such notes and are returned."""
@@ -221,7 +233,7 @@ class EditResult(Result):
         return new
 
     @property
-    def info(self) -> dict:
+    def info(self) -> dict[str, Any]:
         """The diagnostics as JSON (to_dict()["info"])."""
         info = dict(self.details)
         info["requests"] = [r.to_dict() for r in self.per_request]
@@ -237,7 +249,7 @@ class EditResult(Result):
         if self.diagnostics:
             info["diagnostics"] = [d.to_dict() for d in self.diagnostics]
         if self.hparams is not None:  # a result read from JSON keeps its hyperparameters as their JSON
-            info["hparams"] = self.hparams.to_dict() if hasattr(self.hparams, "to_dict") else dict(self.hparams)
+            info["hparams"] = self.hparams if isinstance(self.hparams, dict) else self.hparams.to_dict()
         return info
 
     def to_json(self) -> JsonObject:
@@ -246,7 +258,7 @@ class EditResult(Result):
                 "seconds": round(self.seconds, 3), "parameters": shapes}
 
     @classmethod
-    def _from_json(cls, d: dict) -> "EditResult":
+    def _from_json(cls, d: JsonObject) -> EditResult:
         """The diagnostics of to_json() (the delta is not in the JSON; the hyperparameters stay a dict)."""
         info = d["info"]
         reached = info.get("target_reached") or [None] * len(info["requests"])
@@ -259,7 +271,7 @@ class EditResult(Result):
                    details={k: v for k, v in info.items() if k not in _BUILT}, shapes=d.get("parameters", {}),
                    diagnostics=[Diagnostic(**x) for x in info.get("diagnostics", [])])
 
-    def to_frame(self):
+    def to_frame(self) -> pd.DataFrame:
         """One row per request: case_id, rewrite, target_new, target_true, optimisation steps, P(target_new) at
         the last step, the final loss and how far a multi-layer edit reached its target."""
         return frame([{"case_id": q.case_id, "rewrite": q.rewrite, "target_new": q.target_new,
@@ -267,14 +279,14 @@ class EditResult(Result):
                        "loss": r.losses[-1].get("loss") if r.losses else None, "reached": r.reached}
                       for q, r in zip(self.requests, self.per_request)])
 
-    def figure(self):
+    def figure(self) -> Any:  # a plotly Figure
         """The target optimisation's loss per step (per request) and ||dW||_F / ||W||_F per edited parameter."""
         return edit_figure(self.to_json())
 
 
-def _per_layer(layers: list[LayerReport]) -> list[dict]:
+def _per_layer(layers: list[LayerReport]) -> list[dict[str, Any]]:
     """One row per layer: the first map's numbers plain, every other map's prefixed with its part ("o_proj_")."""
-    rows: dict[int, dict] = {}
+    rows: dict[int, dict[str, Any]] = {}
     for r in layers:
         row = rows.setdefault(r.layer, {"layer": r.layer})
         prefix = "" if len(row) == 1 else f"{r.part}_"

@@ -64,9 +64,10 @@ POSITIONS = ("all", "entities")
 
 
 def _path(lm, layer: int, n_tokens: int, module: str = "down_proj", positions: str = "all") -> Path:
+    """The cache entry of one layer's statistics; `lm`: the model or its name (what is cached needs no load)."""
     extra = {} if positions == "all" else {"positions": positions}
-    return STORE.path(f"layer{layer}", ".safetensors", within=lm.name, module=module, corpus="wikitext2-valid",
-                      n_tokens=n_tokens, **extra)
+    return STORE.path(f"layer{layer}", ".safetensors", within=getattr(lm, "name", lm), module=module,
+                      corpus="wikitext2-valid", n_tokens=n_tokens, **extra)
 
 
 def _read(path: Path, d: int) -> tuple[torch.Tensor, dict]:
@@ -263,19 +264,20 @@ def _save(C, meta, path):
 
 
 def missing(lm, layers, n_tokens: int, module: str = "down_proj", positions: str = "all") -> list[int]:
-    """The layers whose statistics are not cached yet (what a first edit will compute)."""
+    """The layers whose statistics are not cached yet (what a first edit will compute); `lm` or its name."""
     return [l for l in ([layers] if isinstance(layers, int) else sorted(set(layers)))
             if not _path(lm, l, n_tokens, module, positions).exists()]
 
 
-def pass_seconds(lm, layers, n_tokens: int, module: str = "down_proj", positions: str = "all") -> float | None:
+def pass_seconds(lm, layers, n_tokens: int, module: str = "down_proj", positions: str = "all",
+                 n_layers: int | None = None) -> float | None:
     """How long a statistics pass for `layers` will take on this model, from the seconds recorded in the cached
     statistics of another layer (a pass stops after its highest layer, so the time scales with it); None when none
-    is cached for this model, module and size yet."""
+    is cached for this model, module and size yet. `lm`: the model, or its name with its `n_layers`."""
     from safetensors import safe_open
 
     top = max([layers] if isinstance(layers, int) else layers)
-    for l in range(lm.adapter.n_layers - 1, -1, -1):
+    for l in range((n_layers or lm.adapter.n_layers) - 1, -1, -1):
         path = _path(lm, l, n_tokens, module, positions)
         if not path.exists():
             continue

@@ -115,8 +115,8 @@ def _tracing(lm, spec: ReportSpec, say) -> dict:
 
 def _lesson(lm, keep: tuple, say) -> dict:
     """One new fact built into a new pack on a cache overlay that keeps `keep` (module docstring)."""
-    from ..editing.api import prepare_first_use
     from ..editing.defaults import load_hparams
+    from ..editing.run import prepare_first_use
     from ..lesson import compute
     from ..lesson.build import build
     from ..lesson.pack import SHIPPED, read_json
@@ -158,8 +158,8 @@ def _lesson_under_load(lm, say, niceness: int = 0) -> dict:
 
 def _first_use(lm, say) -> dict:
     """The first edits and the first lesson fact on a fresh cache that keeps only the converted weights."""
-    from ..editing.api import run_edit
     from ..editing.bench import DARRIEUX
+    from ..editing.run import run_edit
 
     out = {}
     with overlay(FRESH):

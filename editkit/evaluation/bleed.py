@@ -29,10 +29,10 @@ from ..core.progress import part
 from ..core.results import JsonObject, Result, frame
 from ..data.facts import known_facts
 from ..data.implications import relation_of as template_relation
-from ..editing.api import run_edit
 from ..editing.defaults import load_hparams
 from ..editing.methods import get
 from ..editing.requests import EditRequest, parse_record, parse_requests
+from ..editing.run import run_edit
 from ..editing.share import key_sites
 from ..figures.side_effects import bleed_figure
 from ..model import isolation

@@ -4,6 +4,7 @@
     cmp.to_frame()                      # the metrics table: before any edit, then one row per method
     cmp.figure("neighborhood")          # P(new) and P(true) per prompt, before and after each method
     cmp.methods["rome"].result.delta    # each method's weight change (to trace or keep the edited model)
+    cmp.report("report.html")           # one self-contained HTML file of all of it (evaluation/html_report.py)
 
 Every method is measured by `edit_and_measure`, exactly as the batch evaluation does. `to_json()` is the page's
 JSON download: the requests, the pre-edit measurement of each record (probabilities per prompt, generations), and
@@ -14,7 +15,8 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from ..core.cache import Store
 from ..core.errors import EditkitError
@@ -24,6 +26,9 @@ from ..editing.methods import get
 from ..editing.requests import EditRequest, parse_record
 from ..editing.result import EditResult
 from ..figures import editing as figures
+from ..model import weights
+from ..model.export import Exported, Provenance, export_hf
+from ..model.gguf_export import export_gguf
 from .datasets import as_record
 from .measure import EvalSpec, edit_and_measure, measure, probabilities
 from .verdict import MARGIN_MEASURE, Ranking, and_list, margins, paired
@@ -61,6 +66,8 @@ class Comparison(Result):
     requests: list[EditRequest]
     pre: list[dict]  # per record: {"probabilities", "generations"} before any edit
     methods: dict[str, MethodOutcome]
+    model: str = ""  # the model edited (lm.name)
+    settings: dict = field(default_factory=dict)  # n_gen, gen_tokens, hparams (overrides per method)
 
     _show = "table"
 
@@ -76,17 +83,18 @@ class Comparison(Result):
 
     def to_json(self) -> JsonObject:
         return {"requests": [r.to_dict() for r in self.requests], "pre": self.pre,
-                "methods": {name: m.to_json() for name, m in self.methods.items()}}
+                "methods": {name: m.to_json() for name, m in self.methods.items()}, "model": self.model,
+                "settings": self.settings}
 
     @classmethod
-    def _from_json(cls, d: dict) -> "Comparison":
+    def _from_json(cls, d: dict) -> Comparison:
         requests = [parse_record(r) for r in d["requests"]]
         methods = {}
         for name, m in d["methods"].items():
             result = EditResult._from_json({"method": name, "requests": d["requests"], "seconds": m["seconds"],
                                             "info": m["info"], "parameters": {}})
             methods[name] = MethodOutcome(m["label"], m["color"], result, m["metrics"], m["post"])
-        return cls(requests, d["pre"], methods)
+        return cls(requests, d["pre"], methods, d.get("model", ""), d.get("settings") or {})
 
     def to_frame(self):
         """The metrics table (figures/editing.metrics_table): before any edit, then per method the mean of each
@@ -110,6 +118,37 @@ class Comparison(Result):
         """The target optimisation's loss per step, per method and request."""
         return figures.loss_figure(self.to_json())
 
+    def provenance(self, method: str) -> Provenance:
+        """What an export of `method`'s edit says it is: base model, method, requests, hyperparameters."""
+        return Provenance(self.model, method, [r.to_dict() for r in self.requests],
+                          self.methods[method].result.info.get("hparams"))
+
+    def export_hf(self, method: str, folder, lm) -> Exported:
+        """`method`'s edited model (the base weights of `lm`, this context's edits and the method's delta) as a
+        Hugging Face folder (model/export.py)."""
+        with weights.applied(lm, self._delta(method)):
+            return export_hf(lm, folder, self.provenance(method))
+
+    def export_gguf(self, method: str, file, lm, type: str = "f32") -> Exported:
+        """`method`'s edited model as one GGUF file of `type` f32, f16 or q8_0 (model/gguf_export.py)."""
+        with weights.applied(lm, self._delta(method)):
+            return export_gguf(lm, file, self.provenance(method), type)
+
+    def _delta(self, method: str) -> dict:
+        if method not in self.methods:
+            raise EditkitError(f"{method} is not in this comparison ({', '.join(self.methods)})")
+        if not self.methods[method].result.delta:
+            raise EditkitError("this comparison carries no weight change (read back from JSON?)")
+        return self.methods[method].result.delta
+
+    def report(self, path, bleed=None, ripple=None, command: str | None = None) -> Path:
+        """Write the comparison as one self-contained HTML file (evaluation/html_report.py): the requests, every
+        method's metrics with 95% intervals, the charts, the conclusion, versions and the command that computes
+        it again. `bleed` (a BleedMap) and `ripple` (a RippleResult) of the first request join it when given."""
+        from .html_report import comparison_document, write
+
+        return write(path, comparison_document(self, conclusion(self).sentence(), bleed, ripple, command))
+
 
 def compare_methods(lm, methods: list[str], records, hparams: dict | None = None, n_gen: int = 1,
                     gen_tokens: int = 30, progress=None) -> Comparison:
@@ -128,7 +167,8 @@ def compare_methods(lm, methods: list[str], records, hparams: dict | None = None
     pre = [measure(lm, r, n_gen, gen_tokens) for r in records]
     _remember(lm, MEASURE, (time.perf_counter() - start) / len(records))
     out = Comparison([r.request for r in records],
-                     [{"probabilities": probabilities(p), "generations": p["generations"]} for p in pre], {})
+                     [{"probabilities": probabilities(p), "generations": p["generations"]} for p in pre], {},
+                     lm.name, {"n_gen": n_gen, "gen_tokens": gen_tokens, "hparams": hparams or {}})
     for i, spec in enumerate(specs):
         def step(f, msg, i=i, spec=spec):
             say(min((i + 0.8 * f) / len(specs), 1.0), f"{spec.label}: {msg}")
@@ -168,8 +208,8 @@ def estimate(lm, methods: list[str], n_records: int, hparams: dict | None = None
     method still needs (timed by the cached statistics of this model) and each method's edits (timed by the last
     comparison on this model), each scaled to the machine's speed for a job now (runtime/speed.py: what other
     work leaves it). None where a part has never run on this model: the words say which."""
-    from ..editing.api import first_use
     from ..editing.defaults import load_hparams
+    from ..editing.run import first_use
     from ..editing.stats import pass_seconds
     from ..runtime import speed
 

@@ -168,6 +168,6 @@ def _rows(done: dict, records) -> list[dict]:
 def _prepare(lm, hps) -> None:
     """What the first edits compute and cache (second-moment statistics, context templates), here, once, before
     the workers start: otherwise each worker would compute the same statistics at the same time."""
-    from ..editing.api import prepare_first_use
+    from ..editing.run import prepare_first_use
 
     prepare_first_use(lm, list(hps))

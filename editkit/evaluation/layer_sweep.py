@@ -29,12 +29,12 @@ from dataclasses import asdict, dataclass
 from ..core.errors import EditkitError
 from ..core.progress import part
 from ..core.results import JsonObject, Result, frame
-from ..editing.api import prepare_first_use, run_edit
 from ..editing.defaults import load_hparams
 from ..editing.keys import prefetch_keys, reuse_keys
 from ..editing.memo import reuse_targets
 from ..editing.methods import get
 from ..editing.requests import EditRequest, parse_record
+from ..editing.run import prepare_first_use, run_edit
 from ..figures.side_effects import layer_sweep_figure
 from ..model import isolation
 from ..runtime.cluster import Backend, Item, run_items

@@ -101,6 +101,21 @@ def shipped(name: str, root: Path = ROOT):
     return _kind(e).data(e, Path(root))
 
 
+def operating_points(method: str, model: str, root: Path = ROOT):
+    """The shipped trade-off of `method`'s strength knob on `model` (evaluation/points.OperatingPoints), from the
+    first manifest entry that holds one (a sweep file, or a ripple entry's `points`); None when none ships."""
+    for e in load(root):
+        kind = _kind(e)
+        if e.get("loader") == "points":
+            sweep = kind.data(e, Path(root))
+            if (sweep.method, sweep.model) == (method, model):
+                return sweep.points()
+        elif (e.get("points") or {}).get("method") == method and \
+                model in {c["model"] for c in e.get("columns", [])}:
+            return kind.data(e, Path(root))[model]
+    return None
+
+
 def _blocks(text: str) -> dict[str, str]:
     return {m["name"]: m["body"] for m in BLOCK.finditer(text)}
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ..core.errors import EditkitError
 from ..core.paths import safe_name
+from .manifest_tables import row_hparams
 
 RIPPLE_DIR = Path("assets") / "results" / "ripple"
 
@@ -79,7 +80,7 @@ def ripple_table(e: dict, root: Path, model: str, row: dict):
     """The RippleEvaluation of one row's method (and the `against` method) on one model."""
     spec = _spec(e, model)
     return _table(str(root), model, spec.set_name, spec.n, spec.against, tuple(_methods(e, row)),
-                  _json(row.get("hparams") or {}))
+                  _json(row_hparams(row, model)))
 
 
 class Ripple:
@@ -92,7 +93,7 @@ class Ripple:
             spec, folder = _spec(e, model), RIPPLE_DIR / safe_name(model)
             out.append(str(selection_path(model, spec, folder)))
             for row in (r for r in e["rows"] if measured(r, model)):
-                hps = method_hparams(model, _methods(e, row), row.get("hparams"))
+                hps = method_hparams(model, _methods(e, row), row_hparams(row, model))
                 out += [str(results_path(model, m, hp, spec, folder)) for m, hp in hps.items()]
         return list(dict.fromkeys(out))
 
@@ -137,7 +138,7 @@ def _missing(e: dict, root: Path, model: str, row: dict) -> list[str]:
         name = selection_path(model, spec, RIPPLE_DIR / safe_name(model))
         return [f"no selection file {name} (the rule table or the derivation changed since it was screened)"]
     out = []
-    for m, hp in method_hparams(model, _methods(e, row), row.get("hparams")).items():
+    for m, hp in method_hparams(model, _methods(e, row), row_hparams(row, model)).items():
         path = results_path(model, m, hp, spec, folder)
         if path.exists():
             continue
@@ -236,8 +237,12 @@ class File:
             return [str(exc)]
         data = loaded if isinstance(loaded, dict) else loaded.to_json()
         wrong = {k: (v, data.get(k)) for k, v in e.get("settings", {}).items() if data.get(k) != v}
-        return [f"{e['file']} was made with " + "; ".join(f"{k} {got} (the entry says {want})"
-                                                          for k, (want, got) in wrong.items())] if wrong else []
+        out = [f"{e['file']} was made with " + "; ".join(f"{k} {got} (the entry says {want})"
+                                                         for k, (want, got) in wrong.items())] if wrong else []
+        if e["loader"] == "points" and loaded.points().default() is None:
+            out.append(f"today's default {loaded.knob} of {loaded.method} for {loaded.model} is not among the "
+                       "measured points (a changed default needs its own point in the sweep)")
+        return out
 
     @staticmethod
     def render(e: dict, root: Path) -> str | None:

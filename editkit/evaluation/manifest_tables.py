@@ -3,6 +3,20 @@ the manual show between `<!-- results: NAME -->` markers."""
 from __future__ import annotations
 
 
+def row_hparams(row: dict, model: str) -> dict:
+    """A row's hyperparameters on `model`: {method: overrides} of `hparams`, with `by_model[model]` on top (a
+    row that pins a setting one model's defaults have since changed)."""
+    out = {m: dict(v) for m, v in (row.get("hparams") or {}).items()}
+    for m, v in (row.get("by_model") or {}).get(model, {}).items():
+        out[m] = {**out.get(m, {}), **v}
+    return out
+
+
+def md_row(cells: list[str]) -> str:
+    """One Markdown table row; an empty cell is "| |"."""
+    return "|" + "|".join(f" {c} " if c else " " for c in cells) + "|"
+
+
 def _num(x, d: int) -> str:
     return "n/a" if x is None else f"{x:.{d}f}"
 
@@ -40,7 +54,7 @@ def ripple_markdown(e: dict, table_of) -> str:
     d = int(e.get("decimals", 1))
     against = e.get("against", "memit")
     head = [e.get("head", "")] + [c["head"] for c in e["columns"]]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines = [md_row(head), "|" + "---|" * len(head)]
     for row in e["rows"]:
         cells = [row["label"]]
         for c in e["columns"]:
@@ -49,5 +63,5 @@ def ripple_markdown(e: dict, table_of) -> str:
                 continue
             table = table_of(c["model"], row)
             cells.append(ripple_cell(table, row["method"], c, d, row.get("diff", True) and row["method"] != against))
-        lines.append("| " + " | ".join(cells) + " |")
+        lines.append(md_row(cells))
     return "\n".join(lines) + "\n"

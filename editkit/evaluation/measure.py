@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from ..core.errors import EditkitError
 from ..data.corpus import paragraphs
-from ..editing.api import run_edit
+from ..editing.run import run_edit
 from ..model import isolation
 from ..model.runner import Decoding
 from ..model.scoring import score_targets

@@ -5,6 +5,9 @@
     report.figure()            # the same as bars, per prompt group
     with report.applied(lm):   # computations with the edited weights (the model itself never changes)
         ...
+    report.export_hf("edited/")             # the edited model as a Hugging Face folder (model/export.py)
+    report.export_gguf("edited.gguf", "q8_0")  # or as GGUF: f32, f16 or q8_0 (model/gguf_export.py)
+    report.report("edit.html")              # one self-contained HTML file (evaluation/html_report.py)
 
 Its JSON (`to_json`, `edit --json`): model, method, seconds, eval_seconds, the diagnostics `info` (EditResult's,
 without its hyperparameters), per request its rewrite, targets and the probabilities before and after ("pre",
@@ -15,13 +18,17 @@ from __future__ import annotations
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
+from ..core.errors import EditkitError
 from ..core.results import JsonObject, Result, frame
-from ..editing.api import run_edit
 from ..editing.methods import get
 from ..editing.requests import parse_requests
 from ..editing.result import EditResult
+from ..editing.run import run_edit
 from ..figures.editing import before_after_figure
+from ..model.export import Exported, Provenance, export_hf
+from ..model.gguf_export import export_gguf
 from ..model.weights import WeightDelta
 from .measure import measure, probabilities
 
@@ -73,6 +80,7 @@ class EditReport(Result):
     eval_seconds: float = 0.0
     patch: str | None = None  # where `edit --save-patch` wrote the delta
     extra: dict = field(default_factory=dict)  # other keys of a read-back JSON, kept as they were
+    lm: object = field(default=None, repr=False, compare=False)  # the model it edited (not in the JSON)
 
     _show = "table"
 
@@ -90,6 +98,39 @@ class EditReport(Result):
         """A block whose computations (in this thread) see the edited weights; the model is unchanged."""
         with self.result.applied(lm):
             yield lm
+
+    def provenance(self) -> Provenance:
+        """What an export of this edit says it is: base model, method, requests, hyperparameters."""
+        return Provenance(self.model, self.method, [r.to_dict() for r in self.result.requests],
+                          self.result.info.get("hparams"))
+
+    def _exporting(self, lm):
+        lm = lm if lm is not None else self.lm
+        if lm is None or not self.delta:
+            raise EditkitError("this report carries no model or weight change (read back from JSON?): export "
+                               "from the result of editkit.edit, or use `editkit export --patch`")
+        return lm
+
+    def export_hf(self, folder, lm=None, progress=None) -> Exported:
+        """The edited model (base weights + this edit, + any edits active around the call) as a Hugging
+        Face folder: config, tokenizer, safetensors, editkit-edit.json. `lm`: another copy of the model."""
+        lm = self._exporting(lm)
+        with self.applied(lm):
+            return export_hf(lm, folder, self.provenance(), say=_say(progress))
+
+    def export_gguf(self, file, type: str = "f32", lm=None, progress=None) -> Exported:
+        """The edited model as one GGUF file of `type` "f32" (the in-process weights exactly), "f16" or
+        "q8_0" (smaller; model/gguf_export.py)."""
+        lm = self._exporting(lm)
+        with self.applied(lm):
+            return export_gguf(lm, file, self.provenance(), type, say=_say(progress))
+
+    def report(self, path, command: str | None = None) -> Path:
+        """Write this edit as one self-contained HTML file: the requests, P(new) and P(true) before and after with
+        95% intervals over the prompts, the conclusion, the weight change, versions and the command."""
+        from .html_report import edit_document, write
+
+        return write(path, edit_document(self, command))
 
     def headline(self) -> str:
         parts = []
@@ -147,4 +188,9 @@ def edit_report(lm, method: str, requests, hparams=None, progress=None) -> EditR
     result.check_rewrites(post)  # a rewrite the edit does not win is said with its likely reason
     outcomes = [RequestOutcome(r.case_id, r.rewrite, r.target_new, r.target_true, a, b)
                 for r, a, b in zip(requests, pre, post)]
-    return EditReport(lm.name, result, outcomes, time.perf_counter() - t0)
+    return EditReport(lm.name, result, outcomes, time.perf_counter() - t0, lm=lm)
+
+
+def _say(progress):
+    """A message-only callback from a progress(fraction, message) (None: silent)."""
+    return (lambda message: progress(0.0, message)) if progress is not None else (lambda message: None)

@@ -23,9 +23,9 @@ from ..core.errors import EditkitError
 from ..core.progress import silent
 from ..core.results import JsonObject, Result, frame
 from ..data.implications import CRITERIA, Derivation, ImpliedFact, derive
-from ..editing.api import run_edit
 from ..editing.methods import get
 from ..editing.requests import EditRequest, parse_record
+from ..editing.run import run_edit
 from ..model import isolation
 from ..model.scoring import score_targets
 from .metrics import mean_ci

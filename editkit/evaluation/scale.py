@@ -70,7 +70,7 @@ def _evaluate(lm, spec: ScaleSpec, backend=None) -> tuple[dict, float]:
 
 def bench_scale(lm, spec: ScaleSpec = ScaleSpec(), say=None) -> dict:
     """Run the evaluation in process and on 1, 2, ... workers (module docstring); `say(row)` hears each row."""
-    from ..editing.api import prepare_first_use
+    from ..editing.run import prepare_first_use
 
     spec.check()
     say = say or (lambda row: None)

@@ -46,10 +46,10 @@ from ..core.cache import Store, digest
 from ..core.errors import EditkitError
 from ..core.results import JsonObject, Result, frame
 from ..data.corpus import token_chunks
-from ..editing.api import run_edit
 from ..editing.defaults import load_hparams
 from ..editing.methods import get
 from ..editing.result import condition_number
+from ..editing.run import run_edit
 from ..editing.sequence import SequenceState
 from ..figures.lifelong import lifelong_figure
 from ..model.weights import applied, combined, fingerprint
@@ -387,7 +387,7 @@ def sequential_methods(lm, plans: dict, requests, cache: bool = True, progress=N
         spec.check()
         load_hparams(get(method).name, lm, overrides)
     if backend.ray:  # the statistics and templates every first edit needs, once, before the workers start
-        from ..editing.api import prepare_first_use
+        from ..editing.run import prepare_first_use
 
         prepare_first_use(lm, [load_hparams(get(m).name, lm, hp) for m, (hp, _spec) in plans.items()])
     items = [Item(sequential, (method, records, overrides, spec), {"cache": cache}, label=get(method).label,

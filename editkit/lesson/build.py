@@ -4,14 +4,17 @@ format, compute.py the computations).
     build("facts.json", "my-pack", model="gemma-3-270m", progress=print_bar)
 
 The facts are read and checked first (bad files stop before the model loads), then the model checks that it knows
-each fact (refused with what it predicts instead), then every missing part is computed, fact by fact, each written
-atomically as soon as it is done: a rerun (or a run adding facts) skips every finished part. Progress reports the
-part being computed and an estimate of the time left (from the measured speed of the parts done so far).
+each fact (refused with what it predicts instead), then every missing part is computed, fact by fact, in the order
+the steps open (plan), each written atomically as soon as it is done: a rerun (or a run adding facts) skips every
+finished part. Progress reports the part being computed and the time left (building.Clock: each part's expected
+seconds on this machine now, timing.py, the first-use statistics included, corrected as the parts finish).
 
-Publishing: a fact's folder is its staging place. The pack serves the facts its manifest lists, and a fact is added
-to the manifest (one atomic rewrite) only once every part of it is written, so a build that is cancelled, fails or
-is killed never shows a half-built fact to the students; its finished parts stay in the unlisted folder and the
-next build of the same fact computes only what is missing.
+Publishing: a fact's folder is its staging place. While a fact is built its status (building.py) tells the Lesson
+page which parts are written and when the others are expected; students are served the fact once the parts of its
+first steps are written (pack.FIRST), each later step opening as its parts land. The fact is added to the manifest
+(one atomic rewrite) once every part of it is written. A build that is cancelled or fails removes the status, and
+one that is killed stops beating, so its fact is withdrawn and never served half-built again; its finished parts
+stay in the unlisted folder and the next build of the same fact computes only what is missing.
 """
 from __future__ import annotations
 
@@ -19,36 +22,30 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.cache import Store, digest
 from ..core.errors import EditkitError
-from ..core.progress import duration, gives_time, silent, time_left
 from ..core.progress import part as part_of
+from ..core.progress import silent
 from ..editing import stats
-from . import carry, compute
+from . import carry, compute, timing
+from .building import Clock, Status
 from .facts import LessonFact, read_facts, refusal
 from .pack import (
+    FIRST,
     FORMAT,
     KIND,
     MANIFEST,
+    Pack,
     bleed_name,
-    built_on,
     edit_name,
     editkit_version,
     read_json,
     retrace_name,
     ripple_name,
+    step_parts,
     write_json,
 )
 
-# the seconds of each unit of work on the embedded model with today's default settings (fast traces, 5-sample
-# re-traces), from the idle benchmark of a new fact (benchmarks/lesson_settings.py and `editkit bench report --skip
-# ...`: 2 cores, statistics cached; the median of six builds, 27 Nov 2026 06:47-07:20; docs/results/speed.md): the
-# estimate's reference until this machine has timed its own parts (measured()), and the units' weights in the
-# progress estimate
-COST = {"check": 1.0, "lens": 0.4, "trace": 26.3, "memories": 2.9, "edit": 11.8, "bleed": 1.8, "ripple": 2.4,
-        "sweep_layer": 1.9}
-REFERENCE = "editkit's benchmark of a new fact on an idle 2-core machine (27 Nov 2026)"
-TIMES = Store("timings")  # timings/lesson/<model>: how long each kind of part last took on this machine
+COST = timing.COST  # the units' weights (timing.py: the idle benchmark's seconds of each kind of part)
 
 
 @dataclass
@@ -61,7 +58,9 @@ class Unit:
     cost: float
     run: object  # run(lm, progress) -> {part name: value}
     after_trace: bool = False  # reads the fact's stored trace: computed once the trace is written
-    kind: str = ""  # what its timing is recorded as: "trace", "edit rome", ... (measured())
+    kind: str = ""  # what its timing is recorded as: "trace", "edit rome", ... (timing.measured())
+    target: int | None = None  # the new target number it edits to (None: the fact's own parts, the sweep's first)
+    edits: tuple[str, tuple[int, ...] | None] | None = None  # (method, layers) of its edit: its first-use statistics
 
     def done(self, folder: Path) -> bool:
         return all(read_json(folder / "facts" / self.fact / f"{name}.json") is not None for name in self.files)
@@ -69,7 +68,10 @@ class Unit:
 
 def plan(fid: str, fact: LessonFact, folder: Path, methods: list[str], s: compute.Settings,
          n_layers: int) -> list[Unit]:
-    """The units of one fact, in the order the steps need them (the trace before the memories and the sweep)."""
+    """The units of one fact, in the order its steps open (first_step): the first target's steps one after another
+    (the logit lens, the traces, the memories, ROME's edit, the other methods', the bleed map, the layer sweep, the
+    ripple effects), then each further target's edits, bleed map and ripple effects. The memories and the sweep read
+    the stored trace, computed before them."""
     record, r = fact.record, fact.request
     answer = r.target_true
     where = folder / "facts" / fid
@@ -96,74 +98,39 @@ def plan(fid: str, fact: LessonFact, folder: Path, methods: list[str], s: comput
              kind="memories"),
     ]
     for t, target in enumerate(fact.targets):
-        rec = compute.with_target(record, target)
-        for m in methods:
-            def edit_unit(lm, p, rec=rec, m=m, t=t):
-                result, delta = compute.edit(lm, m, rec, s, part_of(p, 0, 0.7), pre_of(lm, rec, t))
-                retraced = compute.retrace(lm, rec, delta, s, progress=part_of(p, 0.7, 1.0, "re-trace: "))
-                return {edit_name(t, m): result, retrace_name(t, m): retraced}
-
-            units.append(Unit(fid, f"{m} edit to {target.strip()!r} and its re-trace",
-                              (edit_name(t, m), retrace_name(t, m)), COST["edit"], edit_unit,
-                              kind=f"edit {m}"))
-        units.append(Unit(fid, f"bleed map of the ROME edit to {target.strip()!r}", (bleed_name(t),), COST["bleed"],
-                          lambda lm, p, rec=rec, t=t: {bleed_name(t): compute.bleed(lm, rec, s, progress=p)},
-                          kind="bleed"))
-        units.append(Unit(fid, f"ripple effects of the ROME edit to {target.strip()!r}", (ripple_name(t),),
-                          COST["ripple"], lambda lm, p, rec=rec, t=t: {ripple_name(t): compute.ripple(lm, rec,
-                                                                                                     progress=p)},
-                          kind="ripple"))
+        units += _target_units(fid, t, target, compute.with_target(record, target), methods, s, pre_of)
     first = compute.with_target(record, fact.targets[0])
     units.append(Unit(fid, "layer sweep (ROME at every layer)", ("sweep",), COST["sweep_layer"] * n_layers,
                       lambda lm, p: {"sweep": compute.layer_sweep(lm, first, trace_of(lm), s, progress=p)}, True,
-                      kind="sweep"))
+                      kind="sweep", edits=("rome", tuple(compute.sweep_layer_list(s, n_layers)))))
+    return sorted(units, key=lambda u: (u.target or 0, first_step(u, methods)))
+
+
+def _target_units(fid: str, t: int, target: str, rec, methods: list[str], s: compute.Settings,
+                  pre_of) -> list[Unit]:
+    """The units of one new target: each method's edit with its re-trace, the bleed map and the ripple effects."""
+    units = []
+    for m in methods:
+        def edit_unit(lm, p, m=m):
+            result, delta = compute.edit(lm, m, rec, s, part_of(p, 0, 0.7), pre_of(lm, rec, t))
+            retraced = compute.retrace(lm, rec, delta, s, progress=part_of(p, 0.7, 1.0, "re-trace: "))
+            return {edit_name(t, m): result, retrace_name(t, m): retraced}
+
+        units.append(Unit(fid, f"{m} edit to {target.strip()!r} and its re-trace",
+                          (edit_name(t, m), retrace_name(t, m)), COST["edit"], edit_unit, kind=f"edit {m}",
+                          target=t, edits=(m, None)))
+    units.append(Unit(fid, f"bleed map of the ROME edit to {target.strip()!r}", (bleed_name(t),), COST["bleed"],
+                      lambda lm, p: {bleed_name(t): compute.bleed(lm, rec, s, progress=p)}, kind="bleed", target=t,
+                      edits=("rome", None)))
+    units.append(Unit(fid, f"ripple effects of the ROME edit to {target.strip()!r}", (ripple_name(t),),
+                      COST["ripple"], lambda lm, p: {ripple_name(t): compute.ripple(lm, rec, progress=p)},
+                      kind="ripple", target=t, edits=("rome", None)))
     return units
 
 
-class Clock:
-    """Progress over weighted units with a time estimate: from `rate` (seconds per unit of COST, what the page
-    promised before the run) until a quarter of the work is done, then from the units computed in this run."""
-
-    def __init__(self, progress, total: float, rate: float | None = None):
-        self.progress, self.total, self.done, self.start = progress, max(total, 1e-9), 0.0, time.perf_counter()
-        self.computed, self.spent, self.rate = 0.0, 0.0, rate
-
-    def seconds(self, remaining: float) -> float | None:
-        """Seconds for `remaining` units of COST: the promised rate, then this run's once it has measured enough."""
-        measured = self.computed > 0 and self.spent >= 1
-        if measured and (self.computed >= 0.25 * self.total or self.rate is None):
-            return remaining * self.spent / self.computed
-        return None if self.rate is None else remaining * self.rate
-
-    def left(self, remaining: float) -> str:
-        s = self.seconds(remaining)
-        return "estimating the time left" if s is None else time_left(s)
-
-    def after(self, remaining: float) -> str:
-        """What follows a part that gives its own time left (first-use statistics, which COST leaves out): the
-        parts after it, so the two estimates add up instead of contradicting each other."""
-        if remaining <= 1e-9:
-            return "the last part"
-        s = self.seconds(remaining)
-        return "then the other parts" if s is None else f"then {duration(s)} for the other parts"
-
-    def unit(self, cost: float, label: str):
-        """The progress callback for one unit; call finish() after it."""
-        started, base = time.perf_counter(), self.done
-
-        def step(f: float, message: str = "") -> None:
-            remaining = self.total - base - cost * min(max(f, 0.0), 1.0)
-            when = self.after(self.total - base - cost) if gives_time(message) else self.left(remaining)
-            self.progress(min((base + cost * min(max(f, 0.0), 1.0)) / self.total, 1.0),
-                          f"{label}{': ' + message if message else ''} ({when})")
-
-        def finish(computed: bool) -> None:
-            self.done = base + cost
-            if computed:
-                self.computed += cost
-                self.spent += time.perf_counter() - started
-
-        return step, finish
+def first_step(u: Unit, methods: list[str]) -> int:
+    """The first step a unit's parts open (for its target); 12 for a part no step shows."""
+    return min([n for n in range(1, 12) if set(u.files) & set(step_parts(n, u.target or 0, methods))] or [12])
 
 
 def _open(folder: Path, ident: dict, s: compute.Settings, methods: list[str], facts) -> dict:
@@ -248,42 +215,78 @@ def build(facts, out, model: str | None = None, methods=None, settings: compute.
           progress=None, lm=None, backend=None, keep_statistics: bool = False) -> dict:
     """Compute every missing part of the pack `out` for `facts` (a file path, or a list of record dicts).
     `lm`: an already loaded model (the page); else `model` is loaded (default: the embedded model). Returns a
-    summary: the pack folder, its facts, what was computed and skipped, the seconds and the size on disk.
+    summary: the pack folder, its facts, what was computed and skipped, the seconds and the size on disk, each
+    computed part's seconds (expected and spent) and, per fact, when each step opened (seconds from the start).
     `methods`: default every registered method (ROME first: the lesson's edit, bleed map and sweep use it).
     `backend`: a Ray cluster.Backend fans the units out (one item per unit, _on_cluster); default in process.
     `keep_statistics`: copy the model's statistics into the pack (carry.py), so that the pack moved to another
     machine adds facts without computing them again; a pack that carries them restores them first."""
     say = progress or (lambda f, m: None)
     s = settings or compute.Settings()
+    methods = _methods(methods)
+    lesson_facts = read_facts(facts)  # bad files fail here, before the model loads
+    folder = Path(out).expanduser()
+    if folder.exists() and not folder.is_dir():
+        raise EditkitError(f"{folder} is a file; give a folder for the pack")
+    lm = _model(lm, model, folder, say)
+    start = time.perf_counter()
+    ids, plans = _prepare(lm, lesson_facts, folder, facts, methods, s, say)
+    restored = carry.restore(lm.name, folder)  # the statistics a pack carries (checked: the same weights)
+    entries = [(pos, fid, i, u) for pos, (fid, units) in enumerate(zip(ids, plans)) for i, u in enumerate(units)]
+    units = [u for *_, u in entries]
+    was_done = [u.done(folder) for u in units]
+    _publish_finished(folder, ids, units)  # facts already complete (a rerun after an interruption)
+    todo = [u for u, done in zip(units, was_done) if not done]
+    if backend is not None and backend.ray:
+        _on_cluster(lm, facts, folder, methods, s, [e for e in entries if not e[3].done(folder)], backend, say)
+        todo = []  # computed on the cluster
+    keys = {fid: f.key for fid, f in zip(ids, lesson_facts)}
+    profile, opened = _compute(lm, folder, todo, units, keys, methods, s, say, start)
+    _publish_finished(folder, ids, units)
+    if keep_statistics:
+        carry.keep(lm.name, folder)
+    say(1.0, "pack complete")
+    size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+    computed = sum(not done for done in was_done)
+    return {"pack": str(folder), "model": lm.name, "fingerprint": read_json(folder / MANIFEST)["fingerprint"],
+            "facts": ids, "parts": len(units), "computed": computed, "skipped": len(units) - computed,
+            "seconds": round(time.perf_counter() - start, 1), "bytes": size, "profile": profile,
+            "opened": opened, "restored": restored}
+
+
+def _methods(methods) -> list[str]:
     if methods is None:
         names = [m["name"] for m in compute.methods()]
         methods = ["rome"] + [n for n in names if n != "rome"]
     methods = compute.check_methods(list(methods))
     if not methods or methods[0] != "rome":
         raise EditkitError("the methods must start with rome (the lesson's edit, bleed map and layer sweep)")
-    lesson_facts = read_facts(facts)  # bad files fail here, before the model loads
-    folder = Path(out).expanduser()
-    if folder.exists() and not folder.is_dir():
-        raise EditkitError(f"{folder} is a file; give a folder for the pack")
-    existing = read_json(folder / MANIFEST)
+    return methods
+
+
+def _model(lm, model: str | None, folder: Path, say):
+    """The loaded model (`lm`), or `model` loaded (default: the pack's, else the embedded one)."""
     if lm is None:
-        name = model or (existing or {}).get("model") or "gemma-3-270m"
+        name = model or (read_json(folder / MANIFEST) or {}).get("model") or "gemma-3-270m"
         say(0.0, f"loading {name}")
-        lm = compute.load(name)
-    elif model and model != lm.name:
+        return compute.load(name)
+    if model and model != lm.name:
         raise EditkitError(f"the loaded model is {lm.name}, not {model}")
-    start = time.perf_counter()
+    return lm
+
+
+def _prepare(lm, lesson_facts, folder: Path, facts, methods: list[str], s: compute.Settings, say):
+    """The known-fact checks (refused with what the model predicts), the pack's manifest and each fact's folder:
+    (fact ids, each fact's plan)."""
     say(0.0, "checking that the model knows each fact")
     with compute.session(lm):
         checks = [compute.known(lm, f.request.rewrite, f.request.target_true) for f in lesson_facts]
     refused = [refusal(f, c) for f, c in zip(lesson_facts, checks) if not c["known"]]
     if refused:
         raise EditkitError("; ".join(refused))
-    ident = compute.identity(lm)
-    manifest = _open(folder, ident, s, methods, facts)
+    manifest = _open(folder, compute.identity(lm), s, methods, facts)
     if read_json(folder / MANIFEST) is None:
         write_json(folder / MANIFEST, manifest)  # the folder is a pack from now on (with no fact yet)
-    restored = carry.restore(lm.name, folder)  # the statistics a pack carries (checked: the same weights)
     ids = _fact_ids(folder, manifest, lesson_facts)
     plans = [plan(fid, fact, folder, methods, s, lm.adapter.n_layers) for fid, fact in zip(ids, lesson_facts)]
     for fid, units in zip(ids, plans):
@@ -293,175 +296,98 @@ def build(facts, out, model: str | None = None, methods=None, settings: compute.
         if read_json(folder / "facts" / fid / "fact.json") is None:
             write_json(folder / "facts" / fid / "fact.json", compute.rounded(
                 {"id": fid, "key": fact.key, **fact.to_dict(), "known": check, "settings": s.to_dict()}))
-    # a fact is listed in the manifest (served to students) only once every part is computed: publish()
-    entries = [(pos, fid, i, u) for pos, (fid, units) in enumerate(zip(ids, plans)) for i, u in enumerate(units)]
-    units = [u for *_, u in entries]
-    was_done = [u.done(folder) for u in units]
-    todo = [u for u, done in zip(units, was_done) if not done]
-
-    def publish_finished() -> None:
-        publish(folder, [f for f in ids if all(u.done(folder) for u in units if u.fact == f)])
-
-    publish_finished()  # facts already complete (a rerun after an interruption)
-    if backend is not None and backend.ray:
-        _on_cluster(lm, facts, folder, methods, s, [e for e in entries if not e[3].done(folder)], backend, say)
-        todo = []  # computed on the cluster
-    clock = Clock(say, sum(u.cost for u in todo), _rate(folder, methods, lm.adapter.n_layers, s))
-    profile = []  # per computed part: seconds and CPU seconds (this process)
-    with compute.shared_targets():  # ROME's targets serve its edit, bleed map and sweep row; MEMIT's AlphaEdit's
-        for i, u in enumerate(todo):
-            step, finish = clock.unit(u.cost, f"[{i + 1}/{len(todo)}] {u.fact}: {u.what}")
-            step(0.0)
-            if u.done(folder):  # another process finished it meanwhile
-                finish(False)
-                continue
-            t0, c0, s0 = time.perf_counter(), time.process_time(), stats.spent()
-            for name, value in u.run(lm, step).items():
-                write_json(folder / "facts" / u.fact / f"{name}.json", compute.rounded(value))
-            first_use = stats.spent() - s0  # first-use statistics computed inside it (a one-time cost)
-            profile.append({"fact": u.fact, "part": u.what, "seconds": round(time.perf_counter() - t0, 2),
-                            "cpu_seconds": round(time.process_time() - c0, 2),
-                            "statistics_seconds": round(first_use, 2)})
-            remember(lm.name, s, u.kind, time.perf_counter() - t0 - first_use)
-            finish(True)
-            if all(v.done(folder) for v in units if v.fact == u.fact):
-                publish(folder, [u.fact])
-    publish_finished()
-    if keep_statistics:
-        carry.keep(lm.name, folder)
-    say(1.0, "pack complete")
-    size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
-    computed = sum(not done for done in was_done)
-    return {"pack": str(folder), "model": lm.name, "fingerprint": ident["fingerprint"], "facts": ids,
-            "parts": len(units), "computed": computed, "skipped": len(units) - computed,
-            "seconds": round(time.perf_counter() - start, 1), "bytes": size, "profile": profile,
-            "restored": restored}
+    return ids, plans
 
 
-def publish(folder: Path, fids: list[str]) -> None:
-    """List finished facts in the pack's manifest (read afresh: another build may have published meanwhile), in
-    one atomic rewrite: from then on every student is served them."""
-    manifest = read_json(folder / MANIFEST)
-    new = [f for f in fids if f not in manifest["facts"]]
-    if new:
-        manifest["facts"] += new
-        manifest["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S")
-        write_json(folder / MANIFEST, manifest)
-
-
-def _parts(n_targets: int, methods: list[str], n_layers: int) -> dict[str, tuple[int, float]]:
-    """kind -> (how many, COST of one) of one fact's units with `n_targets` new targets (plan()'s units, and the
-    known-fact check before them)."""
-    out = {"check": (1, COST["check"]), "lens": (1, COST["lens"]), "trace": (1, COST["trace"]),
-           "memories": (1, COST["memories"]), "sweep": (1, COST["sweep_layer"] * n_layers)}
-    out.update({f"edit {m}": (n_targets, COST["edit"]) for m in methods})
-    out.update({"bleed": (n_targets, COST["bleed"]), "ripple": (n_targets, COST["ripple"])})
+def expected_seconds(folder: Path, todo: list[Unit], s: compute.Settings, methods: list[str]) -> list[float]:
+    """Each unit's expected seconds on this machine now (timing.rates), with the first-use statistics the first
+    unit that needs them computes (timing.statistics)."""
+    pack = Pack.open(folder)
+    r = timing.rates(pack, s)
+    out = [r.seconds.get(u.kind, r.busy * u.cost) for u in todo]
+    editing = [i for i, u in enumerate(todo) if u.edits is not None]
+    edits = [(todo[i].edits[0], None if todo[i].edits[1] is None else list(todo[i].edits[1])) for i in editing]
+    for p in timing.statistics(pack, edits):
+        out[editing[p["unit"]]] += r.busy * p["seconds"]
     return out
 
 
-def _cost(n_targets: int, n_methods: int, n_layers: int) -> float:
-    """The COST of one fact with `n_targets` new targets (its plan's units)."""
-    return sum(n * c for n, c in _parts(n_targets, [str(i) for i in range(n_methods)], n_layers).values())
-
-
-def _rate(folder: Path, methods: list[str], n_layers: int, s: compute.Settings | None = None) -> float | None:
-    """Seconds per unit of COST that `estimate` assumes for this pack (None for a pack without facts yet)."""
-    from .pack import Pack
-
+def _compute(lm, folder: Path, todo: list[Unit], units: list[Unit], keys: dict, methods: list[str],
+             s: compute.Settings, say, start: float) -> tuple[list[dict], dict]:
+    """Compute the units `todo` in order, each fact's status (building.Status) kept while it is built and removed
+    when it is published or the build stops; (the profile of the computed parts, when each fact's steps opened)."""
+    clock = Clock(say, expected_seconds(folder, todo, s, methods), [f"[{i + 1}/{len(todo)}] {u.fact}: {u.what}"
+                                                                    for i, u in enumerate(todo)])
+    statuses = {fid: Status(folder, fid, keys.get(fid, ""), [(i, u.what, u.files, u.target) for i, u in
+                                                             enumerate(todo) if u.fact == fid], methods, clock)
+                for fid in dict.fromkeys(u.fact for u in todo)}
+    profile: list[dict] = []
     try:
-        pack = Pack.open(folder)
-    except EditkitError:
-        return None
-    if not pack.fact_ids:
-        return None
-    return estimate(pack, 1, s)[0] / _cost(1, len(methods), n_layers)
+        for status in statuses.values():
+            status.open()
+        with compute.shared_targets():  # ROME's targets serve its edit, bleed map and sweep row; MEMIT's AlphaEdit's
+            for i, u in enumerate(todo):
+                _run(lm, folder, u, i, clock, statuses[u.fact], s, profile)
+                if all(v.done(folder) for v in units if v.fact == u.fact):
+                    publish(folder, [u.fact])
+                    statuses[u.fact].close()
+    finally:
+        for status in statuses.values():
+            status.close()  # published, cancelled or failed: no status is left behind
+    return profile, _opened(folder, todo, clock, methods, start)
 
 
-def remember(model: str, s: compute.Settings, kind: str, seconds: float) -> None:
-    """Record how long a part of `kind` took on this machine (the cache's timings/lesson/<model>), first-use
-    statistics left out: the next estimate of a fact on this model, with these settings, starts from it."""
-    if not kind:
+def _run(lm, folder: Path, u: Unit, i: int, clock: Clock, status: Status, s: compute.Settings,
+         profile: list[dict]) -> None:
+    """One unit: computed and written (unless another process finished it meanwhile), timed, its status updated."""
+    step, finish = clock.unit(i)
+    status.write()
+    step(0.0)
+    if u.done(folder):  # another process finished it meanwhile
+        finish(False)
         return
-    path = TIMES.path(model, within="lesson")
-    entries = TIMES.get(path) or {}
-    entries[kind] = {"seconds": round(max(seconds, 0.0), 2), "when": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                     "settings": digest(s.to_dict())}
-    TIMES.put(path, entries)
+    t0, c0, s0 = time.perf_counter(), time.process_time(), stats.spent()
+    for name, value in u.run(lm, step).items():
+        write_json(folder / "facts" / u.fact / f"{name}.json", compute.rounded(value))
+    first_use = stats.spent() - s0  # first-use statistics computed inside it (a one-time cost)
+    spent = time.perf_counter() - t0
+    profile.append({"fact": u.fact, "part": u.what, "seconds": round(spent, 2),
+                    "expected_seconds": round(clock.expected[i], 1),
+                    "cpu_seconds": round(time.process_time() - c0, 2), "statistics_seconds": round(first_use, 2)})
+    timing.remember(lm.name, s, u.kind, spent - first_use)
+    finish(True)
+    status.write()
 
 
-def measured(model: str, s: compute.Settings) -> dict[str, dict]:
-    """kind -> {"seconds", "when"}: how long each kind of part took when this machine last computed it for `model`
-    with the settings `s` (remember())."""
-    key = digest(s.to_dict())
-    return {k: v for k, v in (TIMES.get(TIMES.path(model, within="lesson")) or {}).items()
-            if isinstance(v, dict) and v.get("settings") == key and isinstance(v.get("seconds"), (int, float))}
+def _opened(folder: Path, todo: list[Unit], clock: Clock, methods: list[str], start: float) -> dict:
+    """fact -> {"visible": seconds from the start until students were served it (pack.FIRST written), step: seconds
+    until the step opened (its first target's parts written)}; 0 for what was written before this build."""
+    begun = time.time() - (time.perf_counter() - start)  # the build's start on the wall clock
+    written = {(u.fact, f): clock.finished_at.get(i, begun) - begun for i, u in enumerate(todo) for f in u.files}
+    out: dict = {}
+    for fid in dict.fromkeys(u.fact for u in todo):
+        def at(names) -> float:
+            return round(max([written.get((fid, p), 0.0) for p in names] + [0.0]), 1)
+
+        out[fid] = {"visible": at(FIRST), **{n: at(step_parts(n, 0, methods)) for n in range(1, 12)}}
+    return out
 
 
-def _day(when: str) -> str:
-    try:
-        return time.strftime("%d %b %Y, %H:%M", time.strptime(when, "%Y-%m-%dT%H:%M:%S")).lstrip("0")
-    except (TypeError, ValueError):
-        return "an unknown time"
+def _publish_finished(folder: Path, ids: list[str], units: list[Unit]) -> None:
+    publish(folder, [f for f in ids if all(u.done(folder) for u in units if u.fact == f)])
 
 
-SCALE_FROM = 0.2  # the share of a fact's COST the parts timed here must cover before the others are scaled by them
-
-
-def estimate(pack, n_targets: int, settings: compute.Settings | None = None) -> tuple[float, str]:
-    """(seconds, what it is based on) to add one fact with `n_targets` new targets to `pack`, computed with
-    `settings` (default: the pack's settings for new facts). Each kind of part, in order of trust:
-    1. how long it took when this machine last computed it for the pack's model with these settings (remember():
-       every build records its parts, first-use statistics left out);
-    2. not computed here yet: its COST (the idle benchmark, the embedded model's), scaled by how much slower or
-       faster the parts timed here were once they cover SCALE_FROM of a fact (a cancelled build's logit lens
-       alone, 8 s under load against the benchmark's 0.5 s, made a 3-minute fact 48 minutes); before that, for
-       another model than the embedded one, scaled to the time the pack's own facts recorded when they were
-       computed (on the machine that built it), else unscaled and said to be the embedded model's."""
-    from ..model.loading import DEFAULT_MODEL
-
-    methods = list(pack.manifest.get("method_names") or ["rome"])
-    n_layers = int(pack.manifest.get("layers", 18))
-    s = settings or compute.Settings.for_new_facts(pack.manifest.get("settings"))
-    parts = _parts(n_targets, methods, n_layers)
-    have = {k: v["seconds"] for k, v in measured(pack.model, s).items() if k in parts}
-    when = max((v["when"] for k, v in measured(pack.model, s).items() if k in parts), default="")
-    reference = sum(n * cost for n, cost in parts.values())
-    covered = sum(parts[k][0] * parts[k][1] for k in have)
-    if have and covered >= SCALE_FROM * reference:
-        rate, basis = sum(parts[k][0] * t for k, t in have.items()) / covered, None
-    else:
-        own = None if pack.model == DEFAULT_MODEL else _packs_own(pack, n_targets)
-        rate, basis = (own[0] / reference, own[1]) if own else (1.0, f"from {REFERENCE}" + (
-            "" if pack.model == DEFAULT_MODEL else f" for the embedded model ({pack.model} was never timed)"))
-    seconds = sum(n * (have[k] if k in have else rate * cost) for k, (n, cost) in parts.items())
-    if not have:
-        return seconds, f"{basis}; nothing was computed on this server yet"
-    how = f"from how long each part took when this server last computed it, on {_day(when)}"
-    if len(have) < len(parts) - 1:  # the known-fact check is not a unit: never timed on its own
-        how += (f"; {len(have)} of the {len(parts) - 1} kinds of part were computed here, the others are "
-                + ("scaled from them" if basis is None else basis))
-    return seconds, how
-
-
-def _packs_own(pack, n_targets: int) -> tuple[float, str] | None:
-    """The time the pack's own facts took when they were computed (the seconds each trace, edit, re-trace and layer
-    of the sweep recorded), averaged per fact and scaled to the targets; None when no fact recorded them."""
-    fixed, per_target = [], []
-    for fid in pack.fact_ids:
-        fact, trace, sweep = pack.fact(fid), pack.part(fid, "trace"), pack.part(fid, "sweep")
-        targets = len(fact.get("targets", [])) or 1
-        parts = [pack.part(fid, n) for t in range(targets) for m in pack.manifest.get("method_names", [])
-                 for n in (edit_name(t, m), retrace_name(t, m))]
-        if not (trace and sweep) or any(p is None or p.get("seconds") is None for p in parts):
-            continue
-        fixed.append(sum(t.get("seconds", 0) for t in trace["traces"].values())
-                     + sum(r.get("seconds", 0) for r in sweep["rows"]))
-        per_target.append((sum(p["seconds"] for p in parts) + COST["bleed"] + COST["ripple"]) / targets)
-    if not fixed:
-        return None
-    seconds = sum(fixed) / len(fixed) + n_targets * sum(per_target) / len(per_target)
-    return seconds, (f"as long as this pack's {len(fixed)} fact{'s' if len(fixed) > 1 else ''} took to compute on "
-                     f"the machine that built {'them' if len(fixed) > 1 else 'it'}{built_on(pack.manifest)}")
+def publish(folder: Path, fids: list[str]) -> None:
+    """List finished facts in the pack's manifest (read afresh: another build may have published meanwhile), each
+    with the time it was built ("built"), in one atomic rewrite: from then on every student is served them."""
+    manifest = read_json(folder / MANIFEST)
+    new = [f for f in fids if f not in manifest["facts"]]
+    if new:
+        now = time.strftime("%Y-%m-%dT%H:%M:%S")
+        manifest["facts"] += new
+        manifest["built"] = {**manifest.get("built", {}), **{f: now for f in new}}
+        manifest["updated"] = now
+        write_json(folder / MANIFEST, manifest)
 
 
 def _fact_ids(folder: Path, manifest: dict, facts: list[LessonFact]) -> list[str]:

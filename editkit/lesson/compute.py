@@ -1,4 +1,5 @@
 """Every computation of the lesson, and the only module of editkit/lesson/ that calls the rest of the library.
+(Over 450 lines: it is that one door, a section per step, so that a change of the library's names ends here.)
 
 Each function computes one step's result for one fact (or the student's own prompt) and returns it as plain JSON
 data: the builder stores exactly these dicts in a pack, the Lesson page draws them, and "try your own" runs the
@@ -348,9 +349,14 @@ def ripple(lm, record, method: str = "rome", progress=None) -> dict:
     """The facts the edit implies (evaluation/ripple.py: derived from the model's own answers) before and after
     `method`'s edit and after the in-context reference."""
     from ..evaluation.ripple import ripple as ripple_of
+    from ..model.scoring import score_targets
 
     with session(lm):
         out = ripple_of(lm, record.request, [method], record.relation, progress=progress).to_json()
+        facts = out.get("facts") or []
+        before = score_targets(lm, [f["prompt"] for f in facts], [f["answer"] for f in facts]) if facts else []
+    for f, sc in zip(facts, before):  # step 11 asks only about facts the model answered so before the edit
+        f["top1_before"] = all(sc.token_hits)
     return rounded(out)
 
 
@@ -406,26 +412,56 @@ def lifelong_run(lm, methods_: list[str], n: int, batch: int, progress=None) -> 
             "source": "your run"}
 
 
-def own_memory(lm, step: int, s: Settings, methods_: list[str] | None = None) -> int:
+def own_ram(lm, step: int, s: Settings, methods_: list[str] | None = None) -> int:
     """Bytes a "try your own" run of `step` needs beyond the weights (the queue admits it within its budget): the
-    step's traces (tracing/memory.py) and edits (editing/memory.py) at this pack's settings."""
-    from ..editing.memory import edit_memory, scoring_memory
-    from ..model.footprint import vocab_bytes, with_margin
-    from ..tracing.memory import FACT_TOKENS, trace_memory
+    step's traces (tracing/ram.py) and edits (editing/ram.py) at this pack's settings."""
+    from ..editing.ram import edit_ram, scoring_ram
+    from ..model.ram import vocab_bytes, with_margin
+    from ..tracing.ram import FACT_TOKENS, trace_ram
 
     names = methods_ or [m["name"] for m in methods()]
-    trace = trace_memory(lm, "", s.samples, tokens=FACT_TOKENS)
-    rome = edit_memory(lm, ["rome"])
+    trace = trace_ram(lm, "", s.samples, tokens=FACT_TOKENS)
+    rome = edit_ram(lm, ["rome"])
     lens = with_margin(vocab_bytes(lm, FACT_TOKENS))
-    return {1: lens, 2: trace, 3: trace, 4: lens, 5: rome, 6: rome + trace, 7: rome, 8: edit_memory(lm, names),
-            9: rome + trace, 10: edit_memory(lm, names, 50) + scoring_memory(lm),
-            11: rome + scoring_memory(lm)}.get(step, trace + rome)
+    return {1: lens, 2: trace, 3: trace, 4: lens, 5: rome, 6: rome + trace, 7: rome, 8: edit_ram(lm, names),
+            9: rome + trace, 10: edit_ram(lm, names, 50) + scoring_ram(lm),
+            11: rome + scoring_ram(lm)}.get(step, trace + rome)
 
 
-def build_memory(lm, s: Settings, methods_: list[str] | None = None) -> int:
+def build_ram(lm, s: Settings, methods_: list[str] | None = None) -> int:
     """Bytes adding a fact to a pack needs: every step's computation, one after another, while the edits' deltas
     are kept (the largest trace plus the largest edit)."""
-    return own_memory(lm, 8, s, methods_) + own_memory(lm, 2, s, methods_)
+    return own_ram(lm, 8, s, methods_) + own_ram(lm, 2, s, methods_)
+
+
+# --- first-use statistics (editing/stats.py), for the time a fact takes ---------------------------------------
+def statistics_needed(model: str, method: str, layers: list[int] | None = None) -> list[dict]:
+    """The first-use statistics an edit by `method` on `model` (at `layers`; default its own) still computes, by
+    what this machine's cache holds: [{"module", "positions", "tokens", "layers"}], one statistics pass each.
+    Read from the cache's file names: nothing loads."""
+    from ..editing.defaults import load_hparams
+    from ..editing.run import first_use
+
+    hp = load_hparams(method, model, {"layers": list(layers)} if layers is not None else None)
+    need = first_use(model, hp, method).get("statistics", {})
+    return [{"module": module, "positions": positions, "tokens": hp.mom2_n_tokens, "layers": sorted(ls)}
+            for module, by in need.items() for positions, ls in by.items()]
+
+
+def statistics_seconds(model: str, n_layers: int, needed: dict) -> float | None:
+    """How long one pass of `statistics_needed` takes on this machine: from the seconds its cached statistics
+    of another layer recorded (stats.pass_seconds); None when it has none for this model yet."""
+    from ..editing.stats import pass_seconds
+
+    return pass_seconds(model, needed["layers"], needed["tokens"], needed["module"], needed["positions"],
+                        n_layers=n_layers)
+
+
+def sweep_layer_list(s: Settings, n_layers: int) -> list[int]:
+    """The layers of the layer sweep (step 9) at the settings `s`."""
+    from ..evaluation.layer_sweep import parse_layers
+
+    return parse_layers(s.sweep_layers, n_layers)
 
 
 # --- the comparisons' conclusions (evaluation/verdict.py) ----------------------------------------------------------

@@ -17,6 +17,9 @@ SEVER_CHOICES = ("The later MLPs: freezing them removes much of the effect",
                  "The later attention: freezing it removes more of the effect",
                  "Neither: the effect stays when either is frozen")
 SEVER_SHARE = 0.2  # below this share of the effect removed, freezing "does not matter much"
+# two answers this close in the share of the effect they remove are a near tie: the other one is graded close (the
+# Space Needle's 71% for the MLPs against 63% for attention graded "the later attention" wrong)
+SEVER_CLOSE = 0.1
 BINS = ((0.0, 0.1, "below 10%"), (0.1, 0.5, "10% to 50%"), (0.5, 0.9, "50% to 90%"), (0.9, 1.01, "above 90%"))
 
 
@@ -85,6 +88,13 @@ def early_site_note(trace: dict) -> str:
             f"outside the subject (its last token {tokens[last]!r} brings back at most p = {best_last:.3f}).")
 
 
+def trace_summary(trace: dict) -> str:
+    """A trace in two sentences: the answer's probability in the clean and the corrupted run, then where restoring
+    one state brings it back most (early_site_note). What a student's own trace ends with, as the pack's does."""
+    return (f"Clean run: p({trace['answer']!r}) = {trace['high_score']:.3f}; with noise on the subject's "
+            f"embeddings (corrupted): {trace['low_score']:.3f}. {early_site_note(trace)}")
+
+
 def grade_cell(trace: dict, token: int, layer: int) -> Grade:
     """Q: which (token, layer) state carries the fact? Graded by the distance to the early site, |dt| + |dl| / 2:
     the same token within 2 layers is right, a distance up to 3 close. The last token's late states carry the
@@ -130,20 +140,44 @@ def severing_truth(sev: dict) -> int:
 
 
 def severing_conclusion(sev: dict) -> str:
-    """The severing result in one sentence: which frozen module removes more of the restored effect."""
+    """The severing result in one sentence: which frozen module removes more of the restored effect (a near tie
+    said as one)."""
     d = severing_drops(sev)
+    truth = severing_truth(sev)
+    tie = truth != 2 and abs(d["mlp"] - d["attn"]) < SEVER_CLOSE
     which = {0: "the later MLPs do more of the work", 1: "the later attention does more of the work",
-             2: f"neither matters much (both under {100 * SEVER_SHARE:.0f}%)"}[severing_truth(sev)]
+             2: f"neither matters much (both under {100 * SEVER_SHARE:.0f}%)"}[truth]
+    if tie:
+        which = which.replace("do more", "do a little more").replace("does more", "does a little more") + (
+            f", a near tie (within {100 * SEVER_CLOSE:.0f} points of each other)")
     return (f"Over the first {max(1, len(sev['layers']) // 2)} layers, freezing the later MLPs at "
             f"{sev['token_str']!r} removes {100 * d['mlp']:.0f}% of the restored effect, freezing the later "
             f"attention {100 * d['attn']:.0f}%: {which}.")
 
 
+def _near_severing(d: dict, choice: int, truth: int) -> bool:
+    """Whether `choice` is within SEVER_CLOSE of the truth: the other module of a near tie, or "neither" against a
+    module (or a module against "neither") whose share is near the SEVER_SHARE line."""
+    if {choice, truth} == {0, 1}:
+        return abs(d["mlp"] - d["attn"]) < SEVER_CLOSE
+    module = choice if truth == 2 else truth
+    if 2 not in (choice, truth) or module not in (0, 1):
+        return False
+    share = d["mlp" if module == 0 else "attn"]
+    return truth == 2 and share >= SEVER_SHARE - SEVER_CLOSE / 2 or \
+        truth != 2 and max(d.values()) < SEVER_SHARE + SEVER_CLOSE / 2
+
+
 def grade_severing(sev: dict, choice: int) -> Grade:
-    """Q: do the later MLPs do the work? Three choices (SEVER_CHOICES); the truth from the severing curves."""
+    """Q: do the later MLPs do the work? Three choices (SEVER_CHOICES); the truth from the severing curves; the
+    other side of a near tie (_near_severing) is close."""
     truth = severing_truth(sev)
-    score = 1.0 if choice == truth else 0.0
+    score = 1.0 if choice == truth else 0.5 if _near_severing(severing_drops(sev), choice, truth) else 0.0
     text = severing_conclusion(sev)
+    if score == 0.5 and truth != 2 and choice != 2:
+        text += " So your answer is close: the two are nearly tied."
+    elif score == 0.5:
+        text += f" So your answer is close: the share is near the {100 * SEVER_SHARE:.0f}% line."
     return Grade(_verdict(score), score, text, SEVER_CHOICES[choice].split(":")[0],
                  SEVER_CHOICES[truth].split(":")[0])
 
@@ -338,8 +372,31 @@ def grade_lifelong(results: dict, choice: str) -> Grade:
 
 
 # --- step 11: ripple effects ----------------------------------------------------------------------------------------
+def ripple_asked(out: dict) -> dict:
+    """The ripple part with only the implied facts step 11 asks about: those whose state before the edit fits their
+    question. One that should stay was the model's top answer before the edit (a fact it never gave is not one the
+    edit can keep), one that should move was not. editkit's derivation keeps only such facts
+    (data/implications.py); a part records `top1_before`, and one built before it did is read by its probability
+    before the edit (MIN_P)."""
+    from ..data.implications import MIN_P
+
+    def fits(f: dict) -> bool:
+        top = f.get("top1_before")
+        if top is None:
+            return f["move"] or (f.get("p_before") or 0.0) >= MIN_P
+        return top != f["move"]
+
+    keep = [i for i, f in enumerate(out.get("facts") or []) if fits(f)]
+    if len(keep) == len(out.get("facts") or []):
+        return out
+    methods = {m: {**r, "outcomes": [r["outcomes"][i] for i in keep]} for m, r in out["methods"].items()}
+    return {**out, "facts": [out["facts"][i] for i in keep], "methods": methods}
+
+
 def ripple_rows(out: dict, method: str = "rome") -> list[dict]:
-    """The implied facts with the method's outcome: {"prompt", "answer", "move", "criterion", "passed", ...}."""
+    """The implied facts step 11 asks about (ripple_asked) with the method's outcome: {"prompt", "answer", "move",
+    "criterion", "passed", ...}."""
+    out = ripple_asked(out)
     m = out["methods"].get(method)
     if not m:
         return []
@@ -352,7 +409,7 @@ def ripple_conclusion(out: dict) -> str:
     editkit that built it: the shipped pack's reads "All 2 score the same" and "0 moved" where no fact should move)."""
     from ..evaluation.ripple import conclusion
 
-    return conclusion(out)
+    return conclusion(ripple_asked(out))
 
 
 def grade_ripple(out: dict, picked, method: str = "rome") -> Grade:

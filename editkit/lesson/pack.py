@@ -17,6 +17,10 @@ A pack is a folder of JSON files (no pickle):
 
 Every file is written atomically (a temporary file renamed into place), so an interrupted build leaves whole files
 only and a rerun computes just the missing ones.
+
+A fact is served once the manifest lists it (every part built), and before that while a live build computes it
+(building.py: facts/<id>/building.json, with the build's heartbeat) once the parts of its first steps are there
+(FIRST); each step opens when the parts it needs (step_parts) are written.
 """
 from __future__ import annotations
 
@@ -36,6 +40,8 @@ FORMAT = 1
 MANIFEST = "manifest.json"
 SHIPPED = ASSETS / "lesson"  # the default pack (built by the command on the embedded model)
 ENV = "EDITKIT_LESSON"
+BUILDING = "building.json"  # facts/<id>/building.json: a fact being built (building.py writes it)
+STALE = 45.0  # a status not rewritten for this long belongs to a build that is gone (building.HEARTBEAT: 5 s)
 
 
 @lru_cache(maxsize=1)
@@ -54,12 +60,18 @@ def editkit_version() -> str:
 
 
 def built_on(manifest: dict) -> str:
-    """" (23 Nov 2026)" from a manifest's creation time, "" without one: when a pack was made, as a student reads it."""
+    """" (23 Nov 2026)" from a manifest's creation time, "" without one: when a pack was made, as a student reads it
+    (a fact added later has its own time: Pack.built)."""
+    day = day_of(manifest.get("created"))
+    return f" ({day})" if day else ""
+
+
+def day_of(when: str | None) -> str:
+    """"28 Nov 2026" from "2026-11-28T14:05:09"; "" for no (or an unreadable) time."""
     import time
 
-    when = manifest.get("updated") or manifest.get("created")
     try:
-        return " (" + time.strftime("%d %b %Y", time.strptime(when, "%Y-%m-%dT%H:%M:%S")).lstrip("0") + ")"
+        return time.strftime("%d %b %Y", time.strptime(when, "%Y-%m-%dT%H:%M:%S")).lstrip("0")
     except (TypeError, ValueError):
         return ""
 
@@ -94,6 +106,19 @@ def bleed_name(target: int) -> str:
     return f"bleed-{target}"
 
 
+FIRST = ("lens", "trace")  # the parts of the first steps (1-3): a fact being built is served once they are written
+TARGETED = (5, 6, 7, 8, 11)  # the steps about an edit to one of the fact's new targets
+
+
+def step_parts(step: int, target: int, methods: list[str]) -> tuple[str, ...]:
+    """The parts step `step` shows, for the new target number `target` (the steps about an edit, TARGETED): it
+    opens, for a fact being built, once they are all written. Step 10 shows editkit's shipped lifelong runs."""
+    edits = tuple(edit_name(target, m) for m in methods)
+    return {1: ("lens",), 2: ("trace",), 3: ("trace",), 4: ("memories",), 5: (edit_name(target, "rome"),),
+            6: edits + tuple(retrace_name(target, m) for m in methods), 7: (bleed_name(target),), 8: edits,
+            9: ("sweep",), 10: (), 11: (ripple_name(target),)}[step]
+
+
 class Pack:
     """A pack folder, read lazily; parts are cached in memory (shared by every session of a server)."""
 
@@ -124,7 +149,37 @@ class Pack:
 
     @property
     def fact_ids(self) -> list[str]:
+        """The facts every part of which is built (listed in the manifest)."""
         return [f for f in self.manifest.get("facts", []) if self.fact(f) is not None]
+
+    def building_ids(self) -> list[str]:
+        """The facts a live build is computing whose first steps' parts (FIRST) are written, oldest first: served
+        step by step (a build that stopped, was cancelled or was killed serves nothing of its fact)."""
+        listed = set(self.manifest.get("facts", []))
+        found = []
+        for path in (self.folder / "facts").glob(f"*/{BUILDING}"):
+            fid = path.parent.name
+            now = building_status(self.folder, fid)
+            if fid not in listed and now is not None and self.fact(fid) is not None \
+                    and all(self.part(fid, n) is not None for n in FIRST):
+                found.append((now.get("started", 0), fid))
+        return [fid for _, fid in sorted(found)]
+
+    def served_ids(self) -> list[str]:
+        """What students may open: the built facts, then the ones being built (building_ids)."""
+        return self.fact_ids + self.building_ids()
+
+    def missing_for(self, fid: str, step: int, target: int = 0) -> list[str]:
+        """The parts step `step` (for new target number `target`) still lacks: [] once it is open."""
+        names = step_parts(step, target, self.manifest.get("method_names", ["rome"]))
+        return [n for n in names if self.part(fid, n) is None]
+
+    def built(self, fid: str) -> str | None:
+        """When the fact was built ("2026-11-28T14:05:09"): its own time in the manifest ("built", a fact added
+        after the pack was made), else the pack's creation (the pack's first facts); None while it is built."""
+        if fid not in self.manifest.get("facts", []):
+            return None
+        return (self.manifest.get("built") or {}).get(fid) or self.manifest.get("created")
 
     def fact(self, fid: str) -> dict | None:
         return self.part(fid, "fact")
@@ -162,6 +217,18 @@ class Pack:
             return (self.folder / MANIFEST).stat().st_mtime
         except OSError:
             return 0.0
+
+
+def building_status(folder: Path, fid: str, now: float | None = None) -> dict | None:
+    """The status of a fact being built (building.Status wrote it), or None: no build, or one that stopped
+    beating (killed) STALE seconds ago."""
+    import time
+
+    found = read_json(Path(folder) / "facts" / fid / BUILDING)
+    now = time.time() if now is None else now
+    if not isinstance(found, dict) or now - float(found.get("heartbeat") or 0) > STALE:
+        return None
+    return found
 
 
 def served_folder() -> Path:

@@ -14,7 +14,9 @@ applied edit, an `Intervention` block).
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -23,6 +25,11 @@ from ..core.results import JsonObject, Result, frame
 from .scoring import target_ids
 from .sites import layers, parse
 from .tokens import check_prompt, encode
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from .loading import LM
 
 
 @dataclass
@@ -48,8 +55,8 @@ class Activations(Result):
             raise EditkitError(f"{name} was not read; these were: {', '.join(self.sites) or 'none'}")
         return self.values[name]
 
-    def __contains__(self, site) -> bool:
-        return parse(site).name in self.values
+    def __contains__(self, site: object) -> bool:
+        return isinstance(site, str) and parse(site).name in self.values
 
     @property
     def mask(self) -> torch.Tensor:
@@ -57,14 +64,14 @@ class Activations(Result):
         width = max(len(t) for t in self.tokens)
         return torch.tensor([[i < len(t) for i in range(width)] for t in self.tokens])
 
-    def probs(self, token) -> torch.Tensor:
+    def probs(self, token: int | str) -> torch.Tensor:
         """p(token | prompt) for each prompt: a token id, or a string whose first token is read (" Seattle",
         with its leading space as it continues the prompt)."""
         if self.logits is None:
             raise EditkitError("these activations carry no logits (read back from JSON)")
         return torch.softmax(self.logits.float(), -1)[:, self._token_id(token)]
 
-    def _token_id(self, token) -> int:
+    def _token_id(self, token: int | str) -> int:
         if isinstance(token, int) and not isinstance(token, bool):
             return token
         if not isinstance(token, str) or self._tok is None:
@@ -81,17 +88,17 @@ class Activations(Result):
                 "values": {s: self.values[s].float().tolist() for s in self.sites}}
 
     @classmethod
-    def _from_json(cls, d: dict) -> "Activations":
+    def _from_json(cls, d: JsonObject) -> Activations:
         return cls(list(d["prompts"]), [list(t) for t in d["tokens"]], list(d["sites"]),
                    {s: torch.tensor(d["values"][s]) for s in d["sites"]}, d.get("model"))
 
-    def to_frame(self, site: str | None = None):
+    def to_frame(self, site: str | None = None) -> pd.DataFrame:
         """Long format (no `site`): one row per prompt, real token and site with the state's L2 norm. With a
         `site`: one row per prompt and real token, one column per dimension of that site's state."""
-        rows = []
+        rows: list[dict[Any, Any]] = []
         for i, toks in enumerate(self.tokens):
             for t, tok in enumerate(toks):
-                base = {"prompt_index": i, "position": t, "token": tok}
+                base: dict[Any, Any] = {"prompt_index": i, "position": t, "token": tok}
                 if site is None:
                     rows += [{**base, "site": s, "norm": float(self.values[s][i, t].float().norm())}
                              for s in self.sites]
@@ -100,7 +107,7 @@ class Activations(Result):
         return frame(rows)
 
 
-def site_names(lm, sites) -> list[str]:
+def site_names(lm: LM, sites: str | Iterable[str]) -> list[str]:
     """Site names from one name or a list; "kind.*" is that kind at every layer."""
     sites = [sites] if isinstance(sites, str) else list(sites)
     out: list[str] = []
@@ -112,7 +119,8 @@ def site_names(lm, sites) -> list[str]:
 
 
 @torch.no_grad()
-def read_activations(lm, prompts, sites) -> Activations:
+def read_activations(lm: LM, prompts: str | Iterable[str],
+                     sites: str | Iterable[str]) -> Activations:
     """The tensors at `sites` for `prompts` (one prompt or a list) in one run, with the next-token logits."""
     prompts = [prompts] if isinstance(prompts, str) else list(prompts)
     if not prompts:
@@ -122,6 +130,7 @@ def read_activations(lm, prompts, sites) -> Activations:
     names = site_names(lm, sites)
     batch = encode(lm, prompts)
     got = lm.runner.read(names, full=True, **batch)
+    assert got.hidden is not None, "a full read keeps the final state"
     last = batch["attention_mask"].sum(1) - 1
     h = got.hidden[torch.arange(len(prompts), device=got.hidden.device), last]
     logits = lm.runner.logits(h, norm=False)

@@ -19,6 +19,7 @@ the model is the runner's job (editkit/model/runner.py).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -135,7 +136,7 @@ MODEL_TYPES = {
 }
 
 
-def _get(model: nn.Module, path: str) -> nn.Module:
+def _get(model: Any, path: str) -> nn.Module:
     """The submodule at dotted `path`; "a|b" tries a, then b (names that changed across transformers)."""
     if "|" in path:
         for alternative in path.split("|"):
@@ -149,21 +150,23 @@ def _get(model: nn.Module, path: str) -> nn.Module:
         module = getattr(module, part, None) if not part.isdigit() else module[int(part)]
         if module is None:
             raise EditkitError(f"module '{path}' not found")
+    if not isinstance(module, nn.Module):
+        raise EditkitError(f"'{path}' is not a module")
     return module
 
 
 class Adapter:
     """Named access to the parts of one loaded model (see module docstring)."""
 
-    def __init__(self, model: nn.Module, family: Family):
-        self.model = model
+    def __init__(self, model: Any, family: Family) -> None:
+        self.model = model  # a transformers model (its types are not followed: pyproject.toml)
         self.family = family
         self.config = model.config
         text_config = getattr(self.config, "text_config", None) or self.config
-        self.n_layers = len(self.module(family.blocks))
+        self.n_layers = len(cast(nn.ModuleList, self.module(family.blocks)))
         self.d_model = int(getattr(text_config, "hidden_size", None) or text_config.n_embd)
         self.d_ff = self.down_weight(0).shape[1]
-        self.vocab_size = self.module(family.unembed).weight.shape[0]
+        self.vocab_size = int(cast(torch.Tensor, self.module(family.unembed).weight).shape[0])
         # Gemma 2 caps logits with tanh(x / c) * c; Gemma 3 has it off.
         self.final_softcap = getattr(text_config, "final_logit_softcapping", None)
         n_positions = getattr(text_config, "n_positions", None) or getattr(text_config, "max_position_embeddings", None)
@@ -185,7 +188,7 @@ class Adapter:
         return self.module(self.family.embed)
 
     def block(self, layer: int) -> nn.Module:
-        return self.module(self.family.blocks)[layer]
+        return cast(nn.ModuleList, self.module(self.family.blocks))[layer]
 
     def attn(self, layer: int) -> nn.Module:
         return self.module(self.family.attn, layer)
@@ -220,7 +223,8 @@ class Adapter:
     @property
     def body(self) -> nn.Module:
         """The transformer without its LM head (its last_hidden_state is already through the final norm)."""
-        return getattr(self.model, self.model.base_model_prefix)
+        body: nn.Module = getattr(self.model, self.model.base_model_prefix)
+        return body
 
     # --- weights -------------------------------------------------------------------------------------------
     LINEAR_PARTS = ("down_proj", "o_proj")  # the linear maps editing methods change
@@ -228,12 +232,13 @@ class Adapter:
     def _linear(self, part: str, layer: int) -> nn.Module:
         if part not in self.LINEAR_PARTS:
             raise EditkitError(f"'{part}' is not an editable linear map (one of {', '.join(self.LINEAR_PARTS)})")
-        return getattr(self, part)(layer)
+        linear: nn.Module = getattr(self, part)(layer)
+        return linear
 
     def weight(self, part: str, layer: int) -> torch.Tensor:
         """W of a linear part in math layout (d_out, d_in): output = W @ input (+ bias). A view of the live
         parameter (GPT-2's Conv1D: its transpose)."""
-        w = self._linear(part, layer).weight
+        w = cast(torch.Tensor, self._linear(part, layer).weight)
         return w.T if self.family.conv1d else w
 
     def bias(self, part: str, layer: int) -> torch.Tensor | None:
@@ -264,9 +269,9 @@ class Adapter:
         eps = getattr(norm, "eps", getattr(norm, "variance_epsilon", None))
         if eps is None:
             raise EditkitError(f"{type(norm).__name__} exposes no eps; declare it in editkit/model/adapters.py")
-        return self.family.norm_offset + norm.weight.detach(), float(eps)
+        return self.family.norm_offset + cast(torch.Tensor, norm.weight).detach(), float(eps)
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         n_params = sum(p.numel() for p in self.model.parameters())
         return {
             "family": self.family.name,
@@ -282,10 +287,10 @@ class Adapter:
         }
 
 
-def adapter_for(model: nn.Module) -> Adapter:
+def adapter_for(model: Any) -> Adapter:
     """The adapter for `model`, or a clear error naming what is missing."""
     model_type = getattr(model.config, "model_type", None)
-    key = MODEL_TYPES.get(model_type)
+    key = MODEL_TYPES.get(str(model_type))
     if key is None:
         raise EditkitError(
             f"unsupported architecture '{model_type}': editkit has adapters for "

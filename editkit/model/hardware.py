@@ -49,7 +49,8 @@ class MatmulRates:
                 f"{self.float32:.1f}")
 
 
-def measure_rate(dtype: torch.dtype, device="cpu", shape: tuple[int, int, int] = SHAPE) -> float:
+def measure_rate(dtype: torch.dtype, device: str | torch.device = "cpu",
+                 shape: tuple[int, int, int] = SHAPE) -> float:
     """GMAC/s of one (m x k) @ (k x n) product in `dtype` on `device`, now (not cached; rate() caches the probe)."""
     device = torch.device(device)
     m, k, n = shape
@@ -69,7 +70,7 @@ def measure_rate(dtype: torch.dtype, device="cpu", shape: tuple[int, int, int] =
     return m * k * n / max(best, 1e-9) / 1e9
 
 
-def rate(dtype: torch.dtype, device="cpu") -> float:
+def rate(dtype: torch.dtype, device: str | torch.device = "cpu") -> float:
     """`device`'s matmul rate (GMAC/s) in `dtype`, measured the first time this process asks (cached)."""
     device = torch.device(device)
     key = f"{device}:{dtype}"
@@ -80,12 +81,12 @@ def rate(dtype: torch.dtype, device="cpu") -> float:
         return _RATES[key]
 
 
-def matmul_rates(device="cpu") -> MatmulRates:
+def matmul_rates(device: str | torch.device = "cpu") -> MatmulRates:
     """The float32 and bf16 matmul rates of `device` (measured once per process)."""
     return MatmulRates(str(torch.device(device)), rate(torch.float32, device), rate(torch.bfloat16, device))
 
 
-def slow_dtype_note(dtype: torch.dtype, device="cpu") -> str | None:
+def slow_dtype_note(dtype: torch.dtype, device: str | torch.device = "cpu") -> str | None:
     """Why weights in `dtype` would run slower than float32 on `device` (None where they do not): said when a model
     is loaded in half precision, which saves memory but on a CPU without bf16 / fp16 instructions costs speed."""
     if dtype == torch.float32:
@@ -106,20 +107,20 @@ def _forced() -> str | None:
     return forced or None
 
 
-def fast_bf16(device="cpu") -> bool:
+def fast_bf16(device: str | torch.device = "cpu") -> bool:
     """Whether the tracing engine's fast mode runs in bf16 on `device`: where its bf16 matmuls are faster than float32
     (measured), or as the operator set EDITKIT_FAST_BF16 ("on" / "off")."""
     forced = _forced()
     return forced == "on" if forced else matmul_rates(device).fast_bf16
 
 
-def fast_precision(device="cpu") -> str:
+def fast_precision(device: str | torch.device = "cpu") -> str:
     """The precision of the tracing engine's fast mode on `device`: "bfloat16" where bf16 matmuls are faster than
     float32, else "float32" (there the fast mode would be slower than the exact engine, so the exact one runs)."""
     return "bfloat16" if fast_bf16(device) else "float32"
 
 
-def slow_bf16_note(device="cpu") -> str | None:
+def slow_bf16_note(device: str | torch.device = "cpu") -> str | None:
     """Why the fast mode is off on `device` (None where it is on): said beside every result it concerns."""
     if fast_bf16(device):
         return None

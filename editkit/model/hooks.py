@@ -24,23 +24,25 @@ from __future__ import annotations
 
 import contextvars
 import itertools
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import torch
 from torch import nn
 
 from .sites import parse
 
-_ACTIVE: contextvars.ContextVar[frozenset] = contextvars.ContextVar("editkit_hooks", default=frozenset())
+_ACTIVE: contextvars.ContextVar[frozenset[int]] = contextvars.ContextVar("editkit_hooks", default=frozenset())
 _ids = itertools.count()
 
 
-def first_tensor(output):
+def first_tensor(output: Any) -> torch.Tensor:
     """The hidden-state tensor of a module output (tensor or tuple)."""
-    return output[0] if isinstance(output, (tuple, list)) else output
+    first: torch.Tensor = output[0] if isinstance(output, (tuple, list)) else output
+    return first
 
 
-def _replace_first(output, tensor):
+def _replace_first(output: Any, tensor: torch.Tensor) -> Any:
     if isinstance(output, tuple):
         return (tensor,) + tuple(output[1:])
     if isinstance(output, list):
@@ -48,11 +50,12 @@ def _replace_first(output, tensor):
     return tensor
 
 
-def _first_input(args, kwargs):
+def _first_input(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     return args[0] if args else next(iter(kwargs.values()))
 
 
-def _with_first_input(args, kwargs, x):
+def _with_first_input(args: tuple[Any, ...], kwargs: dict[str, Any],
+                      x: torch.Tensor) -> tuple[tuple[Any, ...], dict[str, Any]]:
     if args:
         return (x,) + tuple(args[1:]), kwargs
     key = next(iter(kwargs))
@@ -62,17 +65,17 @@ def _with_first_input(args, kwargs, x):
 class Hooks:
     """A context that owns forward hooks, acts only in its own context, and removes every hook on exit."""
 
-    def __init__(self, lm=None):
+    def __init__(self, lm: Any = None) -> None:
         self.adapter = getattr(lm, "adapter", lm)
-        self._handles: list = []
+        self._handles: list[torch.utils.hooks.RemovableHandle] = []
         self._id = next(_ids)
-        self._token = None
+        self._token: contextvars.Token[frozenset[int]] | None = None
 
-    def __enter__(self) -> "Hooks":
+    def __enter__(self) -> Hooks:
         self._token = _ACTIVE.set(_ACTIVE.get() | {self._id})
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.remove()
         if self._token is not None:
             _ACTIVE.reset(self._token)
@@ -85,7 +88,7 @@ class Hooks:
     def _mine(self) -> bool:
         return self._id in _ACTIVE.get()
 
-    def _resolve(self, where, what: str) -> tuple[nn.Module, str]:
+    def _resolve(self, where: Any, what: str) -> tuple[nn.Module, str]:
         """(module, direction) of a Site, a site name or a module (with direction `what`)."""
         if isinstance(where, nn.Module):
             return where, what
@@ -95,17 +98,18 @@ class Hooks:
         return s.module(self.adapter), s.direction
 
     # --- reading -------------------------------------------------------------------------------------------
-    def capture(self, where, what: str = "output", detach: bool = True, then: Callable | None = None) -> dict:
+    def capture(self, where: Any, what: str = "output", detach: bool = True,
+                then: Callable[[dict[str, torch.Tensor]], None] | None = None) -> dict[str, torch.Tensor]:
         """Fill and return a dict name -> tensor. `where` is a list of sites (keyed by site name) or a dict
         name -> site or module (a module's output, or its first input with what="input"). `then(cache)` is called
         after each tensor is kept (the runner stops a run once it holds every one)."""
         if not isinstance(where, dict):
             where = {parse(s).name: s for s in where}
-        cache: dict = {}
+        cache: dict[str, torch.Tensor] = {}
         for name, place in where.items():
             module, direction = self._resolve(place, what)
 
-            def keep(t, name=name):
+            def keep(t: torch.Tensor, name: str = name) -> None:
                 cache[name] = t.detach() if detach else t
                 if then is not None:
                     then(cache)
@@ -118,17 +122,17 @@ class Hooks:
                 raise ValueError(f"what must be 'output' or 'input', not {direction!r}")
         return cache
 
-    def block_args(self, blocks: dict[int, nn.Module]) -> dict[int, tuple]:
+    def block_args(self, blocks: dict[int, nn.Module]) -> dict[int, tuple[Any, ...]]:
         """Record how the model calls each block: key -> (positional args after the hidden state, kwargs)."""
-        store: dict[int, tuple] = {}
+        store: dict[int, tuple[Any, ...]] = {}
         for key, module in blocks.items():
-            def hook(mod, args, kwargs, key=key):
+            def hook(mod: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], key: int = key) -> None:
                 store[key] = (tuple(args[1:]), dict(kwargs))
             self._add(module, hook, "input")
         return store
 
     # --- writing -------------------------------------------------------------------------------------------
-    def set(self, where, fn: Callable[[torch.Tensor], torch.Tensor], what: str = "output") -> None:
+    def set(self, where: Any, fn: Callable[[torch.Tensor], torch.Tensor], what: str = "output") -> None:
         """Replace the site's (or module's) tensor h by fn(h)."""
         module, direction = self._resolve(where, what)
         if direction == "output":
@@ -137,39 +141,43 @@ class Hooks:
             self._add(module, lambda mod, args, kwargs: _with_first_input(args, kwargs, fn(_first_input(args, kwargs))),
                       "input")
 
-    def set_output(self, module, fn) -> None:
+    def set_output(self, module: nn.Module, fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
         """Replace the module's output tensor h by fn(h)."""
         self.set(module, fn, "output")
 
-    def patch(self, where, positions, values, rows=slice(None), what: str = "output") -> None:
+    def patch(self, where: Any, positions: Iterable[int] | int, values: torch.Tensor, rows: Any = slice(None),
+              what: str = "output") -> None:
         """Overwrite tensor[rows, positions] with values (broadcast over rows)."""
         self.set(where, _patcher(positions, values, rows), what)
 
-    def patch_output(self, module, positions, values, rows=slice(None)) -> None:
+    def patch_output(self, module: nn.Module, positions: Iterable[int] | int, values: torch.Tensor,
+                     rows: Any = slice(None)) -> None:
         self.patch(module, positions, values, rows, "output")
 
-    def patch_input(self, module, positions, values, rows=slice(None)) -> None:
+    def patch_input(self, module: nn.Module, positions: Iterable[int] | int, values: torch.Tensor,
+                    rows: Any = slice(None)) -> None:
         self.patch(module, positions, values, rows, "input")
 
-    def add_hook(self, module: nn.Module, hook, direction: str = "output") -> None:
+    def add_hook(self, module: nn.Module, hook: Callable[..., Any], direction: str = "output") -> None:
         """Register a raw torch-style hook, gated to this context: (module, args, output) -> new output or None
         for "output"; (module, args, kwargs) -> (args, kwargs) or None for "input"."""
         self._add(module, hook, direction)
 
-    def _add(self, module: nn.Module, hook, direction: str) -> None:
+    def _add(self, module: nn.Module, hook: Callable[..., Any], direction: str) -> None:
         """Register `hook` gated to this context. A gated hook that fires in another thread's forward pass (or,
         during registration, without its kwargs) does nothing."""
         if direction == "output":
-            def gated(mod, args, *rest):
+            def gated(mod: nn.Module, args: tuple[Any, ...], *rest: Any) -> Any:
                 return hook(mod, args, rest[-1]) if rest and self._mine() else None
             self._handles.append(module.register_forward_hook(gated))
         else:
-            def gated(mod, args, *rest):
+            def gated_pre(mod: nn.Module, args: tuple[Any, ...], *rest: Any) -> Any:
                 return hook(mod, args, rest[0]) if rest and self._mine() else None
-            self._handles.append(module.register_forward_pre_hook(gated, with_kwargs=True))
+            self._handles.append(module.register_forward_pre_hook(gated_pre, with_kwargs=True))
 
 
-def _patcher(positions: Iterable[int] | int, values: torch.Tensor, rows):
+def _patcher(positions: Iterable[int] | int, values: torch.Tensor,
+             rows: Any) -> Callable[[torch.Tensor], torch.Tensor]:
     pos = [positions] if isinstance(positions, int) else list(positions)
 
     def fn(h: torch.Tensor) -> torch.Tensor:

@@ -29,8 +29,9 @@ is allowed in continued runs too (a generation's steps).
 from __future__ import annotations
 
 import contextvars
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -39,7 +40,14 @@ from ..core.errors import EditkitError
 from .hooks import Hooks
 from .sites import parse
 
-_ACTIVE: contextvars.ContextVar[tuple] = contextvars.ContextVar("editkit_interventions", default=())
+if TYPE_CHECKING:
+    from .loading import LM
+
+Index = tuple[Any, ...]  # an index into a (prompts, tokens, width) tensor
+Change = Callable[[torch.Tensor, Index], torch.Tensor]
+
+_ACTIVE: contextvars.ContextVar[tuple[Intervention, ...]] = contextvars.ContextVar("editkit_interventions",
+                                                                                 default=())
 REFUSED = ("editkit's caches hold the model's numbers without your interventions, so traces, edits and "
            "evaluations are refused inside `intervene`; inside it, activations, predict and logit_lens see "
            "them")
@@ -51,8 +59,8 @@ class Step:
 
     kind: str  # patch | ablate | add | apply
     site: str
-    positions: object = None  # None: every position
-    shape: tuple | None = None  # the values' shape (patch, add)
+    positions: Any = None  # None: every position
+    shape: tuple[int, ...] | None = None  # the values' shape (patch, add)
 
     @property
     def positional(self) -> bool:
@@ -67,13 +75,13 @@ class Step:
 class Intervention:
     """A block whose whole runs of the model go through your functions at sites (module docstring)."""
 
-    def __init__(self, lm):
+    def __init__(self, lm: LM) -> None:
         self.lm = lm
         self.steps: list[Step] = []
         self._hooks: Hooks | None = None
-        self._exits: list = []
+        self._exits: list[Callable[[], object]] = []
 
-    def __enter__(self) -> "Intervention":
+    def __enter__(self) -> Intervention:
         if self._hooks is not None:
             raise EditkitError("this intervention block is already open; start another with intervene(lm)")
         self._hooks = Hooks(self.lm).__enter__()
@@ -83,35 +91,36 @@ class Intervention:
         self._exits = [lambda: _ACTIVE.reset(token), lambda: cache.__exit__(None, None, None)]
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: Any) -> None:
         try:
             for undo in self._exits:
                 undo()
         finally:
-            self._hooks.__exit__(*exc)
+            if self._hooks is not None:
+                self._hooks.__exit__(*exc)
             self._hooks, self._exits = None, []
 
     # --- what to do at a site -------------------------------------------------------------------------------
-    def patch(self, site: str, values, positions=None) -> "Intervention":
+    def patch(self, site: str, values: Any, positions: Any = None) -> Intervention:
         """Overwrite the site's tensor at `positions` with `values` (activation patching)."""
         values = torch.as_tensor(values)
         return self._add(Step("patch", _name(site), positions, tuple(values.shape)),
                          lambda h, at: _write(h, at, values.to(h.device, h.dtype)))
 
-    def ablate(self, site: str, positions=None) -> "Intervention":
+    def ablate(self, site: str, positions: Any = None) -> Intervention:
         """Zero the site's tensor at `positions` (zero ablation; for a mean ablation, patch the mean of
         activations(...) over a set of prompts)."""
         return self._add(Step("ablate", _name(site), positions), lambda h, at: _write(h, at, 0.0))
 
-    def add(self, site: str, vector, positions=None, scale: float = 1.0) -> "Intervention":
+    def add(self, site: str, vector: Any, positions: Any = None, scale: float = 1.0) -> Intervention:
         """Add `scale` x `vector` to the site's tensor at `positions` (a steering vector)."""
         vector = torch.as_tensor(vector)
         return self._add(Step("add", _name(site), positions, tuple(vector.shape)),
                          lambda h, at: _write(h, at, h[at] + scale * vector.to(h.device, h.dtype)))
 
-    def apply(self, site: str, fn: Callable[[torch.Tensor], torch.Tensor]) -> "Intervention":
+    def apply(self, site: str, fn: Callable[[torch.Tensor], torch.Tensor]) -> Intervention:
         """Replace the site's tensor h (prompts, tokens, width) by fn(h), a tensor of the same shape."""
-        def run(h, at):
+        def run(h: torch.Tensor, at: Index) -> torch.Tensor:
             out = fn(h)
             if not isinstance(out, torch.Tensor) or out.shape != h.shape:
                 raise EditkitError(f"your function at {site} returned {_shape_of(out)}; it must return a "
@@ -123,7 +132,7 @@ class Intervention:
         """Each intervention in words, in the order they were added."""
         return [s.describe() for s in self.steps]
 
-    def _add(self, step: Step, change) -> "Intervention":
+    def _add(self, step: Step, change: Change) -> Intervention:
         if self._hooks is None:
             raise EditkitError("add interventions inside the block: "
                                "`with editkit.intervene(lm) as iv: iv.patch(...)`")
@@ -141,7 +150,7 @@ class Intervention:
         return self
 
 
-def active() -> tuple:
+def active() -> tuple[Intervention, ...]:
     """The intervention blocks open in this context (innermost last)."""
     return _ACTIVE.get()
 
@@ -156,11 +165,11 @@ def check_whole(what: str) -> None:
                            "runs (activations, predict, logit_lens)")
 
 
-def _name(site) -> str:
+def _name(site: Any) -> str:
     return parse(site).name
 
 
-def _index(positions):
+def _index(positions: Any) -> Index:
     """The index of the positions in a (prompts, tokens, width) tensor."""
     if positions is None:
         return (slice(None), slice(None))
@@ -176,18 +185,18 @@ def _index(positions):
     return (slice(None), listed)
 
 
-def _write(h: torch.Tensor, at, values) -> torch.Tensor:
+def _write(h: torch.Tensor, at: Index, values: Any) -> torch.Tensor:
     h[at] = values
     return h
 
 
-def _show(positions) -> str:
+def _show(positions: Any) -> str:
     if isinstance(positions, range):
         return f"{positions.start}..{positions.stop - 1}"
     return str(positions if not isinstance(positions, (list, tuple)) else list(positions))
 
 
-def _shape_of(value) -> str:
+def _shape_of(value: Any) -> str:
     if isinstance(value, torch.Tensor):
         return f"a tensor of shape {list(value.shape)}"
     return type(value).__name__

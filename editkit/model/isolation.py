@@ -14,13 +14,19 @@ only how a page says "with my edits". Sessions nest: inner deltas stack on the o
 """
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from . import weights
+from .weights import WeightDelta
+
+if TYPE_CHECKING:
+    from .loading import LM
 
 
 @contextmanager
-def session(lm, deltas=()):
+def session(lm: LM, deltas: WeightDelta | Sequence[WeightDelta] = ()) -> Iterator[LM]:
     """Run a block with `deltas` (one delta dict or a list of them, summed) added to the weights this context sees."""
     if isinstance(deltas, dict):
         deltas = [deltas]

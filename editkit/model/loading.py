@@ -19,7 +19,7 @@ A half-precision model's name carries its dtype ("gemma-3-270m@bfloat16"), so ev
 (statistics, templates, evaluations) keeps the two apart; `load_model` accepts such a name back.
 
 Memory: before any weight is loaded, the parameters are counted from the weights' safetensors headers (from
-the config when the weights are not here yet; editkit/model/footprint.py) and a model that would not fit in
+the config when the weights are not here yet; editkit/model/ram.py) and a model that would not fit in
 the free RAM (or GPU memory) is refused with the numbers; one larger than a GPU is spread over several with
 accelerate's device map when they hold it together.
 
@@ -36,7 +36,7 @@ import threading
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
@@ -46,7 +46,8 @@ from ..core.paths import ASSETS
 from ..core.progress import Progress
 from ..core.timing import phase
 from .adapters import Adapter, adapter_for
-from .footprint import (
+from .hardware import slow_dtype_note
+from .ram import (
     Footprint,
     count_parameters,
     device_map,
@@ -54,8 +55,10 @@ from .footprint import (
     safetensors_files,
     safetensors_parameters,
 )
-from .hardware import slow_dtype_note
 from .shipped import DEFAULT_MODEL, SHIPPED
+
+if TYPE_CHECKING:
+    from .runner import Runner
 
 # One tiny model per adapter family (editkit/model/adapters.py), each test runs on every one of them. tiny-llama has
 # grouped-query attention (4 query heads, 2 KV heads); tiny-llama-tied ties the LM head to the embedding and shares
@@ -76,8 +79,8 @@ class LM:
     """A loaded model with its tokenizer and architecture adapter."""
 
     name: str
-    model: torch.nn.Module
-    tok: object
+    model: Any  # the transformers model, a torch.nn.Module (its types are not followed: pyproject.toml)
+    tok: Any  # the transformers tokenizer (its types are not followed: pyproject.toml)
     adapter: Adapter
 
     @property
@@ -85,7 +88,7 @@ class LM:
         return next(self.model.parameters()).device
 
     @cached_property
-    def runner(self):
+    def runner(self) -> Runner:
         """Partial runs of this model (editkit/model/runner.py)."""
         from .runner import Runner
 

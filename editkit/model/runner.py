@@ -33,7 +33,9 @@
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -42,6 +44,14 @@ from .hooks import Hooks, first_tensor
 from .interventions import check_whole
 from .sites import parse
 from .tokens import encode
+
+if TYPE_CHECKING:
+    from .loading import LM
+
+# how the model called each block: per layer (the positional args after the hidden state, the kwargs), None
+# where a block was not seen
+BlockCalls = list[tuple[tuple[Any, ...], dict[str, Any]] | None]
+Edit = Callable[[Hooks], None]  # registers overwrites on a run's Hooks (Runner.read's `edit`)
 
 UNEMBED_ROWS = 512  # rows per unembedding chunk: (512 x d) @ (d x V) reads the matrix once per 512 rows
 VOCAB_BLOCK = 4096  # vocabulary tokens per block of the online logsumexp (vocab_pass): the block's logits stay in cache
@@ -62,18 +72,18 @@ class Decoding:
     seed: int = 0
     min_new_tokens: int = 0
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not isinstance(self.new_tokens, int) or self.new_tokens < 0:
             raise EditkitError("the number of new tokens must be a non-negative integer")
         if self.top_k is not None and (not isinstance(self.top_k, int) or self.top_k < 1):
             raise EditkitError("top-k sampling needs k >= 1")
 
     @classmethod
-    def greedy(cls, new_tokens: int) -> "Decoding":
+    def greedy(cls, new_tokens: int) -> Decoding:
         return cls(new_tokens)
 
     @classmethod
-    def sampled(cls, new_tokens: int, seed: int = 0, top_k: int = 5, min_new_tokens: int = 0) -> "Decoding":
+    def sampled(cls, new_tokens: int, seed: int = 0, top_k: int = 5, min_new_tokens: int = 0) -> Decoding:
         return cls(new_tokens, top_k, seed, min_new_tokens)
 
 
@@ -103,8 +113,8 @@ class Stop(Exception):
 class KV:
     """Keys and values of positions [0, length) of a run, per layer (rows, kv_heads, length, head_dim)."""
 
-    keys: tuple
-    values: tuple
+    keys: tuple[torch.Tensor, ...]
+    values: tuple[torch.Tensor, ...]
 
     @property
     def length(self) -> int:
@@ -114,7 +124,7 @@ class KV:
     def batch(self) -> int:
         return int(self.keys[0].shape[0]) if self.keys else 0
 
-    def rows(self, index) -> "KV":
+    def rows(self, index: int | torch.Tensor | list[int]) -> KV:
         """The rows `index` (a tensor/list, repeats allowed) of every layer; an int broadcasts one row (no copy)."""
         if isinstance(index, int):
             if self.batch != 1:
@@ -125,11 +135,11 @@ class KV:
         return KV(tuple(k.index_select(0, index) for k in self.keys),
                   tuple(v.index_select(0, index) for v in self.values))
 
-    def prefix(self, length: int) -> "KV":
+    def prefix(self, length: int) -> KV:
         """The keys and values of positions [0, length) (views, no copy)."""
         return KV(tuple(k[..., :length, :] for k in self.keys), tuple(v[..., :length, :] for v in self.values))
 
-    def cache(self, config):
+    def cache(self, config: Any) -> Any:
         """A fresh HF cache holding these keys and values (runs append to it; this snapshot never changes)."""
         from transformers import DynamicCache
 
@@ -139,7 +149,7 @@ class KV:
         return cache
 
     @classmethod
-    def from_cache(cls, cache, n_layers: int) -> "KV | None":
+    def from_cache(cls, cache: Any, n_layers: int) -> KV | None:
         """The snapshot of an HF cache, or None when it does not hold every position of every layer (a sliding
         window that dropped tokens, a cache that does not expose its layers)."""
         layers = _layers(cache, n_layers)
@@ -152,7 +162,7 @@ class KV:
         return cls(tuple(l.keys for l in layers), tuple(l.values for l in layers))
 
 
-def _layers(cache, n_layers: int) -> list:
+def _layers(cache: Any, n_layers: int) -> list[Any]:
     cache = getattr(cache, "self_attention_cache", cache)  # an encoder-decoder wrapper
     layers = list(getattr(cache, "layers", []))
     return layers[:n_layers]
@@ -162,10 +172,11 @@ def _layers(cache, n_layers: int) -> list:
 class Output:
     hidden: torch.Tensor | None  # last_hidden_state (after the final norm), None when stopped early
     kv: KV | None = None  # keys/values of every position run (with the prefix), when keep_kv
-    calls: list | None = None  # per layer (args after the hidden state, kwargs) as the model called the block
+    calls: BlockCalls | None = None  # per layer, how the model called the block
 
 
-def _swap_cache(args: tuple, kwargs: dict, cache) -> tuple[tuple, dict]:
+def _swap_cache(args: tuple[Any, ...], kwargs: dict[str, Any],
+                cache: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """The recorded block call with its cache object replaced by `cache`."""
     from transformers import Cache
 
@@ -185,14 +196,16 @@ def _swap_cache(args: tuple, kwargs: dict, cache) -> tuple[tuple, dict]:
 class Runner:
     """Partial runs of one model (see module docstring)."""
 
-    def __init__(self, lm):
+    def __init__(self, lm: LM) -> None:
         self.lm = lm
         self.adapter = lm.adapter
         self.config = lm.model.config
 
     # --- whole-body runs ---------------------------------------------------------------------------------------
-    def forward(self, input_ids=None, *, attention_mask=None, position_ids=None, inputs_embeds=None,
-                kv: KV | None = None, stop_after=None, keep_kv: bool = False, calls: bool = False) -> Output:
+    def forward(self, input_ids: torch.Tensor | None = None, *, attention_mask: torch.Tensor | None = None,
+                position_ids: torch.Tensor | None = None, inputs_embeds: torch.Tensor | None = None,
+                kv: KV | None = None, stop_after: str | None = None, keep_kv: bool = False,
+                calls: bool = False) -> Output:
         """Run the body (see module docstring). With `kv`, the inputs are the positions after it: position ids
         default to kv.length + 0, 1, ...; an attention mask, if given, covers kv and inputs."""
         a = self.adapter
@@ -200,7 +213,9 @@ class Runner:
             check_whole("a run continued from cached keys and values")
         cache = kv.cache(self.config) if kv is not None else None
         if kv is not None and position_ids is None:
-            width = (input_ids if input_ids is not None else inputs_embeds).shape[1]
+            first = input_ids if input_ids is not None else inputs_embeds
+            assert first is not None, "forward needs input_ids or inputs_embeds"
+            width = first.shape[1]
             position_ids = torch.arange(kv.length, kv.length + width, device=self.lm.device)[None]
         use_cache = keep_kv or cache is not None
         stopped = False
@@ -214,14 +229,14 @@ class Runner:
             except Stop:
                 stopped, out = True, None
         result = Output(None if stopped else out.last_hidden_state)
-        if calls:
+        if recorded is not None:
             result.calls = [recorded.get(l) for l in range(a.n_layers)]
         if keep_kv and not stopped:
             result.kv = KV.from_cache(out.past_key_values, a.n_layers)
         return result
 
-    def read(self, sites, *, full: bool = False, detach: bool = True, edit=None, what: str = "output",
-             **inputs) -> "Reading":
+    def read(self, sites: Any, *, full: bool = False, detach: bool = True, edit: Edit | None = None,
+             what: str = "output", **inputs: Any) -> Reading:
         """The tensors at `sites` (a list of site names, or a dict name -> site or module; a module is read at its
         output, or its first input with what="input") in one run of the body on `inputs` (forward's arguments).
         The run stops once every tensor is read, unless `full` (then `.hidden` holds the final-normed state).
@@ -242,14 +257,16 @@ class Runner:
             raise EditkitError(f"the run never reached {', '.join(missing)}")
         return Reading(got, out.hidden, out.kv, out.calls)
 
-    def full_logits(self, *, edit=None, **inputs) -> torch.Tensor:
+    def full_logits(self, *, edit: Edit | None = None, **inputs: Any) -> torch.Tensor:
         """Logits (B, T, V) of a whole run on `inputs` (forward's arguments), float32, as the model's own head
         computes them from the final-normed state; `edit(hooks)` as in `read` (a patched run's logits)."""
-        out = self.forward(**inputs) if edit is None else self.read({}, full=True, edit=edit, **inputs)
-        return self.logits(out.hidden, norm=False)
+        hidden = (self.hidden(**inputs) if edit is None else
+                  self.read({}, full=True, edit=edit, **inputs).hidden)
+        assert hidden is not None, "a full run has a final state"
+        return self.logits(hidden, norm=False)
 
     @torch.no_grad()
-    def check_layout(self, ids=(2, 3, 5, 7, 11, 13)) -> None:
+    def check_layout(self, ids: tuple[int, ...] = (2, 3, 5, 7, 11, 13)) -> None:
         """The adapter's declared layout holds on this model, on one short run: every block's output is its input
         plus what attention and the MLP write (h_l = h_{l-1} + attn_write.l + mlp_write.l, the decomposition
         tracing and editing rest on), and `logits` of the last block's output are the model's own logits. A model
@@ -270,16 +287,19 @@ class Runner:
         _within(own, self.logits(got[f"resid_post.{L - 1}"]).double().cpu(), tolerance,
                 "the final norm and head of the last block's output are not the model's logits")
 
-    def run_until(self, site, **inputs) -> None:
+    def run_until(self, site: str, **inputs: Any) -> None:
         """Run the body only until `site` is computed; the caller's Hooks read what they need on the way."""
         self.forward(stop_after=site, **inputs)
 
-    def hidden(self, **inputs) -> torch.Tensor:
+    def hidden(self, **inputs: Any) -> torch.Tensor:
         """The final-normed last hidden state of a full run."""
-        return self.forward(**inputs).hidden
+        hidden = self.forward(**inputs).hidden
+        assert hidden is not None, "a run without stop_after has a final state"
+        return hidden
 
     @torch.no_grad()
-    def complete(self, prompts, decoding: Decoding, *, edit=None) -> "Generated":
+    def complete(self, prompts: str | list[str] | dict[str, torch.Tensor], decoding: Decoding, *,
+                 edit: Edit | None = None) -> Generated:
         """The new text of each continuation of `prompts`: a string or a list of strings (tokenized with the model's
         special tokens, left-padded so every row ends at its prompt), or a batch dict with input_ids and
         attention_mask. Decoded with Hugging Face's generation loop, so the model's own cache and end-of-text
@@ -288,7 +308,7 @@ class Runner:
         from transformers import LogitsProcessorList
 
 
-        batch = encode(self.lm, prompts, pad_side="left") if isinstance(prompts, (str, list, tuple)) else prompts
+        batch = prompts if isinstance(prompts, dict) else encode(self.lm, prompts, pad_side="left")
         ids, mask = batch["input_ids"], batch.get("attention_mask")
         if decoding.new_tokens == 0:
             return Generated([""] * ids.shape[0], ids[:, :0])
@@ -317,15 +337,16 @@ class Runner:
         head = self.adapter.unembed_module
         if not isinstance(head, torch.nn.Linear):
             return
-        kept: list = []
+        kept: list[torch.Tensor] = []
 
-        def take(mod, args, kwargs):
+        def take(mod: torch.nn.Module, args: tuple[Any, ...],
+                 kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
             x = args[0] if args else next(iter(kwargs.values()))
             kept.append(x)
             empty = x.narrow(-2, 0, 0) if x.dim() >= 2 else x[:0]
             return ((empty,) + tuple(args[1:]), kwargs) if args else (args, {**kwargs, next(iter(kwargs)): empty})
 
-        def give(mod, args, output):
+        def give(mod: torch.nn.Module, args: tuple[Any, ...], output: Any) -> torch.Tensor:
             x = kept.pop()
             W, bias = self._head_weight()
             return _head_product(x, W.to(x.dtype), bias)
@@ -334,7 +355,7 @@ class Runner:
         hooks.add_hook(head, give, "output")
 
     # --- block-level runs --------------------------------------------------------------------------------------
-    def run_blocks(self, h: torch.Tensor, start: int, calls: list, kv: KV | None = None,
+    def run_blocks(self, h: torch.Tensor, start: int, calls: BlockCalls, kv: KV | None = None,
                    stop: int | None = None) -> torch.Tensor:
         """Blocks start..stop-1 (default: to the last) on residuals h (B, T, d), called as recorded in `calls`,
         attending to a fresh copy of `kv` (the positions before h). Returns the residual after the last block run
@@ -344,20 +365,23 @@ class Runner:
         stop = a.n_layers if stop is None else stop
         cache = kv.cache(self.config) if kv is not None else None
         for l in range(start, stop):
-            if calls[l] is None:
+            call = calls[l]
+            if call is None:
                 raise EditkitError(f"no recorded call for block {l}")
-            args, kwargs = _swap_cache(*calls[l], cache)
+            args, kwargs = _swap_cache(*call, cache)
             h = first_tensor(a.block(l)(h, *args, **kwargs))
         return h
 
-    def step(self, h: torch.Tensor, layer: int, calls: list, kv: tuple | None = None) -> torch.Tensor:
+    def step(self, h: torch.Tensor, layer: int, calls: BlockCalls,
+             kv: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         """Block `layer` alone on residuals h (B, T, d), called as recorded in `calls` (recorded with a KV prefix of
         the same length as kv's, or without one when kv is None), attending to kv = (keys, values) of THIS layer,
         (B, kv_heads, P, head_dim), one row per row of h. Returns the block's output residual. Only this layer's
         keys are copied into the fresh cache the block appends to, so stepping many rows through the layers one
         block at a time costs no more than run_blocks."""
         check_whole("a block stepped on its own")
-        if calls[layer] is None:
+        call = calls[layer]
+        if call is None:
             raise EditkitError(f"no recorded call for block {layer}")
         cache = None
         if kv is not None:
@@ -368,18 +392,21 @@ class Runner:
             if len(layers) <= layer:
                 raise EditkitError("this model's cache does not expose its layers; step without keys/values")
             layers[layer].update(kv[0], kv[1])
-        args, kwargs = _swap_cache(*calls[layer], cache)
+        args, kwargs = _swap_cache(*call, cache)
         return first_tensor(self.adapter.block(layer)(h, *args, **kwargs))
 
-    def block_calls(self, batch: int, length: int, kv: KV | None = None, attention_mask=None,
-                    position_ids=None) -> list:
+    def block_calls(self, batch: int, length: int, kv: KV | None = None,
+                    attention_mask: torch.Tensor | None = None,
+                    position_ids: torch.Tensor | None = None) -> BlockCalls:
         """How the model calls each block for `batch` rows of `length` new positions after `kv`: recorded from a
         cheap run on zero embeddings (the calls depend on shapes, positions and masks, not on values)."""
         x = torch.zeros(batch, length, self.adapter.d_model, device=self.lm.device,
                         dtype=next(self.lm.model.parameters()).dtype)
         with torch.no_grad():
-            return self.forward(inputs_embeds=x, kv=kv, attention_mask=attention_mask, position_ids=position_ids,
-                                calls=True).calls
+            calls = self.forward(inputs_embeds=x, kv=kv, attention_mask=attention_mask,
+                                 position_ids=position_ids, calls=True).calls
+        assert calls is not None, "forward(calls=True) records the calls"
+        return calls
 
     # --- the vocabulary ----------------------------------------------------------------------------------------
     def logits(self, h: torch.Tensor, norm: bool = True) -> torch.Tensor:
@@ -399,8 +426,9 @@ class Runner:
             z = torch.tanh(z / a.final_softcap) * a.final_softcap
         return _at_least_f32(z)
 
-    def answer_logprob(self, h: torch.Tensor, answer_id, norm: bool = True, block: int = VOCAB_BLOCK,
-                       rows: int = 4096, top: bool = False, fast: bool = False):
+    def answer_logprob(self, h: torch.Tensor, answer_id: int | torch.Tensor, norm: bool = True,
+                       block: int = VOCAB_BLOCK, rows: int = 4096, top: bool = False,
+                       fast: bool = False) -> Any:
         """log softmax(logits(h))[answer] = z_answer - logsumexp(z) for residual rows h (N, d), float32.
 
         The vocabulary is walked in blocks of `block` tokens for ALL rows at once, keeping a running max and sum of
@@ -415,13 +443,13 @@ class Runner:
         ids = ids.expand(h.shape[0]) if ids.dim() == 0 else ids
         head = self.adapter.unembed_module
         if not isinstance(head, torch.nn.Linear) or h.shape[0] == 0:
-            out, best = [], []
+            parts, tops = [], []
             for i in range(0, h.shape[0], UNEMBED_ROWS):
                 z = self.logits(h[i:i + UNEMBED_ROWS], norm)
-                out.append(z.gather(1, ids[i:i + UNEMBED_ROWS, None])[:, 0] - torch.logsumexp(z, -1))
-                best.append(z.argmax(-1))
-            out = torch.cat(out) if out else torch.zeros(0)
-            return (out, torch.cat(best) if best else torch.zeros(0, dtype=torch.long)) if top else out
+                parts.append(z.gather(1, ids[i:i + UNEMBED_ROWS, None])[:, 0] - torch.logsumexp(z, -1))
+                tops.append(z.argmax(-1))
+            lp = torch.cat(parts) if parts else torch.zeros(0)
+            return (lp, torch.cat(tops) if tops else torch.zeros(0, dtype=torch.long)) if top else lp
         if h.shape[0] > rows:
             parts = [self.answer_logprob(h[i:i + rows], ids[i:i + rows], norm, block, rows, top, fast)
                      for i in range(0, h.shape[0], rows)]
@@ -431,10 +459,11 @@ class Runner:
         x = self.adapter.final_norm(h) if norm else h
         W, bias = self._head_weight()
         if fast and not top and x.dtype == torch.float32:
-            lse, answer = vocab_pass_bf16(x, W, bias, self.adapter.final_softcap, ids, block)
-            return (answer - lse).float()
+            lse_bf16, answer_bf16 = vocab_pass_bf16(x, W, bias, self.adapter.final_softcap, ids, block)
+            return (answer_bf16 - lse_bf16).float()
         lse, answer, _, best = vocab_pass(x, W, bias, self.adapter.final_softcap, ids=ids, block=block,
                                           argmax=top)
+        assert answer is not None
         out = answer - lse
         out = out if x.dtype == torch.float64 else out.float()
         return (out, best) if top else out
@@ -444,6 +473,7 @@ class Runner:
         from .weights import current
 
         head = self.adapter.unembed_module
+        assert isinstance(head, torch.nn.Linear), "the callers project through a plain linear head only"
         name = self._head_name()  # None when tied to (and listed as) the embedding, which edits never change
         return (current(self.lm.model, name) if name else head.weight.detach()), head.bias
 
@@ -453,7 +483,7 @@ class Runner:
             head = self.adapter.unembed_module
             module = next(n for n, m in self.lm.model.named_modules() if m is head)
             names = {n for n, _ in self.lm.model.named_parameters()}
-            self._head = module + ".weight" if module + ".weight" in names else None
+            self._head: str | None = module + ".weight" if module + ".weight" in names else None
         return self._head
 
 
@@ -470,7 +500,7 @@ def _at_least_f32(z: torch.Tensor) -> torch.Tensor:
     return z if z.dtype == torch.float64 else z.float()
 
 
-def _raise_stop(h):
+def _raise_stop(h: torch.Tensor) -> torch.Tensor:
     raise Stop
 
 
@@ -479,20 +509,20 @@ def _stop_when(done: bool) -> None:
         raise Stop
 
 
-class Reading(dict):
+class Reading(dict[str, torch.Tensor]):
     """Site name -> tensor read by Runner.read; `hidden` is the final-normed state when the run went to the end, and
     `kv` / `calls` what forward's keep_kv / calls asked for (None otherwise)."""
 
-    def __init__(self, values: dict, hidden: torch.Tensor | None = None, kv: KV | None = None,
-                 calls: list | None = None):
+    def __init__(self, values: dict[str, torch.Tensor], hidden: torch.Tensor | None = None,
+                 kv: KV | None = None, calls: BlockCalls | None = None) -> None:
         super().__init__(values)
         self.hidden, self.kv, self.calls = hidden, kv, calls
 
 
-class Generated(list):
+class Generated(list[str]):
     """The new text of each row generated by Runner.complete; `ids` holds their token ids (B, n)."""
 
-    def __init__(self, texts: list[str], ids: torch.Tensor):
+    def __init__(self, texts: list[str], ids: torch.Tensor) -> None:
         super().__init__(texts)
         self.ids = ids
 
@@ -511,7 +541,9 @@ def _head_product(x: torch.Tensor, W: torch.Tensor, bias: torch.Tensor | None) -
 
 
 def vocab_pass(x: torch.Tensor, W: torch.Tensor, b: torch.Tensor | None = None, cap: float | None = None,
-               ids: torch.Tensor | None = None, mean: bool = False, block: int = VOCAB_BLOCK, argmax: bool = True):
+               ids: torch.Tensor | None = None, mean: bool = False, block: int = VOCAB_BLOCK,
+               argmax: bool = True) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None,
+                                             torch.Tensor | None]:
     """One pass over the unembedding rows w_v (V, d) for all rows x_i (N, d), with logits z = W x + b (and Gemma 2's
     softcap cap * tanh(z / cap)): a running maximum and a float64 sum of exponentials (the online logsumexp), so each
     block of W is read from memory once for all rows; no (N, V) matrix is ever held. Returns (lse (N,) float64, z at
@@ -536,19 +568,20 @@ def vocab_pass(x: torch.Tensor, W: torch.Tensor, b: torch.Tensor | None = None, 
         top, where = z.max(1) if argmax else (z.amax(1), None)  # max(1) with its indices: ~16x amax's time
         if ids is not None:  # read before z is overwritten by its exponentials
             inside = ((ids >= j) & (ids < j + z.shape[1])).nonzero()[:, 0]
-            if len(inside):
+            if len(inside) and answer is not None:
                 answer[inside] = z[inside, ids[inside] - j].double()
         new = torch.maximum(m, top.double())
         keep = torch.exp(m - new)  # rescales what was summed under the old maximum (0 on the first block)
         shift = new[:, None].to(z.dtype)
         e = torch.exp(z - shift) if grad else z.sub_(shift).exp_()  # in place: the block's logits written once
         total = total * keep + _sum64(e)
-        if mean:
+        if acc is not None:
             acc = acc * keep[:, None].to(acc.dtype) + e.to(acc.dtype) @ Wj
-        if argmax:
+        if best is not None and where is not None:
             best = torch.where(top.double() > m, where + j, best)
         m = new
-    return m + torch.log(total), answer, (acc / total[:, None].to(acc.dtype) if mean else None), best
+    mean_w = acc / total[:, None].to(acc.dtype) if acc is not None else None
+    return m + torch.log(total), answer, mean_w, best
 
 
 def _logits_into(x: torch.Tensor, Wj: torch.Tensor, bj: torch.Tensor | None, buf: torch.Tensor) -> torch.Tensor:
@@ -563,7 +596,10 @@ def _sum64(e: torch.Tensor) -> torch.Tensor:
     block of 1,540 rows is a 50 MB float64 copy (the same sums up to float64 rounding, ~1e-16)."""
     if e.dtype == torch.float64:
         return e.sum(1)
-    return sum(e[:, i:i + SUM_COLUMNS].sum(1, dtype=torch.float64) for i in range(0, e.shape[1], SUM_COLUMNS))
+    total = e[:, :SUM_COLUMNS].sum(1, dtype=torch.float64)
+    for i in range(SUM_COLUMNS, e.shape[1], SUM_COLUMNS):
+        total = total + e[:, i:i + SUM_COLUMNS].sum(1, dtype=torch.float64)
+    return total
 
 
 def vocab_pass_bf16(x: torch.Tensor, W: torch.Tensor, b: torch.Tensor | None, cap: float | None,
@@ -602,7 +638,8 @@ class _LogSumExp(torch.autograd.Function):
     """lse(W x + b) with its gradient d lse / dx = E_p[w] taken from the same forward pass (no second read of W)."""
 
     @staticmethod
-    def forward(ctx, x, W, b):
+    def forward(ctx: Any, x: torch.Tensor, W: torch.Tensor,
+                b: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         lse, _, mean_w, best = vocab_pass(x.detach(), W.detach(), None if b is None else b.detach(), mean=True)
         lse = lse.to(x.dtype)
         ctx.save_for_backward(mean_w)
@@ -610,12 +647,13 @@ class _LogSumExp(torch.autograd.Function):
         return lse, mean_w, best
 
     @staticmethod
-    def backward(ctx, g_lse, g_mean, g_best):
+    def backward(ctx: Any, g_lse: torch.Tensor, g_mean: Any,
+                 g_best: Any) -> tuple[torch.Tensor, None, None]:
         (mean_w,) = ctx.saved_tensors
         return g_lse[:, None] * mean_w, None, None
 
 
-def vocab_logsumexp(lm, x: torch.Tensor):
+def vocab_logsumexp(lm: LM, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
     """For final-normed states x (N, d): (lse (N,), E_p[w] (N, d), argmax (N,)) of the logits W x + b, without
     ever holding the (N, V) logits: log p(t | x) = w_t . x + b_t - lse, and KL terms follow from these
     (editing/targets.py). The gradient flows through lse. None when the model's unembedding is not a plain linear
@@ -625,4 +663,6 @@ def vocab_logsumexp(lm, x: torch.Tensor):
     if a.final_softcap or not isinstance(head, torch.nn.Linear):
         return None
     W, bias = lm.runner._head_weight()
-    return _LogSumExp.apply(x, W, bias)
+    out: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+    out = _LogSumExp.apply(x, W, bias)  # type: ignore[no-untyped-call]
+    return out

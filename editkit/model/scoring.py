@@ -7,11 +7,15 @@ EasyEdit takes the argmax token accuracy (`test_prediction_acc`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ..core.errors import EditkitError
 from ..core.settings import limits
+
+if TYPE_CHECKING:
+    from .loading import LM
 
 
 @dataclass
@@ -36,18 +40,18 @@ class TargetScore:
         return sum(self.token_hits) / max(len(self.token_hits), 1)
 
 
-def target_ids(tok, target: str) -> list[int]:
+def target_ids(tok: Any, target: str) -> list[int]:
     """Token ids of a target as it continues a prompt (no special tokens)."""
     if not target or not target.strip():
         raise EditkitError("the target is empty")
     ids = tok(target, add_special_tokens=False)["input_ids"]
     if not ids:
         raise EditkitError(f"target {target!r} has no tokens")
-    return ids
+    return list(ids)
 
 
 @torch.no_grad()
-def score_targets(lm, prompts: list[str], targets: list[str], batch_size: int = 16) -> list[TargetScore]:
+def score_targets(lm: LM, prompts: list[str], targets: list[str], batch_size: int = 16) -> list[TargetScore]:
     """Score each (prompt, target) pair; targets are given with their leading space (" Paris")."""
     if len(prompts) != len(targets):
         raise EditkitError("score_targets needs one target per prompt")
@@ -57,7 +61,7 @@ def score_targets(lm, prompts: list[str], targets: list[str], batch_size: int = 
     return out
 
 
-def _score_batch(lm, prompts, targets):
+def _score_batch(lm: LM, prompts: list[str], targets: list[str]) -> list[TargetScore]:
     tok = lm.tok
     rows, spans = [], []
     limit = min(lm.adapter.max_length, limits().prompt_tokens)

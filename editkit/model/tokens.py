@@ -2,11 +2,16 @@
 range. Below the runner, which encodes the prompts it completes."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from ..core.errors import EditkitError
 from ..core.settings import limits
 
+if TYPE_CHECKING:
+    from .loading import LM
 
-def check_prompt(lm, prompt: str, max_tokens: int | None = None) -> None:
+
+def check_prompt(lm: LM, prompt: str, max_tokens: int | None = None) -> None:
     """Clear errors for empty prompts and prompts over the model's limit or the cap (`max_tokens`, default the
     configured limit settings.limits().prompt_tokens, 512 unless EDITKIT_LIMITS says otherwise)."""
     if isinstance(prompt, (list, tuple)):
@@ -24,19 +29,19 @@ def check_prompt(lm, prompt: str, max_tokens: int | None = None) -> None:
         raise EditkitError(f"the prompt has {n} tokens; the limit is {cap}")
 
 
-def encode(lm, prompts: list[str] | str, pad_side: str = "right") -> dict:
+def encode(lm: LM, prompts: list[str] | str, pad_side: str = "right") -> dict[str, Any]:
     """Tokenize a batch with the model's special tokens (Gemma's <bos>), padded, on the model's device."""
     prompts = [prompts] if isinstance(prompts, str) else list(prompts)
     batch = lm.tok(prompts, return_tensors="pt", padding=True, padding_side=pad_side, add_special_tokens=True)
     return {k: v.to(lm.device) for k, v in batch.items() if k in ("input_ids", "attention_mask")}
 
 
-def token_strings(lm, prompt: str) -> list[str]:
+def token_strings(lm: LM, prompt: str) -> list[str]:
     ids = lm.tok(prompt, add_special_tokens=True)["input_ids"]
     return [lm.tok.decode([i]) for i in ids]
 
 
-def find_subject_range(tok, prompt: str, subject: str, occurrence: int = 0) -> tuple[int, int]:
+def find_subject_range(tok: Any, prompt: str, subject: str, occurrence: int = 0) -> tuple[int, int]:
     """Token range [start, end) of `subject` in `prompt` (counting special tokens the tokenizer adds).
 
     Located by character offsets, so leading spaces, unicode and repeated subjects are handled:
@@ -65,7 +70,8 @@ def find_subject_range(tok, prompt: str, subject: str, occurrence: int = 0) -> t
 def guess_subject(prompt: str) -> str:
     """A first guess for the subject: the longest run of capitalised words after the first word."""
     words = prompt.split()
-    runs, cur = [], []
+    runs: list[list[str]] = []
+    cur: list[str] = []
     for i, w in enumerate(words):
         if w[:1].isupper() and (i > 0 or len(words) == 1 or not cur):
             cur.append(w.strip(".,;:!?").removesuffix("'s").removesuffix("’s"))

@@ -28,11 +28,12 @@ import hashlib
 import json
 import tempfile
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import torch
 import torch.nn.functional as F
@@ -41,11 +42,18 @@ from ..core.errors import EditkitError
 from ..core.settings import limits
 from .hooks import Hooks
 
-WeightDelta = dict  # str (parameter name) -> torch.Tensor
+if TYPE_CHECKING:
+    from .loading import LM
+
+WeightDelta = dict[str, torch.Tensor]  # parameter name -> change, in the parameter's own layout
+Model: TypeAlias = "torch.nn.Module | LM"  # a torch model, or an LM (its .model)
+# (W + deltas in the weight's dtype, the owning context, the deltas' digest, W + deltas before rounding)
+Entry = tuple[torch.Tensor, object, str, torch.Tensor]
 
 # parameter name -> (effective weight, owner hook context id, delta digest, W + deltas before rounding to the
 # weight's dtype): what this context's forwards use
-_EFFECTIVE: contextvars.ContextVar[Mapping] = contextvars.ContextVar("editkit_weights", default=MappingProxyType({}))
+_EFFECTIVE: contextvars.ContextVar[Mapping[str, Entry]] = contextvars.ContextVar("editkit_weights",
+                                                                               default=MappingProxyType({}))
 
 
 def wide(dtype: torch.dtype) -> torch.dtype:
@@ -58,16 +66,17 @@ def _bytes(t: torch.Tensor) -> bytes:
     return t.detach().contiguous().cpu().reshape(-1).view(torch.uint8).numpy().tobytes()
 
 
-def _module(model_or_lm) -> torch.nn.Module:
+def _module(model_or_lm: Model) -> torch.nn.Module:
     """The torch model of an LM (editkit.model.loading.LM) or the model itself."""
-    return model_or_lm if isinstance(model_or_lm, torch.nn.Module) else model_or_lm.model
+    module: torch.nn.Module = model_or_lm if isinstance(model_or_lm, torch.nn.Module) else model_or_lm.model
+    return module
 
 
-def _params(model) -> dict[str, torch.nn.Parameter]:
+def _params(model: torch.nn.Module) -> dict[str, torch.nn.Parameter]:
     return dict(model.named_parameters())
 
 
-def check_delta(model, delta: WeightDelta) -> None:
+def check_delta(model: Model, delta: WeightDelta) -> None:
     """EditkitError unless every entry names a weight matrix of this model, has its shape and finite values, and
     moves it by at most limits.patch_scale times its own norm (||dW||_F / ||W||_F; an edit moves a matrix by a
     small fraction of it, a crafted patch with huge values would turn the model's outputs into noise or inf)."""
@@ -82,7 +91,7 @@ def check_delta(model, delta: WeightDelta) -> None:
                                f"over this server's limit of {lim.patch_scale} ({lim.cite('patch_scale')})")
 
 
-def _check(model, delta: WeightDelta) -> dict[str, torch.nn.Parameter]:
+def _check(model: torch.nn.Module, delta: WeightDelta) -> dict[str, torch.nn.Parameter]:
     params = _params(model)
     for name, d in delta.items():
         if name not in params:
@@ -94,13 +103,14 @@ def _check(model, delta: WeightDelta) -> dict[str, torch.nn.Parameter]:
     return params
 
 
-def _linear_output(module, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+def _linear_output(module: torch.nn.Module, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """The module's output with `weight` in place of its own (nn.Linear, or GPT-2's Conv1D)."""
     if isinstance(module, torch.nn.Linear):
         return F.linear(x, weight, module.bias)
     if type(module).__name__ == "Conv1D":  # y = x @ W + b, W stored (in, out)
         size = x.size()[:-1] + (weight.shape[1],)
-        return torch.addmm(module.bias, x.view(-1, x.size(-1)), weight).view(size)
+        bias: torch.Tensor = module.bias  # type: ignore[assignment]
+        return torch.addmm(bias, x.view(-1, x.size(-1)), weight).view(size)
     raise EditkitError(f"edits of {type(module).__name__} weights are not supported (only linear maps)")
 
 
@@ -113,16 +123,16 @@ def delta_digest(delta: WeightDelta) -> str:
 
 
 @contextmanager
-def applied(model, delta: WeightDelta):
+def applied(model: Model, delta: WeightDelta) -> Iterator[None]:
     """Run a block with `delta` added to the weights, in this context only (see module docstring). The shared
     parameters are never changed; an exception inside the block leaves nothing behind."""
-    model = _module(model)
+    module = _module(model)
     if not delta:
         yield
         return
-    params = _check(model, delta)
+    params = _check(module, delta)
     current_map = _EFFECTIVE.get()
-    new_map = dict(current_map)
+    new_map: dict[str, Entry] = dict(current_map)
     owner = object()
     with Hooks() as hooks:
         for name, d in delta.items():
@@ -134,15 +144,17 @@ def applied(model, delta: WeightDelta):
             exact_base = current_map[name][3] if name in current_map else params[name].detach()
             exact = exact_base.to(wide(exact_base.dtype)).add(d.to(exact_base.device, wide(exact_base.dtype)))
             W = exact.to(params[name].dtype)  # float32 and wider: W is `exact`, as an in-place edit computes it
-            new_map[name] = (W, owner, delta_digest({name: d}) + current_map.get(name, (None, None, ""))[2], exact)
+            before = current_map[name][2] if name in current_map else ""
+            new_map[name] = (W, owner, delta_digest({name: d}) + before, exact)
 
-            def hook(mod, args, output, name=name):
+            def hook(mod: torch.nn.Module, args: tuple[Any, ...], output: Any,
+                     name: str = name) -> torch.Tensor | None:
                 entry = _EFFECTIVE.get().get(name)
                 if entry is None or entry[1] is not owner:
                     return None  # an inner context owns this parameter
                 return _linear_output(mod, args[0], entry[0])
 
-            hooks.add_hook(model.get_submodule(module_name), hook)
+            hooks.add_hook(module.get_submodule(module_name), hook)
         token = _EFFECTIVE.set(new_map)
         try:
             yield
@@ -150,14 +162,22 @@ def applied(model, delta: WeightDelta):
             _EFFECTIVE.reset(token)
 
 
-def current(model, name: str) -> torch.Tensor:
+def current(model: Model, name: str) -> torch.Tensor:
     """The parameter `name` as this context sees it: W plus the active deltas (storage layout, no grad)."""
-    model = _module(model)
     entry = _EFFECTIVE.get().get(name)
-    return entry[0] if entry is not None else _params(model)[name].detach()
+    return entry[0] if entry is not None else _params(_module(model))[name].detach()
 
 
-def effective_weight(lm, part: str, layer: int) -> torch.Tensor:
+def effective_state(model: Model) -> dict[str, torch.Tensor]:
+    """The model's state dict as this context computes with it: the base tensors, except each parameter an active
+    edit changes, which is its W + delta exactly as `applied` formed it (what model/export.py writes out)."""
+    state = _module(model).state_dict()
+    for name, entry in _EFFECTIVE.get().items():
+        state[name] = entry[0]
+    return state
+
+
+def effective_weight(lm: LM, part: str, layer: int) -> torch.Tensor:
     """The linear map `part` of `layer` in math layout (d_out, d_in), as this context sees it (base + deltas)."""
     W = current(lm, lm.adapter.param_name(part, layer))
     return W.T if lm.adapter.family.conv1d else W
@@ -170,7 +190,7 @@ def active_digest() -> str:
         if entries else ""
 
 
-def model_key(lm) -> str:
+def model_key(lm: LM) -> str:
     """The name under which results computed in this context are cached: `lm.name` on the base weights,
     `lm.name+<digest of the active deltas>` inside an edit. Every cache of a weight-dependent result (known facts,
     trigger indexes, analyses, average effects, similarity curves) is keyed by it, so a session computing with
@@ -180,22 +200,22 @@ def model_key(lm) -> str:
 
 
 @contextmanager
-def unedited():
+def unedited() -> Iterator[None]:
     """Run a block on the base weights even inside `applied` contexts (its hooks find no entry and pass the
     base output through). For results defined on the base model and cached under its name: the second-moment
     statistics C and the context templates (ROME and MEMIT compute both once, from the unedited model)."""
-    token = _EFFECTIVE.set({})
+    token = _EFFECTIVE.set(MappingProxyType({}))
     try:
         yield
     finally:
         _EFFECTIVE.reset(token)
 
 
-_BASE_DIGESTS: dict = {}
+_BASE_DIGESTS: dict[int, tuple[int, str]] = {}
 _DIGEST_LOCK = threading.Lock()  # one thread hashes a model's weights; the others wait for its digest
 
 
-def fingerprint(lm) -> str:
+def fingerprint(lm: Model) -> str:
     """Identifies the weights this context computes with: a digest of the base parameters (computed once per
     loaded model; recomputed if a parameter was changed in place) plus the active deltas."""
     model = _module(lm)
@@ -214,7 +234,7 @@ def fingerprint(lm) -> str:
     return cached[1] + (f"+{active}" if active else "")
 
 
-def apply_delta(model, delta: WeightDelta) -> dict[str, torch.Tensor]:
+def apply_delta(model: torch.nn.Module, delta: WeightDelta) -> dict[str, torch.Tensor]:
     """W += delta for each named parameter, in place (shared by every user of the model); returns clones of the
     originals for an exact restore."""
     params = _check(model, delta)
@@ -226,7 +246,7 @@ def apply_delta(model, delta: WeightDelta) -> dict[str, torch.Tensor]:
     return backup
 
 
-def restore(model, backup: dict[str, torch.Tensor]) -> None:
+def restore(model: torch.nn.Module, backup: dict[str, torch.Tensor]) -> None:
     """Copy the saved originals back (bitwise)."""
     params = _params(model)
     with torch.no_grad():
@@ -239,18 +259,18 @@ class EditRecord:
     """One applied edit in a history: its delta and a JSON-serializable description."""
 
     delta: WeightDelta
-    manifest: dict = field(default_factory=dict)
+    manifest: dict[str, Any] = field(default_factory=dict)
 
 
 class EditHistory:
     """A stack of edits on one model; `undo` pops the last exactly, `reset` returns to the base weights."""
 
-    def __init__(self, model):
+    def __init__(self, model: torch.nn.Module) -> None:
         self.model = model
         self.records: list[EditRecord] = []
         self._backups: list[dict[str, torch.Tensor]] = []
 
-    def push(self, delta: WeightDelta, manifest: dict | None = None) -> EditRecord:
+    def push(self, delta: WeightDelta, manifest: dict[str, Any] | None = None) -> EditRecord:
         record = EditRecord(delta, manifest or {})
         self._backups.append(apply_delta(self.model, delta))
         self.records.append(record)
@@ -279,7 +299,7 @@ def combined(deltas: list[WeightDelta]) -> WeightDelta:
     return out
 
 
-def save_patch(path: str | Path, delta: WeightDelta, manifest: dict) -> Path:
+def save_patch(path: str | Path, delta: WeightDelta, manifest: dict[str, Any]) -> Path:
     """Write `path` (.safetensors) and `path`.json (the manifest: method, requests, model, hparams...)."""
     from safetensors.torch import save_file
 
@@ -294,7 +314,7 @@ def save_patch(path: str | Path, delta: WeightDelta, manifest: dict) -> Path:
     return path
 
 
-def load_patch(path: str | Path) -> tuple[WeightDelta, dict]:
+def load_patch(path: str | Path) -> tuple[WeightDelta, dict[str, Any]]:
     """Read a patch written by `save_patch`; a corrupt or mismatched file is a clear error."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
@@ -319,7 +339,7 @@ def load_patch(path: str | Path) -> tuple[WeightDelta, dict]:
     return delta, manifest
 
 
-def patch_bytes(delta: WeightDelta, manifest: dict) -> bytes:
+def patch_bytes(delta: WeightDelta, manifest: dict[str, Any]) -> bytes:
     """One self-contained patch file (for a download): safetensors whose metadata holds the JSON manifest."""
     from safetensors.torch import save
 
@@ -328,7 +348,7 @@ def patch_bytes(delta: WeightDelta, manifest: dict) -> bytes:
                 metadata={"editkit": "weight-delta", "manifest": json.dumps(meta, ensure_ascii=False)})
 
 
-def patch_from_bytes(data: bytes, name: str = "patch") -> tuple[WeightDelta, dict]:
+def patch_from_bytes(data: bytes, name: str = "patch") -> tuple[WeightDelta, dict[str, Any]]:
     """Read a patch file's bytes (an upload): safetensors written by `patch_bytes` or `save_patch`. Anything else,
     truncated or corrupt gives a clear EditkitError; check the result against a model with `check_delta`."""
     from safetensors import SafetensorError, safe_open

@@ -34,7 +34,7 @@ from typing import Callable
 from ..core.errors import Cancelled, EditkitError
 from ..core.progress import time_left
 from ..core.settings import limits, settings
-from ..model.footprint import available, gigabytes
+from ..model.ram import available, gigabytes
 
 JOB_NICENESS = 10  # CFS weight 110 against 1024 for a normal thread: predictions win the CPU over long jobs
 

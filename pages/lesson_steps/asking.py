@@ -132,7 +132,7 @@ def try_own(n: int, what: str, inputs, run, show, **caps) -> None:
                 limit = {k: v(value) if callable(v) else v for k, v in caps.items()}
                 st.session_state[keys.own_result(n)] = ui.run_job(
                     f"lesson step {n}", lambda progress: run(lm, progress, value),
-                    memory=compute.own_memory(lm, n, settings(pack)), **limit)
+                    memory=compute.own_ram(lm, n, settings(pack)), **limit)
         ui.cancelled_note()
         result = st.session_state.get(keys.own_result(n))
         if result is not None:

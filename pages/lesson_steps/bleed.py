@@ -11,11 +11,10 @@ from pages.lesson_steps import keys
 from pages.lesson_steps.asking import ask, explain, own_request, try_own
 from pages.lesson_steps.shared import chart, needs, settings
 from pages.lesson_steps.step import Step
-from pages.lesson_steps.targets import pick_target
 
 
-def draw(pack, fid: str, fact: dict) -> None:
-    t = pick_target(fid, fact)
+def draw(pack, fid: str, fact: dict, t: int | None = 0) -> None:
+    t = t or 0  # the new target picked above the step
     bleed = needs(pack, fid, packs.bleed_name(t), "bleed map for this target")
     if bleed is None:
         return

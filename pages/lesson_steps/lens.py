@@ -14,7 +14,7 @@ from pages.lesson_steps.shared import chart, fact_prompt, needs, settings
 from pages.lesson_steps.step import Step
 
 
-def draw(pack, fid: str, fact: dict) -> None:
+def draw(pack, fid: str, fact: dict, target: int | None = None) -> None:
     lens = needs(pack, fid, "lens", "logit lens")
     if lens is None:
         return

@@ -13,7 +13,7 @@ from pages.lesson_steps.shared import chart
 from pages.lesson_steps.step import Step
 
 
-def draw(pack, fid: str, fact: dict) -> None:
+def draw(pack, fid: str, fact: dict, target: int | None = None) -> None:
     with ui.guard("the shipped lifelong run"):
         shipped = _lifelong()
         results = shipped["results"]

@@ -13,7 +13,7 @@ from pages.lesson_steps.shared import chart, fact_prompt, needs, settings
 from pages.lesson_steps.step import Step
 
 
-def draw(pack, fid: str, fact: dict) -> None:
+def draw(pack, fid: str, fact: dict, target: int | None = None) -> None:
     view = needs(pack, fid, "memories", "FFN memories")
     if view is None:
         return
@@ -58,11 +58,14 @@ def show_memories(view: dict, key: str = "pack") -> None:
                 f"{view['d_ff']} memories have m_i > 0 (m from {view['coefficient_min']:.2f} to "
                 f"{view['coefficient_max']:.2f}).")
     chart(st, lambda: figs.memories_figure(view), f"mem_{key}", view if key == "pack" else None)
+    # the column that answers the step's question next to the memory's name: after the two wide token columns
+    # it was off-screen at 1,400 px
     st.dataframe(pd.DataFrame([{
-        "memory": m["label"], "m_i": round(m["coefficient"], 3), "||v_i||": round(m["value_norm"], 3),
+        "memory": m["label"],
+        f"has {view['answer']!r}": any(t["token_id"] == view["answer_id"] for t in m["value_tokens"]),
+        "m_i": round(m["coefficient"], 3), "||v_i||": round(m["value_norm"], 3),
         "value tokens": " · ".join(m.get("value_text", [t["token"] for t in m["value_tokens"]])),
         "Latin-script words (rank)": " · ".join(m.get("latin_text", [])),
-        f"has {view['answer']!r}": any(t["token_id"] == view["answer_id"] for t in m["value_tokens"]),
     } for m in view["memories"]]), hide_index=True, width="stretch",
         column_config={"value tokens": st.column_config.TextColumn(width="large"),
                        "Latin-script words (rank)": st.column_config.TextColumn(width="large")})

@@ -15,7 +15,6 @@ from pages.lesson_steps.asking import ask, explain, own_request, try_own
 from pages.lesson_steps.edit import show_edit
 from pages.lesson_steps.shared import needs, settings
 from pages.lesson_steps.step import Step
-from pages.lesson_steps.targets import pick_target
 
 FORMULAS = [
     r"\text{MEMIT: } \Delta = R K^{\top}(\lambda C + K K^{\top})^{-1},\quad R^{l} = \frac{V - "
@@ -27,8 +26,8 @@ FORMULAS = [
     r"\mathbb{1}\big[o_* \in \mathrm{greedy}(x) \wedge o_c \notin \mathrm{greedy}(x)\big]"]
 
 
-def draw(pack, fid: str, fact: dict) -> None:
-    t = pick_target(fid, fact)
+def draw(pack, fid: str, fact: dict, t: int | None = 0) -> None:
+    t = t or 0  # the new target picked above the step
     edits = {m: pack.part(fid, packs.edit_name(t, m)) for m in pack.manifest.get("method_names", [])}
     edits = {m: e for m, e in edits.items() if e}
     if not edits:

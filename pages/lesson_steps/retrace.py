@@ -13,11 +13,10 @@ from pages.lesson_steps.asking import ask, explain, own_request, try_own
 from pages.lesson_steps.cells import grade_pick, pick_cell, picked_cell
 from pages.lesson_steps.shared import chart, fast_caption, needs, settings
 from pages.lesson_steps.step import Step
-from pages.lesson_steps.targets import pick_target
 
 
-def draw(pack, fid: str, fact: dict) -> None:
-    t = pick_target(fid, fact)
+def draw(pack, fid: str, fact: dict, t: int | None = 0) -> None:
+    t = t or 0  # the new target picked above the step
     edit = needs(pack, fid, packs.edit_name(t, "rome"), "ROME edit to this target")
     trace = needs(pack, fid, packs.retrace_name(t, "rome"), "re-trace of the edited model")
     if edit is None or trace is None:

@@ -10,17 +10,16 @@ from pages.lesson_steps import keys
 from pages.lesson_steps.asking import ask, explain, own_request, try_own
 from pages.lesson_steps.shared import chart, needs
 from pages.lesson_steps.step import Step
-from pages.lesson_steps.targets import pick_target
 
 
-def draw(pack, fid: str, fact: dict) -> None:
-    t = pick_target(fid, fact)
+def draw(pack, fid: str, fact: dict, t: int | None = 0) -> None:
+    t = t or 0  # the new target picked above the step
     out = needs(pack, fid, packs.ripple_name(t), "ripple effects for this target")
     rows = grading.ripple_rows(out) if out else []
     if out and not rows:
-        st.info(out["message"])
+        st.info(no_rows(out))
     elif out:
-        _question(pack, fid, fact, t, out, rows)
+        _question(pack, fid, fact, t, grading.ripple_asked(out), rows)
     explain(
         "An edit (s, r, o → o*) implies more than its own prompt: composed with what the model knows about "
         "o* (o* lies in country z*) it says s lies in z*; another name of s should follow; s's other facts "
@@ -57,10 +56,19 @@ def show_ripple_own(out: dict) -> None:
     from editkit.figures.ripple import ripple_figure
 
     if not grading.ripple_rows(out):
-        st.info(out["message"])
+        st.info(no_rows(out))
         return
-    chart(st, lambda: ripple_figure(out), "ripple_own", None)
+    chart(st, lambda: ripple_figure(grading.ripple_asked(out)), "ripple_own", None)
     st.markdown(f"**{ui.md_escape(grading.ripple_conclusion(out))}**")
+
+
+def no_rows(out: dict) -> str:
+    """Why a ripple result has no question: nothing derived (its message), or no derived fact whose state
+    before the edit fits its question (grading.ripple_asked)."""
+    if not out.get("facts"):
+        return out["message"]
+    return ("No implied fact to ask about: none that should stay was the model's top answer before the edit, "
+            "and none that should move had another answer before it.")
 
 
 def heading(pack, fact: dict) -> str | None:

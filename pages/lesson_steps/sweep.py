@@ -12,7 +12,7 @@ from pages.lesson_steps.shared import chart, needs, settings
 from pages.lesson_steps.step import Step
 
 
-def draw(pack, fid: str, fact: dict) -> None:
+def draw(pack, fid: str, fact: dict, target: int | None = None) -> None:
     sweep = needs(pack, fid, "sweep", "layer sweep")
     tr = pack.part(fid, "trace")
     if sweep is None:

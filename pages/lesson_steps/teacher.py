@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hmac
 import math
+import time
 
 import pandas as pd
 import streamlit as st
@@ -16,6 +17,7 @@ from editkit.lesson import pack as packs
 from pages import ui
 from pages.lesson_steps import keys
 from pages.lesson_steps.asking import TARGET_SEP
+from pages.lesson_steps.building import parts_table
 from pages.lesson_steps.registry import STEPS
 from pages.lesson_steps.shared import class_store, fact_label, lesson_id, lines
 
@@ -68,13 +70,14 @@ def class_answers(pack, rows: list[dict]) -> None:
         by_fact.setdefault(where_label(pack, r["fact"]), []).append(r)
     for i, (fact, group) in enumerate(by_fact.items()):
         st.markdown(f"**{ui.md_escape(fact)}**")
+        # the answers beside the step: last, after the counts, they were off-screen at 1,400 px
         st.dataframe(pd.DataFrame([{
             "step": f"{r['step']}. {STEPS[int(r['step'])].title if int(r['step']) in STEPS else ''}",
+            "answers (most frequent first)": "; ".join(f"{a} ({n})"
+                                                       for a, n in list(r["answers"].items())[:4]),
             "students": r["students"], "right": r["right"], "close": r["close"], "wrong": r["wrong"],
             "first answers right / close / wrong": "{right} / {close} / {wrong}".format(**r["first"]),
             "mean score": round(r["mean_score"], 2) if r["mean_score"] is not None else None,
-            "answers (most frequent first)": "; ".join(f"{a} ({n})"
-                                                       for a, n in list(r["answers"].items())[:4]),
         } for r in group]), hide_index=True, width="stretch", key=keys.class_answers(i))
     if rows:
         st.caption("Right / close / wrong count each student's latest answer; the first answers are their "
@@ -87,7 +90,7 @@ def class_answers(pack, rows: list[dict]) -> None:
 def where_label(pack, where: str) -> str:
     """A stored answer's fact ("<fact id>" or "<fact id> → <new target>") as the teacher reads it."""
     fid, _, target = where.partition(TARGET_SEP)
-    fact = pack.fact(fid) if fid in pack.fact_ids else None
+    fact = pack.fact(fid) if fid in pack.served_ids() else None
     gone = fid.rsplit("-", 1)[0].replace("-", " ")
     name = fact_label(fact) if fact else f"a fact no longer in the pack ({gone})"
     return f"{name}, edited to {target}" if target else name
@@ -110,7 +113,14 @@ def add_fact_form(pack) -> None:
     _estimate(pack, new)
     added = st.session_state.pop(keys.ADDED, None)
     if added:
-        st.success(added)
+        text, profile = added if isinstance(added, tuple) else (added, [])
+        st.success(text)
+        if profile:
+            with st.expander("Time per part"):
+                st.dataframe(pd.DataFrame([{"part": p["part"], "seconds": p["seconds"],
+                                            "expected seconds": p.get("expected_seconds"),
+                                            "of it first-use statistics": p.get("statistics_seconds")}
+                                           for p in profile]), hide_index=True, width="stretch")
     adding = st.session_state.pop(keys.ADDING, None)  # (the fact's key, the pack's facts before the job)
     if st.session_state.pop(keys.ADD_CANCELLED, False):
         _cancelled(pack, adding)
@@ -127,15 +137,22 @@ def add_fact_form(pack) -> None:
 
 
 def _estimate(pack, new: compute.Settings) -> None:
-    from editkit.lesson.build import estimate
+    """How long a fact takes here, with the first-use statistics this server still lacks and their size, and
+    when students can start it (timing.estimate_fact)."""
+    from editkit.lesson.timing import estimate_fact
 
-    one, how = estimate(pack, 1, new)
-    two, _ = estimate(pack, 2, new)
-    st.markdown("The same computation as `python -m editkit lesson build`, as a job on this server: about "
-                f"{duration(one)} for a fact with one new target, {duration(two)} with two ({how}; longer "
-                "while other jobs compute, and on a server that has never computed the model's statistics "
-                "the first fact computes them too). Students see the fact once every part of it is computed; "
-                "until then, and if the job is cancelled, they are served the pack as it was.")
+    one, two = estimate_fact(pack, 1, new), estimate_fact(pack, 2, new)
+    stats = one.statistics_words()
+    first = (f", of which {duration(one.statistics_seconds)} for the model's first-use statistics (computed "
+             "once on this server)") if stats else ""
+    st.markdown(f"Adding a fact here takes about {duration(one.seconds)} for a fact with one new target, "
+                f"{duration(two.seconds)} with two{first}. Students can open its first steps about "
+                f"{duration(one.first_steps_seconds)} after the start, once its traces are computed; each later "
+                "step opens as its results are computed.")
+    st.caption((f"First-use statistics: {stats}. " if stats else "") + f"The parts' times: {one.how}; longer "
+               "while other jobs compute. It is the same computation as `python -m editkit lesson build`, as a "
+               "job on this server; if the job is cancelled the fact is withdrawn and the students are served "
+               "the pack as it was.")
 
 
 def _cancelled(pack, adding) -> None:
@@ -145,8 +162,9 @@ def _cancelled(pack, adding) -> None:
         st.success(f"The cancel came too late: every part of “{fact_label(pack.fact(done[0]))}” was already "
                    "computed, so it is added, and every student now sees it in the fact list.")
     else:
-        st.info("Adding the fact was cancelled: the students' pack is unchanged (the fact is not in it). The "
-                "parts computed so far are kept, so adding the same fact again continues where it stopped.")
+        st.info("Adding the fact was cancelled: the students' pack is unchanged (the fact is not in it, and "
+                "students who had opened its first steps are told it was withdrawn). The parts computed so "
+                "far are kept, so adding the same fact again continues where it stopped.")
 
 
 def _form() -> dict | None:
@@ -172,7 +190,8 @@ def _form() -> dict | None:
 
 
 def _add(pack, record: dict, new: compute.Settings) -> None:
-    """Build the fact into the served pack as this session's job; the success message waits for the rerun."""
+    """Build the fact into the served pack as this session's job, each part's time left shown above the
+    progress bar; the success message (with each part's time) waits for the rerun."""
     from editkit.lesson.build import build
     from editkit.lesson.facts import read_facts
 
@@ -180,14 +199,43 @@ def _add(pack, record: dict, new: compute.Settings) -> None:
         raise EditkitError("give at least one new target")
     [new_fact] = read_facts([record])  # a bad record is refused before anything loads
     st.session_state[keys.ADDING] = (new_fact.key, list(pack.fact_ids))  # for a cancel's message
+    clicked = time.time()
     lm = ui.get_lm(pack.model, served=True)
     folder = packs.writable_folder()
     methods = pack.manifest.get("method_names")
+    table = st.empty()
     out = ui.run_job("adding a fact to the lesson", lambda progress: build(
-        [record], folder, lm=lm, progress=progress, methods=methods, settings=new), on_cancel=_add_cancelled,
-        samples=new.samples, memory=compute.build_memory(lm, new, methods),
+        [record], folder, lm=lm, progress=_with_parts(progress, table, folder, new_fact.key), methods=methods,
+        settings=new), on_cancel=_add_cancelled, samples=new.samples,
+        memory=compute.build_ram(lm, new, methods),
         niceness=0)  # the teacher waits on it while preparing: normal priority, not starved by other work
-    fact = packs.Pack.open(folder).fact(out["facts"][-1])
+    table.empty()
+    fid = out["facts"][-1]
+    fact = packs.Pack.open(folder).fact(fid)
+    opened = out.get("opened", {}).get(fid, {})
+    start = (time.time() - clicked) - out["seconds"]  # the model's load and the wait for a turn
+    visible = f"; students could open its first steps {duration(start + opened['visible'])} after the click" \
+        if opened.get("visible") else ""
     st.session_state[keys.ADDED] = (f"Added “{fact_label(fact)}” ({out['computed']} part(s) computed in "
-                                    f"{duration(out['seconds'])}). Every student now sees it in the fact "
-                                    "list.")
+                                    f"{duration(out['seconds'])}{visible}). Every student now sees it in the "
+                                    "fact list.", out.get("profile", []))
+
+
+def _with_parts(progress, table, folder, key: str):
+    """The build's progress, and above it (at most once a second) each part of the new fact with its time
+    left, from the fact's status (editkit/lesson/building.py)."""
+    from editkit.lesson.building import find
+
+    last = [0.0]
+
+    def step(fraction: float, message: str) -> None:
+        progress(fraction, message)
+        if time.time() - last[0] >= 1:
+            last[0] = time.time()
+            found = find(folder, key)
+            if found:
+                with table.container():
+                    st.markdown("**The new fact's parts** (a student can open a step once its parts are "
+                                "done):")
+                    st.dataframe(parts_table(found), hide_index=True, width="stretch")
+    return step

@@ -7,6 +7,7 @@ from editkit.core.progress import part
 from editkit.figures import lesson as figs
 from editkit.figures.tracing import depth_comparison
 from editkit.lesson import compute, grading
+from pages import ui
 from pages.lesson_steps import keys
 from pages.lesson_steps.asking import ask, explain, try_own
 from pages.lesson_steps.cells import grade_pick, pick_cell, picked_cell, trace_inputs
@@ -14,7 +15,7 @@ from pages.lesson_steps.shared import chart, fast_caption, needs
 from pages.lesson_steps.step import Step
 
 
-def draw(pack, fid: str, fact: dict) -> None:
+def draw(pack, fid: str, fact: dict, target: int | None = None) -> None:
     tr = needs(pack, fid, "trace", "causal trace")
     if tr is None:
         return
@@ -51,9 +52,17 @@ def own_traces(lm, progress, v) -> dict:
 
 
 def show_own_traces(r: dict) -> None:
-    st.plotly_chart(figs.trace_with_marks(r["traces"]["hidden"]), width="stretch",
+    """The student's trace, its marks and what it says (clean and corrupted p, the peak: the pack's trace ends
+    with the same; a bare heatmap ended 86 s of waiting), and with a second model both on a relative depth
+    axis."""
+    hidden = r["traces"]["hidden"]
+    s = grading.sites(hidden)
+    st.plotly_chart(figs.trace_with_marks(hidden, None, s["early"]), width="stretch",
                     key=keys.chart("own_fig_2"))
-    fast_caption(r["traces"]["hidden"])
+    fast_caption(hidden)
+    for name, trace in (r.get("both") or {None: hidden}).items():  # each model's, with two
+        who = f"**{ui.md_escape(name)}**: " if name else ""
+        st.markdown(who + ui.md_escape(grading.trace_summary(trace)))
     if r.get("both"):
         st.markdown("The same fact on both models, each layer at its **relative depth** l / (L − 1): where "
                     "does restoring the last subject token's state bring back the most of p(answer), "

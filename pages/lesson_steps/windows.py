@@ -12,7 +12,7 @@ from pages.lesson_steps.shared import chart, fast_caption, needs
 from pages.lesson_steps.step import Step
 
 
-def draw(pack, fid: str, fact: dict) -> None:
+def draw(pack, fid: str, fact: dict, target: int | None = None) -> None:
     tr = needs(pack, fid, "trace", "causal trace")
     if tr is None:
         return

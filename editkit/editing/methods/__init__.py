@@ -18,7 +18,7 @@ a sequence to the next, as AlphaEdit its earlier keys, sets `stateful=True` and 
 
 - `first_use(hp) -> FirstUse`: the per-model caches an edit with `hp` reads (key statistics by module and token
   positions at hp.layers, the context templates), computed with progress before the first edit
-  (api.prepare_first_use). Default: nothing.
+  (run.prepare_first_use). Default: nothing.
 - `predict_share(lm, result) -> share.SharePrediction`: how the update acts on other keys, drawn by the bleed map
   (editing/share.py). Default: None, no prediction.
 - `placement`: how `python -m editkit hparams` places its layers on a model without a file of its own
@@ -37,12 +37,20 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ...core.errors import EditkitError
 from ...core.paths import HPARAMS
+from ...core.progress import Progress
+
+if TYPE_CHECKING:
+    from ...model.loading import LM
+    from ..requests import EditRequest
+    from ..result import EditResult
+    from ..share import SharePrediction
 
 
 @dataclass(frozen=True)
@@ -55,7 +63,19 @@ class FirstUse:
     templates: bool = False  # hp.context_templates prefixes of hp.context_length tokens
 
 
-def nothing(hp) -> FirstUse:
+class Apply(Protocol):
+    """A method's edit (the contract above). `hp` is the method's own Hparams subclass (Method.hparams); a
+    stateful method's apply also takes `state=` (a SequenceState) and puts the next one in the result."""
+
+    def __call__(self, lm: LM, requests: Sequence[EditRequest], hp: Any, progress: Progress | None = None,
+                 reference: bool = False, solves: bool = False) -> EditResult: ...
+
+
+# how it optimizes its target vectors: (sites, layer, adaptive) for targets.optimize_layers
+TargetSpec = tuple[tuple[str, ...], int, bool]
+
+
+def nothing(hp: Any) -> FirstUse:
     """The first use of a method that reads no cached statistics or templates."""
     return FirstUse()
 
@@ -64,7 +84,7 @@ def nothing(hp) -> FirstUse:
 class Method:
     name: str  # the id used on the command line and in files ("rome")
     label: str  # for people ("ROME")
-    apply: Callable  # (lm, requests, hp, progress=None, reference=False, solves=False) -> EditResult
+    apply: Apply
     hparams: type  # its frozen Hparams dataclass
     spreading: str  # how the update is spread over layers, in words
     about: str = ""  # one sentence with the paper
@@ -73,15 +93,16 @@ class Method:
     stateful: bool = False  # apply takes `state=` (editing/sequence.SequenceState) and returns the next one
     order: int = 100  # position in lists (built-ins: 10, 20, ...)
     hparams_dir: Path | None = None  # its per-model JSON defaults (default: assets/hparams/<name>/)
-    first_use: Callable = nothing  # (hp) -> FirstUse
-    predict_share: Callable | None = None  # (lm, result) -> share.SharePrediction, or no prediction
+    first_use: Callable[[Any], FirstUse] = nothing
+    predict_share: Callable[[LM, EditResult], SharePrediction] | None = None  # None: no prediction
     # where its layers go on a new model (evaluation/derive.py), from the MLP's average indirect effect at the last
     # subject token: "peak" (the one layer where it peaks), "window" (as many layers as the template model's file,
     # centred on the peak), "depth" (the template's layers, centred at the same relative depth)
     placement: str = "window"
-    targets: Callable | None = None  # (hp) -> (sites, layer, adaptive) of its target optimisation
-    explain: Callable | None = None  # (result, i) -> why request i's edit may not win its rewrite, where the
-    # method knows better than the result's generic diagnostics (result.likely_reason); "" or None: no opinion
+    targets: Callable[[Any], TargetSpec] | None = None  # (hp) -> its target optimisation
+    # (result, i) -> why request i's edit may not win its rewrite, where the method knows better than the
+    # result's generic diagnostics (result.likely_reason); "" or None: no opinion
+    explain: Callable[[EditResult, int], str | None] | None = None
 
     @property
     def defaults_dir(self) -> Path:

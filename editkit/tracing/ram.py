@@ -1,6 +1,6 @@
-"""The working memory a causal trace declares before it runs (a served app's queue admits it within its budget).
+"""The RAM a causal trace needs, estimated before it runs (a served app's queue admits it within its budget).
 
-    trace_memory(lm, "The Eiffel Tower is located in the city of", samples=10)   # bytes
+    trace_ram(lm, "The Eiffel Tower is located in the city of", samples=10)   # bytes
 
 A trace with n noise samples over a prompt of T tokens on a model of L layers keeps, at its largest:
 - the preview (attribution patching): the corrupted run's autograd graph over n rows x T positions and L blocks,
@@ -13,12 +13,12 @@ A trace with n noise samples over a prompt of T tokens on a model of L layers ke
 The phases run one after another, but the resident peak runs near their sum, not the larger one: the allocator keeps
 what the preview freed, and the panels' blocks of other sizes do not reuse it (benchmarks/job_memory.py, Gemma, 10
 samples: 408-413 MB in two of three runs against 195 MB for the larger phase). So the estimate is the setup plus both
-phases, times footprint.MARGIN.
+phases, times ram.MARGIN.
 Tokens are counted with the model's tokenizer (a prompt too long for the limits is refused by the trace itself).
 """
 from __future__ import annotations
 
-from ..model.footprint import graph_bytes, step_bytes, vocab_bytes, with_margin
+from ..model.ram import graph_bytes, step_bytes, vocab_bytes, with_margin
 from ..model.runner import VOCAB_BLOCK
 from ..model.sites import TRACE_KINDS
 from .engine import MAX_POSITION_ROWS
@@ -34,7 +34,7 @@ def prompt_tokens(lm, prompt: str) -> int:
         return 1
 
 
-def trace_memory(lm, prompt: str, samples: int, kinds=TRACE_KINDS, preview: bool = True,
+def trace_ram(lm, prompt: str, samples: int, kinds=TRACE_KINDS, preview: bool = True,
                  tokens: int | None = None) -> int:
     """Bytes a trace of `prompt` with `samples` noise samples and these `kinds` needs beyond the weights."""
     n, L = max(1, int(samples)), lm.adapter.n_layers
@@ -51,6 +51,6 @@ def trace_memory(lm, prompt: str, samples: int, kinds=TRACE_KINDS, preview: bool
 FACT_TOKENS = 24  # tokens of a known fact's prompt, an upper bound (the average indirect effect's facts)
 
 
-def aie_memory(lm, samples: int = 10) -> int:
+def aie_ram(lm, samples: int = 10) -> int:
     """Bytes the average indirect effect needs: its facts are traced one after another (exact panels only)."""
-    return trace_memory(lm, "", samples, preview=False, tokens=FACT_TOKENS)
+    return trace_ram(lm, "", samples, preview=False, tokens=FACT_TOKENS)

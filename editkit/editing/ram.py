@@ -1,22 +1,22 @@
-"""The working memory an edit declares before it runs (a served app's queue admits it within its budget).
+"""The RAM an edit needs, estimated before it runs (a served app's queue admits it within its budget).
 
-    edit_memory(lm, ["rome", "memit"], requests=1)     # bytes: the largest method's, they run one after another
+    edit_ram(lm, ["rome", "memit"], requests=1)     # bytes: the largest method's, they run one after another
 
 An edit of b requests by a locate-then-edit method keeps, at its largest:
 - the target optimisation: b x (context templates + 2) rows of POSITIONS tokens after their cached context
   prefix, with autograd over the blocks from the first edited layer up, and their target tokens' logits over the
   vocabulary (TARGET_TOKENS per row);
 - the statistics: per edited layer the key second moment C and the solve's d_ff x d_ff temporaries (AlphaEdit's
-  projection too), and, on a method's first use only (api.first_use says what is not cached yet), the corpus pass
+  projection too), and, on a method's first use only (run.first_use says what is not cached yet), the corpus pass
   that computes C (one block step over STATS_ROWS row-positions).
-Everything is counted at its largest and summed, times footprint.MARGIN; the hyperparameters give the layers and
+Everything is counted at its largest and summed, times ram.MARGIN; the hyperparameters give the layers and
 templates (the per-model defaults unless overridden).
 """
 from __future__ import annotations
 
-from ..model.footprint import graph_bytes, matrix_bytes, step_bytes, vocab_bytes, with_margin
-from .api import first_use
+from ..model.ram import graph_bytes, matrix_bytes, step_bytes, vocab_bytes, with_margin
 from .defaults import load_hparams
+from .run import first_use
 
 POSITIONS = 16  # tokens of one row after its cached context prefix (the prompt and target), short facts
 TARGET_TOKENS = 4  # target tokens scored per row
@@ -24,7 +24,7 @@ STATS_ROWS = 4096  # row-positions of one step of the statistics' corpus pass
 MATRICES = 3  # d_ff x d_ff matrices per edited layer: C, its factor or inverse, and a projection or the solve's
 
 
-def method_memory(lm, method: str, requests: int = 1, overrides: dict | None = None) -> int:
+def method_ram(lm, method: str, requests: int = 1, overrides: dict | None = None) -> int:
     """Bytes one method's edit of `requests` requests needs beyond the weights (see module docstring)."""
     L = lm.adapter.n_layers
     try:
@@ -39,13 +39,13 @@ def method_memory(lm, method: str, requests: int = 1, overrides: dict | None = N
     return with_margin(target + stats)
 
 
-def edit_memory(lm, methods, requests: int = 1, overrides: dict | None = None) -> int:
+def edit_ram(lm, methods, requests: int = 1, overrides: dict | None = None) -> int:
     """Bytes an edit by each of `methods` in turn needs: the largest one's (they run one after another)."""
     overrides = overrides or {}
-    return max((method_memory(lm, m, requests, overrides.get(m)) for m in methods), default=0)
+    return max((method_ram(lm, m, requests, overrides.get(m)) for m in methods), default=0)
 
 
-def scoring_memory(lm, tokens: int = 512) -> int:
+def scoring_ram(lm, tokens: int = 512) -> int:
     """Bytes of scoring `tokens` tokens of text (a lifelong run's perplexity checkpoints): their logits over the
     vocabulary and one block step."""
     return with_margin(vocab_bytes(lm, tokens, copies=1) + step_bytes(lm, tokens))

@@ -1,4 +1,5 @@
-"""How much memory a model's weights need, and whether they fit, decided before any weight is loaded.
+"""RAM estimates' pieces: how much memory a model's weights need and whether they fit, decided before any
+weight is loaded; and the bytes of the tensors a long job holds (below).
 
     fp = footprint(config, "bfloat16")     # parameters (weights' headers or a meta-device model) x bytes
     fp.check(device, name)                  # EditkitError with the numbers when it does not fit; else a message
@@ -14,7 +15,7 @@ large model.
 A long job's working memory (what a served app's queue admits within its budget, editkit/runtime/jobs.py) is built
 from the same dimensions: `step_bytes` (a forward's live activations in one block), `graph_bytes` (what autograd
 keeps of a forward for its backward), `vocab_bytes` (rows of logits over the vocabulary) and `matrix_bytes`
-(d_ff x d_ff statistics). The algorithms combine them (tracing/memory.py, editing/memory.py); `MARGIN` covers the
+(d_ff x d_ff statistics). The algorithms combine them (tracing/ram.py, editing/ram.py); `MARGIN` covers the
 allocator's slack and the temporaries the sums leave out (measured peaks: docs/results/serving.md).
 """
 from __future__ import annotations

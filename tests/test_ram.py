@@ -4,10 +4,10 @@ no GPU needed)."""
 import pytest
 import torch
 
-import editkit.model.footprint as footprint
+import editkit.model.ram as ram
 from editkit.core.errors import EditkitError
-from editkit.model.footprint import Footprint, count_parameters, device_map
 from editkit.model.loading import TINY, estimate, load_model, tiny_config
+from editkit.model.ram import Footprint, count_parameters, device_map
 
 
 @pytest.mark.parametrize("name", TINY)
@@ -18,7 +18,7 @@ def test_parameters_from_the_config_equal_the_loaded_model(name):
 
 def test_bytes_per_dtype_and_the_estimate():
     fp = Footprint(1_000_000_000, torch.bfloat16)
-    assert fp.bytes == 2_000_000_000 and fp.needed == int(2_000_000_000 * footprint.OVERHEAD)
+    assert fp.bytes == 2_000_000_000 and fp.needed == int(2_000_000_000 * ram.OVERHEAD)
     assert "1.00 B parameters x 2 bytes (bfloat16) = 2.00 GB" in fp.describe()
     full, half = estimate("tiny-llama-tied", "float32"), estimate("tiny-llama-tied@bfloat16")
     assert full["parameters"] == half["parameters"] and full["bytes"] == 2 * half["bytes"] and full["fits"]
@@ -28,7 +28,7 @@ def test_bytes_per_dtype_and_the_estimate():
 
 
 def test_a_model_that_does_not_fit_is_refused_with_the_numbers(monkeypatch):
-    monkeypatch.setattr(footprint, "available", lambda device: (1_000_000, "RAM"))
+    monkeypatch.setattr(ram, "available", lambda device: (1_000_000, "RAM"))
     with pytest.raises(EditkitError) as err:
         load_model("tiny-llama", device="cpu")
     text = str(err.value)
