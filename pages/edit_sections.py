@@ -407,6 +407,9 @@ def show_ripple(out) -> None:
         st.caption("Criteria: " + "; ".join(f"{k} = {v}" for k, v in CRITERIA.items()) + ". Efficacy and "
                    "neighbourhood specificity of each method: " + "; ".join(
                        f"{m.label} {_rate(m.efficacy)} / {_rate(m.specificity)}" for m in out.methods))
+    for m in out.methods:  # co-edit with nothing implied to write: it edited as MEMIT would, and why
+        for note in m.notes:
+            st.warning(f"**{m.label}**: {ui.md_escape(note)}")
     show_written(out)
     dropped = out.derivation.dropped
     if dropped:

@@ -8,7 +8,7 @@ pack: $EDITKIT_LESSON, else the class's copy in the cache (a teacher added facts
 import streamlit as st
 
 from editkit.core.errors import EditkitError
-from editkit.lesson import reference
+from editkit.lesson import background
 from pages import ui
 from pages.lesson_steps import keys
 from pages.lesson_steps.asking import draw
@@ -44,7 +44,7 @@ def lesson(pack, fid: str) -> None:
     buttons to the previous and next step."""
     fact = pack.fact(fid)
     if st.session_state.get(keys.STEP, 1) == 1:
-        draw(reference.intro(pack_methods(pack)))
+        draw(background.intro(pack_methods(pack)))
     true = fact["request"]["target_true"].strip()
     st.markdown(f"**The fact:** “{ui.md_escape(fact_prompt(fact))}” → **{ui.md_escape(true)}** "
                 f"({pack.model} predicts it with p = {fact['known']['predicted'][0]['prob']:.2f}).")

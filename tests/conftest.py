@@ -6,7 +6,18 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never use the network
 
 import pytest
 
-from editkit.model.loading import TINY, load_model
+from editkit.model.loading import TINY, load_model  # before torch: OpenMP's spin count (core/threads.py)
+
+# isort: split
+import torch  # noqa: E402
+
+# Tiny models on one thread: each of their operations is microseconds of work, so a second OpenMP thread
+# only adds a barrier per operation, and beside other processes on 2 cores a descheduled partner stalls
+# every barrier (docs/reference/testing.md has the measurement). Tests of an embedded model get the
+# machine's threads back (`_torch_threads`); subprocesses keep torch's default.
+MACHINE_THREADS = torch.get_num_threads()
+REAL_MODEL_FIXTURES = {"gemma", "smollm2"}
+torch.set_num_threads(1)
 
 
 @functools.lru_cache(maxsize=None)
@@ -37,6 +48,14 @@ def ray_local():
     yield cluster.parse_backend("local:2", start_timeout=240, item_timeout=240)
     cluster.shutdown()
     assert not ray.is_initialized()
+
+
+@pytest.fixture(autouse=True)
+def _torch_threads(request):
+    """One torch thread for a test on tiny models, the machine's for one on an embedded model (see above)."""
+    want = MACHINE_THREADS if REAL_MODEL_FIXTURES & set(request.fixturenames) else 1
+    if torch.get_num_threads() != want:
+        torch.set_num_threads(want)
 
 
 @pytest.fixture(scope="session")

@@ -51,7 +51,7 @@ def test_patching_own_clean_value_is_identity(tiny, part):
             _logits(tiny)
         n = cache["x"].shape[1]
         with Hooks() as hooks:
-            hooks.patch_output(module, range(n), cache["x"][0])
+            hooks.patch(module, range(n), cache["x"][0])
             patched = _logits(tiny)
         assert torch.equal(patched, clean), (part, layer)
 
@@ -61,7 +61,7 @@ def test_patching_changes_something(tiny):
     a = tiny.adapter
     clean = _logits(tiny)
     with Hooks() as hooks:
-        hooks.patch_output(a.block(1), [2], torch.zeros(a.d_model))
+        hooks.patch(a.block(1), [2], torch.zeros(a.d_model))
         assert not torch.allclose(_logits(tiny), clean)
 
 
@@ -92,7 +92,7 @@ def test_hooks_removed_on_exception(tiny):
     a = tiny.adapter
     with pytest.raises(RuntimeError):
         with Hooks() as hooks:
-            hooks.set_output(a.block(0), lambda h: h * 0)
+            hooks.set(a.block(0), lambda h: h * 0)
             raise RuntimeError("boom")
     assert all(not m._forward_hooks and not m._forward_pre_hooks for m in tiny.model.modules())
 
@@ -104,7 +104,7 @@ def test_input_patch_roundtrip(tiny):
         keys = hooks.capture({"k": a.down_proj(2)}, what="input")
         _logits(tiny)
     with Hooks() as hooks:
-        hooks.patch_input(a.down_proj(2), range(keys["k"].shape[1]), keys["k"][0])
+        hooks.patch(a.down_proj(2), range(keys["k"].shape[1]), keys["k"][0], what="input")
         assert torch.equal(_logits(tiny), clean)
 
 

@@ -2,20 +2,20 @@
 progress step and leaves nothing behind, the queue admits jobs first come first served and never runs more than
 its slots at once."""
 import threading
-import time
 
 import pytest
 import torch
 
 from editkit.core import limits, settings
 from editkit.core.errors import Cancelled, EditkitError
-from editkit.core.limits import Limits, parse_limits
+from editkit.core.limits import Limits, parse_limits_override
 from editkit.model import weights
 from editkit.model.text import last_logits
 from editkit.model.tokens import check_prompt
 from editkit.runtime import jobs
 from editkit.runtime.jobs import Job, JobQueue
 from editkit.tracing import TraceSpec, trace
+from polling import until
 
 
 def idle(queue: JobQueue) -> bool:
@@ -30,11 +30,11 @@ def queued(queue: JobQueue) -> int:
 
 
 def test_limits_defaults_and_overrides(monkeypatch, tmp_path):
-    assert parse_limits("") == Limits()
-    assert parse_limits('{"samples": 7, "jobs": 3}') == Limits(samples=7, jobs=3)
+    assert Limits(**parse_limits_override("")) == Limits()
+    assert Limits(**parse_limits_override('{"samples": 7, "jobs": 3}')) == Limits(samples=7, jobs=3)
     path = tmp_path / "limits.json"
     path.write_text('{"batch": 2}')
-    assert parse_limits(str(path)).batch == 2
+    assert parse_limits_override(str(path)) == {"batch": 2}
     monkeypatch.setenv(limits.ENV, '{"prompt_tokens": 5}')
     assert settings.limits().prompt_tokens == 5
     monkeypatch.delenv(limits.ENV)
@@ -49,7 +49,7 @@ def test_limits_defaults_and_overrides(monkeypatch, tmp_path):
 ])
 def test_bad_limits_are_clear_errors(text, message):
     with pytest.raises(EditkitError, match=message):
-        parse_limits(text)
+        parse_limits_override(text)
 
 
 def test_check_names_the_cap():
@@ -97,9 +97,10 @@ def test_cancelling_a_real_trace_stops_it_and_leaves_no_trace_of_it(tiny_by_name
 
     def progress(f, msg):
         steps.append(f)
-        if len(steps) == 2:
-            threading.Thread(target=job.cancel).start()
-            time.sleep(0.2)
+        if len(steps) == 2:  # cancelled from another thread, before the next step
+            canceller = threading.Thread(target=job.cancel)
+            canceller.start()
+            canceller.join(10)
 
     job.on_progress = progress
     with pytest.raises(Cancelled):
@@ -117,7 +118,7 @@ def test_cancelling_a_real_trace_stops_it_and_leaves_no_trace_of_it(tiny_by_name
 def test_queue_runs_at_most_its_slots_first_come_first_served():
     queue = JobQueue(slots=2, poll=0.01)
     running, peak, order, lock = [0], [0], [], threading.Lock()
-    gate = threading.Event()
+    gate, moved_up = threading.Event(), threading.Event()
     waits = {}
 
     admitted = []
@@ -128,6 +129,8 @@ def test_queue_runs_at_most_its_slots_first_come_first_served():
 
         def on_wait(ahead, n_running):
             waits.setdefault(i, []).append(ahead)
+            if i == 5 and ahead < 3:
+                moved_up.set()
 
         with queue.slot(job, on_wait):
             with lock:
@@ -135,7 +138,8 @@ def test_queue_runs_at_most_its_slots_first_come_first_served():
                 running[0] += 1
                 peak[0] = max(peak[0], running[0])
             gate.wait(timeout=10)
-            time.sleep(0.02)
+            if i in (2, 3):  # the two admitted after the gate hold their slots until job5 has seen its place move
+                moved_up.wait(timeout=10)
             with lock:
                 running[0] -= 1
 
@@ -144,9 +148,8 @@ def test_queue_runs_at_most_its_slots_first_come_first_served():
         t = threading.Thread(target=work, args=(i,))
         t.start()
         threads.append(t)
-        deadline = time.time() + 10  # a known arrival order: the next thread starts once this one is queued
-        while time.time() < deadline and queued(queue) < i + 1:
-            time.sleep(0.005)
+        # a known arrival order: the next starts once this one runs (the first two) or waits
+        until(lambda: queued(queue) == i + 1 and len(queue.snapshot()["running"]) == min(i + 1, 2))
     snap = queue.snapshot()
     assert [j["name"] for j in snap["running"]] == ["job0", "job1"]
     assert [j["name"] for j in snap["waiting"]] == ["job2", "job3", "job4", "job5"]
@@ -172,7 +175,7 @@ def test_a_waiting_job_can_be_cancelled_and_a_full_queue_refuses(monkeypatch):
     t.start()
     assert started.wait(5)
     waiting = Job("queued")
-    threading.Timer(0.1, waiting.cancel).start()
+    threading.Thread(target=lambda: until(lambda: waiting.state == "waiting") and waiting.cancel()).start()
     with pytest.raises(Cancelled):
         with queue.slot(waiting):
             pass
@@ -185,8 +188,7 @@ def test_a_waiting_job_can_be_cancelled_and_a_full_queue_refuses(monkeypatch):
 
     w1 = threading.Thread(target=second)
     w1.start()
-    time.sleep(0.1)
-    assert [j["name"] for j in queue.snapshot()["waiting"]] == ["w1"]
+    assert until(lambda: [j["name"] for j in queue.snapshot()["waiting"]] == ["w1"])
     with pytest.raises(EditkitError, match="server is busy"):
         with queue.slot(Job("w2")):
             pass
@@ -233,9 +235,7 @@ def _hold(queue: JobQueue, job: Job, gate: threading.Event) -> threading.Thread:
             gate.wait(10)
     t = threading.Thread(target=run, daemon=True)
     t.start()
-    deadline = time.time() + 5
-    while time.time() < deadline and job.state not in ("running", "waiting"):
-        time.sleep(0.005)
+    until(lambda: job.state in ("running", "waiting"), timeout=5)
     return t
 
 
@@ -288,7 +288,7 @@ def test_a_job_extrapolates_the_time_left_once_it_has_enough_to_go_on():
     assert job.left(now=1100.0) is None  # under 5% done: no estimate yet
     job.fraction = 0.25
     assert job.left(now=1005.0) is None  # under 10 s spent
-    assert job.left(now=1020.0) == "about 60 s left" and job.left(now=1600.0) == "about 30.0 min left"
+    assert job.left(now=1020.0) == "about 60 s left" and job.left(now=1600.0) == "about 30 min left"
 
 
 def test_a_sessions_new_job_waits_for_its_cancelled_one_to_stop_instead_of_being_refused(monkeypatch):
@@ -322,8 +322,7 @@ def test_a_sessions_new_job_waits_for_its_cancelled_one_to_stop_instead_of_being
 
     n = threading.Thread(target=new_run)
     n.start()
-    time.sleep(0.2)
-    assert new.state == "waiting" and not stopped.is_set()
+    assert until(lambda: new.state == "waiting" and messages) and not stopped.is_set()
     assert messages and messages[-1] == "waiting for your cancelled job (adding a fact to the lesson) to stop"
     with queue.slot(Job("a trace", owner="s2")):  # the free slot is not held up by s1's wait
         order.append("s2")

@@ -371,7 +371,7 @@ def test_the_build_clock_adds_to_a_parts_own_time_left_instead_of_contradicting_
     step, _ = clock.unit(1)
     step(0.1, "statistics: " + eta(10.0, 1, 4))
     assert said[-1].endswith("(the last part)")
-    assert gives_time(time_left(300)) and time_left(300) == "about 5.0 min left" and not gives_time("step 3/10")
+    assert gives_time(time_left(300)) and time_left(300) == "about 5 min left" and not gives_time("step 3/10")
 
 
 def test_the_countdown_moves_with_the_clock_and_the_parts_to_come_follow_the_parts_done(monkeypatch):

@@ -7,7 +7,6 @@ import torch
 
 from editkit.core.paths import DATA
 from editkit.editing.defaults import load_hparams
-from editkit.editing.keys import layer_state
 from editkit.editing.methods.memit import apply_memit
 from editkit.editing.methods.pmet import apply_pmet
 from editkit.editing.requests import parse_requests
@@ -21,6 +20,7 @@ from editkit.editing.spread import (
 )
 from editkit.editing.stats import cholesky, second_moment
 from editkit.model.weights import applied, apply_delta, restore
+from test_targets import layer_state
 
 
 def _requests(n=3):

@@ -134,4 +134,5 @@ def test_bench_startup_phases_against_a_reference(tmp_path):
         assert {"python", "import editkit", "imports", "parser", "config", "tokenizer", "weights", "check",
                 "answer"} <= set(phases)
         assert {"config", "tokenizer", "weights", "check", "rest"} <= set(code["load"]["phases"])
+        assert set(code["predict"]["cpu_phases"]) == set(phases)  # CPU seconds of the same phases
         assert code["predict"]["best"] > 0 and code["load"]["best"] > 0

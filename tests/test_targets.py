@@ -121,8 +121,18 @@ def test_requests_leave_the_batch_when_they_stop(tiny_by_name):
         torch.testing.assert_close(alone["resid_post"]["delta"], out[j]["resid_post"]["delta"], rtol=1e-3, atol=1e-4)
 
 
+def layer_state(lm, requests, hp, layer: int, z_layer: int, kind: str) -> dict:
+    """What MEMIT reads at one critical layer, in one batched read (keys.read_sites): "K" the template-averaged
+    keys at `layer`, "current" the site `kind` at z_layer and "mlp" the MLP output at `layer`."""
+    from editkit.editing.keys import read_sites
+    from editkit.model.sites import Site, site
+
+    return read_sites(lm, requests, hp, {"K": Site("mlp_key", layer)},
+                      {"current": site(kind, z_layer), "mlp": Site("mlp_out", layer)})
+
+
 def test_layer_state_matches_one_by_one(tiny):
-    from editkit.editing.keys import key_star, layer_state, site_output
+    from editkit.editing.keys import key_star, site_output
     hp = load_hparams("memit", tiny)
     requests = _requests(3)
     for site in ("resid_post", "mlp_out"):

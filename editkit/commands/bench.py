@@ -282,7 +282,9 @@ def show_startup(out) -> None:
             if "skipped" in row:
                 print(f"  {name:8s} skipped: {row['skipped']}")
                 continue
-            phases = ", ".join(f"{p} {s:.2f}" for p, s in row.get("phases", {}).items())
+            cpu_phases = row.get("cpu_phases", {})
+            phases = ", ".join(f"{p} {s:.2f}" + (f" ({cpu_phases[p]:.2f} CPU)" if p in cpu_phases else "")
+                               for p, s in row.get("phases", {}).items())
             cpu = f"  CPU {row['cpu_best']:.2f} s" if "cpu_best" in row else ""
             print(f"  {name:8s} best {row['best']:6.2f} s  median {row['median']:6.2f} s{cpu}"
                   + (f"  ({phases})" if phases else ""))

@@ -107,9 +107,3 @@ def parse_limits_override(text: str | None) -> dict[str, int]:
     check_limit_values(raw)
     return dict(raw)
 
-
-def parse_limits(text: str | None) -> Limits:
-    """Limits from a JSON object, or from the JSON file a path names; empty or None gives the defaults."""
-    over = parse_limits_override(text)
-    return Limits(**over, origin={f"limits.{k}": ENV for k in over})
-

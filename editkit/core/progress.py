@@ -8,6 +8,7 @@ already gave one (`gives_time`).
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 Progress = Callable[[float, str], None]
@@ -29,13 +30,14 @@ LEFT = " left"  # the end of every time estimate a message carries
 
 
 def duration(seconds: float) -> str:
-    """'about 40 s' / 'about 3.5 min'."""
-    return f"about {seconds:.0f} s" if seconds < 120 else f"about {seconds / 60:.1f} min"
+    """'40 s' below a minute and a half, else whole minutes rounded up ('4 min': never '0 min', which reads as
+    nothing to wait for): the one way editkit says how long something takes or took."""
+    return f"{seconds:.0f} s" if seconds < 90 else f"{math.ceil(seconds / 60)} min"
 
 
 def time_left(seconds: float) -> str:
-    """'about 40 s left' / 'about 3.5 min left': the one way a progress message says how long is left."""
-    return duration(seconds) + LEFT
+    """'about 40 s left' / 'about 4 min left': the one way a progress message says how long is left."""
+    return "about " + duration(seconds) + LEFT
 
 
 def eta(elapsed: float, done: float, total: float) -> str:

@@ -4,7 +4,7 @@ them).
 
     with recording() as phases:
         load_model("gemma-3-270m")
-    phases  # [("config", 0.05), ("tokenizer", 0.9), ("weights", 0.6), ("check", 0.3)]
+    phases  # [("config", 0.05, 0.05), ("tokenizer", 0.9, 0.9), ...]: name, wall seconds, CPU seconds
 """
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
-_PHASES: ContextVar[list[tuple[str, float]] | None] = ContextVar("editkit_phases", default=None)
+Phase = tuple[str, float, float]  # name, wall seconds, CPU seconds of the process (all its threads)
+_PHASES: ContextVar[list[Phase] | None] = ContextVar("editkit_phases", default=None)
 
 
 @contextmanager
@@ -24,17 +25,18 @@ def phase(name: str) -> Iterator[None]:
     if phases is None:
         yield
         return
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     try:
         yield
     finally:
-        phases.append((name, time.perf_counter() - start))
+        phases.append((name, time.perf_counter() - start, time.process_time() - cpu))
 
 
 @contextmanager
-def recording() -> Iterator[list[tuple[str, float]]]:
-    """The (name, seconds) of every phase that ends inside the block, in order."""
-    phases: list[tuple[str, float]] = []
+def recording() -> Iterator[list[Phase]]:
+    """The (name, wall seconds, CPU seconds) of every phase that ends inside the block, in order (CPU seconds
+    tell more than wall seconds on a busy machine)."""
+    phases: list[Phase] = []
     token = _PHASES.set(phases)
     try:
         yield phases

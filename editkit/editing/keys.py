@@ -20,7 +20,7 @@ import torch
 from ..core.errors import EditkitError
 from ..model.hooks import Hooks
 from ..model.sites import Site, parse, site
-from ..model.tokens import find_subject_range
+from ..model.tokens import find_subject_range, pad_right
 from .context import context_templates
 from .requests import EditRequest
 
@@ -38,17 +38,6 @@ def contexts(lm, request: EditRequest, hp) -> list[tuple[str, int]]:
         prefix = tmpl.split("{}")[0]
         out.append((prefix + request.rewrite, len(prefix)))
     return out
-
-
-def pad_rows(lm, rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Token rows right-padded with the model's pad id (models.py always sets one), and their attention mask."""
-    width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), lm.tok.pad_token_id, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for i, r in enumerate(rows):
-        ids[i, : len(r)] = torch.tensor(r)
-        mask[i, : len(r)] = 1
-    return ids.to(lm.device), mask.to(lm.device)
 
 
 _KEYS: contextvars.ContextVar = contextvars.ContextVar("editkit_keys_memo", default=None)
@@ -79,7 +68,7 @@ def _read_keys(lm, layers: list[int], texts: list[tuple[str, int]], subject: str
     last layer needed."""
     rows = [lm.tok(t, add_special_tokens=True)["input_ids"] for t, _ in texts]
     idx = torch.tensor([subject_last(lm.tok, t, subject, c) for t, c in texts])
-    ids, mask = pad_rows(lm, rows)
+    ids, mask = pad_right(rows, lm.tok.pad_token_id, lm.device)
     keys = [Site("mlp_key", l) for l in layers]
     got = lm.runner.read(keys, input_ids=ids, attention_mask=mask)
     return {k.layer: got[k.name][torch.arange(len(rows)), idx].float() for k in keys}
@@ -144,7 +133,7 @@ class SiteReader:
                 owner.append(j)
         rows = [lm.tok(t, add_special_tokens=True)["input_ids"] for t, _, _ in texts]
         self.idx = torch.tensor([subject_last(lm.tok, t, subj, c) for t, c, subj in texts])
-        self.ids, self.mask = pad_rows(lm, rows)
+        self.ids, self.mask = pad_right(rows, lm.tok.pad_token_id, lm.device)
         self.rows_t, self.owner_t = torch.arange(len(rows)), torch.tensor(owner)
         self.counts = torch.bincount(self.owner_t, minlength=self.n)[:, None]
         self.plain_t = torch.tensor([owner.index(j) for j in range(self.n)])  # the "{}" row of each request
@@ -189,15 +178,3 @@ def read_sites(lm, requests: list[EditRequest], hp, averaged: dict, plain: dict)
     """Site values at the subject's last token for all requests, in one batched forward over every request's
     context-template rows that stops once the last site needed is computed (see SiteReader.read)."""
     return SiteReader(lm, requests, hp).read(averaged, plain)
-
-
-def layer_state(lm, requests: list[EditRequest], hp, layer: int, z_layer: int, kind: str,
-                attn: bool = False) -> dict:
-    """What MEMIT/PMET read at one critical layer: "K" (d_ff, n) the template-averaged keys at `layer` (= key_star
-    per request), "current" (d_model, n) the site `kind` at z_layer and "mlp" (d_model, n) the MLP output at `layer`,
-    both on the plain rewrite prompt. With `attn`, also "K_attn", the template-averaged inputs of W_O (site attn_z)
-    at `layer`, and "current_attn", the attention output at z_layer (PMET's MHSA update)."""
-    averaged = {"K": Site("mlp_key", layer), **({"K_attn": Site("attn_z", layer)} if attn else {})}
-    plain = {"current": site(kind, z_layer), "mlp": Site("mlp_out", layer),
-             **({"current_attn": Site("attn_out", z_layer)} if attn else {})}
-    return read_sites(lm, requests, hp, averaged, plain)

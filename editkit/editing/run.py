@@ -124,7 +124,7 @@ def first_use_words(lm, module: str, positions: str, layers: list[int], n_tokens
     site = ("FFN keys (the down-projection's inputs)" if module == "down_proj"
             else "attention heads' outputs (W_O's inputs)")
     which = "" if positions == "all" else " at named-entity tokens"
-    took = duration(seconds) if seconds else "its time is measured on this first pass"
+    took = f"about {duration(seconds)}" if seconds else "its time is measured on this first pass"
     return (f"first use (once per model): the second moment C = E[k kᵀ] of the {site}{which} at layer"
             f"{'s' if len(layers) > 1 else ''} {', '.join(map(str, layers))}, over {n_tokens:,} WikiText-2 "
             f"tokens, {took}")

@@ -38,11 +38,6 @@ class SequenceState:
     def keys(self, layer: int) -> torch.Tensor | None:
         return self.tensors.get(f"keys.{layer}")
 
-    def gram(self, layer: int) -> torch.Tensor | None:
-        """K_p K_p^T (float64) of the earlier edits' keys at `layer`, or None before the first batch."""
-        K = self.keys(layer)
-        return None if K is None else K.double() @ K.double().T
-
     def with_keys(self, new: dict[int, torch.Tensor], n_requests: int) -> "SequenceState":
         """The next state: these keys (layer -> (d_in, n)) appended to the earlier ones."""
         tensors = dict(self.tensors)

@@ -25,7 +25,8 @@ from ..model.hooks import Hooks
 from ..model.runner import vocab_logsumexp
 from ..model.scoring import target_ids
 from ..model.sites import Site, site
-from .keys import contexts, pad_rows, subject_last
+from ..model.tokens import pad_right
+from .keys import contexts, subject_last
 from .memo import memoized, missing_alone, remember_alone
 from .requests import EditRequest
 
@@ -270,7 +271,7 @@ class _Rows:
     # -- the straightforward path (tests) ----------------------------------------------------------------------
     def _reference_logits(self, deltas, init):
         lm = self.lm
-        ids, mask = pad_rows(lm, self.ids)
+        ids, mask = pad_right(self.ids, lm.tok.pad_token_id, lm.device)
         rows = torch.arange(len(self.ids), device=lm.device)
         subj = torch.tensor(self.subj, device=lm.device)
 

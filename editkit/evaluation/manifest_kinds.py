@@ -196,7 +196,10 @@ class Lifelong:
 
     @staticmethod
     def render(e: dict, root: Path) -> str | None:
-        return None
+        from .lifelong import load_results
+        from .manifest_tables import lifelong_markdown
+
+        return lifelong_markdown(e, load_results(root / e["file"])) if e.get("table") else None
 
     @staticmethod
     def data(e: dict, root: Path):
@@ -254,4 +257,28 @@ class File:
         return _load_file(e, root)
 
 
-KINDS = {"ripple": Ripple, "lifelong": Lifelong, "file": File}
+class AiePeaks:
+    """The AIE summary table over the shipped runs (`models`: file -> the model's label in the table)."""
+
+    @staticmethod
+    def reads(e: dict, root: Path) -> list[str]:
+        return list(e["models"])
+
+    @staticmethod
+    def problems(e: dict, root: Path) -> list[str]:
+        return [f"{f} is missing" for f in e["models"] if not (root / f).exists()]
+
+    @staticmethod
+    def data(e: dict, root: Path) -> dict:
+        from ..tracing.aie import load_run
+
+        return {label: load_run(root / f) for f, label in e["models"].items()}
+
+    @staticmethod
+    def render(e: dict, root: Path) -> str:
+        from .manifest_tables import aie_markdown
+
+        return aie_markdown(AiePeaks.data(e, root))
+
+
+KINDS = {"ripple": Ripple, "lifelong": Lifelong, "file": File, "aie-peaks": AiePeaks}

@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from ..model.scoring import target_ids
+from ..model.tokens import pad_right
 
 
 def _rows(tok, prompts, news, trues):
@@ -62,13 +63,8 @@ def pair_nlls(lm, prompts: list[str], news: list[str], trues: list[str], batch_t
             end += 1
         end = max(end, start + 1)
         chunk = order[start:end]
-        width = max(len(rows[r]) for r in chunk)
-        ids = torch.full((len(chunk), width), lm.tok.pad_token_id, dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        for i, r in enumerate(chunk):
-            ids[i, :len(rows[r])] = torch.tensor(rows[r])
-            mask[i, :len(rows[r])] = 1
-        h = lm.runner.hidden(input_ids=ids.to(lm.device), attention_mask=mask.to(lm.device))
+        ids, mask = pad_right([rows[r] for r in chunk], lm.tok.pad_token_id, lm.device)
+        h = lm.runner.hidden(input_ids=ids, attention_mask=mask)
         sel = [(i, pos, tid, r) for i, r in enumerate(chunk) for pos, tid in wanted[r]]
         x = h[torch.tensor([s[0] for s in sel]), torch.tensor([s[1] for s in sel])]
         logp, best = lm.runner.answer_logprob(x, torch.tensor([s[2] for s in sel], device=x.device), norm=False,

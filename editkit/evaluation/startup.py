@@ -46,16 +46,18 @@ GOALS = {"help": 0.5, "predict": 3.0, "load": 3.0}  # seconds, best of the runs 
 MEASUREMENTS = ("help", "predict", "load", "app")
 PROBE = r"""
 import time
-T0 = time.perf_counter()
+def clock():
+    return time.perf_counter(), time.process_time()
+T0 = clock()
 import contextlib, io, json, sys
 from pathlib import Path
 mode, model, prompt, root = sys.argv[1:5]
 phases = []
 def lap(name, since):
-    now = time.perf_counter()
-    phases.append([name, now - since])
+    now = clock()
+    phases.append([name, now[0] - since[0], now[1] - since[1]])
     return now
-t = time.perf_counter()
+t = clock()
 import editkit
 assert Path(editkit.__file__).resolve().is_relative_to(Path(root).resolve()), editkit.__file__
 t = lap("import editkit", t)
@@ -80,13 +82,15 @@ if mode == "predict":
 else:
     with recording() as inside:
         editkit.load(model)
-rest = time.perf_counter() - t - sum(s for _, s in inside)
+inside = [list(p) + [None] * (3 - len(p)) for p in inside]  # (name, wall, CPU) of the load's own steps
+end = clock()
+rest = [end[i] - t[i] - sum(p[i + 1] or 0.0 for p in inside) for i in (0, 1)]
 if inside:
     last = "answer" if mode == "predict" else "rest"
 else:
     last = "load and answer" if mode == "predict" else "load"
-phases += [list(p) for p in inside] + [[last, rest]]
-print(json.dumps({"phases": phases, "total": time.perf_counter() - T0}))
+phases += inside + [[last, *rest]]
+print(json.dumps({"phases": phases, "total": end[0] - T0[0], "cpu": end[1] - T0[1]}))
 """
 
 
@@ -185,15 +189,16 @@ def _measure(m: str, roots: dict[str, Path], spec: StartupSpec, say) -> dict[str
 
 
 def _summary(row: dict) -> dict:
-    """The runs' best and median wall seconds (and CPU seconds: steadier on a busy machine), each phase's
-    median."""
+    """The runs' best and median wall seconds (and CPU seconds: steadier on a busy machine), and the median
+    wall and CPU seconds of each phase."""
     seconds, probes = row.pop("seconds"), row.pop("probes")
     row.update(seconds=seconds, best=min(seconds), median=round(statistics.median(seconds), 3))
     if row.get("cpu"):
         row.update(cpu_best=min(row["cpu"]), cpu_median=round(statistics.median(row["cpu"]), 3))
-    if probes:
-        names = list(dict.fromkeys(name for probe in probes for name in probe))
-        row["phases"] = {n: round(statistics.median(p.get(n, 0.0) for p in probes), 3) for n in names}
+    for kind, key in (("wall", "phases"), ("cpu", "cpu_phases")):
+        names = list(dict.fromkeys(name for probe in probes for name in probe[kind]))
+        if names:
+            row[key] = {n: round(statistics.median(p[kind].get(n, 0.0) for p in probes), 3) for n in names}
     return row
 
 
@@ -235,18 +240,21 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _probe(m: str, spec: StartupSpec, root: Path) -> dict[str, float]:
-    """The phases of one probe run (module docstring), "python" included."""
-    start = time.perf_counter()
+def _probe(m: str, spec: StartupSpec, root: Path) -> dict[str, dict[str, float]]:
+    """The wall and CPU seconds of each phase of one probe run (module docstring), "python" included."""
+    before, start = _children_cpu(), time.perf_counter()
     done = subprocess.run([sys.executable, "-c", PROBE, m, spec.model, spec.prompt, str(root)], cwd=root,
                           env=_env(root), capture_output=True, text=True, timeout=600, check=False)
-    wall = time.perf_counter() - start
+    wall, cpu = time.perf_counter() - start, _children_cpu() - before
     if done.returncode != 0:
         raise EditkitError(f"the start-up probe ({m}) failed in {root}: {_tail(done.stderr)}")
     out = json.loads(done.stdout.strip().splitlines()[-1])
-    phases: dict[str, float] = {"python": wall - out["total"]}
-    for name, seconds in out["phases"]:
-        phases[name] = phases.get(name, 0.0) + seconds
+    phases: dict[str, dict[str, float]] = {"wall": {"python": wall - out["total"]},
+                                           "cpu": {"python": cpu - out["cpu"]}}
+    for name, seconds, cpu_seconds in out["phases"]:
+        phases["wall"][name] = phases["wall"].get(name, 0.0) + seconds
+        if cpu_seconds is not None:
+            phases["cpu"][name] = phases["cpu"].get(name, 0.0) + cpu_seconds
     return phases
 
 
@@ -314,7 +322,7 @@ def _app(roots: dict[str, Path], spec: StartupSpec, say) -> dict[str, dict]:
                     if round_:
                         rows[label]["seconds"].append(round(sum(phases.values()), 3))
                         rows[label]["cpu"].append(round(_children_cpu() - before, 3))  # the server's
-                        rows[label]["probes"].append(phases)
+                        rows[label]["probes"].append({"wall": phases, "cpu": {}})
                         say(f"startup app [{label}] run {round_}: {sum(phases.values()):.2f} s")
         finally:
             browser.close()

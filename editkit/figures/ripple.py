@@ -82,21 +82,3 @@ def share_figure(out) -> go.Figure:
     fig.update_layout(barmode="group", yaxis_title="% of implied facts as they should be", yaxis_range=[0, 105],
                       height=420, title=f"Ripple effects on {_get(out, 'model')}, {_get(out, 'n')} edits")
     return fig
-
-
-def share_rows(out) -> list[dict]:
-    """The share table as rows for a data frame: 'mean ± ci' per column, the paired difference where there is one."""
-    rows = []
-    for m, cells in _get(out, "table").items():
-        row = {"method": m}
-        for c, label in COLUMNS:
-            cell = cells.get(c)
-            if not cell:
-                row[label] = "-"
-                continue
-            text = f"{cell['mean']:.1f} ± {cell['ci95'] or 0:.1f}"
-            if "diff" in cell:
-                text += f" (Δ {cell['diff']['mean']:+.1f} ± {cell['diff']['ci95'] or 0:.1f})"
-            row[label] = text
-        rows.append(row)
-    return rows

@@ -88,7 +88,7 @@ class Clock:
             total = sum(self.expected)
             if gives_time(message):  # a part that says its own time (first-use statistics): what follows it
                 rest = self.left() - self.left_in_current(time.time())
-                when = "the last part" if rest < 0.5 else f"then {duration(rest)} for the other parts"
+                when = "the last part" if rest < 0.5 else f"then about {duration(rest)} for the other parts"
             else:
                 when = time_left(self.left())
             self.say(min(done / total, 1.0), f"{label}{': ' + message if message else ''} ({when})")

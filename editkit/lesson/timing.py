@@ -235,7 +235,7 @@ def estimate(pack, n_targets: int, settings: compute.Settings | None = None,
     and the first-use statistics with their size and time."""
     e = estimate_fact(pack, n_targets, settings, others)
     stats = e.statistics_words()
-    return e.seconds, e.how + (f"; including {duration(e.statistics_seconds)} for {stats}" if stats else "")
+    return e.seconds, e.how + (f"; including about {duration(e.statistics_seconds)} for {stats}" if stats else "")
 
 
 def statistics_words(first: list[dict]) -> str:

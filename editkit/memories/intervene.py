@@ -105,7 +105,9 @@ def add_hooks(hooks: Hooks, lm, per_layer: dict[int, list[int]], position: int, 
 
 @torch.no_grad()
 def intervened_logits(lm, prompt: str, memories, mode: str = "off", position: int = -1) -> torch.Tensor:
-    """Full logits (tokens, vocab) of the prompt with the memories rewritten at `position`."""
+    """Full logits (tokens, vocab) of the prompt with the memories rewritten at `position`. For checks (the
+    library reads predictions through `intervene`): the tests' identity, keep-mode and empty rewrites leave
+    every logit bitwise unchanged."""
     check_prompt(lm, prompt)
     per_layer = _plan(lm, memories, mode)
     pos = resolve_position(len(token_strings(lm, prompt)), position)

@@ -23,6 +23,7 @@ from ..core.cache import Store, atomic_write
 from ..core.errors import EditkitError
 from ..data import corpus
 from ..model.sites import Site
+from ..model.tokens import pad_right
 from ..model.weights import model_key
 from .inspect import check_layer, check_memory, label
 
@@ -100,13 +101,9 @@ def build_index(lm, n_tokens: int, seq_len: int = DEFAULT_SEQ_LEN, top: int = DE
     t0 = time.time()
     for b in range(0, len(chunks), batch_size):
         batch = chunks[b:b + batch_size]
-        T = max(len(c) for c in batch)
-        ids = torch.full((len(batch), T), lm.tok.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((len(batch), T), dtype=torch.long)
-        g = torch.full((len(batch), T), -1, dtype=torch.long)  # flat corpus position of each cell
+        ids, mask = pad_right(batch, lm.tok.pad_token_id)
+        g = torch.full(ids.shape, -1, dtype=torch.long)  # flat corpus position of each cell
         for r, c in enumerate(batch):
-            ids[r, :len(c)] = torch.tensor(c)
-            mask[r, :len(c)] = 1
             g[r, :len(c)] = torch.arange(starts[b + r], starts[b + r] + len(c))
         valid = mask.bool() & (ids != bos if bos is not None else True)  # BOS is an empty prefix, not a trigger
         keys = lm.runner.read({str(l): Site("mlp_key", l) for l in range(L)}, input_ids=ids.to(lm.device),

@@ -141,22 +141,10 @@ class Hooks:
             self._add(module, lambda mod, args, kwargs: _with_first_input(args, kwargs, fn(_first_input(args, kwargs))),
                       "input")
 
-    def set_output(self, module: nn.Module, fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
-        """Replace the module's output tensor h by fn(h)."""
-        self.set(module, fn, "output")
-
     def patch(self, where: Any, positions: Iterable[int] | int, values: torch.Tensor, rows: Any = slice(None),
               what: str = "output") -> None:
         """Overwrite tensor[rows, positions] with values (broadcast over rows)."""
         self.set(where, _patcher(positions, values, rows), what)
-
-    def patch_output(self, module: nn.Module, positions: Iterable[int] | int, values: torch.Tensor,
-                     rows: Any = slice(None)) -> None:
-        self.patch(module, positions, values, rows, "output")
-
-    def patch_input(self, module: nn.Module, positions: Iterable[int] | int, values: torch.Tensor,
-                    rows: Any = slice(None)) -> None:
-        self.patch(module, positions, values, rows, "input")
 
     def add_hook(self, module: nn.Module, hook: Callable[..., Any], direction: str = "output") -> None:
         """Register a raw torch-style hook, gated to this context: (module, args, output) -> new output or None

@@ -287,10 +287,6 @@ class Runner:
         _within(own, self.logits(got[f"resid_post.{L - 1}"]).double().cpu(), tolerance,
                 "the final norm and head of the last block's output are not the model's logits")
 
-    def run_until(self, site: str, **inputs: Any) -> None:
-        """Run the body only until `site` is computed; the caller's Hooks read what they need on the way."""
-        self.forward(stop_after=site, **inputs)
-
     def hidden(self, **inputs: Any) -> torch.Tensor:
         """The final-normed last hidden state of a full run."""
         hidden = self.forward(**inputs).hidden

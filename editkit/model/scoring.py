@@ -13,6 +13,7 @@ import torch
 
 from ..core.errors import EditkitError
 from ..core.settings import limits
+from .tokens import pad_right
 
 if TYPE_CHECKING:
     from .loading import LM
@@ -73,13 +74,7 @@ def _score_batch(lm: LM, prompts: list[str], targets: list[str]) -> list[TargetS
                                f"tokens; the limit is {limit}")
         rows.append(p_ids + t_ids)
         spans.append((len(p_ids), len(t_ids)))
-    width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), tok.pad_token_id, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for i, r in enumerate(rows):
-        ids[i, : len(r)] = torch.tensor(r)
-        mask[i, : len(r)] = 1
-    ids, mask = ids.to(lm.device), mask.to(lm.device)
+    ids, mask = pad_right(rows, tok.pad_token_id, lm.device)
     h = lm.runner.hidden(input_ids=ids, attention_mask=mask)  # final norm applied
     # every row's target positions projected to the vocabulary together: one read of the unembedding matrix
     # (Gemma's is 671 MB) for the batch instead of one per row

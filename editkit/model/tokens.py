@@ -2,12 +2,15 @@
 range. Below the runner, which encodes the prompts it completes."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..core.errors import EditkitError
 from ..core.settings import limits
 
 if TYPE_CHECKING:
+    import torch
+
     from .loading import LM
 
 
@@ -34,6 +37,21 @@ def encode(lm: LM, prompts: list[str] | str, pad_side: str = "right") -> dict[st
     prompts = [prompts] if isinstance(prompts, str) else list(prompts)
     batch = lm.tok(prompts, return_tensors="pt", padding=True, padding_side=pad_side, add_special_tokens=True)
     return {k: v.to(lm.device) for k, v in batch.items() if k in ("input_ids", "attention_mask")}
+
+
+def pad_right(rows: Sequence[Sequence[int]], pad_id: int,
+              device: torch.device | str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token rows right-padded with `pad_id` to the longest, and their attention mask (1 on each row's own
+    tokens), as long tensors on `device` (default: the CPU). The one padding of editkit's batched runs."""
+    import torch
+
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, r in enumerate(rows):
+        ids[i, :len(r)] = torch.tensor(r)
+        mask[i, :len(r)] = 1
+    return (ids, mask) if device is None else (ids.to(device), mask.to(device))
 
 
 def token_strings(lm: LM, prompt: str) -> list[str]:

@@ -8,7 +8,7 @@ import streamlit as st
 
 from editkit.core.errors import EditkitError
 from editkit.editing.requests import NEIGHBOURS_HELP, NEIGHBOURS_LABEL
-from editkit.lesson import classroom, compute, reference
+from editkit.lesson import background, classroom, compute
 from pages import ui
 from pages.lesson_steps import keys
 from pages.lesson_steps.shared import (
@@ -109,13 +109,13 @@ def explain(text: str, formulas=(), sections=()) -> None:
     for f in formulas:
         st.latex(f)
     for name in sections:
-        title = reference.title(name)  # the references section is "References", not "Reference: References"
+        title = background.title(name)  # the references section is "References", not "Reference: References"
         with st.expander(title if title.lower().startswith("reference") else f"Reference: {title}"):
-            draw(reference.body(name))
+            draw(background.body(name))
 
 
 def draw(blocks) -> None:
-    """Reference text (editkit/lesson/reference.py): titles, paragraphs and formulas."""
+    """Reference text (editkit/lesson/background.py): titles, paragraphs and formulas."""
     for kind, text in blocks:
         {"title": st.subheader, "text": st.markdown, "latex": st.latex}[kind](text)
 

@@ -3,13 +3,13 @@ and adding a fact to the served pack (the `lesson build` computation as a job on
 from __future__ import annotations
 
 import hmac
-import math
 import time
 
 import pandas as pd
 import streamlit as st
 
 from editkit.core.errors import EditkitError
+from editkit.core.progress import duration
 from editkit.core.settings import settings as server_settings
 from editkit.editing.requests import NEIGHBOURS_HELP, NEIGHBOURS_LABEL
 from editkit.lesson import compute
@@ -94,11 +94,6 @@ def where_label(pack, where: str) -> str:
     gone = fid.rsplit("-", 1)[0].replace("-", " ")
     name = fact_label(fact) if fact else f"a fact no longer in the pack ({gone})"
     return f"{name}, edited to {target}" if target else name
-
-
-def duration(seconds: float) -> str:
-    """'40 s' or '23 min' (a small pack's fact takes seconds: '0 min' read as nothing to wait for)."""
-    return f"{seconds:.0f} s" if seconds < 90 else f"{math.ceil(seconds / 60)} min"
 
 
 def _add_cancelled() -> None:

@@ -120,6 +120,7 @@ def register(method: Method) -> Method:
 
 
 def unregister(name: str) -> None:
+    """Remove a method `register` added (a plugin's or a test's own; the library never calls it)."""
     _REGISTRY.pop(name, None)
 
 

@@ -56,6 +56,7 @@ from ...core.errors import EditkitError
 from ...core.settings import limits
 from ...model.scoring import target_ids
 from ...model.sites import Site
+from ...model.tokens import pad_right
 from ..hparams import BaseHparams, _positive
 from ..result import EditResult, LayerReport, RequestReport, Solve, norm_report
 from ..sequence import SequenceState
@@ -153,15 +154,9 @@ def answer_batch(lm, prompts: list[str], targets: list[str]) -> dict:
             where_row.append(i)
             where_pos.append(len(p_ids) - 1 + m)
             label.append(t)
-    width = max(len(r) for r in rows)
-    pad = tok.pad_token_id if tok.pad_token_id is not None else 0
-    ids = torch.full((len(rows), width), pad, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for i, r in enumerate(rows):
-        ids[i, :len(r)] = torch.tensor(r)
-        mask[i, :len(r)] = 1
     dev = lm.device
-    return {"input_ids": ids.to(dev), "attention_mask": mask.to(dev), "row": torch.tensor(where_row, device=dev),
+    ids, mask = pad_right(rows, tok.pad_token_id if tok.pad_token_id is not None else 0, dev)
+    return {"input_ids": ids, "attention_mask": mask, "row": torch.tensor(where_row, device=dev),
             "pos": torch.tensor(where_pos, device=dev), "label": torch.tensor(label, device=dev)}
 
 

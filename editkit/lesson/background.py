@@ -1,4 +1,4 @@
-"""The reference text of locate-then-edit (the former Learn page) as data: causal tracing, key-value memories,
+"""The background text of locate-then-edit (the former Learn page) as data: causal tracing, key-value memories,
 ROME, MEMIT, PMET and the metrics, with formulas and references. The Lesson page draws each section in an
 expander beside the step it explains. Plain data, no Streamlit: the page imports it once, with the library,
 and no import of it can fail half way. A block is ("title" | "text" | "latex", content); "{methods}" in a text
