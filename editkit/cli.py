@@ -9,6 +9,7 @@ command line, so `--help` answers at once; `run` imports what the command needs 
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import json
 import sys
@@ -61,3 +62,16 @@ def main(argv: list[str] | None = None) -> int:
     else:
         args.show(result)
     return 0
+
+
+def run() -> int:
+    """The console script and `python -m editkit`: `main`, then the interpreter's exit made cheap.
+
+    At exit Python's last collections walk every object torch and transformers created at import (about a
+    second of CPU after a model command); freezing them first skips that walk. Only here, at the end of a process:
+    `main` also runs inside tests and the app, where objects must stay collectable.
+    """
+    code = main()
+    sys.stdout.flush()
+    gc.freeze()
+    return code

@@ -11,6 +11,15 @@ from .common import add_model_arg, load
 def register(sub):
     p = sub.add_parser("bench", help="benchmarks on the embedded model")
     inner = p.add_subparsers(dest="bench", required=True)
+    for add in (_add_trace, _add_edit, _add_known_facts, _add_report, _add_scale, _add_startup):
+        add(inner)
+
+
+def _threads(q, default=None, about="torch threads (default: torch's own)") -> None:
+    q.add_argument("--threads", type=int, default=default, help=about)
+
+
+def _add_trace(inner) -> None:
     t = inner.add_parser("trace", help="causal tracing: the fast engine against ROME's algorithm, same noise")
     t.add_argument("--prompt", default="The Space Needle is in downtown")
     t.add_argument("--subject", default="Space Needle")
@@ -21,39 +30,43 @@ def register(sub):
     t.add_argument("--no-reference", action="store_true", help="skip ROME's algorithm (engine and preview only)")
     t.add_argument("--facts", type=int, default=20,
                    help="known facts for the preview's rank correlation (0: only the prompt)")
-    t.add_argument("--threads", type=int, default=None,
-                   help="torch threads (default: torch's own); 1 gives steadier ratios on a busy machine")
+    _threads(t, about="torch threads (default: torch's own); 1 gives steadier ratios on a busy machine")
+    add_model_arg(t)
+    t.set_defaults(func=run_trace, show=show)
+
+
+def _add_edit(inner) -> None:
     e = inner.add_parser("edit", help="editing: every method on one request and a batch, statistics cached")
     e.add_argument("--n", type=int, default=10, help="requests in the batch")
     e.add_argument("--methods", default=None, help="comma-separated methods (default: all registered)")
     e.add_argument("--hparams", default=None,
                    help="JSON file of overrides for every method, e.g. an early-stopping rule {\"v_stop_top1\": 1}")
-    e.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
+    _threads(e)
     e.add_argument("--no-reference", action="store_true",
                    help="skip the reference run (the first method with the full model at every optimisation "
                         "step)")
-    for q in (t, e):
-        add_model_arg(q)
-    t.set_defaults(func=run_trace, show=show)
+    add_model_arg(e)
     e.set_defaults(func=run_edit, show=show)
-    f = inner.add_parser("fast", help="the tracing engine's fast mode (bf16) against the exact panels over known "
-                                      "facts: its largest score difference, shown beside every fast figure")
-    f.add_argument("--facts", type=int, default=20, help="known facts the model predicts (the first N)")
-    f.add_argument("--samples", type=int, default=10)
-    f.add_argument("--save", default=None, help="write the result here (the app reads "
-                                                "assets/results/trace-fast-<model>.json)")
-    f.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
-    add_model_arg(f)
-    f.set_defaults(func=run_fast, show=show_fast)
-    v = inner.add_parser("preview", help="the attribution preview against the exact panels over known facts: "
-                                         "its agreement per panel, shown beside every preview")
-    v.add_argument("--facts", type=int, default=20, help="known facts the model predicts (the first N)")
-    v.add_argument("--samples", type=int, default=10)
-    v.add_argument("--save", default=None, help="write the result here (the API reads "
-                                                "assets/results/trace-preview-<model>.json)")
-    v.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
-    add_model_arg(v)
-    v.set_defaults(func=run_preview, show=show_preview)
+
+
+def _add_known_facts(inner) -> None:
+    """`fast` and `preview`: an approximation against the exact panels over the first N known facts."""
+    about = {"fast": ("the tracing engine's fast mode (bf16) against the exact panels over known facts: its "
+                      "largest score difference, shown beside every fast figure", "app", run_fast, show_fast),
+             "preview": ("the attribution preview against the exact panels over known facts: its agreement per "
+                         "panel, shown beside every preview", "API", run_preview, show_preview)}
+    for name, (helptext, reader, func, shown) in about.items():
+        q = inner.add_parser(name, help=helptext)
+        q.add_argument("--facts", type=int, default=20, help="known facts the model predicts (the first N)")
+        q.add_argument("--samples", type=int, default=10)
+        q.add_argument("--save", default=None,
+                       help=f"write the result here (the {reader} reads assets/results/trace-{name}-<model>.json)")
+        _threads(q)
+        add_model_arg(q)
+        q.set_defaults(func=func, show=shown)
+
+
+def _add_report(inner) -> None:
     r = inner.add_parser("report", help="the headline measurements in one process (tracing, edits, a lesson fact, "
                                         "the lesson's steps, first use) as a markdown report with the goals")
     r.add_argument("--out", default="bench-report.md", help="the markdown report (default: bench-report.md)")
@@ -64,20 +77,22 @@ def register(sub):
     r.add_argument("--reference", default="hidden",
                    help="panels timed with ROME's algorithm for the speed-up: hidden (default), all or none (each "
                         "takes over a minute)")
-    r.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
+    _threads(r)
     add_model_arg(r)
     r.set_defaults(func=run_report, show=show_report)
+
+
+def _add_scale(inner) -> None:
     s = inner.add_parser("scale", help="one evaluation in process and on 1, 2, ... Ray workers (local clusters): "
                                        "per-record cost, fixed costs, speed-up")
     s.add_argument("--records", type=int, default=20, help="records evaluated (the first N of --set)")
     s.add_argument("--workers", default="1,2", help="worker counts, comma-separated (e.g. 1,2,4,8)")
     s.add_argument("--method", default="rome", help="the method, at batch 1 with its default hyperparameters")
     s.add_argument("--set", dest="set_name", default="counterfact")
-    s.add_argument("--threads", type=int, default=1, help="torch threads of the in-process run (a worker has 1)")
+    _threads(s, default=1, about="torch threads of the in-process run (a worker has 1)")
     s.add_argument("--model", default="gemma-3-270m")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=run_scale, show=show_scale)
-    _add_startup(inner)
 
 
 def _add_startup(inner) -> None:
@@ -121,23 +136,29 @@ def run_trace(args):
                        reference=not args.no_reference, facts=max(0, args.facts), say=_say)
 
 
-def run_fast(args):
+def _known_facts(args, measure):
+    """Run `measure(lm, facts, samples, say)` over the first known facts; --save writes its JSON."""
     import json
 
     import torch
 
     from ..core.errors import EditkitError
-    from ..tracing.bench import fast_mode_error
 
     if args.facts < 1 or args.samples < 1:
         raise EditkitError("--facts and --samples must be at least 1")
     if args.threads is not None:
         torch.set_num_threads(max(1, args.threads))
-    out = fast_mode_error(load(args), args.facts, args.samples, say=_say)
+    out = measure(load(args), args.facts, args.samples, say=_say)
     if args.save:
         with open(args.save, "w", encoding="utf-8") as fh:
             json.dump(out, fh, indent=1)
     return out
+
+
+def run_fast(args):
+    from ..tracing.bench import fast_mode_error
+
+    return _known_facts(args, fast_mode_error)
 
 
 def show_fast(out: dict) -> None:
@@ -148,22 +169,9 @@ def show_fast(out: dict) -> None:
 
 
 def run_preview(args):
-    import json
-
-    import torch
-
-    from ..core.errors import EditkitError
     from ..tracing.bench import preview_agreement
 
-    if args.facts < 1 or args.samples < 1:
-        raise EditkitError("--facts and --samples must be at least 1")
-    if args.threads is not None:
-        torch.set_num_threads(max(1, args.threads))
-    out = preview_agreement(load(args), args.facts, args.samples, say=_say)
-    if args.save:
-        with open(args.save, "w", encoding="utf-8") as fh:
-            json.dump(out, fh, indent=1)
-    return out
+    return _known_facts(args, preview_agreement)
 
 
 def show_preview(out: dict) -> None:

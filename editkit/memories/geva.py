@@ -148,6 +148,20 @@ def _sample_positions(lm, n_positions: int, seed: int, seq_len: int = 128):
     return out
 
 
+
+def _fixed_layers(lens_top: torch.Tensor) -> list[int]:
+    """Per position (columns of the (L, n) logit-lens top tokens): the smallest l whose top token is the final
+    one at every layer from l on (Geva et al. 2022, Fig. 9)."""
+    L = lens_top.shape[0]
+    out = []
+    for j in range(lens_top.shape[1]):
+        same = (lens_top[:, j] == lens_top[-1, j]).tolist()
+        l = L
+        while l > 0 and same[l - 1]:
+            l -= 1
+        out.append(l)
+    return out
+
 @torch.no_grad()
 def compute(lm, n_positions: int | None = None, memories_per_layer: int | None = None, top_memories: int = 10,
             norm: bool = False, index_tokens: int | None = None, seed: int = 0, progress=None) -> GevaResult:
@@ -171,13 +185,7 @@ def compute(lm, n_positions: int | None = None, memories_per_layer: int | None =
                              input_ids=torch.tensor([chunk], device=lm.device))
         res = torch.stack([got[f"resid_post.{l}"][0, take] for l in range(L)])  # (L, n, d)
         lens_top = lm.runner.logits(res, norm=True).argmax(-1).cpu()  # (L, n)
-        final = lens_top[-1]
-        for j in range(len(take)):
-            same = (lens_top[:, j] == final[j]).tolist()
-            l = L
-            while l > 0 and same[l - 1]:
-                l -= 1
-            fixed_layer.append(l)  # smallest l with top_l' == final for all l' >= l
+        fixed_layer += _fixed_layers(lens_top)
         for l in range(L):
             m = got[f"mlp_key.{l}"][0, take].float()  # (n, d_ff)
             per_layer_mem[l] += m.topk(min(top_memories, d_ff), -1).indices.tolist()

@@ -137,42 +137,20 @@ def fetch_wheel(requirement: str, wheel: str, say: Say = lambda m: None,
     scratch = folder / f".download-{os.getpid()}-{threading.get_ident()}"  # pip's temporary files, to measure
     scratch.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1", "TMPDIR": str(scratch)}
-    lines: list[str] = []
     try:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     except OSError as exc:
         raise EditkitError(f"could not run pip to download {requirement}: {exc}") from None
     killed = threading.Event()
+
     def kill() -> None:
         killed.set()
         proc.kill()
 
     timer = threading.Timer(timeout, kill)
     timer.start()
-    arrived: queue.Queue[str] = queue.Queue()  # pip's lines, read by a thread: `say` is only called from here
-
-    def read() -> None:
-        for line in proc.stdout or ():
-            arrived.put(line)
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
     try:
-        while reader.is_alive() or not arrived.empty():
-            try:
-                line = arrived.get(timeout=1.0).strip()
-            except queue.Empty:
-                _say_downloaded(scratch, requirement, total, say)
-                continue
-            if not line:
-                continue
-            lines.append(line)
-            mb = re.search(r"\(([\d.]+) ([kM])B\)", line) if line.startswith("Downloading") else None
-            if mb:
-                total[0] = float(mb.group(1)) / (1024 if mb.group(2) == "k" else 1)
-            if line.startswith(("Collecting", "Saved", "File was already")):
-                say(f"pip: {line}")
-        proc.wait()
+        lines = _follow(proc, scratch, requirement, total, say)
     finally:
         timer.cancel()
         if proc.poll() is None:
@@ -188,6 +166,37 @@ def fetch_wheel(requirement: str, wheel: str, say: Say = lambda m: None,
         f"Check the network and pip's index settings (PIP_INDEX_URL, pip.conf), or put {wheel} into {folder} "
         "by hand.")
 
+
+
+def _follow(proc: subprocess.Popen[str], scratch: Path, requirement: str, total: list[float | None],
+            say: Say) -> list[str]:
+    """pip's output lines until it ends, read by a thread (`say` is only called from here): its saves said, the
+    download's size taken from its "Downloading ... (N MB)" line, the MB arrived said every second."""
+    lines: list[str] = []
+    arrived: queue.Queue[str] = queue.Queue()
+
+    def read() -> None:
+        for line in proc.stdout or ():
+            arrived.put(line)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    while reader.is_alive() or not arrived.empty():
+        try:
+            line = arrived.get(timeout=1.0).strip()
+        except queue.Empty:
+            _say_downloaded(scratch, requirement, total, say)
+            continue
+        if not line:
+            continue
+        lines.append(line)
+        mb = re.search(r"\(([\d.]+) ([kM])B\)", line) if line.startswith("Downloading") else None
+        if mb:
+            total[0] = float(mb.group(1)) / (1024 if mb.group(2) == "k" else 1)
+        if line.startswith(("Collecting", "Saved", "File was already")):
+            say(f"pip: {line}")
+    proc.wait()
+    return lines
 
 _NETWORK = ("NewConnectionError", "ConnectTimeout", "ReadTimeout", "timed out", "Name or service not known",
             "Temporary failure in name resolution", "not a trusted or secure host", "ProxyError", "SSLError")

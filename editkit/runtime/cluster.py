@@ -527,15 +527,7 @@ def _on_ray(lm, items, backend, progress, shared, delta, done) -> list:
         pool.runs += 1
     try:
         while finished < n:
-            with pool.lock:
-                share = max(1, math.ceil(len(pool.ready()) / pool.runs))
-                for slot in pool.idle():
-                    if not todo or len(running) >= share:
-                        break
-                    i = todo.popleft()
-                    slot.busy = True
-                    running[slot.handle.run.remote(items[i], *boxes)] = (slot, i, time.monotonic())
-                starting, workers = pool.starting(), len(pool.slots)
+            starting, workers = _dispatch(pool, todo, running, items, boxes)
             if not running and not starting and not workers:
                 raise EditkitError(f"no Ray worker is left for '{lm.name}' ({pool.replaced} replaced"
                                    + (f"; the last could not start: {pool.error})" if pool.error else ")"))
@@ -549,17 +541,12 @@ def _on_ray(lm, items, backend, progress, shared, delta, done) -> list:
                     pool.started(ref)
                     continue
                 slot, i, _t0 = running.pop(ref)
-                try:
-                    status, value, tb = ray.get(ref)
-                except (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError) as exc:
-                    _lost(pool, slot, i, items, tries, todo, exc)
+                got = _result(ray, ref, pool, slot, i, items, tries, todo)
+                if got is _LOST:
                     continue
-                slot.busy = False
-                if status == "error":
-                    _raise(value, tb, _name(items[i], i, n))
-                results[i], finished = value, finished + 1
+                results[i], finished = got, finished + 1
                 if done:
-                    done(i, value)
+                    done(i, got)
                 progress(finished / n, f"{_name(items[i], i, n)} done ({finished} of {n})")
             _check_time(running, items, backend)
             _check_start(pool, backend)
@@ -574,6 +561,36 @@ def _on_ray(lm, items, backend, progress, shared, delta, done) -> list:
             pool.runs -= 1
     return results
 
+
+
+def _dispatch(pool: _Pool, todo: deque, running: dict, items, boxes) -> tuple[list, int]:
+    """Start items on this run's fair share of the idle workers; (the workers still starting, all workers)."""
+    with pool.lock:
+        share = max(1, math.ceil(len(pool.ready()) / pool.runs))
+        for slot in pool.idle():
+            if not todo or len(running) >= share:
+                break
+            i = todo.popleft()
+            slot.busy = True
+            running[slot.handle.run.remote(items[i], *boxes)] = (slot, i, time.monotonic())
+        return pool.starting(), len(pool.slots)
+
+
+_LOST = object()  # a finished item's worker died: the item went back to the queue (_lost)
+
+
+def _result(ray, ref, pool: _Pool, slot: _Slot, i: int, items, tries, todo):
+    """The value a worker computed for item i; _LOST when the worker died (the item is queued again); a worker's
+    error raised here, named by its item."""
+    try:
+        status, value, tb = ray.get(ref)
+    except (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError) as exc:
+        _lost(pool, slot, i, items, tries, todo, exc)
+        return _LOST
+    slot.busy = False
+    if status == "error":
+        _raise(value, tb, _name(items[i], i, len(items)))
+    return value
 
 def _lost(pool: _Pool, slot: _Slot, i: int, items, tries, todo, exc) -> None:
     """A worker died with item i in flight: drop it, start a replacement, queue the item again."""

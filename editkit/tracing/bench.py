@@ -60,6 +60,16 @@ def softmax_rounding(lm, setup) -> dict:
             "engine_lse_f32_max_abs_err": float((mine - exact).abs().max())}
 
 
+
+def _against_reference(lm, setup, kind: str, exact: torch.Tensor, fast_s: float, suffix: str) -> dict:
+    """ROME's algorithm on one panel (with `suffix` "_last_only": logits at the last position only), timed: its
+    seconds, the engine's speed-up over it and the largest score difference."""
+    t0 = time.perf_counter()
+    ref = reference_trace(lm, setup, kind, last_only=bool(suffix))
+    ref_s = time.perf_counter() - t0
+    return {f"reference{suffix}_s": round(ref_s, 2), f"ratio{suffix}": round(ref_s / fast_s, 2),
+            f"max_abs_diff{suffix}": float((exact - ref).abs().max())}
+
 def bench_trace(lm, prompt: str, subject: str, kinds=("hidden", "mlp", "attn"), samples: int = 10,
                 last_only: bool = True, reference: bool | tuple = True, facts: int = 20, say=print) -> dict:
     """See module docstring. Returns a JSON-serializable report; `say(row)` is called as rows are measured.
@@ -87,17 +97,9 @@ def bench_trace(lm, prompt: str, subject: str, kinds=("hidden", "mlp", "attn"), 
             row.update(bf16_engine_s=round(time.perf_counter() - t0, 2),
                        bf16_max_abs_diff=float((approx - exact[kind]).abs().max()))
         if kind in ref_kinds:
-            t0 = time.perf_counter()
-            ref = reference_trace(lm, setup, kind)
-            ref_s = time.perf_counter() - t0
-            row.update(reference_s=round(ref_s, 2), ratio=round(ref_s / fast_s, 2),
-                       max_abs_diff=float((exact[kind] - ref).abs().max()))
+            row.update(_against_reference(lm, setup, kind, exact[kind], fast_s, ""))
         if kind in ref_kinds and last_only:
-            t0 = time.perf_counter()
-            last = reference_trace(lm, setup, kind, last_only=True)
-            last_s = time.perf_counter() - t0
-            row.update(reference_last_only_s=round(last_s, 2), ratio_last_only=round(last_s / fast_s, 2),
-                       max_abs_diff_last_only=float((exact[kind] - last).abs().max()))
+            row.update(_against_reference(lm, setup, kind, exact[kind], fast_s, "_last_only"))
         row["bound"] = _bound(row, rate)
         rows.append(row)
         say(row)
