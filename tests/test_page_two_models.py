@@ -62,6 +62,23 @@ def test_a_flat_curve_has_no_peak_and_nothing_is_compared_to_it():
     assert any("(no peak worth naming)" in (t.name or "") for t in fig.data)
 
 
+def test_a_peak_below_another_subject_tokens_restoration_is_not_the_recall():
+    """Issue 60's second walk: on "The Golden Gate Bridge is located in the city of" both models restored at most
+    0.02 and 0.04 at ' Bridge' (peaks outside their 0.01 bands) and 0.3-0.45 at ' Gate'; the page compared the
+    two small peaks' depths and shares as if they were where each model recalls the fact."""
+    small = _curve([0.0, 0.0, 0.04, 0.01, 0.0, 0.0, 0.0], sd=0.005)  # band 0.009: a peak, far below 0.5
+    clear = _curve([0.05, 0.2, 0.7, 0.9, 0.6, 0.2, 0.1], sd=0.05)
+    text = depth_summary({"gemma": clear, "smollm2": small})
+    assert "smollm2 restores little at ' Familia' (at most 0.04), less than at ' Sagrada', layer 2 (share " \
+           "0.50) by more than the noise (95% band ±0.01)" in text
+    assert "earlier" not in text and "restores more" not in text and "No depths compared: smollm2" in text
+    assert peaks({"gemma": clear, "smollm2": small})["smollm2"] is None
+    near = _curve([0.0, 0.0, 0.48, 0.01, 0.0, 0.0, 0.0], sd=0.005)  # 0.48 against 0.50, the band 0.009
+    assert peaks({"near": near})["near"] is None  # 0.02 apart, more than the band: the other token recalls it
+    close = _curve([0.0, 0.0, 0.495, 0.01, 0.0, 0.0, 0.0], sd=0.005)
+    assert peaks({"close": close})["close"].index == 2  # within the noise of the other token's: named
+
+
 def test_two_peaks_are_compared_by_the_same_rule():
     a = _curve([0.0, 0.1, 0.9, 0.3, 0.1, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], sd=0.02)  # layer 2 of 11: 0.2
     b = _curve([0.0, 0.1, 0.2, 0.3, 0.5, 0.88, 0.9, 0.4, 0.1], sd=0.02)  # layers 5-6 of 9: 0.62-0.75

@@ -8,7 +8,10 @@ samples) in share units, and a peak is named by verdict.peak's rule: only where 
 band of the largest share; the layers within it are the peak's extent. Depths are compared only between two
 named peaks (they differ when their extents do not meet on the relative depth axis), shares only by the same
 rule; on "The Sagrada Familia is located in the city of" SmolLM2's flat curve (share <= 0.10 everywhere) was
-said to peak at layer 0 and to recall the fact "earlier, by 0.29" (issue 60.4).
+said to peak at layer 0 and to recall the fact "earlier, by 0.29" (issue 60.4). A curve is not where a model
+recalls the fact either when another subject token restores more than its peak by more than the band: on "The
+Golden Gate Bridge is located in the city of" both models restore <= 0.04 at ' Bridge' and about 0.3-0.45 at
+' Gate', and their 0.02 and 0.04 peaks were compared as if they were the recall.
 """
 from __future__ import annotations
 
@@ -27,8 +30,9 @@ class Curve:
     token: str
     share: list[float]
     band: float | None
-    peak: Peak | None  # None: no peak worth naming
-    elsewhere: tuple[str, int, float] | None  # (token, layer, share): the largest restoration at the subject
+    peak: Peak | None  # None: no peak worth naming (a flat curve, or another subject token restores more)
+    elsewhere: tuple[str, int, float] | None  # (token, layer, share): the subject's largest restoration, when
+    # at another token than the last
 
     @property
     def depths(self) -> list[float]:
@@ -37,6 +41,12 @@ class Curve:
     def says(self) -> str:
         """Where this curve peaks, or that it has no peak worth naming (and where its restorations lie)."""
         n = len(self.share)
+        if self.peak is None and self.elsewhere is not None and peak(self.share, self.band) is not None:
+            tok, layer, share = self.elsewhere
+            noise = "" if self.band is None else f" by more than the noise (95% band ±{self.band:.2f})"
+            return (f"{self.name} restores little at {self.token!r} (at most {max(self.share):.2f}), less than "
+                    f"at {tok!r}, layer {layer} (share {share:.2f}){noise}: the last subject token is not "
+                    "where it recalls this fact")
         if self.peak is None:
             text = (f"{self.name} has no peak worth naming at {self.token!r}: every layer restores within "
                     f"noise of its largest share, {max(self.share):.2f} (95% band ±{self.band:.2f})")
@@ -74,11 +84,13 @@ def curve(name: str, r: dict) -> Curve:
     sd = r.get("low_sd")
     band = (1.96 * sd * math.sqrt(2 / r["samples"]) / gap) if sd and r["samples"] > 1 and gap > 0 else None
     named = peak(share, band)
-    elsewhere = None
-    if named is None:
-        cells = ((t, l) for t in range(b, e) for l in range(len(share)))
-        t, l = max(cells, key=lambda x: r["scores"][x[0]][x[1]])
-        elsewhere = (r["tokens"][t], l, restored_share(r, t)[l])
+    cells = ((t, l) for t in range(b, e) for l in range(len(share)))
+    t, l = max(cells, key=lambda x: r["scores"][x[0]][x[1]])
+    best = restored_share(r, t)[l]
+    elsewhere = None if t == token else (r["tokens"][t], l, best)
+    if named is not None and elsewhere is not None and best > named.value and \
+            not within_noise(best, named.value, band):  # the recall is at another subject token
+        named = None
     return Curve(name, r["tokens"][token], share, band, named, elsewhere)
 
 
