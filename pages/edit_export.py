@@ -67,9 +67,14 @@ def model_download(lm, out) -> None:
         st.caption("Whole models are downloaded from the server's own browser only. Keep the edit, download "
                    "it as a patch (sidebar) and run `editkit export --patch P --gguf edited.gguf` yourself.")
         return
+    from editkit.model.export import has_source_gguf
+    from editkit.model.gguf_export import refusal
+
+    no_gguf = refusal(lm, has_source_gguf(lm))  # a family GGUF cannot take: the folder alone is offered
+    kinds = {k: v for k, v in GGUF_KINDS.items() if no_gguf is None or v[0] == "hf"}
     c1, c2, c3 = st.columns(3)
     method = c1.selectbox("Edited model of", deltas, format_func=LABELS.get, key=K.EXPORT_METHOD)
-    fmt, gguf_type = GGUF_KINDS[c2.selectbox("Format", list(GGUF_KINDS), key=K.EXPORT_KIND)]
+    fmt, gguf_type = kinds[c2.selectbox("Format", list(kinds), key=K.EXPORT_KIND)]
     kept = [e["delta"] for e in ui.my_edits(lm)]  # edits act in this thread only: handed to the build
     name = f"{lm.name.replace('/', '--')}-{method}" + (f"-{gguf_type}.gguf" if fmt == "gguf" else "")
 
@@ -86,7 +91,8 @@ def model_download(lm, out) -> None:
     st.caption(f"The base model with {LABELS.get(method, method)}'s edit"
                + (" and your kept edits" if kept else "") + ": GGUF loads in llama.cpp, Ollama and editkit, "
                "the folder with transformers. f32 is the compared model exactly; f16 and q8_0 are smaller "
-               "and round its weights (the manual's \"Take an edit out of editkit\").")
+               "and round its weights (the manual's \"Take an edit out of editkit\")."
+               + (f" No GGUF for this model: {no_gguf}." if no_gguf else ""))
 
 
 if __name__ == "__main__":  # Streamlit's legacy pages/ mode serves this file at a URL too: see ui.script_run

@@ -9,7 +9,7 @@ import pytest
 from editkit.model.loading import TINY, load_model  # before torch: OpenMP's spin count (core/threads.py)
 
 # isort: split
-import torch  # noqa: E402
+import torch
 
 # Tiny models on one thread: each of their operations is microseconds of work, so a second OpenMP thread
 # only adds a barrier per operation, and beside other processes on 2 cores a descheduled partner stalls

@@ -56,6 +56,10 @@ def test_hf_folder_loads_with_plain_transformers(edited, tmp_path):
         top_plain, p_plain = _top_and_p(lm, lm.tok, lm.model)
     assert lm.tok.decode([top]) == " war"
     out = ed.export_hf(tmp_path / "edited")
+    with applied(lm, ed.delta):
+        from editkit.model.weights import effective_state
+
+        assert out.tensors == len(effective_state(lm)) > 0  # counted in the files written (untied head)
     model = AutoModelForCausalLM.from_pretrained(out.path)
     tok = AutoTokenizer.from_pretrained(out.path)
     assert (top_plain, p_plain) == _top_and_p(None, tok, model)  # bit for bit: same weights, same computation
@@ -126,6 +130,11 @@ def test_norm_shift_and_tied_head_round_trip_exactly(tiny_by_name, tmp_path):
 
 def test_refused_before_any_file_is_written(edited, tiny_by_name, tmp_path):
     ed = edited[1]
+    # what a page asks before offering GGUF at all (the export itself raises the same sentence)
+    assert "supports" in gguf_export.refusal(tiny_by_name("tiny-gpt2"), True)
+    assert "needs the GGUF" in gguf_export.refusal(tiny_by_name("tiny-gemma3"), False)
+    assert gguf_export.refusal(tiny_by_name("tiny-gemma3"), True) is None
+    assert gguf_export.refusal(edited[0], False) is None
     with pytest.raises(EditkitError, match="supports"):
         gguf_export.export_gguf(tiny_by_name("tiny-gpt2"), tmp_path / "a.gguf", Provenance("tiny-gpt2", "x"))
     with pytest.raises(EditkitError, match="needs the GGUF it was loaded from"):
@@ -151,10 +160,10 @@ def test_a_failed_export_leaves_nothing(edited, tmp_path, monkeypatch):
         raise OSError("disk full")
 
     monkeypatch.setattr(gguf_export, "_encode", broken)
-    with pytest.raises(OSError):
+    with pytest.raises(EditkitError, match="disk full.*nothing was left behind"):  # one line, no traceback
         ed.export_gguf(tmp_path / "half.gguf")
     monkeypatch.setattr(lm.tok, "save_pretrained", broken)
-    with pytest.raises(OSError):
+    with pytest.raises(EditkitError, match="disk full"):
         ed.export_hf(tmp_path / "half")
     assert list(tmp_path.iterdir()) == []  # no target, no temporary file or folder
 
@@ -181,3 +190,62 @@ def test_cli_export_from_a_patch(edited, tmp_path, capsys):
                  str(tmp_path / "n.gguf")]) == 2
     assert "made on tiny-llama" in capsys.readouterr().err
     assert not (tmp_path / "n.gguf").exists()
+
+
+def _run(capsys, *argv):
+    code = main(list(argv))
+    err = capsys.readouterr().err
+    return code, err
+
+
+def test_cli_bad_targets_are_one_line_and_nothing_is_overwritten(edited, tmp_path, capsys, monkeypatch):
+    """An existing file, a folder, a wrong name, --type without --gguf: a one-line error before the model
+    loads, and the user's file as it was; --overwrite replaces a GGUF on purpose."""
+    lm, ed = edited
+    patch = str(save_patch(tmp_path / "p", ed.delta, {"model": lm.name, "method": "rome", "requests": [REQUEST]}))
+    mine = tmp_path / "mine.gguf"
+    mine.write_text("mine")
+    (tmp_path / "folder").mkdir()
+    export = ["export", "--model", "tiny-llama", "--patch", patch]
+    for extra, message in (
+            (["--gguf", str(mine)], "already exists; give another name, or replace it with --overwrite"),
+            (["--gguf", str(tmp_path / "folder")], "is a folder"),
+            (["--gguf", str(tmp_path / "x.bin")], "ending in .gguf"),
+            (["--hf", str(tmp_path / "hf"), "--type", "f16"], "--type sets a GGUF file's weights"),
+            (["--gguf", str(tmp_path / "no" / "x.gguf")], "does not exist")):
+        code, err = _run(capsys, *export, *extra)
+        assert code == 2 and err.startswith("error: ") and message in err and err.count("\n") == 1, err
+    assert mine.read_text() == "mine"
+    assert _run(capsys, *export, "--gguf", str(mine), "--overwrite")[0] == 0
+    assert mine.read_bytes()[:4] == b"GGUF"
+    monkeypatch.setattr(os, "access", lambda *args, **kwargs: False)  # a read-only folder, even for root
+    code, err = _run(capsys, *export, "--gguf", str(tmp_path / "y.gguf"))
+    assert code == 2 and "is not writable" in err and not (tmp_path / "y.gguf").exists()
+
+
+def test_cli_report_target_checked_before_the_edits(tmp_path, capsys):
+    """A report to a folder or onto an existing file is refused before any model loads or method runs."""
+    requests = tmp_path / "r.json"
+    requests.write_text(json.dumps([REQUEST]))
+    mine = tmp_path / "mine.html"
+    mine.write_text("mine")
+    report = ["report", "--model", "tiny-llama", "--requests", str(requests), "--methods", "rome", "--n-gen", "0"]
+    for out, message in ((tmp_path, "is a folder"), (mine, "already exists")):
+        code, err = _run(capsys, *report, "--out", str(out))
+        assert code == 2 and message in err and "loaded" not in err, err
+    code, err = _run(capsys, "edit", "--model", "tiny-llama", "--method", "rome", "--requests", str(requests),
+                     "--report", str(mine))
+    assert code == 2 and "already exists" in err and mine.read_text() == "mine"
+    assert _run(capsys, *report, "--out", str(mine), "--overwrite")[0] == 0
+    assert mine.read_text().startswith("<!DOCTYPE html>")
+
+
+def test_q8_0_says_which_matrices_stay_f16():
+    """Rows not a multiple of 32 values cannot be q8_0 blocks: such a matrix is stored f16 and a note says so."""
+    plan = gguf_export.Plan("llama")
+    plan.tensors = [gguf_export._param("blk.0.ffn_up.weight", "up", torch.zeros(64, 40), "q8_0"),
+                    gguf_export._param("blk.0.ffn_down.weight", "down", torch.zeros(40, 64), "q8_0"),
+                    gguf_export._param("blk.0.attn_norm.weight", "norm", torch.zeros(40), "q8_0")]
+    notes = gguf_export._kept_f16(plan, "q8_0")
+    assert len(notes) == 1 and notes[0].startswith("1 matrix stays f16") and "ffn_up" in notes[0]
+    assert gguf_export._kept_f16(plan, "f16") == []

@@ -22,9 +22,14 @@ PROMPT, TARGET = "The Space Needle is in downtown", " Chicago"
 TOLERANCE = {"f16": 0.005, "q8_0": 0.02}  # |log P_gguf - log P_in-process|, as in tests/test_export.py
 
 
-def _digests(lm) -> dict:
-    """sha256 of every file of the base model: its cached folder and its source GGUF."""
-    files = sorted(p for p in MODELS.path(lm.name, suffix="").rglob("*") if p.is_file()) + [source_gguf(lm)]
+def _base_files(lm) -> list:
+    """Every file of the base model: its cached folder and its source GGUF (listed before the test points
+    EDITKIT_CACHE elsewhere, so the same files are hashed after)."""
+    return sorted(p for p in MODELS.path(lm.name, suffix="").rglob("*") if p.is_file()) + [source_gguf(lm)]
+
+
+def _digests(files: list) -> dict:
+    """sha256 of each file."""
     out = {}
     for f in files:
         h = hashlib.sha256()
@@ -42,7 +47,8 @@ def test_gemma_round_trip(gemma, tmp_path, monkeypatch):
 
     import editkit
 
-    before = _digests(gemma)
+    files = _base_files(gemma)
+    before = _digests(files)
     ed = editkit.edit(gemma, "rome", REQUEST)
     with applied(gemma, ed.delta):
         p_in = score_targets(gemma, [PROMPT], [TARGET])[0].prob
@@ -77,4 +83,4 @@ def test_gemma_round_trip(gemma, tmp_path, monkeypatch):
     assert fields["editkit.base_model"].contents() == "gemma-3-270m"
     assert json.loads(fields["editkit.requests"].contents())[0]["subject"] == "Space Needle"
     assert len(fields["tokenizer.ggml.tokens"].data) == 262144  # the source's tokenizer, carried over
-    assert _digests(gemma) == before
+    assert _digests(files) == before

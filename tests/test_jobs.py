@@ -150,6 +150,7 @@ def test_queue_runs_at_most_its_slots_first_come_first_served():
         threads.append(t)
         # a known arrival order: the next starts once this one runs (the first two) or waits
         until(lambda: queued(queue) == i + 1 and len(queue.snapshot()["running"]) == min(i + 1, 2))
+    until(lambda: all(i in waits for i in range(2, 6)))  # each waiting job has heard its first place
     snap = queue.snapshot()
     assert [j["name"] for j in snap["running"]] == ["job0", "job1"]
     assert [j["name"] for j in snap["waiting"]] == ["job2", "job3", "job4", "job5"]

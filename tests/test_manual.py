@@ -17,9 +17,11 @@ COMMAND = re.compile(r"^(?:[A-Z_]+=\S+\s+|time\s+|nice\s+(?:-n\s+\d+\s+)?)*(?:ed
 def test_readme_is_a_front_door():
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     assert len(text.splitlines()) <= 200
-    for command in ("pip install -r requirements.txt", "streamlit run app.py", "python -m pytest -q tests\n",
+    quick = "python -m pytest -q tests -n auto\n"
+    for command in ("pip install -r requirements.txt", "streamlit run app.py", quick,
                     "python -m pytest -q tests --full"):
         assert command in text, command
+    assert quick in (ROOT / ".ci" / "run").read_text(encoding="utf-8"), "CI runs the README's quick tier"
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))

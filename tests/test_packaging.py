@@ -23,7 +23,7 @@ def test_every_package_is_listed():
     assert listed - {"editkit.assets"} == found, (f"missing from pyproject.toml: {sorted(found - listed)}; "
                                                   f"listed but absent: {sorted(listed - found - {'editkit.assets'})}")
     assert PYPROJECT["tool"]["setuptools"]["package-dir"]["editkit.assets"] == "assets"
-    assert PYPROJECT["project"]["scripts"]["editkit"] == "editkit.cli:main"
+    assert PYPROJECT["project"]["scripts"]["editkit"] == "editkit.cli:run"
     for asset in ASSETS:
         assert (ROOT / "assets" / asset).is_file(), asset
 

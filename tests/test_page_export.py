@@ -22,6 +22,7 @@ def test_report_and_model_downloads_are_offered(tmp_path):
     keys = [b.proto.id for b in at.get("download_button")]
     assert any("ec_report" in k for k in keys) and any("ec_export_go" in k for k in keys), keys
     assert at.selectbox(key="ec_export_method").options == ["ROME"]
+    assert len(at.selectbox(key="ec_export_kind").options) == 4  # a Llama: the three GGUF types and the folder
     assert any(m.value.startswith("One HTML file of this comparison") for m in at.markdown)
     # what the model button builds: the compared method's edit on the page's model, as GGUF
     out = cmp.export_gguf("rome", tmp_path / "rome.gguf", lm, "q8_0")

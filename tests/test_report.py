@@ -99,6 +99,10 @@ def test_report_says_what_a_reader_needs(compared, tmp_path):
     folded = re.search(r"<summary>requests.json</summary><pre>(.*?)</pre>", text, re.DOTALL).group(1)
     assert json.loads(html_mod.unescape(folded))[0]["subject"] == cmp.requests[0].subject
     assert "transformers" in plain and "editkit" in plain
+    for m in cmp.methods.values():  # the settings each method ran with, not only the overrides
+        fold = re.search(rf"<summary>{re.escape(html_mod.escape(m.label))}: hyperparameters</summary><pre>(.*?)</pre>",
+                         text, re.DOTALL)
+        assert json.loads(html_mod.unescape(fold.group(1)))["layers"] == m.result.info["hparams"]["layers"]
     # every chart is drawn at the width it is shown, and readable there (figures/readability.py)
     assert len(doc.drawn) == 3 * len(cmp.requests) + 3  # bars per group and request, norms, bleed, ripple
     for fig, width in doc.drawn:
@@ -137,12 +141,16 @@ def test_cli_report_and_its_command_computes_it_again(lm, tmp_path, capsys, monk
 
     words = shlex.split(html_mod.unescape(command))
     assert words[:3] == ["editkit", "report", "--model"] and "--out" in words
-    assert main(words[1:]) == 0  # the command as the report gives it
-    again = (tmp_path / "report.html").read_text(encoding="utf-8")
+    assert main(words[1:]) == 2 and "already exists" in capsys.readouterr().err  # never replaced silently
+    (tmp_path / "again").mkdir()
+    (tmp_path / "again" / "requests.json").write_text((tmp_path / "requests.json").read_text())
+    monkeypatch.chdir(tmp_path / "again")
+    assert main(words[1:]) == 0  # the command as the report gives it, in a fresh folder
+    again = (tmp_path / "again" / "report.html").read_text(encoding="utf-8")
     assert len(_measured(first)) >= 5 and _measured(again) == _measured(first)
     assert main(["report", "--model", "tiny-gpt2", "--requests", "requests.json", "--methods", "nope",
                  "--out", "x.html"]) == 2
-    assert "nope" in capsys.readouterr().err and not (tmp_path / "x.html").exists()
+    assert "nope" in capsys.readouterr().err and not (tmp_path / "again" / "x.html").exists()
 
 
 def _measured(text: str) -> list[str]:

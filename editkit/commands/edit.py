@@ -20,7 +20,8 @@ def register(sub):
                    help="write the edited model as a Hugging Face folder (new or empty; `editkit "
                         "export` also writes GGUF)")
     p.add_argument("--report", default=None, metavar="FILE.html",
-                   help="write the edit as one self-contained HTML report")
+                   help="write the edit as one self-contained HTML report (a new file, unless --overwrite)")
+    p.add_argument("--overwrite", action="store_true", help="replace the --report file if it exists")
     p.add_argument("--n", type=int, default=None, help="use the first N requests of the file")
     add_model_arg(p)
     p.set_defaults(func=run, show=show)
@@ -40,6 +41,7 @@ def run(args):
             raise EditkitError("--n must be at least 1")
         requests = requests[: args.n]
     overrides = load_hparams_file(args.hparams) if args.hparams else None
+    _check_outputs(args)
     lm = load(args)
     report = edit_report(lm, args.method, requests, overrides)
     if args.save_model:
@@ -51,8 +53,18 @@ def run(args):
                                                           "hparams": hparams})
         report.patch = str(path)
     if args.report:
-        report.report(args.report, command=_command(args))
+        report.report(args.report, command=_command(args), overwrite=args.overwrite)
     return report
+
+
+def _check_outputs(args) -> None:
+    """The --save-model folder and --report file can be written (core/paths.py), said before the edit runs."""
+    from ..core.paths import new_file, new_folder
+
+    if args.save_model:
+        new_folder(args.save_model)
+    if args.report:
+        new_file(args.report, args.overwrite)
 
 
 def _command(args) -> str:

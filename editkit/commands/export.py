@@ -13,8 +13,10 @@ def register(sub):
     p.add_argument("--patch", required=True, help="the edit (<P>.safetensors with <P>.json beside it)")
     p.add_argument("--hf", default=None, metavar="DIR", help="write a Hugging Face folder (new or empty)")
     p.add_argument("--gguf", default=None, metavar="FILE", help="write a GGUF file")
-    p.add_argument("--type", default="f32", choices=("f32", "f16", "q8_0"),
-                   help="the GGUF's weights: f32 (the edited model exactly), f16 or q8_0 (smaller)")
+    p.add_argument("--type", default=None, choices=("f32", "f16", "q8_0"),
+                   help="the GGUF's weights: f32 (the default: the edited model exactly), f16 or q8_0 (smaller)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing GGUF file (a folder for --hf "
+                                                            "must be new or empty either way)")
     add_model_arg(p)
     p.set_defaults(func=run, show=show)
 
@@ -27,6 +29,10 @@ def run(args) -> list:
 
     if not args.hf and not args.gguf:
         raise EditkitError("say where to write: --hf DIR, --gguf FILE or both")
+    if args.type and not args.gguf:
+        raise EditkitError("--type sets a GGUF file's weights; a Hugging Face folder is written in the model's "
+                           "dtype (--dtype)")
+    _check_targets(args)  # before the model loads: a name taken or unwritable is said at once
     delta, manifest = load_patch(args.patch)
     made_on = manifest.get("model")
     lm = load(args)
@@ -39,11 +45,24 @@ def run(args) -> list:
     say = _say()
     out = []
     with applied(lm, delta):
+        if args.gguf:  # first: its checks refuse more (architecture, tokenizer, config) before a byte is written
+            out.append(export_gguf(lm, args.gguf, provenance, args.type or "f32", say, args.overwrite))
         if args.hf:
-            out.append(export_hf(lm, args.hf, provenance, say))
-        if args.gguf:
-            out.append(export_gguf(lm, args.gguf, provenance, args.type, say))
+            out.insert(0, export_hf(lm, args.hf, provenance, say))
     return [e.to_json() for e in out]
+
+
+def _check_targets(args) -> None:
+    from pathlib import Path
+
+    from ..core.paths import new_file, new_folder
+
+    hf = new_folder(args.hf) if args.hf else None
+    gguf = new_file(args.gguf, args.overwrite) if args.gguf else None
+    if hf is not None and gguf is not None and (hf == gguf or hf in gguf.parents):
+        raise EditkitError("--gguf must name a file outside the --hf folder")
+    if args.gguf and Path(args.gguf).suffix.lower() != ".gguf":
+        raise EditkitError(f"--gguf {args.gguf}: give a file name ending in .gguf")
 
 
 def _say():

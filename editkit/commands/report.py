@@ -12,7 +12,8 @@ def register(sub):
     p = sub.add_parser("report", help="compare methods on a request and write one self-contained HTML report")
     p.add_argument("--requests", required=True, help="JSON/JSONL file: editkit, CounterFact or EasyEdit records")
     p.add_argument("--methods", default=None, help="comma-separated methods (default: every registered one)")
-    p.add_argument("--out", required=True, help="the HTML file to write")
+    p.add_argument("--out", required=True, help="the HTML file to write (a new file, unless --overwrite)")
+    p.add_argument("--overwrite", action="store_true", help="replace the --out file if it exists")
     p.add_argument("--n", type=int, default=None, help="use the first N requests of the file")
     p.add_argument("--n-gen", type=int, default=1, help="sampled generations per request (0: none)")
     p.add_argument("--gen-tokens", type=int, default=30, help="tokens per generation")
@@ -35,8 +36,7 @@ def _methods(text: str | None) -> list[str]:
 
 
 def run(args) -> dict:
-    from pathlib import Path
-
+    from ..core.paths import new_file
     from ..editing.defaults import load_hparams_file
     from ..evaluation.compare import compare_methods
     from ..evaluation.datasets import load_eval_set
@@ -44,8 +44,7 @@ def run(args) -> dict:
     methods = _methods(args.methods)
     if args.n is not None and args.n < 1:
         raise EditkitError("--n must be at least 1")
-    if not Path(args.out).resolve().parent.is_dir():
-        raise EditkitError(f"the folder of {args.out} does not exist")
+    new_file(args.out, args.overwrite)  # before minutes of editing: a folder, a taken name, a read-only folder
     records = load_eval_set(args.requests, args.n)
     hparams = load_hparams_file(args.hparams) if args.hparams else None
     if args.bleed:
@@ -53,7 +52,7 @@ def run(args) -> dict:
     lm = load(args)
     cmp = compare_methods(lm, methods, records, hparams, args.n_gen, args.gen_tokens, progress=_progress())
     bleed, ripple = _extras(lm, args, records[0], methods, hparams)
-    path = cmp.report(args.out, bleed, ripple, command=_command(args, methods))
+    path = cmp.report(args.out, bleed, ripple, command=_command(args, methods), overwrite=args.overwrite)
     return {"report": str(path), "bytes": path.stat().st_size, "model": lm.name, "methods": methods,
             "requests": len(records)}
 

@@ -24,3 +24,43 @@ def safe_name(name: str) -> str:
     """A model id or path as a single folder name ("google/gemma" -> "google--gemma")."""
     keep = [c if (c.isalnum() or c in "-_.") else "-" for c in name.strip().strip("/").replace("/", "--")]
     return "".join(keep)[:120] or "model"
+
+
+def new_file(path: str | os.PathLike[str], overwrite: bool = False) -> Path:
+    """The resolved path of a file about to be written (a report, a GGUF), or an EditkitError saying why it
+    cannot be: it is a folder, its folder is missing or not writable, or it exists and `overwrite` was not
+    asked for (nothing a user made is replaced silently). Checked before the work that fills it."""
+    from .errors import EditkitError
+
+    target = Path(path).expanduser()
+    if not target.name or target.name in (".", ".."):
+        raise EditkitError(f"'{path}' is not a file name")
+    resolved = target.resolve()
+    if resolved.is_dir():
+        raise EditkitError(f"{path} is a folder; give a file name")
+    if not resolved.parent.is_dir():
+        raise EditkitError(f"{path}: the folder {resolved.parent} does not exist")
+    if not os.access(resolved.parent, os.W_OK | os.X_OK):
+        raise EditkitError(f"{path}: the folder {resolved.parent} is not writable")
+    if resolved.exists() and not overwrite:
+        raise EditkitError(f"{path} already exists; give another name, or replace it with --overwrite "
+                           "(overwrite=True in Python)")
+    return resolved
+
+
+def new_folder(path: str | os.PathLike[str]) -> Path:
+    """The resolved path of a folder about to be filled (a Hugging Face export), or an EditkitError: it exists
+    and is not an empty folder (never emptied for you), or its parent is missing or not writable."""
+    from .errors import EditkitError
+
+    target = Path(path).expanduser()
+    if not target.name or target.name in (".", ".."):
+        raise EditkitError(f"'{path}' is not a folder name")
+    resolved = target.resolve()
+    if resolved.exists() and (not resolved.is_dir() or any(resolved.iterdir())):
+        raise EditkitError(f"{path} already exists and is not an empty folder; choose a new folder")
+    if not resolved.parent.is_dir():
+        raise EditkitError(f"{path}: the folder {resolved.parent} does not exist")
+    if not os.access(resolved.parent, os.W_OK | os.X_OK):
+        raise EditkitError(f"{path}: the folder {resolved.parent} is not writable")
+    return resolved

@@ -129,10 +129,11 @@ class Comparison(Result):
         with weights.applied(lm, self._delta(method)):
             return export_hf(lm, folder, self.provenance(method))
 
-    def export_gguf(self, method: str, file, lm, type: str = "f32") -> Exported:
-        """`method`'s edited model as one GGUF file of `type` f32, f16 or q8_0 (model/gguf_export.py)."""
+    def export_gguf(self, method: str, file, lm, type: str = "f32", overwrite: bool = False) -> Exported:
+        """`method`'s edited model as one GGUF file of `type` f32, f16 or q8_0 (model/gguf_export.py); an
+        existing file is replaced only with `overwrite`."""
         with weights.applied(lm, self._delta(method)):
-            return export_gguf(lm, file, self.provenance(method), type)
+            return export_gguf(lm, file, self.provenance(method), type, overwrite=overwrite)
 
     def _delta(self, method: str) -> dict:
         if method not in self.methods:
@@ -141,13 +142,15 @@ class Comparison(Result):
             raise EditkitError("this comparison carries no weight change (read back from JSON?)")
         return self.methods[method].result.delta
 
-    def report(self, path, bleed=None, ripple=None, command: str | None = None) -> Path:
+    def report(self, path, bleed=None, ripple=None, command: str | None = None, overwrite: bool = False) -> Path:
         """Write the comparison as one self-contained HTML file (evaluation/html_report.py): the requests, every
         method's metrics with 95% intervals, the charts, the conclusion, versions and the command that computes
-        it again. `bleed` (a BleedMap) and `ripple` (a RippleResult) of the first request join it when given."""
+        it again. `bleed` (a BleedMap) and `ripple` (a RippleResult) of the first request join it when given;
+        an existing file is replaced only with `overwrite`."""
         from .html_report import comparison_document, write
 
-        return write(path, comparison_document(self, conclusion(self).sentence(), bleed, ripple, command))
+        doc = comparison_document(self, conclusion(self).sentence(), bleed, ripple, command)
+        return write(path, doc, overwrite)
 
 
 def compare_methods(lm, methods: list[str], records, hparams: dict | None = None, n_gen: int = 1,

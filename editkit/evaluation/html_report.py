@@ -22,6 +22,8 @@ import time
 from pathlib import Path
 
 from ..core.cache import atomic_write
+from ..core.errors import EditkitError
+from ..core.paths import new_file
 from ..figures import editing as charts
 from ..figures.html import PAGE, Document
 from ..figures.labels import legend
@@ -39,12 +41,17 @@ INTERVALS = ("x100, mean ± 95% half-width (1.96 standard errors): over the reco
              "the measure of the conclusion above.")
 
 
-def write(path, doc: Document) -> Path:
-    """The document written to `path` at once (a temporary file renamed into place)."""
+def write(path, doc: Document, overwrite: bool = False) -> Path:
+    """The document written to `path` at once (a temporary file renamed into place); an existing file is
+    replaced only with `overwrite`, and a folder, a missing or read-only folder is said in a line."""
+    target = new_file(path, overwrite)
     text = doc.render()
-    out = atomic_write(Path(path), lambda tmp: tmp.write_text(text, encoding="utf-8"))
-    out.chmod(0o644)  # a file to share (the temporary name was private)
-    return out
+    try:
+        out = atomic_write(target, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+        out.chmod(0o644)  # a file to share (the temporary name was private)
+    except OSError as exc:
+        raise EditkitError(f"writing {path} failed ({exc.strerror or exc}); nothing was left behind") from exc
+    return Path(path)
 
 
 # --- parts every report has -------------------------------------------------------------------------------
@@ -162,9 +169,31 @@ def comparison_document(cmp, conclusion: str, bleed=None, ripple=None, command: 
     if ripple is not None:
         _ripple_section(doc, ripple)
     settings = cmp.settings or {}
+    _settings_section(doc, cmp)
     reproduce_section(doc, cmp.model, command or command_line(_compare_words(cmp)), cmp.requests,
                       settings.get("hparams"))
     return doc
+
+
+def _settings_section(doc: Document, cmp) -> None:
+    """Every method's hyperparameters as it ran (the defaults for this model, or the overrides applied): a
+    reader sees which layers each one edited without rerunning it."""
+    s = cmp.settings or {}
+    overrides = s.get("hparams") or {}
+    doc.heading("Settings")
+    doc.text(f"Each method ran with editkit's hyperparameters for {cmp.model or 'this model'} unless overridden "
+             f"(--hparams); {s.get('n_gen', 0)} sampled generation(s) of {s.get('gen_tokens', 0)} tokens per "
+             "request. The full set of each method is folded below.")
+    rows, folds = [], []
+    for name, m in cmp.methods.items():
+        hp = m.result.info.get("hparams") or {}
+        rows.append({"method": m.label, "edited layers": ", ".join(map(str, hp.get("layers", []))) or None,
+                     "hyperparameters from": hp.get("source"),
+                     "overridden": ", ".join(sorted(overrides.get(name) or {})) or None})
+        folds.append((f"{m.label}: hyperparameters", json.dumps(hp, indent=1, ensure_ascii=False)))
+    doc.table(rows)
+    for summary, text in folds:
+        doc.details(summary, text)
 
 
 def _compare_words(cmp) -> list[str]:

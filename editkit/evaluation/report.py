@@ -118,19 +118,20 @@ class EditReport(Result):
         with self.applied(lm):
             return export_hf(lm, folder, self.provenance(), say=_say(progress))
 
-    def export_gguf(self, file, type: str = "f32", lm=None, progress=None) -> Exported:
+    def export_gguf(self, file, type: str = "f32", lm=None, progress=None, overwrite: bool = False) -> Exported:
         """The edited model as one GGUF file of `type` "f32" (the in-process weights exactly), "f16" or
-        "q8_0" (smaller; model/gguf_export.py)."""
+        "q8_0" (smaller; model/gguf_export.py); an existing file is replaced only with `overwrite`."""
         lm = self._exporting(lm)
         with self.applied(lm):
-            return export_gguf(lm, file, self.provenance(), type, say=_say(progress))
+            return export_gguf(lm, file, self.provenance(), type, say=_say(progress), overwrite=overwrite)
 
-    def report(self, path, command: str | None = None) -> Path:
+    def report(self, path, command: str | None = None, overwrite: bool = False) -> Path:
         """Write this edit as one self-contained HTML file: the requests, P(new) and P(true) before and after with
-        95% intervals over the prompts, the conclusion, the weight change, versions and the command."""
+        95% intervals over the prompts, the conclusion, the weight change, versions and the command (an
+        existing file is replaced only with `overwrite`)."""
         from .html_report import edit_document, write
 
-        return write(path, edit_document(self, command))
+        return write(path, edit_document(self, command), overwrite)
 
     def headline(self) -> str:
         parts = []

@@ -44,9 +44,13 @@ def _include_plotlyjs() -> bool:
 
 def html(fig) -> str:
     """The figure as an HTML fragment that draws offline: plotly.js inline the first time, no MathJax, no
-    CDN."""
-    return pio.to_html(fig, full_html=False, include_plotlyjs=_include_plotlyjs(), include_mathjax=False,
-                       config=CONFIG, default_width="100%", validate=False)
+    CDN. A figure laid out at a fixed width (the tracing panels) keeps it, in a box that scrolls sideways
+    where the notebook is narrower (a 100% wide box would cut its right-hand panels off)."""
+    width = getattr(getattr(fig, "layout", None), "width", None) or (fig.get("layout", {}).get("width")
+                                                                     if isinstance(fig, dict) else None)
+    body = pio.to_html(fig, full_html=False, include_plotlyjs=_include_plotlyjs(), include_mathjax=False,
+                       config=CONFIG, default_width=f"{int(width)}px" if width else "100%", validate=False)
+    return f'<div style="overflow-x: auto">{body}</div>' if width else body
 
 
 def bundle(fig) -> dict:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from ..core.errors import EditkitError
-from ..core.paths import cache_dir
+from ..core.paths import cache_dir, new_file, new_folder
 from ..core.results import JsonObject, Result, frame
 from .ram import available, gigabytes
 from .shipped import SHIPPED
@@ -129,25 +129,17 @@ def base_paths(lm: LM) -> list[Path]:
     return [p.resolve() for p in paths]
 
 
-def check_target(lm: LM, target: Path, folder: bool) -> Path:
+def check_target(lm: LM, target: Path, folder: bool, overwrite: bool = False) -> Path:
     """The resolved target, or an EditkitError: inside or onto the base model's files, a folder target that
-    exists and is not empty, or a file target that is a folder."""
-    target = Path(target).expanduser()
-    if not target.name or str(target) in (".", ""):
-        raise EditkitError("give the export a file or folder name")
-    resolved = target.resolve()
-    for base in base_paths(lm):
+    exists and is not empty, a file target that is a folder or exists (unless `overwrite`), a parent folder
+    that is missing or not writable (core/paths.py)."""
+    resolved = Path(target).expanduser().resolve()
+    for base in base_paths(lm):  # first: --overwrite never reaches the base model's files
         if resolved == base or base in resolved.parents:
             raise EditkitError(f"{target} is inside the base model's files ({base}); export somewhere else")
         if resolved in base.parents:
             raise EditkitError(f"{target} holds the base model's files ({base}); export somewhere else")
-    if folder and resolved.exists() and (not resolved.is_dir() or any(resolved.iterdir())):
-        raise EditkitError(f"{target} already exists and is not an empty folder; choose a new folder")
-    if not folder and resolved.is_dir():
-        raise EditkitError(f"{target} is a folder; give a file name ending in .gguf")
-    if not resolved.parent.is_dir():
-        raise EditkitError(f"the folder {resolved.parent} does not exist")
-    return resolved
+    return new_folder(target) if folder else new_file(target, overwrite)
 
 
 def check_space(target: Path, needed_disk: int, needed_memory: int) -> None:
@@ -168,20 +160,26 @@ def check_space(target: Path, needed_disk: int, needed_memory: int) -> None:
 def staged(target: Path, folder: bool) -> Iterator[Path]:
     """A temporary file or folder beside `target`, renamed onto it when the block ends without an error and
     removed otherwise: a reader never finds a half-written export under the target's name."""
-    if folder:
-        tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".partial"))
-    else:
-        fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".partial")
-        os.close(fd)
-        tmp = Path(name)
+    try:
+        if folder:
+            tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".partial"))
+        else:
+            fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".partial")
+            os.close(fd)
+            tmp = Path(name)
+    except OSError as exc:
+        raise EditkitError(f"cannot write in {target.parent} ({exc.strerror or exc})") from exc
     try:
         yield tmp
         _readable(tmp)
         if folder and target.exists():
             target.rmdir()  # checked empty before; os.replace needs the name free for a folder
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True) if folder else tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError):  # a full disk, a folder made read-only meanwhile: said in a line
+            raise EditkitError(f"writing {target} failed ({exc.strerror or exc}); nothing was left "
+                               "behind") from exc
         raise
 
 
@@ -224,8 +222,20 @@ def export_hf(lm: LM, folder: str | Path, provenance: Provenance,
                                                encoding="utf-8")
     size = sum(p.stat().st_size for p in target.rglob("*") if p.is_file())
     dtype = str(lm.dtype).replace("torch.", "")
-    return Exported(str(target), "hf", dtype, size, len(state), time.perf_counter() - t0,
+    return Exported(str(target), "hf", dtype, size, _stored_tensors(target), time.perf_counter() - t0,
                     provenance.to_json())
+
+
+def _stored_tensors(folder: Path) -> int:
+    """How many tensors the folder's safetensors hold (read from their headers; save_pretrained empties the
+    state dict it is given, and leaves a tied head out)."""
+    from safetensors import safe_open
+
+    count = 0
+    for f in folder.glob("*.safetensors"):
+        with safe_open(f, framework="pt") as st:
+            count += len(list(st.keys()))
+    return count
 
 
 def as_bytes(write: Callable[[Path], object], name: str) -> bytes:
@@ -245,6 +255,15 @@ def as_bytes(write: Callable[[Path], object], name: str) -> bytes:
                 if f.is_file():
                     z.write(f, f"{name}/{f.relative_to(target)}")
         return buffer.getvalue()
+
+
+def has_source_gguf(lm: LM) -> bool:
+    """Whether the model came from a GGUF file (a shipped model's, fetched on first use, or the user's .gguf),
+    said without fetching anything."""
+    from .loading import gguf_file, split_name
+
+    name = split_name(lm.name)[0]
+    return name in SHIPPED or gguf_file(name) is not None
 
 
 def source_gguf(lm: LM, say: Say = lambda message: None) -> Path | None:

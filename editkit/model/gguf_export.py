@@ -88,14 +88,15 @@ class Plan:
 
 
 def export_gguf(lm: LM, file: str | Path, provenance: Provenance, kind: str = "f32",
-                say: Callable[[str], None] = lambda message: None) -> Exported:
-    """Write the model as this context sees it to `file` as GGUF of type `kind` (module docstring)."""
+                say: Callable[[str], None] = lambda message: None, overwrite: bool = False) -> Exported:
+    """Write the model as this context sees it to `file` as GGUF of type `kind` (module docstring); an
+    existing file is replaced only with `overwrite`."""
     from .weights import effective_state
 
     t0 = time.perf_counter()
     if kind not in TYPES:
         raise EditkitError(f"GGUF type must be one of {', '.join(TYPES)}, not {kind!r}")
-    target = check_target(lm, Path(file), folder=False)
+    target = check_target(lm, Path(file), folder=False, overwrite=overwrite)
     arch = _architecture(lm)
     state = effective_state(lm)
     source = source_gguf(lm, say)
@@ -116,6 +117,22 @@ def _architecture(lm: LM) -> tuple[str, bool, bool]:
         raise EditkitError(f"GGUF export supports {', '.join(sorted(ARCHITECTURES))} models, not "
                            f"{model_type} (export a Hugging Face folder with --hf instead)")
     return ARCHITECTURES[model_type]
+
+
+def refusal(lm: LM, has_source: bool) -> str | None:
+    """Why this model cannot be written as GGUF at all, before any work (a page offers the folder alone
+    then), or None; `has_source`: a GGUF it came from exists (export.has_source_gguf, which fetches
+    nothing). The tokenizer and config checks come later, in export_gguf."""
+    try:
+        arch = _architecture(lm)[0]
+    except EditkitError as exc:
+        return str(exc)
+    if not has_source and arch != "llama":
+        # transformers reads a Gemma-architecture GGUF's tokenizer back as Gemma's sentencepiece kind: only a
+        # Gemma 3 that came from a GGUF (its tokenizer metadata carried over) round-trips
+        return (f"GGUF export of a {lm.model.config.model_type} model needs the GGUF it was loaded from; "
+                "without one only Llama-family models are written (export a Hugging Face folder instead)")
+    return None
 
 
 # --- the plan: names, layouts, types, metadata ---------------------------------------------------------
@@ -165,20 +182,30 @@ def _plan(lm: LM, state: State, arch: tuple[str, bool, bool], kind: str, source:
           provenance: Provenance) -> Plan:
     names = _names(lm, state, arch[0])
     plan = Plan(arch[0])
+    if (why := refusal(lm, source is not None)) is not None:
+        raise EditkitError(why)
     if source is not None:
         _from_source(plan, source, names, state, kind)
-    elif arch[0] != "llama":
-        # transformers reads a Gemma-architecture GGUF's tokenizer back as Gemma's sentencepiece kind: only a
-        # Gemma 3 that came from a GGUF (its tokenizer metadata carried over) round-trips
-        raise EditkitError(f"GGUF export of a {lm.model.config.model_type} model needs the GGUF it was "
-                           "loaded from; without one only Llama-family models are written (export a Hugging "
-                           "Face folder instead)")
     else:
         plan.metadata.update(_config_metadata(lm, arch[0]))
         plan.metadata.update(_tokenizer_metadata(lm))
         plan.tensors = [_param(g, n, state[n], kind) for n, g in names.items()]
+    plan.notes += _kept_f16(plan, kind)
     _edit_metadata(plan, kind, provenance)
     return plan
+
+
+def _kept_f16(plan: Plan, kind: str) -> list[str]:
+    """The note (said, not silent) when q8_0 leaves matrices in f16: rows not a multiple of a block's 32
+    values cannot be quantized, and llama.cpp's converter stores them f16 the same way."""
+    from gguf import GGMLQuantizationType as T
+
+    kept = [t.name for t in plan.tensors if kind == "q8_0" and t.param is not None and t.ggml == T.F16]
+    if not kept:
+        return []
+    stay = "matrix stays" if len(kept) == 1 else "matrices stay"
+    return [f"{len(kept)} {stay} f16, rows not a multiple of {QK} values long (q8_0's block): "
+            + ", ".join(kept[:3]) + (" ..." if len(kept) > 3 else "")]
 
 
 def _from_source(plan: Plan, source: Path, names: dict[str, str], state: State, kind: str) -> None:

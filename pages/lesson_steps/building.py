@@ -21,7 +21,7 @@ def opens_words(found: dict | None, missing: list[str]) -> str:
     seconds = building.opens_in(found, missing) if found else None
     if seconds is None:
         return "when the teacher's build computes its parts"
-    return "any moment now" if seconds < 3 else f"in {duration(seconds)}"
+    return "any moment now" if seconds < 3 else f"in about {duration(seconds)}"
 
 
 @st.fragment(run_every=WATCH_SECONDS)
