@@ -1,77 +1,75 @@
-"""Attention vs FFN page: PMET's similarity curves (Li et al. 2023, Fig. 2) - how much each attention (MHSA) and
-feed-forward (FFN) sub-layer changes the last token's hidden state, layer by layer, averaged over known facts."""
+"""Attention vs FFN page: PMET's similarity curves (Li et al. 2023, Fig. 2) - how much each attention (MHSA)
+and feed-forward (FFN) sub-layer changes the last token's hidden state, layer by layer, averaged over known
+facts."""
 import pandas as pd
 import streamlit as st
 
 from editkit.similarity import DEFAULT_N, TOP_K, definition, similarity, similarity_ram
 from pages import ui
 
-ui.leave_legacy_multipage_mode()
 
-st.title("Attention vs FFN")
-st.markdown(
-    "Each layer has an attention sub-layer (MHSA) and a feed-forward sub-layer (FFN). For the last token of each "
-    "fact prompt we compare the hidden state **entering** a sub-layer (x) with the state **leaving** it (y), in two "
-    "ways: the cosine similarity of the vectors, and the Jaccard similarity of the top-50 tokens each state "
-    "would predict under the logit lens (T(h) = top-50 of W_U · norm(h)). A value near 1 means the sub-layer "
-    "barely changed the state (or its prediction); lower values mean it rewrote it."
-)
-st.latex(r"\cos(x, y) = \frac{x \cdot y}{\lVert x \rVert\,\lVert y \rVert}, \qquad "
-         r"J(A, B) = \frac{|A \cap B|}{|A \cup B|}, \quad A = T(x),\ B = T(y)")
-st.markdown(
-    "**What PMET found** (GPT-J 6B, 1,209 facts): in the first ~15 layers both sub-layers change the state often; "
-    "after that the FFN states change slowly and settle in one direction, while the MHSA states keep changing. "
-    "PMET reads this as attention being a general *knowledge extractor* and the FFN holding the facts, so it edits "
-    "only FFN weights. Compute the curves below to see whether this model behaves the same way."
-)
+class K:
+    """This page's session-state keys (its widgets and its kept result), each named once."""
 
-lm = ui.model_picker()
-if lm is None:
-    st.stop()
-a = lm.adapter
+    N = "sim_n"
+    FACTS = "sim_facts"
+    MODE = "sim_mode"
+    COMPUTE = "sim_compute"
+    RESULT = "sim_result"
+    MODEL = "sim_model"  # the model the kept result is of
+    COS_CHART, JACCARD_CHART = "sim_cos_chart", "sim_jac_chart"
 
 
-
-if st.session_state.get("sim_model") != lm.name:  # results of another model are dropped
-    st.session_state.pop("sim_result", None)
-    st.session_state["sim_model"] = lm.name
-
-c1, c2, c3 = st.columns([2, 1, 1])
-n = c1.slider("Number of facts n", 10, 500, DEFAULT_N, step=10, key="sim_n",
-              help="PMET used 1,209 facts; the band narrows as 1/sqrt(n).")
-facts = c2.radio("Facts", ["known", "all"], key="sim_facts", horizontal=True,
-                 help="known: ROME facts this model predicts correctly (random tiny models predict none); "
-                      "all: all ROME known facts.")
-mode = c3.radio("Compare", ["residual", "raw"], key="sim_mode", horizontal=True,
-                format_func={"residual": "states in/out", "raw": "x vs f(x)"}.get,
-                help="states in/out: residual entering vs leaving the sub-layer (PMET); "
-                     "x vs f(x): the sub-layer's input vs its own output vector.")
-st.caption(f"Definition for {lm.name} ({'parallel' if a.family.parallel else 'sequential'} blocks): "
-           f"{definition(a, mode)}")
-
-ui.cancelled_note()
-if st.button("Compute similarity curves", type="primary", key="sim_compute"):
-    with ui.guard("similarity"):
-        def job(progress):
-            with ui.session(lm):
-                return similarity(lm, n=int(n), facts=facts, mode=mode,
-                                  progress=lambda f, msg: progress(f, f"{f:.0%} of the facts (cached on disk)"))
-
-        result = ui.run_job("similarity curves", job, memory=similarity_ram(lm), facts=int(n))
-        st.session_state["sim_result"] = result
-
-r = st.session_state.get("sim_result")
+JOB = "similarity curves"
 
 
-if r:
-    timing = "cached result" if r.cached else f"computed in {r.seconds:.1f} s"
+def intro() -> None:
+    st.title("Attention vs FFN")
+    st.markdown(
+        "Each layer has an attention sub-layer (MHSA) and a feed-forward sub-layer (FFN). For the last token "
+        "of each fact prompt we compare the hidden state **entering** a sub-layer (x) with the state "
+        "**leaving** it (y), in two ways: the cosine similarity of the vectors, and the Jaccard similarity "
+        "of the top-50 tokens each state would predict under the logit lens (T(h) = top-50 of W_U · "
+        "norm(h)). A value near 1 means the sub-layer barely changed the state (or its prediction); lower "
+        "values mean it rewrote it."
+    )
+    st.latex(r"\cos(x, y) = \frac{x \cdot y}{\lVert x \rVert\,\lVert y \rVert}, \qquad "
+             r"J(A, B) = \frac{|A \cap B|}{|A \cup B|}, \quad A = T(x),\ B = T(y)")
+    st.markdown(
+        "**What PMET found** (GPT-J 6B, 1,209 facts): in the first ~15 layers both sub-layers change the "
+        "state often; after that the FFN states change slowly and settle in one direction, while the MHSA "
+        "states keep changing. PMET reads this as attention being a general *knowledge extractor* and the "
+        "FFN holding the facts, so it edits only FFN weights. Compute the curves below to see whether this "
+        "model behaves the same way."
+    )
+
+
+def inputs(lm) -> tuple[int, str, str]:
+    """The number of facts, which facts and what is compared, with the definition in force for this model."""
+    c1, c2, c3 = st.columns([2, 1, 1])
+    n = c1.slider("Number of facts n", 10, 500, DEFAULT_N, step=10, key=K.N,
+                  help="PMET used 1,209 facts; the band narrows as 1/sqrt(n).")
+    facts = c2.radio("Facts", ["known", "all"], key=K.FACTS, horizontal=True,
+                     help="known: ROME facts this model predicts correctly (random tiny models predict "
+                          "none); all: all ROME known facts.")
+    mode = c3.radio("Compare", ["residual", "raw"], key=K.MODE, horizontal=True,
+                    format_func={"residual": "states in/out", "raw": "x vs f(x)"}.get,
+                    help="states in/out: residual entering vs leaving the sub-layer (PMET); "
+                         "x vs f(x): the sub-layer's input vs its own output vector.")
+    a = lm.adapter
+    st.caption(f"Definition for {lm.name} ({'parallel' if a.family.parallel else 'sequential'} blocks): "
+               f"{definition(a, mode)}")
+    return int(n), facts, mode
+
+
+def show(r) -> None:
+    """The two curves, the numbers per layer and the CLI line that gives the same numbers."""
+    timing = "cached result" if r.cached else ui.waited(JOB, r.seconds)
     st.subheader(f"{r.model}: {r.n} facts ({r.facts}), {timing}")
     st.caption(f"{r.definition} Shaded: {r.interval}.")
     left, right = st.columns(2)
-    with left:
-        st.plotly_chart(r.figure("cos"), width="stretch", key="sim_cos_chart")
-    with right:
-        st.plotly_chart(r.figure("jaccard"), width="stretch", key="sim_jac_chart")
+    left.plotly_chart(r.figure("cos"), width="stretch", key=K.COS_CHART)
+    right.plotly_chart(r.figure("jaccard"), width="stretch", key=K.JACCARD_CHART)
     with st.expander("Numbers per layer"):
         st.dataframe(pd.DataFrame({
             "layer": [l + 1 for l in r.layers],
@@ -83,3 +81,31 @@ if r:
     st.caption(f"Top-k = {TOP_K} as in PMET. The CLI gives the same numbers: "
                f"`python -m editkit similarity --model {r.model} --facts {r.facts} --n {r.n} "
                f"--mode {r.mode} --json`.")
+
+
+def main() -> None:
+    intro()
+    lm = ui.model_picker()
+    if lm is None:
+        return
+    if st.session_state.get(K.MODEL) != lm.name:  # results of another model are dropped
+        st.session_state.pop(K.RESULT, None)
+        st.session_state[K.MODEL] = lm.name
+    n, facts, mode = inputs(lm)
+    ui.cancelled_note()
+    if st.button("Compute similarity curves", type="primary", key=K.COMPUTE):
+        with ui.guard("similarity"):
+            def job(progress):
+                with ui.session(lm):
+                    return similarity(lm, n=n, facts=facts, mode=mode,
+                                      progress=lambda f, msg: progress(f, f"{f:.0%} of the facts (cached on "
+                                                                          f"disk)"))
+
+            st.session_state[K.RESULT] = ui.run_job(JOB, job, memory=similarity_ram(lm), facts=n)
+    r = st.session_state.get(K.RESULT)
+    if r:
+        show(r)
+
+
+if __name__ == "__main__":  # Streamlit runs a page file as a script: see ui.script_run
+    ui.script_run(__file__, main)

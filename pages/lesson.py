@@ -19,8 +19,6 @@ from pages.lesson_steps.sidebar import my_answers, sidebar
 from pages.lesson_steps.targets import pick_target
 from pages.lesson_steps.teacher import is_teacher, teacher_view
 
-ui.leave_legacy_multipage_mode()
-
 
 def pack_methods(pack) -> str:
     """The intro's methods: the pack's, then the registered ones it lacks (it named six above a lesson of
@@ -83,4 +81,5 @@ def main() -> None:
             teacher_view(pack)
 
 
-main()
+if __name__ == "__main__":  # Streamlit runs a page file as a script: see ui.script_run
+    ui.script_run(__file__, main)

@@ -20,6 +20,17 @@ APP = ROOT / "app.py"
 SHOTS = Path(os.environ.get("EDITKIT_SCREENSHOTS") or Path(tempfile.gettempdir()) / "editkit-screenshots")
 
 
+def own_address() -> str | None:
+    """A non-loopback address of this machine (to reach the server as a visitor from elsewhere would), or None."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("192.0.2.1", 9))  # no packet is sent: this only picks the outgoing interface
+            address = s.getsockname()[0]
+    except OSError:
+        return None
+    return None if address.startswith("127.") else address
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -28,14 +39,18 @@ def free_port() -> int:
 
 def pages() -> list[tuple[str, str, str]]:
     """(name, url path, title) of every page in app.py's PAGES, in order (read from the source, so pages added
-    later are covered without importing Streamlit). The default page (a function) is "home" at "/"."""
+    later are covered without importing Streamlit). The default page (a function) is "home" at "/"; a module's
+    main() and a file page are at their url_path."""
     text = APP.read_text(encoding="utf-8")
     block = text[text.index("PAGES = ["):]
     block = block[:block.index("\n]") + 2]
     pages = []
-    for m in re.finditer(r'st\.Page\(\s*([^,]+?)\s*,\s*title="([^"]+)"', block):
-        target, title = m.group(1), m.group(2)
-        if target.startswith(("'", '"')):
+    for m in re.finditer(r'st\.Page\(\s*([^,]+?)\s*,\s*title="([^"]+)"[^\n]*', block):
+        target, title, line = m.group(1), m.group(2), m.group(0)
+        path = re.search(r'url_path="([^"]+)"', line)
+        if path:
+            pages.append((path.group(1), path.group(1), title))
+        elif target.startswith(("'", '"')):
             stem = Path(target.strip("'\"")).stem
             pages.append((stem, stem, title))
         else:
@@ -51,10 +66,13 @@ def chromium_path() -> str | None:
     return None
 
 
-def start_streamlit(port: int) -> subprocess.Popen:
+def start_streamlit(port: int, address: str | None = "127.0.0.1") -> subprocess.Popen:
+    """`streamlit run app.py` on `port`, listening on `address` (None: Streamlit's default, every address of
+    the machine; an IPv4 browser then arrives as an IPv4-mapped IPv6 address, ::ffff:127.0.0.1)."""
     env = dict(os.environ, HF_HUB_OFFLINE="1", STREAMLIT_BROWSER_GATHER_USAGE_STATS="false")
     cmd = [sys.executable, "-m", "streamlit", "run", str(APP), "--server.headless", "true",
-           "--server.port", str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false"]
+           "--server.port", str(port), *(["--server.address", address] if address else []),
+           "--browser.gatherUsageStats", "false"]
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             start_new_session=True)
 

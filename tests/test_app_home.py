@@ -46,3 +46,12 @@ def test_home_on_embedded_model(gemma):
     assert not at.exception
     table = at.dataframe[0].value
     assert table.iloc[0]["token"] == repr(" Paris")
+
+
+def test_a_long_prompts_heading_is_cut_at_a_word_and_marked(home):
+    """Issue 60.15: a 2,000-character prompt's heading was cut at 200 characters mid-word, unmarked."""
+    prompt = "The tower that Gustave Eiffel's company built in Paris " * 9  # 495 characters
+    home.text_input(key="home_prompt").set_value(prompt).run()
+    heading = next(m.value for m in home.markdown if m.value.startswith("Prediction for"))
+    quoted = heading.split("“", 1)[1].split("”", 1)[0].replace("\\", "")
+    assert quoted.endswith("…") and len(quoted) <= 200 and prompt[len(quoted) - 1] == " "

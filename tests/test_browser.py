@@ -18,6 +18,7 @@ from browser_util import (
     ROOT,
     SHOTS,
     free_port,
+    own_address,
     pages,
     start_streamlit,
     wait_http,
@@ -186,6 +187,37 @@ def test_a_page_opened_by_its_url_on_a_fresh_server_has_the_apps_navigation(brow
         assert nav == [title for _, _, title in PAGES], nav
         assert pg.url.rstrip("/").endswith(path)
         _no_errors(pg, path)
+        ctx.close()
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=20)
+        except (ProcessLookupError, OSError):
+            pass
+
+
+def test_teacher_mode_on_the_servers_own_machine_at_127_0_0_1_and_never_from_elsewhere(browser):
+    """A server listening on every address (Streamlit's default) sees a browser at http://127.0.0.1:PORT as
+    ::ffff:127.0.0.1: teacher mode opens there without a passphrase (issue 60.1: "another machine
+    (::ffff:127.0.0.1)"), and stays refused from this machine's own non-loopback address, as from elsewhere."""
+    port = free_port()
+    proc = start_streamlit(port, address=None)
+    try:
+        wait_http(f"http://127.0.0.1:{port}", proc)
+        ctx = browser.new_context(viewport={"width": 1400, "height": 900})
+        pg = ctx.new_page()
+        pg.set_default_timeout(LOAD_S * 1000)
+        pg.goto(f"http://127.0.0.1:{port}/lesson?teacher=1")
+        wait_idle(pg, timeout=LOAD_S)
+        assert pg.get_by_role("heading", name="Teacher").count() == 1
+        assert "another machine" not in pg.locator('[data-testid="stSidebar"]').inner_text()
+        remote = own_address()
+        if remote is not None:
+            pg.goto(f"http://{remote}:{port}/lesson?teacher=1")
+            wait_idle(pg, timeout=LOAD_S)
+            assert pg.get_by_role("heading", name="Teacher").count() == 0
+            assert f"Teacher mode from another machine ({remote}) needs a passphrase" in \
+                pg.locator('[data-testid="stSidebar"]').inner_text()
         ctx.close()
     finally:
         try:

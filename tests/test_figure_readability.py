@@ -326,3 +326,19 @@ def test_table_cells_fit_a_narrow_column():
             {"label": "B", "complete": False, "perplexity": 1.0}]
     assert by_column(rows, "label") == [{"measure": "complete", "A": "yes", "B": "no"},
                                         {"measure": "perplexity", "A": "29,070", "B": "1"}]
+
+
+def test_the_check_finds_a_title_under_the_toolbar():
+    """Plotly's toolbar covered chart titles on hover (issue 60.17: step 5, the hidden-state panel, the
+    ripple chart): a plain figure's title runs under its eight buttons; theme.figure keeps two and puts the
+    title below their band, so the same title at the same width is clear of it."""
+    from editkit.figures.theme import figure
+
+    title = {"text": "restored MLP outputs, window 10", "font": {"size": 13}}
+    plain = go.Figure(go.Heatmap(z=[[0.1, 0.9], [0.2, 0.3]]))
+    plain.update_layout(title=title, height=300, margin={"t": 40, "b": 40})
+    assert any("toolbar (shown on hover) covers title" in p for p in problems(plain, W["third"]))
+    themed = figure(go.Heatmap(z=[[0.1, 0.9], [0.2, 0.3]]))
+    themed.update_layout(title=title, height=300, margin={"t": 40, "b": 40})
+    assert problems(themed, W["third"]) == []
+    assert themed.layout.title.text == title["text"] and themed.layout.title.pad.t > 30  # the text kept, moved

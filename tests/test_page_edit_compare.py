@@ -96,7 +96,7 @@ def test_the_request_survives_a_visit_to_another_page():
     at.text_input(key="ec_subject").set_value("Jean Gabin")
     at.text_area(key="ec_para").set_value("Jean Gabin's birthplace is")
     at.run()
-    at.switch_page("app.py").run()
+    at.switch_page("pages/attention_vs_ffn.py").run()  # another page (Home is app.py's function)
     at.switch_page("pages/edit_compare.py").run()
     assert not at.exception
     assert at.text_input(key="ec_prompt").value == "{} was born in the city of"
@@ -144,3 +144,18 @@ def test_ripple_section_draws_the_implied_facts_or_says_there_are_none():
     assert not at.exception
     assert at.session_state["ec_ripple"].facts == []
     assert any("no implied fact the model knows" in i.value for i in at.info)
+
+
+def test_prompts_of_another_subject_are_pointed_out():
+    """The second walk: a request of one's own about the Brandenburg Gate kept the example's generation prompt
+    "Danielle Darrieux's mother tongue is", and the generations compared nothing of the edit."""
+    at = AppTest.from_file(APP, default_timeout=300)
+    at.session_state["model_choice"] = "tiny-gpt2"
+    at.switch_page("pages/edit_compare.py").run()
+    assert not any("do not mention the subject" in w.value for w in at.warning)  # the example is consistent
+    at.text_input(key="ec_subject").set_value("Brandenburg Gate")
+    at.text_input(key="ec_prompt").set_value("{} is located in the country of")
+    at.text_area(key="ec_para").set_value("The Brandenburg Gate stands in the country of").run()
+    said = [w.value for w in at.warning if "do not mention the subject" in w.value]
+    assert said and said[0].startswith("1 paraphrase or generation prompt(s) do not mention the subject "
+                                       "'Brandenburg Gate'") and "Danielle Darrieux's mother tongue is" in said[0]

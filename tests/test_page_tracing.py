@@ -105,7 +105,7 @@ def test_the_trace_form_survives_a_visit_to_another_page():
     at.number_input(key="trace_samples").set_value(2)
     at.button[0].click().run()
     assert not at.exception and not at.error
-    at.switch_page("app.py").run()
+    at.switch_page("pages/attention_vs_ffn.py").run()  # another page (Home is app.py's function)
     at.switch_page("pages/causal_tracing.py").run()
     assert at.text_input(key="trace_prompt").value == "The Colosseum is in the city of"
     assert at.text_input(key="trace_subject").value == "Colosseum" and at.number_input(key="trace_samples").value == 2
@@ -121,3 +121,31 @@ def test_layers_of_another_model_give_way_to_every_layer_of_this_one():
     at.switch_page("pages/causal_tracing.py").run()
     assert not at.exception
     assert at.multiselect(key="ls_layers").value == [0, 1, 2, 3]
+
+
+def test_edit_every_layer_waits_for_a_subject_that_is_in_the_prompt():
+    """Issue 60.3: after a trace refused for its subject, "Edit every layer" stayed enabled and said "Something went
+    wrong in layer sweep: NameError: name 'EditkitError' is not defined". The button is disabled, and says why,
+    until the trace form's subject is in its prompt."""
+    at = AppTest.from_file(APP, default_timeout=300)
+    at.session_state["model_choice"] = "tiny-gpt2"
+    at.switch_page("pages/causal_tracing.py").run()
+    assert not at.button(key="ls_go").disabled
+    at.text_input(key="trace_subject").set_value("Tokyo")
+    at.button[0].click().run()  # the form's Trace button: refused
+    assert not at.exception and any("does not occur" in e.value for e in at.error)
+    assert at.button(key="ls_go").disabled
+    assert any("'Tokyo' is not in the prompt" in c.value for c in at.caption)
+
+
+def test_a_refused_noise_text_is_said_once():
+    """The second walk: a bad noise text gave two red boxes, the trace's and the two-model section's; the section
+    now says in a caption why it cannot trace."""
+    at = AppTest.from_file(APP, default_timeout=300)
+    at.session_state["model_choice"] = "tiny-gpt2"
+    at.switch_page("pages/causal_tracing.py").run()
+    at.text_input(key="trace_noise").set_value("three sigma")
+    at.button[0].click().run()
+    assert [e.value for e in at.error if "noise" in e.value] == \
+        ["tracing: noise must be a number (absolute) or a multiple of sigma like '3s', not 'three sigma'"]
+    assert any(c.value.startswith("The trace form above cannot be traced: noise must") for c in at.caption)

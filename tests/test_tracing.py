@@ -211,3 +211,48 @@ def test_space_needle_pattern_on_embedded_model(gemma):
     late = scores[:, -3:]
     assert (late.argmax(0) == last).all()
     assert scores[last_subject, :8].max() - r.low_score > 0.2  # a strong effect, not noise
+
+
+def test_aie_depth_titles_name_each_token_class_once():
+    """A shipped-runs chart read "restored attention outputs at the last token token" (issue 60.14)."""
+    from editkit.figures.tracing import token_phrase
+    from editkit.tracing.aie import CLASSES
+
+    for c in CLASSES:
+        said = f"at the {token_phrase(c)}"
+        assert "token token" not in said and "tokens token" not in said and said.count("token") == 1, said
+    assert token_phrase("last subject") == "last subject token" and token_phrase("last token") == "last token"
+
+
+def test_the_hidden_state_caption_reads_the_subject_not_the_output():
+    """Restoring the last token's hidden state in late layers restores the output itself: the tracing page's
+    caption said "Peak: ' of' at layer 16" (issue 60.11). site_peak reads the subject's tokens for hidden
+    states and MLP outputs, and everywhere for attention (ROME's late site is the last token)."""
+    from editkit.tracing import TraceResult
+
+    scores = [[0.1, 0.1, 0.1], [0.2, 0.6, 0.3], [0.4, 0.5, 0.2], [0.1, 0.3, 0.95]]
+    r = TraceResult(tokens=["The", " Space", " Needle", " in"], subject_range=(1, 3), answer=" Seattle",
+                    answer_id=1, high_score=0.95, low_score=0.1, kind="hidden", window=1, noise_scale=0.1,
+                    noise={}, samples=10, seed=1, scores=scores)
+    assert r.peak() == (3, 2, 0.95) and r.site_peak() == (1, 1, 0.6)
+    attn = TraceResult(**{**r.__dict__, "kind": "attn"})
+    assert attn.site_peak() == (3, 2, 0.95)
+
+
+def test_a_trace_keeps_the_spread_of_its_corrupted_runs(tiny_by_name, tmp_path, monkeypatch):
+    """The band a restoration must clear to differ from no restoration, 1.96 s sqrt(2/n), s the sample spread
+    of p(answer) over the corrupted runs; kept through the cache; none with one run."""
+    from editkit.tracing import Tracer, TraceSpec, parse_noise
+    from editkit.tracing.setup import TraceSetup
+
+    monkeypatch.setenv("EDITKIT_CACHE", str(tmp_path))
+    lm = tiny_by_name("tiny-gpt2")
+    spec = TraceSpec("The Space Needle is in downtown", "Space Needle", None, 6, parse_noise("3s"), 2, 1)
+    r = Tracer(lm, spec).result("hidden")
+    setup = TraceSetup.build(lm, spec)
+    assert r.low_sd == pytest.approx(setup.low_sd) and r.low_sd > 0
+    assert r.band == pytest.approx(1.96 * r.low_sd * (2 / 6) ** 0.5)
+    again = Tracer(lm, spec).result("hidden")  # from the cache: the spread travels with the result
+    assert again.cached and again.low_sd == pytest.approx(r.low_sd)
+    one = Tracer(lm, TraceSpec(spec.prompt, spec.subject, None, 1, spec.noise, 2, 1)).result("hidden")
+    assert one.low_sd is None and one.band is None

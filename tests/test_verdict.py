@@ -6,7 +6,7 @@ import math
 import pytest
 
 from editkit.evaluation import verdict
-from editkit.figures.tracing import answer_mismatches, depth_summary
+from editkit.evaluation.depth import answer_mismatches, depth_summary
 from editkit.lesson import compute, grading
 from editkit.lesson.pack import SHIPPED, Pack
 
@@ -80,6 +80,7 @@ def test_a_curve_has_a_peak_only_outside_the_band_of_its_largest_value():
     assert verdict.peak(flat, band=None).extent == (2,)  # no noise estimate: named as measured
     a, b = verdict.Peak(2, 0.9, (2, 3), 0.1), verdict.Peak(10, 0.5, (9, 10), 0.1)
     assert a.overlaps(b, 1 / 4, 1 / 12) and not a.overlaps(b, 1 / 4, 1 / 30)
+    assert verdict.within_noise(0.5, 0.55, 0.1) and not verdict.within_noise(0.5, 0.55, None)
 
 
 def test_one_prompt_per_group_says_it_cannot_estimate_the_noise():
@@ -142,7 +143,10 @@ def test_two_models_summary_and_the_warning_for_another_answer():
     pack = Pack.open(SHIPPED)
     a, b = (pack.part(f, "trace")["traces"]["hidden"] for f in pack.fact_ids[:2])
     text = depth_summary({"gemma-3-270m": a, "smollm2-135m": b})
-    assert "relative depth" in text and "restores more" in text
+    # the pack's Eiffel Tower: restoring the hidden state at ' Tower' brings back at most 0.03 of p(answer), at
+    # ' Eiffel' 0.61 (early_site_note above): the last subject token's curve is not where Gemma recalls it
+    assert "gemma-3-270m restores little at ' Tower' (at most 0.03), less than at ' Eiffel', layer 3" in text
+    assert "No depths compared: gemma-3-270m" in text and "restores more" not in text
     warn = answer_mismatches({"gemma-3-270m": a, "smollm2-135m": b},
                              {"gemma-3-270m": (a["answer"], 0.7), "smollm2-135m": (" Los", 0.16)})
     assert list(warn) == ["smollm2-135m"] and warn["smollm2-135m"].startswith("smollm2-135m itself predicts ' Los'")

@@ -14,6 +14,7 @@ measurements.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,7 +33,10 @@ from .datasets import as_record
 from .measure import EvalSpec, edit_and_measure, measure, probabilities
 from .verdict import MARGIN_MEASURE, Ranking, and_list, margins, paired
 
-TIMINGS = Store("timings")  # per model: the seconds each method's edit of one record took in the last comparison
+# per model: the seconds each method took per record in the last comparison, its edit and the measuring after it
+# (the edit alone was 3 min of a run of 10: the estimate said the edits' time only), and MEASURE: the base model's
+TIMINGS = Store("timings")
+MEASURE = "measure"
 
 
 @dataclass
@@ -162,7 +166,9 @@ def compare_methods(lm, methods: list[str], records, hparams: dict | None = None
     generation = EvalSpec(n_gen=n_gen, gen_tokens=gen_tokens)
     say = progress or silent
     say(0.0, "measuring the base model")
+    start = time.perf_counter()
     pre = [measure(lm, r, n_gen, gen_tokens) for r in records]
+    _remember(lm, MEASURE, (time.perf_counter() - start) / len(records))
     out = Comparison([r.request for r in records],
                      [{"probabilities": probabilities(p), "generations": p["generations"]} for p in pre], {},
                      lm.name, {"n_gen": n_gen, "gen_tokens": gen_tokens, "hparams": hparams or {}})
@@ -171,6 +177,7 @@ def compare_methods(lm, methods: list[str], records, hparams: dict | None = None
             say(min((i + 0.8 * f) / len(specs), 1.0), f"{spec.label}: {msg}")
 
         keep: dict = {}
+        start = time.perf_counter()
         rows = edit_and_measure(lm, spec.name, records, (hparams or {}).get(spec.name), generation, pre=pre,
                                 keep=keep, progress=step)
         post = [probabilities(r["post"]) for r in rows]
@@ -178,23 +185,36 @@ def compare_methods(lm, methods: list[str], records, hparams: dict | None = None
         out.methods[spec.name] = MethodOutcome(
             spec.label, spec.color, keep["result"], [r["metrics"] for r in rows],
             [{"probabilities": p, "generations": r["post"]["generations"]} for p, r in zip(post, rows)])
-        _remember(lm, spec.name, keep["result"].seconds / len(records))
+        _remember(lm, spec.name, (time.perf_counter() - start) / len(records))  # the edit and its measuring
     say(1.0, "done")
     return out
 
 
 def _remember(lm, method: str, seconds: float) -> None:
+    """The seconds one record's edit took, with the machine's speed for a job just after it (runtime/speed.py),
+    so that an estimate under another load can scale it."""
+    from ..runtime import speed
+
     path = TIMINGS.path(lm.name)
-    TIMINGS.put(path, {**(TIMINGS.get(path) or {}), method: round(seconds, 2)})
+    TIMINGS.put(path, {**(TIMINGS.get(path) or {}), method: {"seconds": round(seconds, 2),
+                                                            "rate": round(speed.rate(), 2)}})
+
+
+def _timed(entry) -> tuple[float, float | None]:
+    """(seconds, the rate they were measured at) of a TIMINGS entry (a bare number: written before rates were
+    kept, taken as measured at the machine's best)."""
+    return (entry["seconds"], entry.get("rate")) if isinstance(entry, dict) else (float(entry), None)
 
 
 def estimate(lm, methods: list[str], n_records: int, hparams: dict | None = None) -> tuple[float | None, str]:
     """(seconds or None, the estimate in words) of a comparison before it starts: the first-use statistics each
     method still needs (timed by the cached statistics of this model) and each method's edits (timed by the last
-    comparison on this model). None where a part has never run on this model: the words say which."""
+    comparison on this model), each scaled to the machine's speed for a job now (runtime/speed.py: what other
+    work leaves it). None where a part has never run on this model: the words say which."""
     from ..editing.defaults import load_hparams
     from ..editing.run import first_use
     from ..editing.stats import pass_seconds
+    from ..runtime import speed
 
     passes: dict = {}
     for m in methods:
@@ -211,13 +231,19 @@ def estimate(lm, methods: list[str], n_records: int, hparams: dict | None = None
         if sec is None:
             unknown.append(what)
         else:
+            sec = speed.now(sec)  # recorded without a rate: as measured at the machine's best
             total += sec
             parts.append(f"{what} ~{_minutes(sec)}")
+    if MEASURE in timed:
+        sec = n_records * speed.now(*_timed(timed[MEASURE]))
+        total += sec
+        parts.append(f"measuring the unedited model ~{_minutes(sec)}")
     edits = [m for m in methods if m in timed]
     if edits:
-        sec = n_records * sum(timed[m] for m in edits)
+        sec = n_records * sum(speed.now(*_timed(timed[m])) for m in edits)
         total += sec
-        parts.append(f"the edits of {and_list([get(m).label for m in edits])} ~{_minutes(sec)}")
+        parts.append(f"the edits of {and_list([get(m).label for m in edits])} and their measuring "
+                     f"~{_minutes(sec)}")
     new = [get(m).label for m in methods if m not in timed]
     if new:
         unknown.append(f"the edit{'s' if len(new) > 1 else ''} of {and_list(new)} (timed after {lm.name}'s first "
@@ -225,7 +251,11 @@ def estimate(lm, methods: list[str], n_records: int, hparams: dict | None = None
     text = (f"About {_minutes(total)}: {'; '.join(parts)}" if parts else "No estimate yet")
     if unknown:
         text += f"{'; not counted' if parts else ''}: {'; '.join(unknown)}"
-    return (total if not unknown else None), text + ". Longer while other jobs compute."
+    slower = speed.slowdown()
+    load = (f" At this machine's speed for a job now, {slower:.1f}x slower than at its best (other work shares "
+            "its cores)" if slower >= 1.2 else " At this machine's speed for a job now") + \
+        "; a wait for a turn comes on top."
+    return (total if not unknown else None), text + "." + load
 
 
 def _minutes(seconds: float) -> str:

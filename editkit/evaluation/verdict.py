@@ -144,6 +144,11 @@ def peak(values, band: float | None) -> Peak | None:
     return Peak(top, values[top], extent, band)
 
 
+def within_noise(a: float, b: float, band: float | None) -> bool:
+    """The module's rule for two values: their difference is no larger than the band (never, without one)."""
+    return band is not None and abs(a - b) <= band
+
+
 def and_list(items: list[str]) -> str:
     """'A', 'A and B', 'A, B and C': the one way editkit's sentences list things."""
     return f"{', '.join(items[:-1])} and {items[-1]}" if len(items) > 1 else "".join(items)

@@ -7,10 +7,9 @@ from __future__ import annotations
 import math
 
 import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
 from .labels import header, param_order, short_param
-from .theme import TITLE_FONT, WIDTHS, legend_below
+from .theme import TITLE_FONT, WIDTHS, figure, legend_below, subplots
 
 METRICS = [("efficacy", "Efficacy"), ("generalization", "Generalization"), ("specificity", "Specificity"),
            ("gen_efficacy", "Generation efficacy"), ("gen_generalization", "Generation generalization"),
@@ -93,7 +92,7 @@ def probability_figure(out: dict, j: int, group: str, width: int = WIDTHS["third
     if not rows:
         return None
     x = prompt_numbers(rows)
-    fig = go.Figure()
+    fig = figure()
     # the crosses in their bar's colour, the "before" ones a darker grey than its bar (black matched no legend entry)
     series = [("before", "#bbbbbb", BEFORE_CROSS, rows)] + [
         (r["label"], r["color"], r["color"], r["post"][j]["probabilities"][group]) for r in out["methods"].values()]
@@ -132,7 +131,7 @@ def _ticks_125(lo: float, hi: float) -> list[float]:
 
 def norms_figure(out: dict) -> go.Figure:
     """||Delta W||_F / ||W||_F of every edited matrix, per method."""
-    fig = go.Figure()
+    fig = figure()
     for r in out["methods"].values():
         norms = r["info"]["norms"]
         fig.add_trace(go.Bar(x=[short_param(k) for k in norms], y=[v["relative_norm"] for v in norms.values()],
@@ -185,7 +184,7 @@ def diagnostics_table(out: dict) -> list[dict]:
 
 def loss_figure(out: dict) -> go.Figure:
     """The target optimisation's loss per step, per method and request."""
-    fig = go.Figure()
+    fig = figure()
     for r in out["methods"].values():
         for q in r["info"].get("requests", []):
             case = q.get("case_id")
@@ -200,8 +199,8 @@ def edit_figure(result: dict) -> go.Figure:
     """One edit (EditResult.to_json()): its target optimisation's loss per step, one curve per request, and
     ||dW||_F / ||W||_F of every edited matrix."""
     info = result["info"]
-    fig = make_subplots(rows=1, cols=2, column_widths=[0.55, 0.45],
-                        subplot_titles=["target optimisation", "relative weight change"])
+    fig = subplots(rows=1, cols=2, column_widths=[0.55, 0.45],
+                   subplot_titles=["target optimisation", "relative weight change"])
     for q in info.get("requests", []):
         if q["losses"]:
             fig.add_trace(go.Scatter(y=[l["loss"] for l in q["losses"]], name=f"request {q.get('case_id')}",
@@ -223,7 +222,7 @@ def before_after_figure(report: dict, j: int = 0) -> go.Figure:
     P(true) as crosses, before (grey) and after (blue) the edit."""
     r = report["requests"][j]
     groups = [g for g in GROUPS if r["pre"].get(g)]
-    fig = make_subplots(rows=1, cols=len(groups), subplot_titles=groups, shared_yaxes=True)
+    fig = subplots(rows=1, cols=len(groups), subplot_titles=groups, shared_yaxes=True)
     for col, group in enumerate(groups, 1):
         pre, post = r["pre"][group], r["post"][group]
         x = [f"#{i + 1}" for i in range(len(pre))]  # categories: a number would be read as a position
@@ -251,8 +250,8 @@ def trace_figure(trace: dict, title: str) -> go.Figure:
     """A causal-trace heatmap (TraceResult.to_json()), tokens down, layers across; * marks subject tokens."""
     b, e = trace["subject_range"]
     labels = [f"{i}: {t!r}{'*' if b <= i < e else ''}" for i, t in enumerate(trace["tokens"])]
-    fig = go.Figure(go.Heatmap(z=trace["scores"], y=labels, colorscale="Purples", zmin=trace["low_score"],
-                               colorbar={"title": "p"}))
+    fig = figure(go.Heatmap(z=trace["scores"], y=labels, colorscale="Purples", zmin=trace["low_score"],
+                            colorbar={"title": "p"}))
     fig.update_yaxes(autorange="reversed")
     fig.update_layout(title={"text": f"{title}: p({trace['answer']!r})", "font": {"size": TITLE_FONT}},
                       xaxis_title="layer", height=140 + 26 * len(labels), margin={"t": 40, "b": 40, "r": 10})
@@ -265,7 +264,7 @@ def evaluation_figure(ev: dict) -> go.Figure:
     """A batch evaluation (Evaluation.to_json()): per method, efficacy, generalization and specificity after the edit
     (x100, 95% bars), beside the unedited model's."""
     rates = ("efficacy", "generalization", "specificity")
-    fig = go.Figure()
+    fig = figure()
     first = next(iter(ev["methods"].values()), {})
     rows = [("before edit", {k: first.get(f"pre_{k}") or {} for k in rates})]
     rows += [(m, {k: t.get(f"post_{k}") or {} for k in rates}) for m, t in ev["methods"].items()]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from .theme import MIN_FONT, TITLE_FONT, WIDTHS, text_width
+from .theme import MIN_FONT, TITLE_FONT, WIDTHS, figure, text_width
 
 MARGIN = {"l": 50, "r": 70, "t": 40, "b": 40}  # r: the colour bar and its labels
 
@@ -29,7 +29,7 @@ def logit_lens_figure(lens: dict, k: int, width: float = WIDTHS["three_quarters"
     cell = (width - MARGIN["l"] - MARGIN["r"]) / k - 6
     probs = [[t["prob"] for t in row[:k]] for row in layers]
     full = [[("★ " if t["token"] == marked else "") + repr(t["token"])[1:-1] for t in row[:k]] for row in layers]
-    fig = go.Figure(go.Heatmap(
+    fig = figure(go.Heatmap(
         z=probs, text=[[fit(t, cell) for t in row] for row in full], customdata=full, texttemplate="%{text}",
         textfont={"size": MIN_FONT}, colorscale="Blues", zmin=0, zmax=1,
         x=[f"#{i + 1}" for i in range(k)], y=[f"L{l}" for l in range(len(layers))],
@@ -49,8 +49,8 @@ def logit_lens_figure(lens: dict, k: int, width: float = WIDTHS["three_quarters"
 def predictions_figure(preds: dict) -> go.Figure:
     """The top next tokens' probabilities as horizontal bars, the most likely on top (Predictions.to_json())."""
     rows = preds["predictions"]
-    fig = go.Figure(go.Bar(x=[p["prob"] for p in rows], y=[repr(p["token"]) for p in rows], orientation="h",
-                           marker_color="#1f77b4", hovertemplate="%{y}: p = %{x:.4f}<extra></extra>"))
+    fig = figure(go.Bar(x=[p["prob"] for p in rows], y=[repr(p["token"]) for p in rows], orientation="h",
+                        marker_color="#1f77b4", hovertemplate="%{y}: p = %{x:.4f}<extra></extra>"))
     fig.update_yaxes(autorange="reversed")
     fig.update_layout(title={"text": f"Next token after {preds['prompt'][-60:]!r}", "font": {"size": TITLE_FONT}},
                       xaxis_title="probability", height=120 + 26 * len(rows), margin={"t": 40, "b": 30})

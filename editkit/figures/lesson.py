@@ -13,7 +13,7 @@ from .lens import logit_lens_figure
 from .lifelong import lifelong_figure
 from .memories import contributions_figure
 from .side_effects import bleed_figure, layer_sweep_figure
-from .theme import WIDTHS, legend_below
+from .theme import WIDTHS, figure, legend_below
 from .tracing import heatmap, severing_figure
 
 __all__ = ["BARS_KEY", "by_column", "compact", "lens_figure", "pick_grid", "trace_with_marks", "severing_figure",
@@ -73,10 +73,10 @@ def pick_grid(trace: dict, picked: tuple[int, int] | None = None, title: str = "
     ys = [lab for lab in labels for _ in range(n_layers)]
     custom = [[t, l] for t in range(len(labels)) for l in range(n_layers)]
     colors = ["#6a3d9a" if picked and (t, l) == tuple(picked) else "#eeeeee" for t, l in custom]
-    fig = go.Figure(go.Scatter(x=xs, y=ys, mode="markers", customdata=custom,
-                               marker={"symbol": "square", "size": 18, "color": colors,
-                                       "line": {"width": 1, "color": "#bbbbbb"}},
-                               hovertemplate="token %{y}<br>layer %{x}<extra>click to pick</extra>"))
+    fig = figure(go.Scatter(x=xs, y=ys, mode="markers", customdata=custom,
+                            marker={"symbol": "square", "size": 18, "color": colors,
+                                    "line": {"width": 1, "color": "#bbbbbb"}},
+                            hovertemplate="token %{y}<br>layer %{x}<extra>click to pick</extra>"))
     fig.update_yaxes(autorange="reversed", type="category", categoryorder="array", categoryarray=labels)
     fig.update_layout(title={"text": title or "Pick a cell: which state carries the fact?", "font": {"size": 13}},
                       xaxis_title="layer", height=140 + 28 * len(labels), margin={"t": 40, "b": 40},

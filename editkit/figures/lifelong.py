@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .labels import param_order, short_param
-from .theme import TITLE_FONT, legend_below
+from .theme import TITLE_FONT, legend_below, subplots
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -81,13 +81,12 @@ def _styles(results: dict) -> dict[str, tuple[str, str, str]]:
 
 def lifelong_figure(results: dict, panels=PANELS, columns: int = 4) -> go.Figure:
     import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
 
     data = curves(results)
     styles = _styles(results)
     rows = (len(panels) + columns - 1) // columns
-    fig = make_subplots(rows=rows, cols=columns, subplot_titles=[METRICS[p][0] for p in panels],
-                        horizontal_spacing=0.06, vertical_spacing=0.14)
+    fig = subplots(rows=rows, cols=columns, subplot_titles=[METRICS[p][0] for p in panels],
+                   horizontal_spacing=0.06, vertical_spacing=0.14)
     for method, series in data.items():
         label, color, dash = styles[method]
         for i, panel in enumerate(panels):
@@ -127,14 +126,13 @@ def layer_figure(results: dict, columns: int | None = None) -> go.Figure:
     (PRUNE's quantity; log axes), one curve per method after each checkpoint. Runs recorded before the condition
     number was kept leave the lower panels empty."""
     import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
 
     data = layer_curves(results)
     styles = _styles(results)
     names = list(data) or ["(no edited matrices)"]
     cols = columns or max(1, len(names))
     titles, module = _layer_titles(names[:cols])
-    fig = make_subplots(rows=2, cols=cols, horizontal_spacing=0.04, vertical_spacing=0.12, subplot_titles=titles)
+    fig = subplots(rows=2, cols=cols, horizontal_spacing=0.04, vertical_spacing=0.12, subplot_titles=titles)
     for a in fig.layout.annotations:
         a.font.size = TITLE_FONT
     shown = set()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from .theme import legend_below
+from .theme import WIDTHS, legend_below
 
 POINT, DEFAULT, PICKED = "#7570b3", "#1b9e77", "#d95f02"
 
@@ -33,5 +33,5 @@ def points_figure(points: dict, picked: int | None = None) -> go.Figure:
                       title=points.get("label", points["method"]))
     fig.update_xaxes(range=[-5, 105])
     fig.update_yaxes(range=[-5, 105])
-    legend_below(fig)
+    legend_below(fig, width=WIDTHS["half"])  # Edit & compare draws them two to a row
     return fig

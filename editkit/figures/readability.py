@@ -13,8 +13,20 @@ import math
 import re
 from dataclasses import dataclass
 
-from .theme import DEFAULT_FONT, DEFAULT_HEIGHT, DEFAULT_TITLE_FONT, MIN_FONT, margins, text_width
+from .theme import (
+    DEFAULT_FONT,
+    DEFAULT_HEIGHT,
+    DEFAULT_TITLE_FONT,
+    MIN_FONT,
+    TOOLBAR_BUTTON,
+    TOOLBAR_BUTTONS,
+    TOOLBAR_HEIGHT,
+    TOOLBAR_REMOVE,
+    margins,
+    text_width,
+)
 
+TITLE_GAP = 22  # px plotly leaves between a title it pushed the margin for and the plot (measured in Chromium)
 NUMBERISH = re.compile(r"^['\"%,$#\s]*[-+]?(\d+\.?\d*|\.\d+)(e[-+]?\d+)?['\"%,$#\s]*$")  # plotly.js's cleanNumber
 
 
@@ -45,6 +57,9 @@ class Page:
         m = margins(fig)
         self.l, self.r, self.t, self.b = m["l"], m["r"], m["t"], m["b"]
         self.base = _size(fig.layout.font, DEFAULT_FONT)
+        title = title_box(self)
+        if title is not None and fig.layout.title.automargin:  # plotly grows the top margin to hold the title
+            self.t = max(self.t, title.y1 + TITLE_GAP)
         self.ranges = self._ranges()
 
     # paper fractions -> px
@@ -170,7 +185,17 @@ def title_box(p: Page) -> Box | None:
     else:
         ypx = (1 - t.y) * p.H if (t.yref or "container") == "container" else p.py(t.y)
         yanchor = t.yanchor if t.yanchor not in (None, "auto") else "top"
+        pad = t.pad.t or 0 if t.pad is not None else 0
+        ypx += pad if yanchor == "top" else 0
     return _anchored(xpx, ypx, w, h, xanchor, yanchor, f"title {str(t.text)[:40]!r}")
+
+
+def toolbar_box(p: Page) -> Box:
+    """Where plotly's toolbar covers the figure on hover: its top-right corner, 28 px per button kept
+    (theme.TOOLBAR_*; a figure that does not shorten it keeps all eight)."""
+    removed = set(p.fig.layout.modebar.remove or ()) & set(TOOLBAR_REMOVE)
+    buttons = TOOLBAR_BUTTONS - len(removed - {"select", "lasso"})  # shown on a scatter with selection only
+    return Box("the toolbar (shown on hover)", p.W - buttons * TOOLBAR_BUTTON, 0, p.W, TOOLBAR_HEIGHT)
 
 
 def legend_items(fig) -> list[str]:
@@ -223,7 +248,8 @@ def legend_box(p: Page) -> Box | None:
         xanchor = "left" if x <= 1 / 3 else "right" if x >= 2 / 3 else "center"
     if yanchor == "auto":
         yanchor = "bottom" if y <= 1 / 3 else "top" if y >= 2 / 3 else "middle"
-    return _anchored(p.px(x), p.py(y), w, h, xanchor, yanchor, "legend")
+    ypx = (1 - y) * p.H if lg.yref == "container" else p.py(y)
+    return _anchored(p.px(x), ypx, w, h, xanchor, yanchor, "legend")
 
 
 def annotation_boxes(p: Page) -> list[Box]:
@@ -418,6 +444,10 @@ def problems(fig, width: float) -> list[str]:
     for box in axes:
         if title is not None and box.overlaps(title):
             found.append(f"{box.what} are drawn over {title.what}")
+    toolbar = toolbar_box(p)
+    for box in ([title] if title is not None else []) + labels:
+        if toolbar.overlaps(box):
+            found.append(f"{toolbar.what} covers {box.what}")
     for i, a in enumerate(labels):
         if title is not None and a.overlaps(title):
             found.append(f"{a.what} is drawn over {title.what}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from .theme import text_width, wrap
+from .theme import TOOLBAR_HEIGHT, figure, text_width, wrap
 
 VERDICT = {"moved": 1.0, "stayed": 1.0, "failed": 0.0}
 GOOD, BAD, BEFORE = "#1b9e77", "#d95f02", "#e8e8e8"
@@ -50,20 +50,21 @@ def ripple_figure(out) -> go.Figure | None:
             row_t.append(f"{_get(o, 'p_after'):.2f} {'✓' if _get(o, 'verdict') != 'failed' else '✗'}")
         z.append(row_z)
         text.append(row_t)
-    fig = go.Figure(go.Heatmap(
+    fig = figure(go.Heatmap(
         z=z, x=cols, y=labels, text=text, texttemplate="%{text}", zmin=0, zmax=1, showscale=False, xgap=3, ygap=3,
         colorscale=[[0.0, BAD], [0.49, BAD], [0.5, BEFORE], [0.51, GOOD], [1.0, GOOD]],
         hovertemplate="%{y}<br>%{x}: P(expected) %{text}<extra></extra>"))
     fig.update_yaxes(autorange="reversed", tickfont={"size": ROW_TICK})
     fig.update_xaxes(side="top", tickangle=0, tickfont={"size": TICK})
     lines = max(c.count("<br>") + 1 for c in cols)
-    top = 12 + round(TITLE * 1.25) + 10 + round(lines * TICK * 1.25) + 8  # title, a gap, the column labels
+    # the toolbar's band, the title, a gap, the column labels
+    top = TOOLBAR_HEIGHT + 2 + round(TITLE * 1.25) + 10 + round(lines * TICK * 1.25) + 8
     left = round(max(text_width(l, ROW_TICK) for l in labels)) + 12
     fig.update_layout(height=top + 20 + 34 * len(facts), margin={"l": left, "r": 10, "t": top, "b": 10},
                       title={"text": "P(expected answer) before and after each edit: ✓ green = moved / stayed as it "
                                      "should, ✗ orange = failed (→ should move, = should stay)",
                              "font": {"size": TITLE}, "y": 1, "yref": "container", "yanchor": "top",
-                             "pad": {"t": 12}})
+                             "pad": {"t": TOOLBAR_HEIGHT + 2}})
     return fig
 
 
@@ -71,7 +72,7 @@ def share_figure(out) -> go.Figure:
     """The evaluation's share of implied facts that moved / stayed as they should, per criterion (groups) and
     method (bars), with 95% intervals over edits."""
     table = _get(out, "table")
-    fig = go.Figure()
+    fig = figure()
     crits = [(c, label) for c, label in COLUMNS[:4]]
     for m, cells in table.items():
         fig.add_trace(go.Bar(name=m, x=[label for _, label in crits],

@@ -3,9 +3,8 @@ the app, notebooks and tests draw the same charts."""
 from __future__ import annotations
 
 import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
-from .theme import legend_below
+from .theme import figure, legend_below, subplots
 
 RATE_COLORS = {"efficacy": "#1b9e77", "generalization": "#7570b3", "specificity": "#d95f02"}
 SOURCE_COLORS = {"rewrite": "#1b9e77", "paraphrase": "#7570b3", "neighborhood": "#d95f02", "known fact": "#e7298a",
@@ -24,7 +23,7 @@ def pareto_figure(out: dict, ys=("efficacy", "generalization")) -> go.Figure:
     """Each setting of a sweep as a point (x = specificity, y = efficacy / generalization, 95% bars), the 2-D
     Pareto front of each as a line, the unedited model as a cross."""
     rows = out["settings"]
-    fig = go.Figure()
+    fig = figure()
     symbols = {"efficacy": "circle", "generalization": "diamond", "gen_efficacy": "square",
                "gen_generalization": "triangle-up"}
     for y in ys:
@@ -56,7 +55,7 @@ def bleed_figure(out: dict) -> go.Figure:
     """One point per prompt: the update's predicted share s (x) against the measured rise of P(new) (y); for a
     method without a prediction (no share), the rises by prompt."""
     predicted = out.get("formula") is not None
-    fig = go.Figure()
+    fig = figure()
     for source, color in SOURCE_COLORS.items():
         index = [i for i, r in enumerate(out["rows"]) if r["source"] == source]
         rows = [out["rows"][i] for i in index]
@@ -86,8 +85,8 @@ def layer_sweep_figure(out: dict) -> go.Figure:
     t = out.get("trace")
     rows = out["rows"]
     n_top = 1 if t else 0
-    fig = make_subplots(rows=1 + n_top, cols=1, shared_xaxes=True, vertical_spacing=0.06,
-                        row_heights=[0.45, 0.55] if t else [1.0])
+    fig = subplots(rows=1 + n_top, cols=1, shared_xaxes=True, vertical_spacing=0.06,
+                   row_heights=[0.45, 0.55] if t else [1.0])
     if t:
         tr = t["trace"]
         b, e = tr["subject_range"]

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from .theme import WIDTHS, legend_below
+from .theme import WIDTHS, figure, legend_below
 
 SUBLAYERS = (("mhsa", "#e76f51", "rgba(231,111,81,0.2)"), ("ffn", "#2a9d8f", "rgba(42,157,143,0.2)"))
 
 
 def similarity_figure(r: dict, metric: str, title: str, y_range=None) -> go.Figure:
     """One curve per sub-layer of `metric` ("cos" or "jaccard"), layers counted from 1 as in PMET's figure."""
-    fig = go.Figure()
+    fig = figure()
     x = [l + 1 for l in r["layers"]]
     for comp, color, fill in SUBLAYERS:
         m = r[f"{comp}_{metric}"]

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from .theme import TITLE_FONT, legend_below
+from .theme import TITLE_FONT, figure, legend_below
 
 
 def spectrum_figure(spec: dict) -> go.Figure:
     """Plotly figure: eigenvalues (largest first, log scale) per layer, the null-space cut as a dashed line."""
     palette = ["#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d", "#666666"]
-    fig = go.Figure()
+    fig = figure()
     for i, row in enumerate(spec["layers"]):
         color = palette[i % len(palette)]
         n = row["width"]

@@ -17,6 +17,37 @@ DEFAULT_TITLE_FONT = 17
 DEFAULT_MARGIN = {"l": 80, "r": 80, "t": 100, "b": 80}
 DEFAULT_HEIGHT = 450
 AXIS_BAND = 50  # px below a plot taken by the x axis's tick labels and its title
+# Plotly's toolbar, shown over a chart's top-right corner on hover (Streamlit adds a fullscreen button to it):
+# 28 px per button, 30 px high. Its eight buttons covered the titles of the charts half a page wide or less
+# (issue 60.17); every editkit figure keeps the PNG download, the reset of the axes and the fullscreen button
+# (dragging still zooms). readability.toolbar_box places it; a title or label under it is a defect.
+TOOLBAR_REMOVE = ("zoom", "pan", "select", "lasso", "zoomin", "zoomout", "autoscale", "resetscale")
+TOOLBAR_BUTTONS = 8  # plotly's toolbar on a 2-D chart in Streamlit, before any is removed
+TOOLBAR_BUTTON, TOOLBAR_HEIGHT = 28, 30
+
+
+def figure(*args, **kwargs):
+    """A plotly figure as every editkit figure starts: go.Figure(*args, **kwargs) with the short toolbar."""
+    import plotly.graph_objects as go
+
+    return short_toolbar(go.Figure(*args, **kwargs))
+
+
+def subplots(*args, **kwargs):
+    """plotly's make_subplots(*args, **kwargs) with the short toolbar."""
+    from plotly.subplots import make_subplots
+
+    return short_toolbar(make_subplots(*args, **kwargs))
+
+
+def short_toolbar(fig):
+    """The toolbar's PNG download and Streamlit's fullscreen button only, and the title (whatever its length and
+    the chart's width) under the toolbar's band: its top TOOLBAR_HEIGHT px from the figure's top, the top margin
+    grown to hold it (plotly's title.automargin). A figure sets its title's text and font afterwards."""
+    fig.update_layout(modebar={"remove": list(TOOLBAR_REMOVE)},
+                      title={"yref": "container", "y": 1, "yanchor": "top", "pad": {"t": TOOLBAR_HEIGHT + 2},
+                             "automargin": True})
+    return fig
 
 
 def text_width(text: str, size: float) -> float:
@@ -53,14 +84,15 @@ def legend_below(fig, font: int = LEGEND_FONT, width: int | None = None) -> None
     or over the plot), with the bottom margin grown to hold its rows at `width` (default: the full page)."""
     height = fig.layout.height or DEFAULT_HEIGHT
     m = margins(fig)
-    plot_h = max(height - m["t"] - m["b"], 50)
     names = [t.name for t in fig.data if t.name and t.showlegend is not False]
-    rows = legend_rows(names, font, width or WIDTHS["full"])
+    rows = legend_rows(names, font, (width or WIDTHS["full"]) - m["l"])  # it starts at the plot's left edge
     need = AXIS_BAND + rows * (font + 10) + 10
     if m["b"] < need:  # the plot keeps its height: the figure grows by what the legend needs
         fig.update_layout(height=height + need - m["b"], margin={"b": need})
-    fig.update_layout(legend={"orientation": "h", "x": 0, "xanchor": "left", "y": -AXIS_BAND / plot_h,
-                              "yanchor": "top", "font": {"size": font}})
+    # at the figure's bottom (container coordinates), so a top margin plotly grows for the title (short_toolbar)
+    # moves nothing under the plot: in the plot's coordinates the legend rode up onto the x axis's title
+    fig.update_layout(legend={"orientation": "h", "x": 0, "xanchor": "left", "yref": "container", "y": 0,
+                              "yanchor": "bottom", "font": {"size": font}})
 
 
 def legend_rows(names: list[str], font: float, width: float) -> int:

@@ -13,9 +13,8 @@
 from __future__ import annotations
 
 import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
-from .theme import TITLE_FONT, WIDTHS, legend_below
+from .theme import TITLE_FONT, WIDTHS, figure, legend_below, subplots
 
 COLORS = {"hidden": "Purples", "mlp": "Greens", "attn": "Reds"}
 TITLES = {"hidden": "single restored hidden state", "mlp": "restored MLP outputs",
@@ -77,7 +76,7 @@ def heatmap(r: dict, relative: bool = False) -> go.Figure:
     grey scale, so it is never mistaken for the exact trace. relative=True puts layer l at l / (n_layers - 1)."""
     panel, title = _panel(r, relative)
     n_layers = len(r["scores"][0])
-    fig = go.Figure(panel)
+    fig = figure(panel)
     fig.update_yaxes(autorange="reversed")
     fig.update_layout(title={"text": title, "font": {"size": 13}},
                       xaxis_title=f"relative depth, layer / {n_layers - 1}" if relative else "layer",
@@ -92,8 +91,8 @@ def trace_panels(traces: dict[str, dict]) -> go.Figure:
     n = len(kinds)
     gap = 0.1
     width = (1 - gap * (n - 1)) / n
-    fig = make_subplots(rows=1, cols=n, shared_yaxes=True, horizontal_spacing=gap,
-                        subplot_titles=[_panel(traces[k])[1] for k in kinds])
+    fig = subplots(rows=1, cols=n, shared_yaxes=True, horizontal_spacing=gap,
+                   subplot_titles=[_panel(traces[k])[1] for k in kinds])
     for col, kind in enumerate(kinds, 1):
         panel, _ = _panel(traces[kind])
         panel.colorbar.update(x=col * width + (col - 1) * gap + 0.01, len=0.9, thickness=12)
@@ -110,7 +109,7 @@ def trace_panels(traces: dict[str, dict]) -> go.Figure:
 
 
 def severing_figure(sev: dict) -> go.Figure:
-    fig = go.Figure()
+    fig = figure()
     for key, name, color in (("none", "no severing", "purple"), ("mlp", "MLPs severed", "green"),
                              ("attn", "attention severed", "red")):
         fig.add_trace(go.Scatter(x=sev["layers"], y=sev[key], name=name, line={"color": color}))
@@ -133,7 +132,7 @@ def _band(fig: go.Figure, x: list, s: dict, name: str, color: str, **where) -> N
 
 
 def aie_figure(aie: dict, kind: str) -> go.Figure:
-    fig = go.Figure()
+    fig = figure()
     layers = list(range(aie["layers"]))
     for c, color in zip(aie["classes"], PALETTE):
         if aie["kinds"][kind].get(c):
@@ -147,7 +146,7 @@ def aie_figure(aie: dict, kind: str) -> go.Figure:
 def aie_panels(aie: dict) -> go.Figure:
     """ROME Fig. 2 in one figure: the three kinds side by side, one curve per token class, with 95% bands."""
     kinds = list(aie["kinds"])
-    fig = make_subplots(rows=1, cols=len(kinds), subplot_titles=[TITLES.get(k, k) for k in kinds])
+    fig = subplots(rows=1, cols=len(kinds), subplot_titles=[TITLES.get(k, k) for k in kinds])
     layers = list(range(aie["layers"]))
     for col, kind in enumerate(kinds, 1):
         for c, color in zip(aie["classes"], PALETTE):
@@ -162,16 +161,22 @@ def aie_panels(aie: dict) -> go.Figure:
     return fig
 
 
+def token_phrase(token_class: str) -> str:
+    """A token class as words after "at the": "last subject token", "last token" (not "last token token"),
+    "further tokens"."""
+    return token_class if token_class.endswith(("token", "tokens")) else f"{token_class} token"
+
+
 def aie_depth(runs: dict[str, dict], kind: str, token_class: str) -> go.Figure:
     """One kind and token class of several models' AIE runs (name -> run) on a relative depth axis, with bands:
     where each model's average effect sits, whatever its number of layers."""
-    fig = go.Figure()
+    fig = figure()
     for (name, run), color in zip(runs.items(), PALETTE):
         s = run["kinds"][kind].get(token_class)
         if s:
             label = f"{name} ({run['layers']} layers, N = {s['n']})"
             _band(fig, relative_depth(run["layers"]), s, label, color)
-    fig.update_layout(title={"text": f"AIE, {TITLES.get(kind, kind)} at the {token_class} token",
+    fig.update_layout(title={"text": f"AIE, {TITLES.get(kind, kind)} at the {token_phrase(token_class)}",
                              "font": {"size": 13}},
                       xaxis_title="relative depth, layer / (n_layers - 1)", yaxis_title="AIE", height=380,
                       margin={"b": 30})
@@ -180,24 +185,30 @@ def aie_depth(runs: dict[str, dict], kind: str, token_class: str) -> go.Figure:
     return fig
 
 
-def depth_comparison(traces: dict[str, dict]) -> go.Figure:
-    """One fact traced on several models (name -> result of one kind): per model, the share of p(answer) restored at
-    its last subject token (restored_share) over relative depth, so a student sees where each model recalls the
-    fact whatever its number of layers; the peak of each model is marked and named with its layer."""
-    fig = go.Figure()
+def depth_comparison(traces: dict[str, dict], peaks: dict | None = None) -> go.Figure:
+    """One fact traced on several models (name -> result of one kind): per model, the share of p(answer)
+    restored at its last subject token (restored_share) over relative depth, so a student sees where each
+    model recalls the fact whatever its number of layers; the peak of each model is marked and named with its
+    layer. `peaks`: name -> the peak worth naming (evaluation/depth.py; None for a flat curve, drawn without a
+    mark and said so in its legend entry); default: each curve's largest value."""
+    fig = figure()
     kinds = set()
     for (name, r), color in zip(traces.items(), PALETTE):
         kinds.add(r["kind"])
         token = r["subject_range"][1] - 1
         share, depth = restored_share(r, token), relative_depth(len(r["scores"][0]))
-        peak = max(range(len(share)), key=share.__getitem__)
+        named = peaks.get(name) if peaks is not None else None
+        peak = named.index if named is not None else (
+            max(range(len(share)), key=share.__getitem__) if peaks is None else None)
+        flat = "" if peak is not None else " (no peak worth naming)"
         fig.add_trace(go.Scatter(
-            x=depth, y=share, name=f"{name}: {r['tokens'][token]!r} -> {r['answer']!r}", line={"color": color},
-            customdata=list(range(len(share))),
+            x=depth, y=share, name=f"{name}: {r['tokens'][token]!r} -> {r['answer']!r}{flat}",
+            line={"color": color}, customdata=list(range(len(share))),
             hovertemplate="layer %{customdata}<br>depth %{x:.2f}<br>share %{y:.2f}<extra></extra>"))
-        fig.add_trace(go.Scatter(x=[depth[peak]], y=[share[peak]], mode="markers+text", showlegend=False,
-                                 marker={"color": color, "size": 10}, text=[f"layer {peak}"],
-                                 textposition="top center", hoverinfo="skip"))
+        if peak is not None:
+            fig.add_trace(go.Scatter(x=[depth[peak]], y=[share[peak]], mode="markers+text", showlegend=False,
+                                     marker={"color": color, "size": 10}, text=[f"layer {peak}"],
+                                     textposition="top center", hoverinfo="skip"))
     what = TITLES[kinds.pop()] if len(kinds) == 1 else "restored states"
     fig.update_layout(title={"text": f"{what} at the last subject token, by relative depth", "font": {"size": 13}},
                       xaxis_title="relative depth, layer / (n_layers - 1)",
@@ -205,43 +216,3 @@ def depth_comparison(traces: dict[str, dict]) -> go.Figure:
     legend_below(fig)
     fig.update_xaxes(range=[-0.02, 1.02])
     return fig
-
-
-def depth_summary(traces: dict[str, dict], not_given: list[str] = ()) -> str:
-    """One fact traced on several models (as depth_comparison draws it) in words: where each model's restored share
-    peaks (relative depth and layer), whether the peaks sit at the same relative depth (within one layer's spacing
-    of the shallower model: the resolution of the axis), and which model's restoration brings back more of the
-    answer. No noise estimate: a trace keeps no per-sample spread, so the shares are compared as measured.
-    `not_given`: models whose own prediction is another answer (answer_mismatches): no comparison is drawn."""
-    peaks = {}
-    for name, r in traces.items():
-        token = r["subject_range"][1] - 1
-        share, depth = restored_share(r, token), relative_depth(len(r["scores"][0]))
-        l = max(range(len(share)), key=share.__getitem__)
-        peaks[name] = (depth[l], l, len(share), share[l])
-    parts = [f"{n} peaks at relative depth {d:.2f} (layer {l} of {L}, share {s:.2f})" for n, (d, l, L, s) in
-             peaks.items()]
-    text = "; ".join(parts) + "."
-    if not_given:  # one model's curve follows a fact it does not give: the depths are not the same recall
-        return text + (f" Not compared: {', '.join(not_given)} does not give this answer itself (the warning "
-                       "above), so the curves are not the same fact recalled.")
-    if len(peaks) == 2:
-        (a, pa), (b, pb) = peaks.items()
-        step = max(1 / max(pa[2] - 1, 1), 1 / max(pb[2] - 1, 1))
-        text += (f" Both at the same relative depth (within one layer's spacing, {step:.2f})." if
-                 abs(pa[0] - pb[0]) <= step else
-                 f" {a if pa[0] < pb[0] else b} recalls it earlier in its depth, by {abs(pa[0] - pb[0]):.2f}.")
-        more = a if pa[3] >= pb[3] else b
-        text += (f" By the share of p(answer) restored at the peak, {more} restores more "
-                 f"({max(pa[3], pb[3]):.2f} against {min(pa[3], pb[3]):.2f}).")
-    return text
-
-
-def answer_mismatches(traces: dict[str, dict], tops: dict[str, tuple[str, float]]) -> dict[str, str]:
-    """A warning per model (name -> text) whose own top prediction (`tops`: name -> (token, p)) is not the traced
-    answer: its curve follows an answer it does not give, so it is not the same fact recalled."""
-    answer = next(iter(traces.values()))["answer"]
-    return {name: f"{name} itself predicts {token!r} here (p = {p:.2f}), not {answer!r}: its trace follows "
-                  f"{answer!r}, a fact it does not give, so its curve is not the same fact recalled. Pick a fact "
-                  "both models know."
-            for name, (token, p) in tops.items() if token.strip() != answer.strip()}

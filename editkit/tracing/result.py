@@ -28,16 +28,34 @@ class TraceResult(Result):
     scores: list[list[float]]  # (tokens, layers): p(answer) with that state restored
     seconds: float = 0.0
     meta: dict = field(default_factory=dict)
+    low_sd: float | None = None  # p(answer)'s spread over the corrupted runs (None: one run; stored before)
+
+    @property
+    def band(self) -> float | None:
+        """The 95% band of p within which a restoration cannot be told from no restoration by this trace's n
+        noise samples, 1.96 s sqrt(2 / n), s the spread of p(answer) over the corrupted runs (a restored run
+        taken to spread alike: the two-sample band of a difference of means, evaluation/verdict.py's Z95).
+        None with one sample or for a result stored without the spread."""
+        if not self.low_sd or self.samples < 2:
+            return None
+        return 1.96 * self.low_sd * (2 / self.samples) ** 0.5
 
     @property
     def indirect_effect(self) -> list[list[float]]:
         """score - low for every cell (Meng et al. 2022: IE)."""
         return [[s - self.low_score for s in row] for row in self.scores]
 
-    def peak(self) -> tuple[int, int, float]:
-        """(token, layer, score) of the largest restored probability."""
-        best = max(((t, l, s) for t, row in enumerate(self.scores) for l, s in enumerate(row)), key=lambda x: x[2])
-        return best
+    def peak(self, tokens=None) -> tuple[int, int, float]:
+        """(token, layer, score) of the largest restored probability, among `tokens` (indices; default
+        all)."""
+        rows = range(len(self.scores)) if tokens is None else tokens
+        return max(((t, l, s) for t in rows for l, s in enumerate(self.scores[t])), key=lambda x: x[2])
+
+    def site_peak(self) -> tuple[int, int, float]:
+        """The peak a researcher reads: for hidden states and MLP outputs the largest restoration at a subject
+        token (restoring the last token's hidden state in late layers restores the output itself, a trivial
+        peak), for attention outputs the largest anywhere (ROME's late site is the last token)."""
+        return self.peak(None if self.kind == "attn" else range(*self.subject_range))
 
     def reading(self) -> str:
         """One sentence: where the restored probability peaks, against the clean and corrupted runs."""
@@ -46,7 +64,8 @@ class TraceResult(Result):
         where = ("the last subject token" if t == e - 1 else "a subject token" if b <= t < e
                  else "the last token" if t == len(self.tokens) - 1 else "a token after the subject")
         return (f"Restoring the {self.kind} state at {self.tokens[t]!r} ({where}), layer {l}, recovers "
-                f"p({self.answer!r}) = {s:.3f} (clean {self.high_score:.3f}, corrupted {self.low_score:.3f}).")
+                f"p({self.answer!r}) = {s:.3f} (clean {self.high_score:.3f}, corrupted "
+                f"{self.low_score:.3f}).")
 
     @property
     def estimate(self) -> bool:

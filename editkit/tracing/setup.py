@@ -35,6 +35,7 @@ class TraceSetup:
     seed: int = 1
     high_score: float = 0.0
     low_score: float = 0.0
+    low_sd: float | None = None  # the sample spread of p(answer) over the corrupted runs (None with one run)
     clean: dict | None = None  # site name -> (1, T, d) clean states ("resid_pre.0", "resid_post.l", "mlp_out.l", ...)
     corrupt: dict | None = None  # site name -> (n, T, d) corrupted states
     calls: list | None = None  # per block: how the model calls it on the whole prompt (runner.forward(calls=True))
@@ -147,6 +148,7 @@ def _build(lm, spec: TraceSpec, gradients: bool = False) -> TraceSetup:
     setup.corrupt_kv = None if kv is None else KV(tuple(k.detach() for k in kv.keys),
                                                    tuple(v.detach() for v in kv.values))
     setup.low_score = float(p.detach().mean())
+    setup.low_sd = float(p.detach().std()) if samples > 1 else None
     if b > 0:
         _build_prefix(lm, setup, b)
     return setup

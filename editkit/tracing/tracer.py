@@ -34,7 +34,7 @@ from .setup import TraceSetup
 from .severing import Severing, sever
 from .spec import TraceSpec, check_kind, check_kinds
 
-ENGINE_VERSION = 2  # part of every cache key: bump when the engine's numbers may change
+ENGINE_VERSION = 3  # part of every cache key: bump when the engine's numbers may change (3: low_sd kept)
 RESULTS = Store("tracing/results", version=ENGINE_VERSION)
 
 
@@ -186,7 +186,7 @@ class Tracer:
         s = self.setup
         return TraceResult(
             tokens=s.tokens, subject_range=s.subject_range, answer=s.answer, answer_id=s.answer_id,
-            high_score=s.high_score, low_score=s.low_score, kind=kind,
+            high_score=s.high_score, low_score=s.low_score, low_sd=s.low_sd, kind=kind,
             window=1 if kind == "hidden" else self.spec.window,
             noise_scale=s.scale, noise=s.noise_spec.to_dict(), samples=s.n, seed=s.seed, scores=scores,
             seconds=seconds, meta={"model": self.lm.name, "prompt": s.prompt, "engine": engine,

@@ -59,8 +59,7 @@ def show_edit(edits: dict, key: str = "pack") -> None:
         g = e["greedy"]
         before, after = g["pre"]["rewrite"][0], g["post"]["rewrite"][0]
         st.markdown(f"**{e['label']}**, greedy continuation of “{ui.md_escape(e['rewrite'])}”  \n"
-                    f"before: …{ui.md_escape(figs.compact(before))}  \nafter: …"
-                    f"{ui.md_escape(figs.compact(after))}")
+                    f"before: …{ui.continuation(before)}  \nafter: …{ui.continuation(after)}")
         note = figs.special_token_note(before, after)
         if note:
             st.caption(ui.md_escape(note))
