@@ -329,7 +329,7 @@ def aie_section(lm) -> None:
                 "(the late site that moves the recalled fact to the prediction)."
             )
             for col, (kind, token) in zip(st.columns(2), (("mlp", "last subject"), ("attn", "last token"))):
-                col.plotly_chart(aie_depth({m: r.to_json() for m, r in shipped.items()}, kind, token),
+                col.plotly_chart(aie_depth(shipped, kind, token),
                                  width="stretch", key=K.aie_chart(kind, depth=True))
 
 

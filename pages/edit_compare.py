@@ -203,7 +203,7 @@ def show_metrics(lm, out: Comparison):
     df = out.to_frame()
     st.markdown(f"**Who did best.** {conclusion(out).sentence()}")
     # every measure's row on screen (the default height hid the last rows)
-    st.dataframe(pd.DataFrame(by_column(figures.metrics_table(out.to_json()))), hide_index=True,
+    st.dataframe(pd.DataFrame(by_column(figures.metrics_table(out))), hide_index=True,
                  width="stretch", height="content")
     st.caption("One column per method, so every measure is on screen. Each measure names its "
                "family: " + legend())
@@ -227,7 +227,7 @@ def show_probabilities(out: Comparison) -> None:
                 col.caption(f"no {group} prompts")
                 continue
             col.plotly_chart(fig, width="stretch", key=K.bars(j, group))
-            col.caption(figures.prompt_list(out.to_json(), j, group))
+            col.caption(figures.prompt_list(out, j, group))
 
 
 def show_changes(out: Comparison) -> None:
@@ -290,7 +290,7 @@ def show_traces(lm, out: Comparison) -> None:
     traces = list((st.session_state.get(K.TRACES) or {}).items())
     for row in range(0, len(traces), 3):  # three to a row: a heatmap needs the room for its token labels
         for col, (m, r) in zip(st.columns(3), traces[row:row + 3]):
-            col.plotly_chart(figures.trace_figure(r.to_json(), LABELS.get(m, m)), width="stretch",
+            col.plotly_chart(figures.trace_figure(r, LABELS.get(m, m)), width="stretch",
                              key=K.trace(m))
 
 

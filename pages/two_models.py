@@ -97,7 +97,7 @@ def two_models_section(lm, spec: TraceSpec | None, refused: str | None = None) -
     out = st.session_state.get(K.OUT)
     if not out:
         return
-    runs = {name: r.to_json() for name, r in out.items()}
+    runs = out  # name -> TraceResult: the summaries and the figure read typed results
     mismatches = answer_mismatches(runs, st.session_state.get(K.TOPS) or {})
     for warning in mismatches.values():
         st.warning(warning)

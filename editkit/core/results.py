@@ -158,3 +158,14 @@ class Batch(list[Any]):
         html = "".join(item._repr_mimebundle_()["text/html"] for item in self)
         text = "\n".join(f"{type(item).__name__}: {item.headline()}" for item in self)
         return {"text/html": html, "text/plain": text}
+
+
+def json_of(result: Result | JsonObject) -> JsonObject:
+    """A typed result's JSON form (a dict as it is: a cached or --json result), for readers written against the
+    JSON edge: figures and summaries take either, so no page converts a result to draw it."""
+    return result.to_json() if isinstance(result, Result) else result
+
+
+def jsons_of(results: dict[str, Result | JsonObject]) -> dict[str, JsonObject]:
+    """json_of for each value of a name -> result mapping."""
+    return {name: json_of(r) for name, r in results.items()}

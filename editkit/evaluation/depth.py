@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..core.results import jsons_of
 from ..figures.tracing import relative_depth, restored_share
 from .verdict import Peak, and_list, peak, within_noise
 
@@ -94,10 +95,11 @@ def curve(name: str, r: dict) -> Curve:
     return Curve(name, r["tokens"][token], share, band, named, elsewhere)
 
 
-def depth_summary(traces: dict[str, dict], not_given: list[str] = ()) -> str:
+def depth_summary(traces: dict, not_given: list[str] = ()) -> str:
     """The curves in words: each model's peak (or none worth naming), then, for two models that both give the
     answer and both have a peak, whether they sit at the same relative depth and which restores more, each by
     the module's rule. `not_given`: models whose own prediction is another answer (answer_mismatches)."""
+    traces = jsons_of(traces)
     curves = [curve(name, r) for name, r in traces.items()]
     text = "; ".join(c.says() for c in curves) + "."
     if not_given:  # one model's curve follows a fact it does not give: the depths are not the same recall
@@ -137,9 +139,10 @@ def compare(a: Curve, b: Curve) -> str:
                       else ", no noise estimate)."))
 
 
-def answer_mismatches(traces: dict[str, dict], tops: dict[str, tuple[str, float]]) -> dict[str, str]:
+def answer_mismatches(traces: dict, tops: dict[str, tuple[str, float]]) -> dict[str, str]:
     """A warning per model (name -> text) whose own top prediction (`tops`: name -> (token, p)) is not the
     traced answer: its curve follows an answer it does not give, so it is not the same fact recalled."""
+    traces = jsons_of(traces)
     answer = next(iter(traces.values()))["answer"]
     return {name: f"{name} itself predicts {token!r} here (p = {p:.2f}), not {answer!r}: its trace follows "
                   f"{answer!r}, a fact it does not give, so its curve is not the same fact recalled. Pick a "
@@ -147,6 +150,7 @@ def answer_mismatches(traces: dict[str, dict], tops: dict[str, tuple[str, float]
             for name, (token, p) in tops.items() if token.strip() != answer.strip()}
 
 
-def peaks(traces: dict[str, dict]) -> dict[str, Peak | None]:
+def peaks(traces: dict) -> dict[str, Peak | None]:
     """name -> the named peak of its curve (None: none worth naming), for figures.tracing.depth_comparison."""
+    traces = jsons_of(traces)
     return {name: curve(name, r).peak for name, r in traces.items()}

@@ -8,6 +8,7 @@ import math
 
 import plotly.graph_objects as go
 
+from ..core.results import Result, json_of
 from .labels import header, param_order, short_param
 from .theme import TITLE_FONT, WIDTHS, figure, legend_below, subplots
 
@@ -24,10 +25,11 @@ def _avg(metrics: list[dict], key: str):
     return round(100 * sum(vals) / len(vals), 1) if vals else None
 
 
-def metrics_table(out: dict) -> list[dict]:
+def metrics_table(out: Result | dict) -> list[dict]:
     """One row before any edit, then one per method: the mean of each metric over the records, x100; each header
     names the metric's family (evaluation/metrics.py: [p] probability comparison, [t] token accuracy, [g] generated
-    text; the caption gives labels.legend())."""
+    text; the caption gives labels.legend()). `out`: a Comparison or its JSON."""
+    out = json_of(out)
     first = next(iter(out["methods"].values()))
     rows = [{"method": "before edit", **{header(k, label): _avg(first["metrics"], "pre_" + k) for k, label in METRICS},
              "time (s)": None}]
@@ -70,8 +72,10 @@ def prompt_numbers(rows: list[dict]) -> list[str]:
     return [f"#{i + 1}" for i in range(len(rows))]
 
 
-def prompt_list(out: dict, j: int, group: str, width: int = 60) -> str:
-    """The prompts behind a probability chart's "#1", "#2", ... in one line, for its caption."""
+def prompt_list(out: Result | dict, j: int, group: str, width: int = 60) -> str:
+    """The prompts behind a probability chart's "#1", "#2", ... in one line, for its caption (`out`: a Comparison
+    or its JSON)."""
+    out = json_of(out)
     rows = out["pre"][j]["probabilities"][group]
     return " · ".join(f"{n} {_clip(r['prompt'], width)!r}" for n, r in zip(prompt_numbers(rows), rows))
 
@@ -246,8 +250,9 @@ def before_after_figure(report: dict, j: int = 0) -> go.Figure:
     return fig
 
 
-def trace_figure(trace: dict, title: str) -> go.Figure:
-    """A causal-trace heatmap (TraceResult.to_json()), tokens down, layers across; * marks subject tokens."""
+def trace_figure(trace: Result | dict, title: str) -> go.Figure:
+    """A causal-trace heatmap (a TraceResult or its JSON), tokens down, layers across; * marks subject tokens."""
+    trace = json_of(trace)
     b, e = trace["subject_range"]
     labels = [f"{i}: {t!r}{'*' if b <= i < e else ''}" for i, t in enumerate(trace["tokens"])]
     fig = figure(go.Heatmap(z=trace["scores"], y=labels, colorscale="Purples", zmin=trace["low_score"],

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
+from ..core.results import jsons_of
 from .theme import TITLE_FONT, WIDTHS, figure, legend_below, subplots
 
 COLORS = {"hidden": "Purples", "mlp": "Greens", "attn": "Reds"}
@@ -167,9 +168,10 @@ def token_phrase(token_class: str) -> str:
     return token_class if token_class.endswith(("token", "tokens")) else f"{token_class} token"
 
 
-def aie_depth(runs: dict[str, dict], kind: str, token_class: str) -> go.Figure:
+def aie_depth(runs: dict, kind: str, token_class: str) -> go.Figure:
     """One kind and token class of several models' AIE runs (name -> run) on a relative depth axis, with bands:
     where each model's average effect sits, whatever its number of layers."""
+    runs = jsons_of(runs)
     fig = figure()
     for (name, run), color in zip(runs.items(), PALETTE):
         s = run["kinds"][kind].get(token_class)
@@ -185,12 +187,13 @@ def aie_depth(runs: dict[str, dict], kind: str, token_class: str) -> go.Figure:
     return fig
 
 
-def depth_comparison(traces: dict[str, dict], peaks: dict | None = None) -> go.Figure:
+def depth_comparison(traces: dict, peaks: dict | None = None) -> go.Figure:
     """One fact traced on several models (name -> result of one kind): per model, the share of p(answer)
     restored at its last subject token (restored_share) over relative depth, so a student sees where each
     model recalls the fact whatever its number of layers; the peak of each model is marked and named with its
     layer. `peaks`: name -> the peak worth naming (evaluation/depth.py; None for a flat curve, drawn without a
     mark and said so in its legend entry); default: each curve's largest value."""
+    traces = jsons_of(traces)
     fig = figure()
     kinds = set()
     for (name, r), color in zip(traces.items(), PALETTE):
