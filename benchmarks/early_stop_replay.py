@@ -55,12 +55,13 @@ def main(argv=None) -> int:
     import editkit.editing.spread as spread
     import editkit.editing.targets as targets
     from editkit.editing.defaults import load_hparams
+    from editkit.editing.target_stops import Tracker, stabiliser_stops
     from editkit.evaluation.datasets import load_eval_set
     from editkit.evaluation.measure import EvalSpec, edit_and_measure, measure, wikitext_idf
 
     rules = parse_rules(args.rules)
     log, state = [], {"replay": None, "result": None}
-    loss_terms, optimize = targets._loss_terms, targets.optimize_targets_batch
+    loss_terms, optimize = targets.loss_terms, targets.optimize_targets_batch
 
     def logged(lm, rows, deltas, init, reference, kl0, act):  # every loss evaluation: its deltas and signals
         out = loss_terms(lm, rows, deltas, init, reference, kl0, act)
@@ -74,25 +75,25 @@ def main(argv=None) -> int:
             state["result"] = optimize(lm, requests, layer, sites, hp, adaptive, progress, reference)
             return state["result"]
         k, res = state["replay"], state["result"][0]
-        cut = {"losses": [dict(e) for e in res["losses"][:k + 1]]}
+        cut = {}
         for s in sites:
             d = log[k]["deltas"][s][0]
-            cut[s] = {"init": res[s]["init"], "delta": d.clone(), "target": res[s]["init"] + d}
-        return [cut]
+            cut[s] = targets.SiteTarget(res.at(s).init, d.clone(), res.at(s).init + d)
+        return [targets.Targets(cut, [dict(e) for e in res.losses[:k + 1]])]
 
-    targets._loss_terms = logged
+    targets.loss_terms = logged
     for module in (targets, spread, pmet):
         module.optimize_targets_batch = replayed
 
     def stop_step(hp) -> int:
         """Where `hp`'s rules stop on the recorded plain trajectory (the plain run's own end otherwise)."""
         res = state["result"][0]
-        n_steps = min(len(res["losses"]), hp.v_num_grad_steps)
-        tracker = {"top1": torch.zeros(1, dtype=torch.long), "prev": {}, "why": []}
+        n_steps = min(len(res.losses), hp.v_num_grad_steps)
+        tracker = Tracker.of(1, torch.device("cpu"))
         for k in range(n_steps):
             e = log[k]
-            loss = torch.tensor([res["losses"][k]["loss"]])
-            stop = targets._stabiliser_stops(hp, e["rows"], [0], e["tok_logp"], e["argmax"], loss, tracker)
+            loss = torch.tensor([res.losses[k]["loss"]])
+            stop = stabiliser_stops(hp, e["rows"], [0], e["tok_logp"], e["argmax"], loss, tracker)
             if stop is not None and bool(stop[0]):
                 return k
         return n_steps - 1
@@ -110,7 +111,7 @@ def main(argv=None) -> int:
         pre = [measure(lm, rec, 0, spec.gen_tokens, 0)]
         state["replay"] = None
         plain = edit_and_measure(lm, args.method, [rec], OFF, spec, pre=pre)[0]["metrics"]
-        steps = len(state["result"][0]["losses"])
+        steps = len(state["result"][0].losses)
         row = {"case_id": rec.request.case_id, "i": i, "plain_steps": steps,
                "rules": {"plain": {"steps": steps, "metrics": plain}}}
         by_step = {steps - 1: plain}  # rules that stop at the same step make the same edit

@@ -1,5 +1,5 @@
 """The LM head's product for a few rows, x W^T against W x^T, at the embedded model's head shape (262,144 x 640,
-float32): why Runner.logits and a generation's steps put the weight on the left up to runner.HEAD_BY_ROWS rows.
+float32): why Runner.logits and a generation's steps put the weight on the left up to vocab.HEAD_BY_ROWS rows.
 
     python benchmarks/head_rows.py [--rows 3,8,16,32,64,128,256,512]
 

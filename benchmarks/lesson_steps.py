@@ -2,7 +2,7 @@
 opens it and the one that reveals its result (a right answer checked), in Streamlit's AppTest (one session, no
 browser: the server's side of a click). Prints one JSON line: per step open_s and reveal_s, their median and
 maximum. Run by `python -m editkit bench report` (its "lesson steps" section); on its own: `python
-benchmarks/lesson_steps.py`. The load test (tests/lesson_load.py) measures thirty students at once."""
+benchmarks/lesson_steps.py`. The load test (benchmarks/load/lesson_load.py) measures thirty students at once."""
 import json
 import os
 import statistics

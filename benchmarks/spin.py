@@ -22,7 +22,7 @@ CHILD = """
 import json, time
 from editkit.evaluation.bench_report import FACT, WARM, overlay
 from editkit.lesson import compute
-from editkit.model.runner import Decoding
+from editkit.model.decoding import Decoding
 lm = compute.load("gemma-3-270m")
 r = compute.record_of(FACT).request
 out = {}

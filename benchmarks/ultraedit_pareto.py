@@ -10,8 +10,8 @@ twice on the first --n records of --set (default counterfact-val, which is where
 - sequence: all --n requests in batches of 10, one after another on the weights the earlier batches left, the
   running statistics carried (as evaluation/sequential.py runs them), measured once at the end (one cache entry
   per setting).
-Both are measured with sequential.rates (one batched pass over the prompts, as lifelong runs measure). Per setting
-and mode: efficacy, generalization, specificity after the edit, the paired change of specificity
+Both are measured with lifelong_measures.rates (one batched pass over the prompts, as lifelong runs
+measure). Per setting and mode: efficacy, generalization, specificity after the edit, the paired change of specificity
 (post - pre per record, with its 95% interval), `kept` (neighbourhood comparisons P(true) > P(new) that come out as
 the unedited model's) and `kept_correct` (of the neighbourhood prompts the unedited model got right, the share still
 right), and in sequence mode the perplexity ratio (WikiText-2, --ppl-tokens) and the largest ||dW|| / ||W||. A
@@ -35,8 +35,8 @@ from editkit.core.cache import Store  # noqa: E402
 from editkit.editing.defaults import load_hparams  # noqa: E402
 from editkit.editing.run import run_edit  # noqa: E402
 from editkit.evaluation.datasets import load_eval_set  # noqa: E402
+from editkit.evaluation.lifelong_measures import perplexity, rates  # noqa: E402
 from editkit.evaluation.metrics import mean_ci  # noqa: E402
-from editkit.evaluation.sequential import perplexity, rates  # noqa: E402
 from editkit.evaluation.sweep import grid, label, parse_params  # noqa: E402
 from editkit.model.loading import load_model  # noqa: E402
 from editkit.model.weights import applied, combined, fingerprint  # noqa: E402
@@ -60,7 +60,7 @@ def _pct(values) -> dict:
 
 
 def base_rates(lm, records) -> list[dict]:
-    """The unedited model's rates per record (sequential.rates), cached."""
+    """The unedited model's rates per record (lifelong_measures.rates), cached."""
     path = STORE.path(f"{lm.name}-base", cases=[r.source for r in records], weights=fingerprint(lm))
     return STORE.get_or_build(path, lambda: rates(lm, records))
 

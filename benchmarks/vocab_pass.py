@@ -1,4 +1,4 @@
-"""The exact projection to the vocabulary (runner.vocab_pass) against its previous form, on Gemma 3 270M's head and
+"""The exact projection to the vocabulary (vocab.vocab_pass) against its previous form, on Gemma 3 270M's head and
 real final states, in one process, interleaved rounds (docs/results/speed.md, 'The exact projection without its
 copies').
 
@@ -18,7 +18,7 @@ import torch
 
 import editkit
 from editkit.evaluation.datasets import load_eval_set
-from editkit.model.runner import vocab_pass
+from editkit.model.vocab import vocab_pass
 
 
 def before(x, W, b=None, ids=None, block=4096):

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import json
 import os
 import re
@@ -33,12 +34,22 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from browser_util import APP, ROOT, chromium_path, free_port, wait_http  # noqa: E402
 
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # run as a script: editkit importable
+# the load drivers' full forms (class_load.py, lesson_load.py): benchmarks, whose small forms the tests run
+DRIVERS = ROOT / "benchmarks" / "load"
+
+
+def driver(name: str) -> Any:
+    """The load driver benchmarks/load/<name>.py as a module (its `run`), imported as its script runs it."""
+    if str(DRIVERS) not in sys.path:
+        sys.path.insert(0, str(DRIVERS))
+    return importlib.import_module(name)
 
 ERRORS = '[data-testid="stException"], [data-testid="stAlertContentError"]'
 FACTS = [  # (prompt, request template, subject, new target): ROME flips the top token of both on Gemma 3 270M

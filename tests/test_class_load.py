@@ -1,9 +1,9 @@
-"""A class on the expert pages, small form (tests/class_load.py has the scenario and the full form): six websocket
-students of the served app on the embedded model, two of them also running a trace and an edit with one job slot,
-so that a job waits. No error, no leak (each prediction reads as the base model's, an editor sees its own edit),
-every job finishes and the one that waited showed its place, and the server's peak memory stays under its memory
-after the model loaded plus the jobs' budget. Latency is reported, not asserted (the full form on an idle machine
-measures the goal)."""
+"""A class on the expert pages, small form (benchmarks/load/class_load.py has the scenario and the full form):
+six websocket students of the served app on the embedded model, two of them also running a trace and an edit
+with one job slot, so that a job waits. No error, no leak (each prediction reads as the base model's, an
+editor sees its own edit), every job finishes and the one that waited showed its place, and the server's peak
+memory stays under its memory after the model loaded plus the jobs' budget. Latency is reported, not asserted
+(the full form on an idle machine measures the goal)."""
 import pytest
 
 pytestmark = pytest.mark.load
@@ -11,9 +11,9 @@ pytest.importorskip("websockets")
 
 
 def test_six_students_with_two_jobs_each():
-    from class_load import run
+    from load_util import driver
 
-    out = run(students=6, own=2, think=1.0, rounds=1, budget="3 GB", jobs=1, timeout=600)
+    out = driver("class_load").run(students=6, own=2, think=1.0, rounds=1, budget="3 GB", jobs=1, timeout=600)
     print(out)
     assert out["errors"] == 0, out["error_list"]
     assert out["leaks"] == 0, out["leak_list"]

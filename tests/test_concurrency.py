@@ -16,8 +16,8 @@ from editkit.evaluation.datasets import load_eval_set
 from editkit.memories import triggers
 from editkit.memories.inspect import value_vectors
 from editkit.model import weights
+from editkit.model.decoding import SeededTopK
 from editkit.model.loading import load_model
-from editkit.model.runner import SeededTopK
 from editkit.model.text import last_logits, sample
 
 PROMPTS = ["The Space Needle is located in the city of", "Danielle Darrieux speaks the language"]

@@ -9,7 +9,7 @@ import pytest
 from editkit.core.errors import EditkitError
 from editkit.memories.intervene import intervene
 from editkit.model import text
-from editkit.model.runner import Decoding
+from editkit.model.decoding import Decoding
 
 evaluate = importlib.import_module("editkit.evaluation.measure")
 

@@ -1,7 +1,7 @@
-"""Load test of the Lesson page, small form (tests/lesson_load.py has the scenario and the full form): 5 students
-walk steps 1-10 (not step 11) of the shipped pack at once in Chromium; no error box, every step walked. The
-latencies are printed (p95 per step), not asserted: the goal (p95 under 1 s for 30 students) is reported by the
-benchmark.
+"""Load test of the Lesson page, small form (benchmarks/load/lesson_load.py has the scenario and the full
+form): 5 students walk steps 1-10 (not step 11) of the shipped pack at once in Chromium; no error box, every
+step walked. The latencies are printed (p95 per step), not asserted: the goal (p95 under 1 s for 30 students)
+is reported by the benchmark.
 
 Needs Debian's chromium, like the browser tests; deselect with -m "not load".
 """
@@ -21,9 +21,9 @@ def test_five_students_walk_the_lesson_at_once():
         if os.environ.get("CI"):
             pytest.fail("no chromium on the CI machine")
         pytest.skip("no chromium installed (apt-get install -y chromium)")
-    from lesson_load import run
+    from load_util import driver
 
-    out = _in_own_thread(run, 5, timeout_s=240)
+    out = _in_own_thread(driver("lesson_load").run, 5, timeout_s=240)
     print(out)
     assert out["errors"] == 0, out["error_list"]
     assert out["steps_walked"] == 5 * 10, out

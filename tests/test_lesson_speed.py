@@ -15,8 +15,8 @@ from editkit.evaluation.datasets import as_record
 from editkit.evaluation.measure import measure
 from editkit.lesson.compute import record_of
 from editkit.model import runner as runner_mod
+from editkit.model.decoding import Decoding
 from editkit.model.hooks import Hooks
-from editkit.model.runner import Decoding
 from editkit.model.scoring import score_targets
 from editkit.model.weights import applied
 

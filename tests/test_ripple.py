@@ -516,7 +516,7 @@ def test_coedit_keeps_the_subjects_other_relations_with_the_same_delta(tiny_by_n
 
 
 def test_coedit_kept_relations_hold_the_shared_deltas_stop_only_when_asked(tiny_by_name, monkeypatch):
-    """kept_hold_stop False: a kept relation pulls on the shared delta but does not keep it running (targets.Joint
+    """kept_hold_stop False: a kept relation pulls on the shared delta but does not keep it running (joint.Joint
     holds: tests/test_targets.py checks what that does); True: every member holds the stop, as before."""
     from editkit.editing.methods import coedit
 

@@ -4,8 +4,8 @@ import torch
 
 from editkit.core.errors import EditkitError
 from editkit.model.hooks import Hooks
+from editkit.model.kv import KV
 from editkit.model.loading import load_model
-from editkit.model.runner import KV
 from editkit.model.sites import Site, parse, site
 from editkit.model.tokens import encode
 

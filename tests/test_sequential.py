@@ -14,8 +14,9 @@ from editkit.core.errors import CacheWarning, EditkitError
 from editkit.editing.run import run_edit
 from editkit.evaluation import load_eval_set
 from editkit.evaluation.lifelong import final_table
+from editkit.evaluation.lifelong_measures import perplexity
 from editkit.evaluation.pairs import pair_nlls
-from editkit.evaluation.sequential import SequentialSpec, perplexity, sequential
+from editkit.evaluation.sequential import SequentialSpec, sequential
 from editkit.figures.lifelong import curves
 from editkit.model.loading import load_model
 from editkit.model.scoring import score_targets

@@ -27,22 +27,22 @@ def test_stabilisers_off_is_the_plain_optimisation(tiny_by_name, adaptive):
     off = hp.replace(v_stop_top1=0, v_stop_prob=0.0, v_stop_stall=0.0, v_max_norm=0.0)
     a, b = _run(lm, hp, sites, adaptive), _run(lm, off, sites, adaptive)
     for x, y in zip(a, b):
-        assert x["losses"] == y["losses"]
+        assert x.losses == y.losses
         for s in sites:
-            assert torch.equal(x[s]["delta"], y[s]["delta"])
+            assert torch.equal(x.at(s).delta, y.at(s).delta)
 
 
 def test_norm_bound_holds(tiny_by_name):
     lm = tiny_by_name("tiny-gemma3")
     hp = load_hparams("memit", lm, {"v_num_grad_steps": 6, "v_stop_loss": 0.0})
     free = _run(lm, hp)
-    bound = 0.5 * min(float(o["resid_post"]["delta"].norm()) for o in free)
+    bound = 0.5 * min(float(o.at("resid_post").delta.norm()) for o in free)
     for o in _run(lm, hp.replace(v_max_norm=bound)):
-        assert float(o["resid_post"]["delta"].norm()) <= bound * (1 + 1e-5)
-        assert o["held_at_bound"]  # every free shift was at least twice the bound
-    loose = 2 * max(float(o["resid_post"]["delta"].norm()) for o in free)
-    assert not any(o["held_at_bound"] for o in _run(lm, hp.replace(v_max_norm=loose)))
-    assert all("held_at_bound" not in o for o in free)
+        assert float(o.at("resid_post").delta.norm()) <= bound * (1 + 1e-5)
+        assert o.held_at_bound  # every free shift was at least twice the bound
+    loose = 2 * max(float(o.at("resid_post").delta.norm()) for o in free)
+    assert not any(o.held_at_bound for o in _run(lm, hp.replace(v_max_norm=loose)))
+    assert all(o.held_at_bound is None and "held_at_bound" not in o.details() for o in free)
 
 
 def test_an_edit_says_how_many_targets_the_bound_held(tiny_by_name):
@@ -67,14 +67,14 @@ def test_early_stop_rules_stop_where_they_say(tiny_by_name):
     plain = _run(lm, hp)
     low = _run(lm, hp.replace(v_stop_prob=1e-9))
     for o in low:
-        assert len(o["losses"]) == 1 and o["losses"][0]["stopped_by"] == "prob"
-        assert float(o["resid_post"]["delta"].abs().max()) == 0.0
+        assert len(o.losses) == 1 and o.losses[0]["stopped_by"] == "prob"
+        assert float(o.at("resid_post").delta.abs().max()) == 0.0
     high = _run(lm, hp.replace(v_stop_prob=1 - 1e-12))
-    assert [len(o["losses"]) for o in high] == [len(o["losses"]) for o in plain]
+    assert [len(o.losses) for o in high] == [len(o.losses) for o in plain]
     stall = _run(lm, hp.replace(v_stop_stall=1.0))  # any step that does not halve... lowers by < 100%: step 1
-    assert all(len(o["losses"]) == 2 and o["losses"][-1]["stopped_by"] == "stall" for o in stall)
+    assert all(len(o.losses) == 2 and o.losses[-1]["stopped_by"] == "stall" for o in stall)
     top1 = _run(lm, hp.replace(v_stop_top1=1))  # tiny random models never make the target top-1 here
-    assert [o["losses"] for o in top1] == [o["losses"] for o in plain]
+    assert [o.losses for o in top1] == [o.losses for o in plain]
 
 
 def test_an_early_stop_cuts_the_plain_optimisation(tiny_by_name):
@@ -85,11 +85,11 @@ def test_an_early_stop_cuts_the_plain_optimisation(tiny_by_name):
     hp = load_hparams("memit", lm, {"v_num_grad_steps": 8, "v_stop_loss": 0.0, "v_lr": 1.0})
     reqs = _requests(1)
     stopped = optimize_targets_batch(lm, reqs, 2, ("resid_post",), hp.replace(v_stop_stall=0.5))[0]
-    k = len(stopped["losses"])
-    assert 1 < k < 8 and stopped["losses"][-1]["stopped_by"] == "stall"
+    k = len(stopped.losses)
+    assert 1 < k < 8 and stopped.losses[-1]["stopped_by"] == "stall"
     cut = optimize_targets_batch(lm, reqs, 2, ("resid_post",), hp.replace(v_num_grad_steps=k))[0]
-    assert torch.equal(stopped["resid_post"]["delta"], cut["resid_post"]["delta"])
-    assert [e["loss"] for e in stopped["losses"]] == [e["loss"] for e in cut["losses"]]
+    assert torch.equal(stopped.at("resid_post").delta, cut.at("resid_post").delta)
+    assert [e["loss"] for e in stopped.losses] == [e["loss"] for e in cut.losses]
 
 
 def test_most_probable_rule_counts_steps_per_request():
@@ -97,16 +97,16 @@ def test_most_probable_rule_counts_steps_per_request():
     which all its target tokens are the argmax, counted per request across steps."""
     from types import SimpleNamespace
 
-    from editkit.editing.targets import _stabiliser_stops
+    from editkit.editing.target_stops import Tracker, stabiliser_stops
     rows = SimpleNamespace(t_tok_t=torch.tensor([5, 6, 7, 8]), t_req_t=torch.tensor([0, 0, 1, 1]))
     hp = SimpleNamespace(v_stop_top1=2, v_stop_prob=0.0, v_stop_stall=0.0)
-    tracker = {"top1": torch.zeros(2, dtype=torch.long), "prev": {}, "why": []}
+    tracker = Tracker.of(2, torch.device("cpu"))
     loss = torch.ones(2)
     hits = [torch.tensor([5, 6, 7, 0]), torch.tensor([5, 0, 7, 0]), torch.tensor([5, 6, 7, 8])]
-    got = [_stabiliser_stops(hp, rows, [0, 1], None, a, loss, tracker).tolist() for a in hits]
+    got = [stabiliser_stops(hp, rows, [0, 1], None, a, loss, tracker).tolist() for a in hits]
     assert got == [[False, False], [False, False], [True, False]]
-    assert tracker["why"][0] == "top1"
-    got = _stabiliser_stops(hp, rows, [0, 1], None, hits[2], loss, tracker).tolist()
+    assert tracker.why[0] == "top1"
+    got = stabiliser_stops(hp, rows, [0, 1], None, hits[2], loss, tracker).tolist()
     assert got == [True, True]
 
 
@@ -163,16 +163,16 @@ def test_nas_rescales_value_vectors_to_the_anchor(tiny_by_name, site):
     anchor = 3.0
     scaled = anchor_targets(lm, requests, opts, site, 2, hp.replace(nas_anchor=anchor))
     for r, o, s in zip(requests, opts, scaled):
-        v = s[site]["target"] if site == "mlp_out" else site_output(lm, "mlp_write", 2, r) + s[site]["delta"]
+        v = s.at(site).target if site == "mlp_out" else site_output(lm, "mlp_write", 2, r) + s.at(site).delta
         assert float(v.norm()) == pytest.approx(anchor, rel=1e-5)
-        assert torch.equal(s[site]["init"], o[site]["init"]) and not s["nas"]["skipped"]
-        torch.testing.assert_close(s[site]["delta"], s[site]["target"] - s[site]["init"])
+        assert torch.equal(s.at(site).init, o.at(site).init) and not s.nas.skipped
+        torch.testing.assert_close(s.at(site).delta, s.at(site).target - s.at(site).init)
         if site == "resid_post":  # the direction of v0 + delta is kept
-            before = site_output(lm, "mlp_write", 2, r) + o[site]["delta"]
+            before = site_output(lm, "mlp_write", 2, r) + o.at(site).delta
             torch.testing.assert_close(v / v.norm(), before / before.norm(), rtol=1e-4, atol=1e-5)
     skipped = anchor_targets(lm, requests, opts, site, 2, hp.replace(nas_anchor=anchor, nas_skip_factor=1e-6))
     for s in skipped:
-        assert s["nas"]["skipped"] and torch.equal(s[site]["target"], s[site]["init"])
+        assert s.nas.skipped and torch.equal(s.at(site).target, s.at(site).init)
 
 
 def test_rome_with_nas_writes_the_anchor(tiny_by_name):
@@ -208,7 +208,7 @@ def test_anchor_from_edits_equals_the_direct_estimate(tiny_by_name, method, site
     assert got.norms == pytest.approx(want.norms, rel=1e-4)
     assert got.kept == want.kept == 2 and got.anchor == pytest.approx(want.anchor, rel=1e-4)
     opts = optimize_targets_batch(lm, _requests(4), hp.layers[-1], (site,), hp)
-    assert got.shift_norms == pytest.approx([float(o[site]["delta"].norm()) for o in opts], rel=1e-4)
+    assert got.shift_norms == pytest.approx([float(o.at(site).delta.norm()) for o in opts], rel=1e-4)
     with pytest.raises(EditkitError, match="no norm-anchor option"):
         anchor_from_edits(lm, "ultraedit", _requests(1))
 
@@ -228,7 +228,7 @@ def test_pmet_residual_target_is_the_residual_of_its_mlp_target(tiny_by_name, na
     for j, (r, o) in enumerate(zip(requests, opts)):
         idx = subject_last(lm.tok, r.rewrite, r.subject, 0)
         ids = lm.tok(r.rewrite, return_tensors="pt")["input_ids"]
-        delta = o["mlp_out"]["delta"]
+        delta = o.at("mlp_out").delta
 
         def edit(hooks):
             def add(h):

@@ -6,8 +6,10 @@ import torch
 
 from editkit.core.paths import DATA
 from editkit.editing.defaults import load_hparams
+from editkit.editing.joint import Joint
 from editkit.editing.requests import parse_requests
-from editkit.editing.targets import Joint, _Rows, optimize_targets, optimize_targets_batch
+from editkit.editing.target_rows import TargetRows
+from editkit.editing.targets import optimize_targets, optimize_targets_batch
 
 
 def _requests(n=3):
@@ -17,7 +19,7 @@ def _requests(n=3):
 @pytest.mark.parametrize("sites", [("resid_post",), ("mlp_out",), ("attn_out", "mlp_out")])
 def test_fast_logits_equal_full_model(tiny, sites):
     hp = load_hparams("memit", tiny)
-    rows = _Rows(tiny, _requests(), 1, sites, hp)
+    rows = TargetRows(tiny, _requests(), 1, sites, hp)
     g = torch.Generator().manual_seed(0)
     deltas = {s: torch.randn(3, tiny.adapter.d_model, generator=g) for s in sites}
     init_fast, init_ref = {}, {}
@@ -44,7 +46,7 @@ def test_rows_at_several_layers_equal_full_model(tiny, sites):
     L = tiny.adapter.n_layers
     requests = _requests(2) * 2
     layers = [L - 1, 0, 1, 0]
-    rows = _Rows(tiny, requests, layers, sites, hp)
+    rows = TargetRows(tiny, requests, layers, sites, hp)
     g = torch.Generator().manual_seed(1)
     deltas = {s: torch.randn(4, tiny.adapter.d_model, generator=g) for s in sites}
     init_fast, init_ref = {}, {}
@@ -66,14 +68,14 @@ def test_a_layer_sweep_in_one_batch_equals_layer_by_layer(tiny_by_name, name):
     batch = optimize_targets_batch(lm, [request] * len(layers), layers, ("mlp_out",), hp)
     for l, b in zip(layers, batch):
         alone = optimize_targets(lm, request, l, ("mlp_out",), hp)
-        assert len(alone["losses"]) == len(b["losses"])
-        torch.testing.assert_close(alone["mlp_out"]["init"], b["mlp_out"]["init"], rtol=1e-4, atol=1e-5)
-        torch.testing.assert_close(alone["mlp_out"]["delta"], b["mlp_out"]["delta"], rtol=1e-3, atol=1e-4)
+        assert len(alone.losses) == len(b.losses)
+        torch.testing.assert_close(alone.at("mlp_out").init, b.at("mlp_out").init, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(alone.at("mlp_out").delta, b.at("mlp_out").delta, rtol=1e-3, atol=1e-4)
 
 
 def test_fast_gradients_equal_full_model(tiny_by_name):
     lm = tiny_by_name("tiny-gemma3")
-    rows = _Rows(lm, _requests(2), 2, ("mlp_out",), load_hparams("rome", lm))
+    rows = TargetRows(lm, _requests(2), 2, ("mlp_out",), load_hparams("rome", lm))
     grads = []
     for reference in (False, True):
         d = {"mlp_out": torch.zeros(2, lm.adapter.d_model, requires_grad=True)}
@@ -94,10 +96,10 @@ def test_batch_equals_one_by_one(tiny_by_name, name, adaptive):
     batch = optimize_targets_batch(lm, requests, 2, sites, hp, adaptive=adaptive)
     for request, b in zip(requests, batch):
         alone = optimize_targets(lm, request, 2, sites, hp, adaptive=adaptive)
-        assert len(alone["losses"]) == len(b["losses"])
+        assert len(alone.losses) == len(b.losses)
         for s in sites:
-            torch.testing.assert_close(alone[s]["delta"], b[s]["delta"], rtol=1e-3, atol=1e-4)
-            assert float(b[s]["delta"].norm()) <= hp.clamp_norm_factor * float(b[s]["init"].norm()) * (1 + 1e-5)
+            torch.testing.assert_close(alone.at(s).delta, b.at(s).delta, rtol=1e-3, atol=1e-4)
+            assert float(b.at(s).delta.norm()) <= hp.clamp_norm_factor * float(b.at(s).init.norm()) * (1 + 1e-5)
 
 
 def test_requests_leave_the_batch_when_they_stop(tiny_by_name):
@@ -106,19 +108,19 @@ def test_requests_leave_the_batch_when_they_stop(tiny_by_name):
     lm = tiny_by_name("tiny-llama")
     requests = _requests(3)
     hp = load_hparams("memit", lm, {"v_num_grad_steps": 5})
-    first = [optimize_targets(lm, r, 2, ("resid_post",), hp.replace(v_num_grad_steps=1))["losses"][0]["loss"]
+    first = [optimize_targets(lm, r, 2, ("resid_post",), hp.replace(v_num_grad_steps=1)).losses[0]["loss"]
              for r in requests]
     order = sorted(range(3), key=lambda j: first[j])
     hp = hp.replace(v_stop_loss=(first[order[0]] + first[order[1]]) / 2)
     out = optimize_targets_batch(lm, requests, 2, ("resid_post",), hp)
     easy = order[0]
-    assert len(out[easy]["losses"]) == 1
-    assert float(out[easy]["resid_post"]["delta"].abs().max()) == 0.0
-    assert all(len(out[j]["losses"]) > 1 for j in order[1:])
+    assert len(out[easy].losses) == 1
+    assert float(out[easy].at("resid_post").delta.abs().max()) == 0.0
+    assert all(len(out[j].losses) > 1 for j in order[1:])
     for j in order[1:]:
         alone = optimize_targets(lm, requests[j], 2, ("resid_post",), hp)
-        assert len(alone["losses"]) == len(out[j]["losses"])
-        torch.testing.assert_close(alone["resid_post"]["delta"], out[j]["resid_post"]["delta"], rtol=1e-3, atol=1e-4)
+        assert len(alone.losses) == len(out[j].losses)
+        torch.testing.assert_close(alone.at("resid_post").delta, out[j].at("resid_post").delta, rtol=1e-3, atol=1e-4)
 
 
 def layer_state(lm, requests, hp, layer: int, z_layer: int, kind: str) -> dict:
@@ -146,28 +148,28 @@ def test_layer_state_matches_one_by_one(tiny):
 
 
 def test_fused_loss_terms_equal_full_softmax(tiny):
-    """The one-pass vocabulary terms (runner.vocab_logsumexp: log p of each target token, its argmax, the KL to the
+    """The one-pass vocabulary terms (vocab.vocab_logsumexp: log p of each target token, its argmax, the KL to the
     first step's distribution) equal the softmax over full logits, values and gradients, on every family."""
-    from editkit.editing.targets import _loss_terms
-    from editkit.model.runner import vocab_logsumexp
+    from editkit.editing.targets import KlReference, loss_terms
+    from editkit.model.vocab import vocab_logsumexp
 
     hp = load_hparams("memit", tiny)
-    rows = _Rows(tiny, _requests(3), 1, ("resid_post",), hp)
+    rows = TargetRows(tiny, _requests(3), 1, ("resid_post",), hp)
     d = tiny.adapter.d_model
     # every tiny family takes the fast path but Gemma 2, whose capped logits are not affine in x (the full logits)
     assert (vocab_logsumexp(tiny, torch.zeros(2, d)) is None) == bool(tiny.adapter.final_softcap)
     act = torch.arange(3)
-    kl_fast, kl_full = {}, {}
+    kl_fast, kl_full = KlReference(), KlReference()
     zero = {"resid_post": torch.zeros(3, d)}
-    _loss_terms(tiny, rows, zero, None, False, kl_fast, act)  # the first step keeps P_orig
-    _loss_terms(tiny, rows, zero, None, True, kl_full, act)
+    loss_terms(tiny, rows, zero, None, False, kl_fast, act)  # the first step keeps P_orig
+    loss_terms(tiny, rows, zero, None, True, kl_full, act)
     g = torch.Generator().manual_seed(0)
     delta = torch.randn(3, d, generator=g) * 3
     out = []
     for reference, kl0 in ((False, kl_fast), (True, kl_full)):
         x = {"resid_post": delta.clone().requires_grad_(True)}
         with torch.enable_grad():
-            logp, argmax, kl = _loss_terms(tiny, rows, x, None, reference, kl0, act)
+            logp, argmax, kl = loss_terms(tiny, rows, x, None, reference, kl0, act)
             (logp.sum() + 0.3 * kl.sum()).backward()
         out.append((logp.detach(), argmax, kl.detach(), x["resid_post"].grad))
     (lp_f, am_f, kl_f, g_f), (lp_d, am_d, kl_d, g_d) = out
@@ -211,9 +213,9 @@ def test_a_request_tied_to_its_copy_optimizes_as_it_does_alone(tiny_by_name):
     r = _requests(1)[0]
     pair = optimize_targets_batch(lm, [r, r], 2, ("resid_post",), hp, joint=Joint((0, 0)))
     alone = optimize_targets(lm, r, 2, ("resid_post",), hp)
-    assert len(pair[0]["losses"]) == len(alone["losses"]) == len(pair[1]["losses"])
+    assert len(pair[0].losses) == len(alone.losses) == len(pair[1].losses)
     for p in pair:
-        torch.testing.assert_close(p["resid_post"]["delta"], alone["resid_post"]["delta"], rtol=1e-3, atol=1e-4)
+        torch.testing.assert_close(p.at("resid_post").delta, alone.at("resid_post").delta, rtol=1e-3, atol=1e-4)
 
 
 def test_tied_requests_share_one_delta_that_serves_both(tiny_by_name):
@@ -227,12 +229,12 @@ def test_tied_requests_share_one_delta_that_serves_both(tiny_by_name):
     a, other = _requests(2)
     b = EditRequest("The country where {} is found is", a.subject, " Italy")
     out = optimize_targets_batch(lm, [a, other, b], 2, ("resid_post",), hp, joint=Joint((0, 1, 0)))
-    assert torch.equal(out[0]["resid_post"]["delta"], out[2]["resid_post"]["delta"])
+    assert torch.equal(out[0].at("resid_post").delta, out[2].at("resid_post").delta)
     for j, r in ((0, a), (2, b)):
-        own = optimize_targets(lm, r, 2, ("resid_post",), hp)["resid_post"]["delta"]
-        assert float((own - out[j]["resid_post"]["delta"]).abs().max()) > 1e-3
+        own = optimize_targets(lm, r, 2, ("resid_post",), hp).at("resid_post").delta
+        assert float((own - out[j].at("resid_post").delta).abs().max()) > 1e-3
     alone = optimize_targets(lm, other, 2, ("resid_post",), hp)
-    torch.testing.assert_close(out[1]["resid_post"]["delta"], alone["resid_post"]["delta"], rtol=1e-3, atol=1e-4)
+    torch.testing.assert_close(out[1].at("resid_post").delta, alone.at("resid_post").delta, rtol=1e-3, atol=1e-4)
     for bad in [(0, 1), (1, 1, 0), (2, 1, 0)]:
         with pytest.raises(EditkitError, match="tie"):
             optimize_targets_batch(lm, [a, other, b], 2, ("resid_post",), hp, joint=Joint(bad))
@@ -250,11 +252,11 @@ def test_a_request_weighted_zero_in_a_shared_delta_leaves_it_the_owners_own(tiny
     b = EditRequest("The country where {} is found is", a.subject, " Italy")
     zero = optimize_targets_batch(lm, [a, b], 2, ("resid_post",), hp, joint=Joint((0, 0), (1.0, 0.0)))
     alone = optimize_targets(lm, a, 2, ("resid_post",), hp)
-    torch.testing.assert_close(zero[0]["resid_post"]["delta"], alone["resid_post"]["delta"], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(zero[0].at("resid_post").delta, alone.at("resid_post").delta, rtol=1e-4, atol=1e-5)
     ones = optimize_targets_batch(lm, [a, b], 2, ("resid_post",), hp, joint=Joint((0, 0), (1.0, 1.0)))
     plain = optimize_targets_batch(lm, [a, b], 2, ("resid_post",), hp, joint=Joint((0, 0)))
-    assert torch.equal(ones[0]["resid_post"]["delta"], plain[0]["resid_post"]["delta"])
-    assert float((plain[0]["resid_post"]["delta"] - alone["resid_post"]["delta"]).abs().max()) > 1e-3
+    assert torch.equal(ones[0].at("resid_post").delta, plain[0].at("resid_post").delta)
+    assert float((plain[0].at("resid_post").delta - alone.at("resid_post").delta).abs().max()) > 1e-3
     with pytest.raises(EditkitError, match="weights"):
         optimize_targets_batch(lm, [a, b], 2, ("resid_post",), hp, joint=Joint((0, 0), (1.0,)))
 
@@ -270,27 +272,28 @@ def test_a_member_that_does_not_hold_the_stop_never_keeps_its_group_running(tiny
     lm = tiny_by_name("tiny-llama")
     a = _requests(1)[0]
     b = EditRequest(a.prompt, a.subject, " Italy")
-    free = optimize_targets(lm, a, 2, ("resid_post",), load_hparams("memit", lm, {"v_stop_loss": 0.0}))["losses"]
+    free = optimize_targets(lm, a, 2, ("resid_post",), load_hparams("memit", lm, {"v_stop_loss": 0.0})).losses
     stop = (free[2]["loss"] + free[3]["loss"]) / 2  # the owner alone stops after 4 steps
     hp = load_hparams("memit", lm, {"v_num_grad_steps": 10, "v_stop_loss": stop})
     alone = optimize_targets(lm, a, 2, ("resid_post",), hp)
     soft = optimize_targets_batch(lm, [a, b], 2, ("resid_post",), hp, joint=Joint((0, 0), (1.0, 0.0), (True, False)))
     hard = optimize_targets_batch(lm, [a, b], 2, ("resid_post",), hp, joint=Joint((0, 0), (1.0, 0.0)))
-    assert len(alone["losses"]) == len(soft[0]["losses"]) == len(soft[1]["losses"]) == 4
-    assert min(x["loss"] for x in hard[1]["losses"]) > stop  # b never meets its rule ...
-    assert len(hard[0]["losses"]) == 10  # ... so, holding, it runs the group to the end
-    torch.testing.assert_close(soft[0]["resid_post"]["delta"], alone["resid_post"]["delta"], rtol=1e-4, atol=1e-5)
-    assert torch.equal(soft[0]["resid_post"]["delta"], soft[1]["resid_post"]["delta"])
+    assert len(alone.losses) == len(soft[0].losses) == len(soft[1].losses) == 4
+    assert min(x["loss"] for x in hard[1].losses) > stop  # b never meets its rule ...
+    assert len(hard[0].losses) == 10  # ... so, holding, it runs the group to the end
+    torch.testing.assert_close(soft[0].at("resid_post").delta, alone.at("resid_post").delta, rtol=1e-4, atol=1e-5)
+    assert torch.equal(soft[0].at("resid_post").delta, soft[1].at("resid_post").delta)
     with pytest.raises(EditkitError, match="holds"):
         optimize_targets_batch(lm, [a, b], 2, ("resid_post",), hp, joint=Joint((0, 0), None, (False, True)))
 
 
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-gemma3", "tiny-gpt2", "tiny-gemma2"])
 def test_a_layer_sweep_runs_its_identical_rows_once_with_the_same_results(tiny_by_name, name, monkeypatch):
-    """_Rows runs the rows of a request repeated at every layer once (targets.SHARE_ROWS; the context templates'
-    rows, not the KL rows, whose shared run would be too small to keep the matmul's bits: SHARE_MIN_POSITIONS): the
-    same logits and optimised targets as each row run on its own, bit for bit, with fewer rows run."""
-    from editkit.editing import targets
+    """TargetRows runs the rows of a request repeated at every layer once (target_rows.SHARE_ROWS; the context
+    templates' rows, not the KL rows, whose shared run would be too small to keep the matmul's bits:
+    SHARE_MIN_POSITIONS): the same logits and optimised targets as each row run on its own, bit for bit, with
+    fewer rows run."""
+    from editkit.editing import target_rows
 
     lm = tiny_by_name(name)
     hp = load_hparams("rome", lm, {"v_num_grad_steps": 4})
@@ -305,9 +308,9 @@ def test_a_layer_sweep_runs_its_identical_rows_once_with_the_same_results(tiny_b
     monkeypatch.setattr(lm.runner, "forward", counting)
     out = {}
     for share in (True, False):
-        monkeypatch.setattr(targets, "SHARE_ROWS", share)
+        monkeypatch.setattr(target_rows, "SHARE_ROWS", share)
         ran.clear()
-        rows = _Rows(lm, [request] * len(layers), layers, ("mlp_out",), hp)
+        rows = TargetRows(lm, [request] * len(layers), layers, ("mlp_out",), hp)
         g = torch.Generator().manual_seed(0)
         deltas = {"mlp_out": torch.randn(len(layers), lm.adapter.d_model, generator=g)}
         with torch.no_grad():
@@ -317,4 +320,4 @@ def test_a_layer_sweep_runs_its_identical_rows_once_with_the_same_results(tiny_b
     assert n_shared < n_alone / 2
     assert all(torch.equal(a, b) for a, b in zip(shared, alone))
     for a, b in zip(t_shared, t_alone):
-        assert a["losses"] == b["losses"] and torch.equal(a["mlp_out"]["target"], b["mlp_out"]["target"])
+        assert a.losses == b.losses and torch.equal(a.at("mlp_out").target, b.at("mlp_out").target)

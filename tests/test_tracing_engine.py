@@ -6,7 +6,7 @@ import torch
 
 from editkit.core.errors import Cancelled, EditkitError
 from editkit.model.hooks import Hooks
-from editkit.model.runner import KV
+from editkit.model.kv import KV
 from editkit.tracing import Tracer, TraceSetup, TraceSpec, fast_trace, reference_trace
 from editkit.tracing.engine import Restore, Work, panel, score_restorations, severing_restores
 from editkit.tracing.reference import trace_with_patch

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from editkit.core.errors import EditkitError
-from editkit.model.runner import vocab_pass_bf16
+from editkit.model.vocab import vocab_pass_bf16
 from editkit.tracing import Tracer, TraceSetup, TraceSpec
 from editkit.tracing.engine import fast_traces
 from editkit.tracing.severing import sever
@@ -63,7 +63,7 @@ def test_an_unknown_precision_is_a_clear_error():
 
 
 def _vocab_pass_bf16_before(x, W, b, cap, ids, block):
-    """runner.vocab_pass_bf16 as it was before its float64 sum went a few columns at a time (reference)."""
+    """vocab.vocab_pass_bf16 as it was before its float64 sum went a few columns at a time (reference)."""
     z_a = (x * W[ids].to(x.dtype)).sum(-1)
     c = z_a.to(torch.bfloat16).to(x.dtype)
     xe = torch.cat([x, -c[:, None]], 1).to(torch.bfloat16)

@@ -1,9 +1,9 @@
-"""runner.vocab_pass (the exact online logsumexp over the vocabulary) against the plain computation on (N, V)
+"""vocab.vocab_pass (the exact online logsumexp over the vocabulary) against the plain computation on (N, V)
 logits: in place where nothing needs a gradient, out of place where attribution patching takes one."""
 import pytest
 import torch
 
-from editkit.model.runner import vocab_pass
+from editkit.model.vocab import vocab_pass
 
 
 def _data(cap):

@@ -62,8 +62,8 @@ from editkit.editing.defaults import load_hparams  # noqa: E402
 from editkit.editing.methods.ultraedit import RunningStats, ultraedit_update  # noqa: E402
 from editkit.editing.run import run_edit  # noqa: E402
 from editkit.evaluation.datasets import load_eval_set  # noqa: E402
+from editkit.evaluation.lifelong_measures import rates  # noqa: E402
 from editkit.evaluation.measure import measure  # noqa: E402
-from editkit.evaluation.sequential import rates  # noqa: E402
 from editkit.model.loading import load_model, shipped_folder  # noqa: E402
 from editkit.model.sites import Site  # noqa: E402
 from editkit.model.weights import applied, combined  # noqa: E402

@@ -5,6 +5,8 @@ them inside the package as `editkit/assets/` (pyproject.toml maps the one onto t
 import os
 from pathlib import Path
 
+from .errors import EditkitError
+
 PACKAGE = Path(__file__).resolve().parents[1]
 ROOT = PACKAGE.parent  # the checkout (git commands of the lesson pack's provenance run here)
 ASSETS = PACKAGE / "assets" if (PACKAGE / "assets").is_dir() else ROOT / "assets"
@@ -30,8 +32,6 @@ def new_file(path: str | os.PathLike[str], overwrite: bool = False) -> Path:
     """The resolved path of a file about to be written (a report, a GGUF), or an EditkitError saying why it
     cannot be: it is a folder, its folder is missing or not writable, or it exists and `overwrite` was not
     asked for (nothing a user made is replaced silently). Checked before the work that fills it."""
-    from .errors import EditkitError
-
     target = Path(path).expanduser()
     if not target.name or target.name in (".", ".."):
         raise EditkitError(f"'{path}' is not a file name")
@@ -51,8 +51,6 @@ def new_file(path: str | os.PathLike[str], overwrite: bool = False) -> Path:
 def new_folder(path: str | os.PathLike[str]) -> Path:
     """The resolved path of a folder about to be filled (a Hugging Face export), or an EditkitError: it exists
     and is not an empty folder (never emptied for you), or its parent is missing or not writable."""
-    from .errors import EditkitError
-
     target = Path(path).expanduser()
     if not target.name or target.name in (".", ".."):
         raise EditkitError(f"'{path}' is not a folder name")
@@ -64,3 +62,21 @@ def new_folder(path: str | os.PathLike[str]) -> Path:
     if not os.access(resolved.parent, os.W_OK | os.X_OK):
         raise EditkitError(f"{path}: the folder {resolved.parent} is not writable")
     return resolved
+
+
+def read_user_file(path: str | Path, what: str) -> str:
+    """The text (UTF-8) of a file a user named, or one line naming `what` (e.g. "records file"): "no ... at
+    '<name>'" when there is no such file (also for a name too long or with a NUL byte), "cannot read the ...
+    '<name>': why" when it cannot be read or is not UTF-8 (the name cut to 200 characters)."""
+    shown = repr(str(path)[:200])
+    p = Path(path)
+    try:
+        exists = p.is_file()
+    except (OSError, ValueError):  # a name too long, or with a NUL byte
+        exists = False
+    if not exists:
+        raise EditkitError(f"no {what} at {shown}")
+    try:
+        return p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise EditkitError(f"cannot read the {what} {shown}: {exc}") from None

@@ -31,7 +31,7 @@ from functools import lru_cache
 
 from ..core.errors import EditkitError
 from ..core.paths import DATA
-from ..model.runner import Decoding
+from ..model.decoding import Decoding
 from ..model.scoring import score_targets
 
 RULES_FILE = DATA / "ripple" / "rules.json"

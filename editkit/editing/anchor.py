@@ -22,7 +22,7 @@ import torch
 
 from ..core.results import JsonObject, Result, frame
 from .keys import site_output
-from .targets import optimize_targets_batch
+from .targets import NasReport, Targets, optimize_targets_batch
 
 
 @dataclass
@@ -61,18 +61,18 @@ class AnchorEstimate(Result):
                       for i, (v, s) in enumerate(zip(self.norms, shifts))])
 
 
-def _values(lm, requests, opts: list[dict], site: str, layer: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+def _values(lm, requests, opts: list[Targets], site: str, layer: int) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(v*, v0) per request as rows: v0 is None for a target at the MLP output (v* is the target)."""
     if site == "resid_post":
         v0 = torch.stack([site_output(lm, "mlp_write", layer, r) for r in requests])
-        delta = torch.stack([o[site]["delta"] for o in opts])
+        delta = torch.stack([o.at(site).delta for o in opts])
         return v0 + delta, v0
-    return torch.stack([o[site]["target"] for o in opts]), None
+    return torch.stack([o.at(site).target for o in opts]), None
 
 
-def anchor_targets(lm, requests, opts: list[dict], site: str, layer: int, hp) -> list[dict]:
-    """`opts` with every request's value vector rescaled to hp.nas_anchor (new dicts: `opts` may be memoized),
-    ||v*|| before, the norm written and whether the edit was skipped in opt["nas"]. `opts` itself when
+def anchor_targets(lm, requests, opts: list[Targets], site: str, layer: int, hp) -> list[Targets]:
+    """`opts` with every request's value vector rescaled to hp.nas_anchor (new Targets: `opts` may be memoized),
+    ||v*|| before, the norm written and whether the edit was skipped in their `nas`. `opts` itself when
     hp.nas_anchor is 0 (off)."""
     if not hp.nas_anchor > 0:
         return opts
@@ -82,16 +82,15 @@ def anchor_targets(lm, requests, opts: list[dict], site: str, layer: int, hp) ->
     scaled = torch.where(norms > 0, v_star * (hp.nas_anchor / norms.clamp_min(1e-12)), v_star)  # NAS Sec. 4
     out = []
     for j, o in enumerate(opts):
-        t, skipped = o[site], bool(skip[j])
-        unchanged = t["init"] if v0 is None else v0[j]  # the value the MLP writes without the edit
+        t, skipped = o.at(site), bool(skip[j])
+        unchanged = t.init if v0 is None else v0[j]  # the value the MLP writes without the edit
         if skipped:  # v* = v0: the target is left where it started
-            new, written = t["init"], float(unchanged.norm())
+            new, written = t.init, float(unchanged.norm())
         else:
-            new, written = (scaled[j] if v0 is None else t["init"] - v0[j] + scaled[j]), hp.nas_anchor
-        new = new.to(t["target"].dtype)
-        out.append({**o, site: {**t, "target": new, "delta": new - t["init"]},
-                    "nas": {"v_star_norm": float(norms[j]), "shift_norm": float(t["delta"].norm()),
-                            "skipped": skipped, "written_norm": written}})  # shift: ||v* - v||, what v_max_norm bounds
+            new, written = (scaled[j] if v0 is None else t.init - v0[j] + scaled[j]), hp.nas_anchor
+        new = new.to(t.target.dtype)
+        # shift: ||v* - v||, what v_max_norm bounds
+        out.append(o.with_target(site, new, NasReport(float(norms[j]), float(t.delta.norm()), skipped, written)))
     return out
 
 

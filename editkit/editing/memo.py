@@ -14,7 +14,7 @@ on everything else:
 The key holds the weights the context computes with (weights.fingerprint: base + active deltas), the requests'
 prompt/subject/target, the layer, the sites, the adaptive rule and every hyperparameter not in its class's
 SOLVE_ONLY (editing/hparams.py; fields a method adds are part of the key unless it lists them there, so a new method
-is never wrongly reused), plus a digest of targets.py's and keys.py's source, so a changed optimisation never
+is never wrongly reused), plus a digest of the optimisation's source (SOURCES), so a changed optimisation never
 serves old vectors. Entries are kept in memory and, with `disk=True`, in the cache (safetensors tensors + JSON
 losses) so an interrupted sweep resumes without re-optimizing.
 """
@@ -24,27 +24,39 @@ import contextvars
 import functools
 import hashlib
 import json
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import fields
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+import torch
 
 from ..core.cache import Store
 from ..model.weights import fingerprint
 
-STORE = Store("targets", version=1)
-_ACTIVE: contextvars.ContextVar = contextvars.ContextVar("editkit_targets_memo", default=None)
+if TYPE_CHECKING:
+    from ..model.loading import LM
+
+STORE = Store("targets", version=2)
+# An optimisation's result as the memo keeps it: tensors by name and the JSON rest (targets.encode / decode)
+Encoded = tuple[dict[str, torch.Tensor], dict[str, Any]]
+_ACTIVE: contextvars.ContextVar[_Memo | None] = contextvars.ContextVar("editkit_targets_memo", default=None)
+F = TypeVar("F", bound=Callable[..., Any])
+# the files whose code the optimisation's result depends on (a change to any of them never serves old vectors)
+SOURCES = ("targets.py", "target_rows.py", "target_stops.py", "joint.py", "keys.py")
 
 
 class _Memo:
-    def __init__(self, disk: bool):
+    def __init__(self, disk: bool) -> None:
         self.disk = disk
-        self.entries: dict[str, list[dict]] = {}
+        self.entries: dict[str, Encoded] = {}
         self.hits = 0
         self.misses = 0
 
 
 @contextmanager
-def reuse_targets(disk: bool = True):
+def reuse_targets(disk: bool = True) -> Iterator[_Memo]:
     """Memoize target optimisations in this context (see the module docstring). Yields the memo (hits/misses)."""
     memo = _Memo(disk)
     token = _ACTIVE.set(memo)
@@ -57,10 +69,11 @@ def reuse_targets(disk: bool = True):
 @functools.lru_cache(maxsize=1)
 def _code_digest() -> str:
     here = Path(__file__).parent
-    return hashlib.sha1(b"".join((here / f).read_bytes() for f in ("targets.py", "keys.py"))).hexdigest()[:12]
+    return hashlib.sha1(b"".join((here / f).read_bytes() for f in SOURCES)).hexdigest()[:12]
 
 
-def memo_key(lm, requests, layer: int, sites, hp, adaptive: bool, reference: bool = False, joint=None) -> str:
+def memo_key(lm: LM, requests: Any, layer: Any, sites: Any, hp: Any, adaptive: bool, reference: bool = False,
+             joint: Any = None) -> str:
     """The digest that identifies one target optimisation (see the module docstring)."""
     hp_part = {f.name: getattr(hp, f.name) for f in fields(hp) if f.name not in type(hp).SOLVE_ONLY}
     req_part = [[r.prompt, r.subject, r.target_new] for r in requests]
@@ -70,37 +83,30 @@ def memo_key(lm, requests, layer: int, sites, hp, adaptive: bool, reference: boo
     return hashlib.sha1(text.encode()).hexdigest()[:20]
 
 
-def _copy(result: list[dict]) -> list[dict]:
-    return [{k: ({n: t.clone() for n, t in v.items()} if isinstance(v, dict) else [dict(x) for x in v])
-             for k, v in res.items()} for res in result]
+def _own(encoded: Encoded) -> Encoded:
+    """A copy whose tensors and JSON are its own."""
+    tensors, meta = encoded
+    return {k: t.detach().clone() for k, t in tensors.items()}, json.loads(json.dumps(meta))
 
 
-def _write(tmp: Path, result: list[dict]) -> None:
+def _write(tmp: Path, encoded: Encoded) -> None:
     from safetensors.torch import save_file
 
-    tensors, losses = {}, []
-    for j, res in enumerate(result):
-        losses.append(res["losses"])
-        for s, parts in res.items():
-            if s != "losses":
-                for name, t in parts.items():
-                    tensors[f"{j}/{s}/{name}"] = t.detach().contiguous().cpu()
-    save_file(tensors, str(tmp), metadata={"losses": json.dumps(losses)})
+    tensors, meta = encoded
+    save_file({k: t.detach().contiguous().cpu() for k, t in tensors.items()}, str(tmp),
+              metadata={"meta": json.dumps(meta)})
 
 
-def _read(path: Path, device) -> list[dict]:
+def _read(path: Path, device: torch.device) -> Encoded:
     from safetensors import safe_open
 
     with safe_open(str(path), "pt") as f:
-        losses = json.loads(f.metadata()["losses"])
-        out = [{"losses": l} for l in losses]
-        for key in f.keys():
-            j, s, name = key.split("/")
-            out[int(j)].setdefault(s, {})[name] = f.get_tensor(key).clone().to(device)
-    return out
+        meta = json.loads(f.metadata()["meta"])
+        tensors = {key: f.get_tensor(key).clone().to(device) for key in f.keys()}
+    return tensors, meta
 
 
-def _lookup(memo: _Memo, lm, key: str):
+def _lookup(memo: _Memo, lm: LM, key: str) -> Encoded | None:
     """The memo's entry for `key` (from memory, or the cache when the memo keeps its entries on disk), or None."""
     if key not in memo.entries and memo.disk:
         hit = STORE.get(STORE.path(lm.name, ".safetensors", key=key), lambda p: _read(p, lm.device))
@@ -109,13 +115,14 @@ def _lookup(memo: _Memo, lm, key: str):
     return memo.entries.get(key)
 
 
-def _remember(memo: _Memo, lm, key: str, result: list[dict]) -> None:
-    memo.entries[key] = _copy(result)
+def _remember(memo: _Memo, lm: LM, key: str, encoded: Encoded) -> None:
+    memo.entries[key] = _own(encoded)
     if memo.disk:
-        STORE.put(STORE.path(lm.name, ".safetensors", key=key), result, _write)
+        STORE.put(STORE.path(lm.name, ".safetensors", key=key), encoded, _write)
 
 
-def missing_alone(lm, requests, layers, sites, hp, adaptive: bool = False) -> list[int]:
+def missing_alone(lm: LM, requests: Any, layers: list[int], sites: Any, hp: Any,
+                  adaptive: bool = False) -> list[int]:
     """Of one-request optimisations (requests[j] at layers[j]), the ones the active memo does not hold yet (all of
     them outside reuse_targets(): nothing would keep them)."""
     memo = _ACTIVE.get()
@@ -125,36 +132,44 @@ def missing_alone(lm, requests, layers, sites, hp, adaptive: bool = False) -> li
             if _lookup(memo, lm, memo_key(lm, [r], l, sites, hp, adaptive)) is None]
 
 
-def remember_alone(lm, requests, layers, sites, hp, adaptive: bool, results: list[dict]) -> None:
-    """Keep each request's result of a batch under the key of its own one-request optimisation (a layer sweep's
-    targets optimized together, targets.optimize_layers), so the edit of each reuses it."""
+def remember_alone(lm: LM, requests: Any, layers: list[int], sites: Any, hp: Any, adaptive: bool,
+                   encoded: list[Encoded]) -> None:
+    """Keep each request's result of a batch (encoded one by one) under the key of its own one-request
+    optimisation (a layer sweep's targets optimized together, targets.optimize_layers), so the edit of each
+    reuses it."""
     memo = _ACTIVE.get()
     if memo is not None:
-        for r, l, res in zip(requests, layers, results):
-            _remember(memo, lm, memo_key(lm, [r], l, sites, hp, adaptive), [res])
+        for r, l, one in zip(requests, layers, encoded):
+            _remember(memo, lm, memo_key(lm, [r], l, sites, hp, adaptive), one)
 
 
-def memoized(optimize):
-    """Decorator for targets.optimize_targets_batch: inside `reuse_targets()` an optimisation already done (same
-    key) is returned instead of recomputed; outside it, the function runs unchanged."""
+def memoized(encode: Callable[[Any], Encoded], decode: Callable[[Encoded], Any]) -> Callable[[F], F]:
+    """Decorator for targets.optimize_targets_batch, whose results `encode` writes and `decode` reads back:
+    inside `reuse_targets()` an optimisation already done (same key) is returned instead of recomputed;
+    outside it, the function runs unchanged."""
 
-    @functools.wraps(optimize)
-    def wrapper(lm, requests, layer, sites, hp, adaptive=False, progress=None, reference=False, joint=None):
-        memo = _ACTIVE.get()
-        if memo is None:
-            return optimize(lm, requests, layer, sites, hp, adaptive, progress, reference, joint)
-        key = memo_key(lm, requests, layer, sites, hp, adaptive, reference, joint)
-        if _lookup(memo, lm, key) is not None:
-            memo.hits += 1
-            if progress:
-                progress(1.0, "targets: reused from an earlier setting")
-            return _copy(memo.entries[key])
-        memo.misses += 1
-        result = optimize(lm, requests, layer, sites, hp, adaptive, progress, reference, joint)
-        _remember(memo, lm, key, result)
-        return result
+    def wrap(optimize: F) -> F:
+        @functools.wraps(optimize)
+        def wrapper(lm: LM, requests: Any, layer: Any, sites: Any, hp: Any, adaptive: bool = False,
+                    progress: Any = None, reference: bool = False, joint: Any = None) -> Any:
+            memo = _ACTIVE.get()
+            if memo is None:
+                return optimize(lm, requests, layer, sites, hp, adaptive, progress, reference, joint)
+            key = memo_key(lm, requests, layer, sites, hp, adaptive, reference, joint)
+            hit = _lookup(memo, lm, key)
+            if hit is not None:
+                memo.hits += 1
+                if progress:
+                    progress(1.0, "targets: reused from an earlier setting")
+                return decode(_own(hit))
+            memo.misses += 1
+            result = optimize(lm, requests, layer, sites, hp, adaptive, progress, reference, joint)
+            _remember(memo, lm, key, encode(result))
+            return result
 
-    return wrapper
+        return cast(F, wrapper)
+
+    return wrap
 
 
-__all__ = ["reuse_targets", "memoized", "memo_key", "missing_alone", "remember_alone"]
+__all__ = ["reuse_targets", "memoized", "memo_key", "missing_alone", "remember_alone", "Encoded"]

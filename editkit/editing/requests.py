@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..core.errors import EditkitError
+from ..core.paths import read_user_file
 
 # What the neighbourhood prompts must be, as every page labels their input: specificity scores each of them against
 # the request's true target, so a neighbour whose own answer is another one is scored against the wrong token.
@@ -151,16 +152,7 @@ def parse_requests(obj) -> list[EditRequest]:
         if not str(obj).strip():
             raise EditkitError("no requests given")
         path = Path(obj)
-        try:
-            exists = path.is_file()
-        except (OSError, ValueError):  # a name too long or with a NUL byte
-            exists = False
-        if not exists:
-            raise EditkitError(f"no requests file at {str(path)[:200]!r}")
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:  # unreadable, not UTF-8
-            raise EditkitError(f"cannot read the requests file {path}: {exc}") from None
+        text = read_user_file(path, "requests file")
         try:
             obj = [json.loads(l) for l in text.splitlines() if l.strip()] if path.suffix == ".jsonl" \
                 else json.loads(text)

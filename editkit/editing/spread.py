@@ -33,7 +33,7 @@ from ..model.weights import applied, effective_weight
 from .anchor import anchor_targets
 from .keys import SiteReader
 from .result import EditResult, LayerReport, RequestReport, Solve, norm_report
-from .targets import optimize_targets_batch, stabiliser_details
+from .targets import Targets, optimize_targets_batch
 
 
 def batch_update(K: torch.Tensor, R: torch.Tensor, C: torch.Tensor, lam: float,
@@ -201,9 +201,9 @@ def spread(lm, requests, hp, streams: list[Stream], divisor: Callable[[int], flo
 
 
 def optimize_residual_targets(lm, requests, hp, progress=None, reference: bool = False,
-                              label: str = "MEMIT", joint=None) -> list[dict]:
+                              label: str = "MEMIT", joint=None) -> list[Targets]:
     """MEMIT's targets (Eq. 16), also AlphaEdit's: one residual z_i at the last critical layer per request, over
-    the first half of the progress bar (`joint`: requests sharing one delta, targets.Joint)."""
+    the first half of the progress bar (`joint`: requests sharing one delta, joint.Joint)."""
     opts = optimize_targets_batch(lm, list(requests), hp.layers[-1], ("resid_post",), hp, reference=reference,
                                   progress=part(progress, 0, 0.5, f"{label} ") if progress else None, joint=joint)
     return anchor_targets(lm, requests, opts, "resid_post", hp.layers[-1], hp)  # NAS, when chosen
@@ -214,11 +214,11 @@ def residual_mapping(lm) -> str:
     return "post-MLP norm inverted" if lm.adapter.family.post_mlp_norm else "identity"
 
 
-def finish(name: str, lm, requests, hp, opts: list[dict], done: Spread, start: float, t_targets: float,
+def finish(name: str, lm, requests, hp, opts: list[Targets], done: Spread, start: float, t_targets: float,
            progress=None, **details) -> EditResult:
     """The EditResult of a spread edit, with the diagnostics every spreading method reports; `details` are the
     method's own JSON numbers."""
-    reports = [RequestReport(r.case_id, opt["losses"], reached, stabiliser_details(opt))
+    reports = [RequestReport(r.case_id, opt.losses, reached, opt.details())
                for r, opt, reached in zip(requests, opts, done.reached)]
     if progress:
         progress(1.0, f"{name} done")

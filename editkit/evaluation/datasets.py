@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core.errors import EditkitError
-from ..core.paths import DATA
+from ..core.paths import DATA, read_user_file
 from ..editing.requests import EditRequest, parse_record
 
 # name -> (file under assets/data, metric family, description)
@@ -229,12 +229,7 @@ def load_eval_file(path, n: int | None = None) -> list[EvalRecord]:
     answers, rephrase, loc, loc_ans), scored like the shipped sets of that schema."""
     p = Path(path)
     label = p.name or str(path)
-    try:
-        if not p.is_file():
-            raise EditkitError(f"no records file at {str(path)[:200]!r}")
-        text = p.read_text(encoding="utf-8")
-    except (OSError, ValueError, UnicodeDecodeError) as exc:
-        raise EditkitError(f"cannot read the records file {str(path)[:200]!r}: {exc}") from None
+    text = read_user_file(path, "records file")
     rows = parse_set_text(text, label, jsonl=True if p.suffix.lower() == ".jsonl" else None)
     return records_from(rows, label, n, name=set_id(path))
 

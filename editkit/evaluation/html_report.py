@@ -128,11 +128,18 @@ def reproduce_section(doc: Document, model: str, command: str, requests: list, h
                 "transformers": transformers.__version__, "python": platform.python_version(),
                 "written": time.strftime("%Y-%m-%d %H:%M")}])
     doc.text("The command that computes this report again (the requests and hyperparameter files it names "
-             "are below, as they were):")
+             "are below, as editkit read them: save each under its name):")
     doc.code(command)
-    doc.details("requests.json", json.dumps([r.to_dict() for r in requests], indent=1, ensure_ascii=False))
+    doc.details(_named(command, "--requests", "requests.json"),
+                json.dumps([r.to_dict() for r in requests], indent=1, ensure_ascii=False))
     if hparams:
-        doc.details("hparams.json", json.dumps(hparams, indent=1, ensure_ascii=False))
+        doc.details(_named(command, "--hparams", "hparams.json"), json.dumps(hparams, indent=1, ensure_ascii=False))
+
+
+def _named(command: str, flag: str, default: str) -> str:
+    """The file the command names after `flag` (the fold is saved under that name), else `default`."""
+    words = shlex.split(command)
+    return words[words.index(flag) + 1] if flag in words[:-1] else default
 
 
 def command_line(words: list[str]) -> str:
@@ -181,9 +188,11 @@ def _settings_section(doc: Document, cmp) -> None:
     s = cmp.settings or {}
     overrides = s.get("hparams") or {}
     doc.heading("Settings")
+    generated = any(p["generations"] for p in cmp.pre)
     doc.text(f"Each method ran with editkit's hyperparameters for {cmp.model or 'this model'} unless overridden "
-             f"(--hparams); {s.get('n_gen', 0)} sampled generation(s) of {s.get('gen_tokens', 0)} tokens per "
-             "request. The full set of each method is folded below.")
+             f"(--hparams); the full set of each is folded below. Generations: " +
+             (f"{s.get('n_gen', 0)} sampled of {s.get('gen_tokens', 0)} tokens per generation prompt."
+              if generated else "none (no generation prompts, or --n-gen 0)."))
     rows, folds = [], []
     for name, m in cmp.methods.items():
         hp = m.result.info.get("hparams") or {}

@@ -23,7 +23,7 @@ from ..core.errors import EditkitError
 from ..data.corpus import paragraphs
 from ..editing.run import run_edit
 from ..model import isolation
-from ..model.runner import Decoding
+from ..model.decoding import Decoding
 from ..model.scoring import score_targets
 from ..model.text import sample as text_sample
 from .datasets import EvalRecord, as_record

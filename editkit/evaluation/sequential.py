@@ -14,7 +14,7 @@ Right after each batch, its own edits are checked (did the rewrite prompt flip?:
 - retention: of the earlier edits (before this batch) that took right after their batch, the share whose rewrite
   prompt still prefers the new target;
 - fluency: ROME's weighted bi-/tri-gram entropy of sampled continuations (top-k 5, fixed seed) of fixed prompts
-  (FLUENCY_PROMPTS: neutral text, none of them about an edited subject);
+  (FLUENCY_PROMPTS: neutral text, none of them about an edited subject; the measures: lifelong_measures.py);
 - perplexity on the first `ppl_tokens` tokens of WikiText-2's test split, and its ratio to the unedited model's;
 - ||Delta W||_F / ||W||_F of the accumulated update per edited matrix, the largest, and over all of them together.
 Measuring every edit at every checkpoint grows quadratically, so at intermediate checkpoints a fixed random sample
@@ -45,25 +45,26 @@ import torch
 from ..core.cache import Store, digest
 from ..core.errors import EditkitError
 from ..core.results import JsonObject, Result, frame
-from ..data.corpus import token_chunks
 from ..editing.defaults import load_hparams
 from ..editing.methods import get
-from ..editing.result import condition_number
 from ..editing.run import run_edit
 from ..editing.sequence import SequenceState
 from ..figures.lifelong import lifelong_figure
 from ..model.weights import applied, combined, fingerprint
 from ..runtime.cluster import Backend, Item, run_items
 from .datasets import as_record
-from .metrics import compare, n_gram_entropy, token_agreement
-from .pairs import pair_nlls
+from .lifelong_measures import (
+    FLUENCY_PROMPTS,
+    FLUENCY_TOKENS,
+    GROUPS,
+    PPL_TOKENS,
+    fluency,
+    perplexity,
+    rates,
+    update_norms,
+)
 
-PPL_TOKENS = 2048
-FLUENCY_PROMPTS = ("The history of the city began", "In the morning, the children", "Scientists have found that",
-                   "The company announced on Monday", "My favourite book is about")
-FLUENCY_TOKENS = 40
 STORE = Store("sequential", version=1)
-GROUPS = ("rewrite", "paraphrase", "neighborhood")
 
 
 @dataclass(frozen=True)
@@ -169,95 +170,9 @@ class LifelongRun(Result):
         return lifelong_figure({self.method: self.to_json()})
 
 
-@torch.no_grad()
-def perplexity(lm, n_tokens: int = PPL_TOKENS, seq_len: int = 512) -> float:
-    """exp(mean NLL) of the next token over the first n_tokens of WikiText-2's test split (log-probabilities from
-    one pass over the vocabulary per chunk: runner.answer_logprob)."""
-    nll, count = 0.0, 0
-    seq_len = min(seq_len, lm.adapter.max_length)  # tiny test models have 256 positions
-    for chunk in token_chunks(lm.tok, n_tokens, seq_len, split="test"):
-        ids = torch.tensor([chunk], device=lm.device)
-        h = lm.runner.hidden(input_ids=ids)[0, :-1]
-        nll -= float(lm.runner.answer_logprob(h, ids[0, 1:], norm=False).double().sum())
-        count += ids.shape[1] - 1
-    return math.exp(nll / max(count, 1))
-
-
-@torch.no_grad()
-def fluency(lm, prompts=FLUENCY_PROMPTS, new_tokens: int = FLUENCY_TOKENS, seed: int = 0) -> float:
-    """Mean weighted n-gram entropy (bits) of sampled continuations of `prompts` (ROME's fluency, x100 in tables)."""
-    from .measure import sample
-
-    if not prompts or new_tokens < 1:
-        return math.nan
-    return n_gram_entropy([p + sample(lm, p, new_tokens, seed) for p in prompts])
-
-
-def rates(lm, records, groups=GROUPS, original: list | None = None) -> list[dict]:
-    """Per record: the CounterFact rates of its rewrite, paraphrase and neighborhood prompts (nan without data),
-    and `answers`: the model's own answers on its neighborhood prompts (whether P(true) > P(new), and the argmax
-    token at each of target_true's teacher-forced positions). With `original` (those answers of the unedited model,
-    one per record), the two drifts against the original model (EasyEdit issue #643: locality in a sequential run
-    compares with the model before the first edit, not with the edited one): `kept` = share of neighborhood prompts
-    whose comparison P(true) > P(new) came out as the original's (probability comparison), `locality` = share of
-    target_true's positions whose argmax token is the original's (token accuracy, EasyEdit)."""
-    prompts, news, trues, owner = [], [], [], []
-    for i, rec in enumerate(records):
-        r = rec.request
-        if not r.target_true:
-            continue
-        for g, ps in zip(GROUPS, ([r.rewrite], r.paraphrase_prompts, r.neighborhood_prompts)):
-            if g not in groups:
-                continue
-            for p in ps:
-                prompts.append(p)
-                news.append(r.target_new)
-                trues.append(r.target_true)
-                owner.append((i, g))
-    nlls = pair_nlls(lm, prompts, news, trues, tops=True)
-    got: dict = {}
-    for (i, g), (new, true, top) in zip(owner, nlls):
-        got.setdefault((i, g), ([], [], []))
-        for column, value in zip(got[(i, g)], (new, true, top)):
-            column.append(value)
-    out = []
-    for i in range(len(records)):
-        row = {}
-        for g in groups:
-            new, true, _ = got.get((i, g), ([], [], []))
-            row[g] = compare(new, true, g != "neighborhood")[0] if new else math.nan
-        if "neighborhood" in groups:
-            new, true, top = got.get((i, "neighborhood"), ([], [], []))
-            row["answers"] = {"true_wins": [t < n for n, t in zip(new, true)], "argmax": top}
-            if original is not None:
-                row.update(_drift(original[i], row["answers"]))
-        out.append(row)
-    return out
-
-
-def _drift(before: dict | None, now: dict) -> dict:
-    """`kept` and `locality` of one record's neighborhood answers against the original model's (rates)."""
-    if not before or not before["true_wins"]:
-        return {"kept": math.nan, "locality": math.nan}
-    same = [a == b for a, b in zip(before["true_wins"], now["true_wins"])]
-    return {"kept": sum(same) / len(same), "locality": token_agreement(before["argmax"], now["argmax"])}
-
-
 def _mean(values):
     values = [v for v in values if v is not None and not math.isnan(v)]
     return sum(values) / len(values) if values else None
-
-
-def _norms(lm, total: dict) -> dict:
-    """Per edited matrix ||dW|| / ||W|| and cond(W + dW) (PRUNE's quantity, one SVD each per checkpoint), and the
-    totals over all edited matrices."""
-    params = dict(lm.model.named_parameters())
-    rel = {n: float(d.norm() / params[n].detach().norm()) for n, d in total.items()}
-    cond = {n: condition_number(params[n].detach() + d.to(params[n].dtype)) for n, d in total.items()}
-    dsq = sum(float(d.norm()) ** 2 for d in total.values())
-    wsq = sum(float(params[n].detach().norm()) ** 2 for n in total)
-    return {"relative_norm": rel, "condition": cond, "max_relative_norm": max(rel.values()) if rel else 0.0,
-            "total_relative_norm": math.sqrt(dsq / wsq) if wsq else 0.0, "total_delta_norm": math.sqrt(dsq)}
 
 
 # --- the checkpoint ------------------------------------------------------------------------------------------------
@@ -308,7 +223,7 @@ def sequential(lm, method: str, requests, hparams: dict | None = None, spec: Seq
     if not m.batch and batch != 1:
         raise EditkitError(f"{m.label} edits one request after another; run it with batch 1 (and eval_every)")
     hp = load_hparams(m.name, lm, hparams)
-    batches = [records[i:i + batch] for i in range(0, len(records), batch)]
+    n_batches = -(-len(records) // batch)
     settings = {"method": m.name, "hparams": hp.to_dict(), "cases": digest([r.source or r.request.case_id
                                                                                for r in records]),
                 "n": len(records), "batch": batch, "eval_every": eval_every, "sample": sample, "seed": seed,
@@ -322,54 +237,30 @@ def sequential(lm, method: str, requests, hparams: dict | None = None, spec: Seq
         total = {k: v.to(lm.device) for k, v in saved["total"].items()}
         state, prog = saved["state"], saved["progress"]
     else:
-        total, state = {}, None
-        with applied(lm, {}):
-            base_ppl = perplexity(lm, spec.ppl_tokens)
-            base_flu = fluency(lm, spec.fluency_prompts, spec.fluency_tokens, seed)
-            first = [records[i] for i in order[:sample or len(records)]]
-            pre = rates(lm, first)
-            original = [r["answers"] for r in rates(lm, records, ("neighborhood",))]  # before the first edit
-        prog = {"done": 0, "rows": [], "took": {}, "original": original, "base": {
-            "perplexity": base_ppl, "fluency": base_flu, "measured": len(first),
-            **{k: _mean([r[g] for r in pre]) for k, g in zip(("efficacy", "generalization", "specificity"), GROUPS)}}}
+        total, state, prog = {}, None, _start(lm, records, order, spec)
     run = _Run(records, order, spec, prog)
     resumed_at = prog["done"]
     stopped = 0
-    for b in range(prog["done"], len(batches)):
+    for b in range(prog["done"], n_batches):
         if spec.stop_after is not None and stopped >= spec.stop_after:
             break
-        chunk = batches[b]
         if progress:
-            progress(b / len(batches), f"batch {b + 1}/{len(batches)}")
-        t0 = time.perf_counter()
-        with applied(lm, total):
-            result = run_edit(lm, m.name, [r.request for r in chunk], hp, state=state)
-        seconds = time.perf_counter() - t0
-        total = combined([total, result.delta]) if total else {k: v.clone() for k, v in result.delta.items()}
-        state = result.state
-        done = (b + 1) * batch if b + 1 < len(batches) else len(records)
-        with applied(lm, total):
-            now = rates(lm, chunk, ("rewrite",))
-            for i in range(len(chunk)):
-                prog["took"][str(b * batch + i)] = now[i]["rewrite"] == 1.0
-            if done % eval_every == 0 or b + 1 == len(batches):
-                prog["rows"].append(_checkpoint(lm, run, b, done, seconds, total, sample))
-        prog["done"] = b + 1
-        prog.setdefault("edit_seconds", []).append(round(seconds, 2))
+            progress(b / n_batches, f"batch {b + 1}/{n_batches}")
+        total, state = _edit_batch(lm, m.name, hp, run, b, n_batches, total, state)
         STORE.put(path, {"total": total, "state": state, "progress": prog}, _write)
         stopped += 1
     if progress:
-        progress(prog["done"] / len(batches), f"{prog['done']}/{len(batches)} batches")
+        progress(prog["done"] / n_batches, f"{prog['done']}/{n_batches} batches")
     rows = prog["rows"]
     partial = None
-    if spec.finalize and 0 < prog["done"] < len(batches):
+    if spec.finalize and 0 < prog["done"] < n_batches:
         with applied(lm, total):
             partial = _checkpoint(lm, run, prog["done"] - 1, prog["done"] * batch, 0.0, total, None)
     first_collapse = next((r["edit"] for r in rows if r["collapsed"]), None)
     return LifelongRun(lm.name, m.name, m.label, len(records), batch, eval_every, sample, seed, spec.ppl_tokens,
                        list(spec.fluency_prompts), spec.fluency_tokens, spec.collapse_factor, spec.retention_floor,
-                       hp.to_dict(), prog["base"], prog["base"]["perplexity"], rows, prog["done"], len(batches),
-                       prog["done"] == len(batches), resumed_at, prog.get("edit_seconds", []), first_collapse,
+                       hp.to_dict(), prog["base"], prog["base"]["perplexity"], rows, prog["done"], n_batches,
+                       prog["done"] == n_batches, resumed_at, prog.get("edit_seconds", []), first_collapse,
                        str(path), partial, notes(sample, batch, eval_every))
 
 
@@ -405,6 +296,43 @@ class _Run:
     prog: dict
 
 
+def _start(lm, records: list, order: list[int], spec: SequentialSpec) -> dict:
+    """A new run's progress: nothing done yet, and the unedited model's measurements (its base perplexity,
+    fluency and rates on the first sampled edits, and its neighborhood answers, which the drifts compare with)."""
+    with applied(lm, {}):
+        base_ppl = perplexity(lm, spec.ppl_tokens)
+        base_flu = fluency(lm, spec.fluency_prompts, spec.fluency_tokens, spec.seed)
+        first = [records[i] for i in order[:spec.sample or len(records)]]
+        pre = rates(lm, first)
+        original = [r["answers"] for r in rates(lm, records, ("neighborhood",))]  # before the first edit
+    return {"done": 0, "rows": [], "took": {}, "original": original, "base": {
+        "perplexity": base_ppl, "fluency": base_flu, "measured": len(first),
+        **{k: _mean([r[g] for r in pre]) for k, g in zip(("efficacy", "generalization", "specificity"), GROUPS)}}}
+
+
+def _edit_batch(lm, method: str, hp, run: _Run, b: int, n_batches: int, total: dict,
+                state: SequenceState | None) -> tuple[dict, SequenceState | None]:
+    """Batch b edited at the weights `total` the earlier batches left; whether each of its edits took, and a
+    checkpoint where one falls, recorded in run.prog. Returns the accumulated deltas and the sequence state."""
+    spec, prog = run.spec, run.prog
+    chunk = run.records[b * spec.batch:(b + 1) * spec.batch]
+    t0 = time.perf_counter()
+    with applied(lm, total):
+        result = run_edit(lm, method, [r.request for r in chunk], hp, state=state)
+    seconds = time.perf_counter() - t0
+    total = combined([total, result.delta]) if total else {k: v.clone() for k, v in result.delta.items()}
+    done = (b + 1) * spec.batch if b + 1 < n_batches else len(run.records)
+    with applied(lm, total):
+        now = rates(lm, chunk, ("rewrite",))
+        for i in range(len(chunk)):
+            prog["took"][str(b * spec.batch + i)] = now[i]["rewrite"] == 1.0
+        if done % spec.every == 0 or b + 1 == n_batches:
+            prog["rows"].append(_checkpoint(lm, run, b, done, seconds, total, spec.sample))
+    prog["done"] = b + 1
+    prog.setdefault("edit_seconds", []).append(round(seconds, 2))
+    return total, result.state
+
+
 def _checkpoint(lm, run: _Run, b: int, done: int, seconds: float, total: dict, sample: int | None) -> dict:
     """The measurements after batch b (edits 0..done-1 applied), at the current weights; `sample` caps the edits
     measured before the last checkpoint (None: every edit so far)."""
@@ -435,7 +363,7 @@ def _checkpoint(lm, run: _Run, b: int, done: int, seconds: float, total: dict, s
             "kept": _mean([r.get("kept") for r in measured]), "locality": _mean([r.get("locality") for r in measured]),
             "took": sum(this) / len(this), "retention": retention,
             "fluency": fluency(lm, spec.fluency_prompts, spec.fluency_tokens, spec.seed), "perplexity": ppl,
-            "perplexity_ratio": ppl / base["perplexity"], **_norms(lm, total), "collapsed": bool(reasons),
+            "perplexity_ratio": ppl / base["perplexity"], **update_norms(lm, total), "collapsed": bool(reasons),
             "reason": "; ".join(reasons)}
 
 

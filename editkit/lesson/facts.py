@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ..core.cache import digest
 from ..core.errors import EditkitError
+from ..core.paths import read_user_file
 from . import compute
 
 MAX_TARGETS = 4
@@ -95,14 +96,7 @@ def read_facts(source) -> list[LessonFact]:
     """Facts from a file path (.json / .jsonl), or from a list of record dicts (the page's teacher form)."""
     if isinstance(source, (list, tuple)):
         return parse_facts(json.dumps(list(source)), "the new fact")
-    path = Path(source)
-    try:
-        if not path.is_file():
-            raise EditkitError(f"no facts file at {str(source)[:200]!r}")
-        text = path.read_text(encoding="utf-8")
-    except (OSError, ValueError, UnicodeDecodeError) as exc:
-        raise EditkitError(f"cannot read the facts file {str(source)[:200]!r}: {exc}") from None
-    return parse_facts(text, path.name)
+    return parse_facts(read_user_file(source, "facts file"), Path(source).name)
 
 
 def refusal(fact: LessonFact, check: dict) -> str:

@@ -148,7 +148,6 @@ def _sample_positions(lm, n_positions: int, seed: int, seq_len: int = 128):
     return out
 
 
-
 def _fixed_layers(lens_top: torch.Tensor) -> list[int]:
     """Per position (columns of the (L, n) logit-lens top tokens): the smallest l whose top token is the final
     one at every layer from l on (Geva et al. 2022, Fig. 9)."""
@@ -162,24 +161,19 @@ def _fixed_layers(lens_top: torch.Tensor) -> list[int]:
         out.append(l)
     return out
 
-@torch.no_grad()
-def compute(lm, n_positions: int | None = None, memories_per_layer: int | None = None, top_memories: int = 10,
-            norm: bool = False, index_tokens: int | None = None, seed: int = 0, progress=None) -> GevaResult:
-    d = defaults(lm)
-    n_positions = int(n_positions or d["n_positions"])
-    memories_per_layer = int(memories_per_layer or d["memories_per_layer"])
-    a = lm.adapter
-    L, d_ff = a.n_layers, a.d_ff
-    say = progress or (lambda f, msg: None)
-    index = triggers.get_index(lm, index_tokens, progress=lambda f, msg: say(0.4 * f, "trigger index: " + msg))
-    tops = _ValueTops(lm, norm)
 
-    # Fig. 8 and 9: forward passes over sampled positions
+@torch.no_grad()
+def _position_pass(lm, n_positions: int, top_memories: int, norm: bool, seed: int,
+                   say) -> tuple[int, list[int], list[list[list[int]]], list[list[int]]]:
+    """Fig. 8 and 9: forward passes over sampled positions. Returns the positions read, each position's layer
+    from which the logit lens's top token is the final one, and per layer each position's top memories and the
+    top token of the FFN's output."""
+    L, d_ff = lm.adapter.n_layers, lm.adapter.d_ff
     samples = _sample_positions(lm, n_positions, seed)
     n_pos = 0
     fixed_layer = []
     per_layer_mem: list[list[list[int]]] = [[] for _ in range(L)]  # top memories per position
-    ffn_top = [[] for _ in range(L)]
+    ffn_top: list[list[int]] = [[] for _ in range(L)]
     for s, (chunk, take) in enumerate(samples):
         got = lm.runner.read(layers("mlp_key", L) + layers("mlp_write", L) + layers("resid_post", L),
                              input_ids=torch.tensor([chunk], device=lm.device))
@@ -193,6 +187,22 @@ def compute(lm, n_positions: int | None = None, memories_per_layer: int | None =
             ffn_top[l] += lm.runner.logits(o, norm=norm).argmax(-1).tolist()
         n_pos += len(take)
         say(0.4 + 0.2 * (s + 1) / len(samples), f"{n_pos}/{n_positions} positions")
+    return n_pos, fixed_layer, per_layer_mem, ffn_top
+
+
+@torch.no_grad()
+def compute(lm, n_positions: int | None = None, memories_per_layer: int | None = None, top_memories: int = 10,
+            norm: bool = False, index_tokens: int | None = None, seed: int = 0, progress=None) -> GevaResult:
+    d = defaults(lm)
+    n_positions = int(n_positions or d["n_positions"])
+    memories_per_layer = int(memories_per_layer or d["memories_per_layer"])
+    a = lm.adapter
+    L, d_ff = a.n_layers, a.d_ff
+    say = progress or (lambda f, msg: None)
+    index = triggers.get_index(lm, index_tokens, progress=lambda f, msg: say(0.4 * f, "trigger index: " + msg))
+    tops = _ValueTops(lm, norm)
+
+    n_pos, fixed_layer, per_layer_mem, ffn_top = _position_pass(lm, n_positions, top_memories, norm, seed, say)
 
     # Fig. 5: a sample of memories per layer, next token of each key's top-1 trigger example
     rng = np.random.default_rng(seed)

@@ -16,8 +16,8 @@ import torch
 
 from ..core.errors import EditkitError
 from ..core.results import JsonObject, Result, frame
+from ..model.decoding import Decoding
 from ..model.hooks import Hooks
-from ..model.runner import Decoding
 from ..model.sites import Site
 from ..model.tokens import check_prompt, encode, token_strings
 from .inspect import check_layer, check_memory, label, resolve_position, top_tokens

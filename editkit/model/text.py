@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..core.errors import EditkitError
-from .runner import Decoding
+from .decoding import Decoding
 from .sites import layers
 from .tokens import check_prompt, encode
 
@@ -56,7 +56,7 @@ def greedy(lm: LM, prompt: str, max_new_tokens: int = 20) -> str:
 def sample(lm: LM, prompt: str, max_new_tokens: int, seed: int = 0, top_k: int = 5,
            min_new_tokens: int = 0) -> str:
     """A top-k sampled continuation of `prompt` (the new text only), reproducible for a given seed also while other
-    threads sample (runner.SeededTopK)."""
+    threads sample (decoding.SeededTopK)."""
     return lm.runner.complete(prompt, Decoding.sampled(max_new_tokens, seed, top_k, min_new_tokens))[0]
 
 

@@ -34,7 +34,7 @@ by up to ~1e-5 where p is large; `bench trace` reports both errors.
 Fast mode (`precision="bfloat16"`, an approximation offered where a student explores): the restored runs' matmuls
 in bfloat16 (torch.autocast: linear maps and attention in bf16 with float32 accumulation; the residual stream, the
 norms and the clean and corrupted runs of the setup stay float32) and the projection to the vocabulary in bf16
-matmuls (runner.vocab_pass_bf16). bf16 matmuls run at 2.2-2.5x the float32 rate on this CPU, the norms, softmax
+matmuls (vocab.vocab_pass_bf16). bf16 matmuls run at 2.2-2.5x the float32 rate on this CPU, the norms, softmax
 and residual stream at the float32 rate, so a panel takes about 0.6x the exact engine's time (docs/results/speed.md);
 its largest score difference from the exact engine is measured over known facts (tracing/bench.py, fast_mode_error)
 and shown beside every fast figure.

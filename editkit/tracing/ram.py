@@ -19,8 +19,8 @@ Tokens are counted with the model's tokenizer (a prompt too long for the limits 
 from __future__ import annotations
 
 from ..model.ram import graph_bytes, step_bytes, vocab_bytes, with_margin
-from ..model.runner import VOCAB_BLOCK
 from ..model.sites import TRACE_KINDS
+from ..model.vocab import VOCAB_BLOCK
 from .engine import MAX_POSITION_ROWS
 
 ANSWER_ROWS = 4096  # rows projected at once by runner.answer_logprob (its `rows`)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..core.errors import EditkitError
-from ..model.runner import KV
+from ..model.kv import KV
 from ..model.scoring import target_ids
 from ..model.sites import site
 from ..model.tokens import check_prompt, find_subject_range, token_strings

@@ -184,7 +184,7 @@ def apply_alphaedit(lm, requests, hp: AlphaEditHparams, progress=None, reference
         preserved = hp.mom2_update_weight * C[layer] if hp.mom2_update_weight > 0 else None
         return alphaedit_update_in_basis(K, R, U0[layer], hp.l2, state.keys(layer), preserved)
 
-    targets = torch.stack([opt["resid_post"]["target"] for opt in opts], 1)
+    targets = torch.stack([opt.at("resid_post").target for opt in opts], 1)
     stream = Stream("down_proj", "mlp_key", "resid_post", targets, rule, C)
     done = spread(lm, requests, hp, [stream], divisor=float, label="AlphaEdit", progress=progress, solves=solves)
     done.solves = [NullSpaceSolve(layer=s.layer, part=s.part, delta=s.delta, K=s.K, R=s.R, C=s.C,

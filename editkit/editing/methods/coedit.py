@@ -11,7 +11,7 @@ edit them jointly. editkit's version:
 3. edit the original and implied requests in one MEMIT batch (MEMIT Eq. 14-16: jointly optimized targets, the
    least-squares update spread over the critical layers).
 With `joint_targets`, a request and its implications about the same subject share one target delta, optimized on
-their summed losses (targets.Joint). Their keys are the same subject's last token in other prompts, nearly equal, so
+their summed losses (joint.Joint). Their keys are the same subject's last token in other prompts, nearly equal, so
 separate deltas at them are averaged by Eq. 14's least squares (each fact gets about half its shift); one delta
 that makes the new fact and its implications true together is written at every one of their keys instead.
 Why not CaKE (circuit-aware LoRA fine-tuning on generated multi-hop data): it trains every module for 40 epochs
@@ -24,10 +24,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..hparams import _non_negative, _positive
+from ..joint import Joint
 from ..requests import EditRequest
 from ..result import Diagnostic
 from ..share import update_share
-from ..targets import Joint
 from . import Method, register
 from .memit import MemitHparams, apply_memit, first_use
 
@@ -139,7 +139,7 @@ def joint_tie(requests, extra, source, other: bool = False) -> tuple[int, ...] |
 
 
 def _joint(requests, implied, kept, source, hp: CoeditHparams) -> Joint | None:
-    """How requests + implied + kept share target deltas (targets.Joint): each kept relation weighted keep_weight,
+    """How requests + implied + kept share target deltas (joint.Joint): each kept relation weighted keep_weight,
     holding its delta's stop only with kept_hold_stop."""
     n = len(requests) + len(implied)
     tie = joint_tie(requests, implied + kept, source, hp.joint_other) if hp.joint_targets else None

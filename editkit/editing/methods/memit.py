@@ -46,7 +46,7 @@ def first_use(hp: MemitHparams) -> FirstUse:
 def apply_memit(lm, requests, hp: MemitHparams, progress=None, reference: bool = False,
                 solves: bool = False, joint=None, state: SequenceState | None = None,
                 method: str = "memit") -> EditResult:
-    """`joint`: requests that share one target delta (co-edit's joint targets; targets.Joint). `state`: the
+    """`joint`: requests that share one target delta (co-edit's joint targets; joint.Joint). `state`: the
     sequence so far (its earlier keys, with `add_prev_edits`); the result's state adds this batch's keys."""
     start = time.perf_counter()
     state = state if state is not None else SequenceState(method)
@@ -55,7 +55,7 @@ def apply_memit(lm, requests, hp: MemitHparams, progress=None, reference: bool =
     t_targets = time.perf_counter() - start
     C = key_statistics(lm, hp.layers, hp)
     factors = {l: cholesky(lm, l, hp, C=C[l]) for l in hp.layers}
-    targets = torch.stack([opt["resid_post"]["target"] for opt in opts], 1)
+    targets = torch.stack([opt.at("resid_post").target for opt in opts], 1)
     used: dict[int, torch.Tensor] = {}
     plain = memit_rule(C, hp.mom2_update_weight, factors, hp.update_norm_lambda,
                        state.keys if hp.add_prev_edits else None)

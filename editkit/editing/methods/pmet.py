@@ -32,7 +32,7 @@ from ..result import EditResult
 from ..share import update_share
 from ..spread import Stream, finish, memit_rule, spread
 from ..stats import cholesky, key_statistics, positions_for
-from ..targets import optimize_targets_batch
+from ..targets import Targets, optimize_targets_batch
 from . import FirstUse, Method, register
 from .memit import MemitHparams
 
@@ -45,13 +45,13 @@ class PmetHparams(MemitHparams):
     SOLVE_ONLY = MemitHparams.SOLVE_ONLY | {"update_attn", "residual_targets"}
 
 
-def residual_targets(lm, requests, opts: list[dict], layer: int) -> torch.Tensor:
+def residual_targets(lm, requests, opts: list[Targets], layer: int) -> torch.Tensor:
     """z = h_L + n(m*) - n(m) per request (columns, d_model x n): the residual the FFN target m* = m + delta_mlp
     gives at the subject's last token of the plain prompt, with n the post-MLP norm (identity without one)."""
     norm = lm.adapter.post_mlp_norm(layer)
     out = []
     for r, o in zip(requests, opts):
-        m, m_star = o["mlp_out"]["init"], o["mlp_out"]["target"]
+        m, m_star = o.at("mlp_out").init, o.at("mlp_out").target
         h = site_output(lm, "resid_post", layer, r)
         with torch.no_grad():
             if norm is None:
@@ -82,18 +82,18 @@ def apply_pmet(lm, requests, hp: PmetHparams, progress=None, reference: bool = F
     if hp.residual_targets:
         kind, targets = "resid_post", residual_targets(lm, requests, opts, hp.layers[-1])
     else:
-        kind, targets = "mlp_out", torch.stack([o["mlp_out"]["target"] for o in opts], 1)
+        kind, targets = "mlp_out", torch.stack([o.at("mlp_out").target for o in opts], 1)
     factors = {l: cholesky(lm, l, hp, C=C[l]) for l in hp.layers}
     streams = [Stream("down_proj", "mlp_key", kind, targets, memit_rule(C, lam, factors), C)]
     if hp.update_attn:
         C_O = key_statistics(lm, hp.layers, hp, module="o_proj")
         factors_O = {l: cholesky(lm, l, hp, "o_proj", C_O[l]) for l in hp.layers}
-        streams.append(Stream("o_proj", "attn_z", "attn_out", torch.stack([o["attn_out"]["target"] for o in opts], 1),
+        streams.append(Stream("o_proj", "attn_z", "attn_out", torch.stack([o.at("attn_out").target for o in opts], 1),
                               memit_rule(C_O, lam, factors_O), C_O))
     divisor = float if hp.residual_targets else math.sqrt  # MEMIT's L - i for residual targets, else sqrt(L - i)
     done = spread(lm, requests, hp, streams, divisor=divisor, label="PMET", progress=progress, solves=solves)
     return finish("pmet", lm, requests, hp, opts, done, start, t_targets, progress,
-                  attn_delta_norms=[float(o["attn_out"]["delta"].norm()) for o in opts])
+                  attn_delta_norms=[float(o.at("attn_out").delta.norm()) for o in opts])
 
 
 METHOD = register(Method(

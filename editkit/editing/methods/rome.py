@@ -24,7 +24,7 @@ from ..keys import key_star, keys_at
 from ..result import EditResult, RequestReport, Solve, norm_report
 from ..share import SharePrediction, edited_maps, update_share
 from ..stats import cholesky, key_statistics, positions_for
-from ..targets import optimize_targets, stabiliser_details
+from ..targets import optimize_targets
 from . import FirstUse, Method, register
 
 
@@ -94,7 +94,7 @@ def apply_rome(lm, requests, hp: RomeHparams, progress=None, reference: bool = F
             opt = optimize_targets(lm, request, layer, ("mlp_out",), hp, reference=reference)
             opt = anchor_targets(lm, [request], [opt], "mlp_out", layer, hp)[0]  # NAS, when chosen
             t_targets += time.perf_counter() - t0
-            v_star = opt["mlp_out"]["target"]
+            v_star = opt.at("mlp_out").target
             k_den = k_star if hp.rrome else keys_at(lm, layer, [(request.rewrite, 0)], request.subject)[0]
             W = effective_weight(lm, "down_proj", layer)
             b = a.down_bias(layer)
@@ -106,10 +106,10 @@ def apply_rome(lm, requests, hp: RomeHparams, progress=None, reference: bool = F
                                             v_star=v_star, k_den=k_den, u=u, lam=lam))
             stack.enter_context(applied(lm, delta))  # later requests see this one, as upstream
             total = delta if total is None else {name: total[name] + delta[name]}
-            reports.append(RequestReport(request.case_id, opt["losses"], details={
+            reports.append(RequestReport(request.case_id, opt.losses, details={
                 "layer": layer, **info, "v_star_norm": float(v_star.norm()), "k_star_norm": float(k_star.norm()),
                 "delta_norm": float(dW.norm()), "weight_norm": float(W.norm()),
-                "relative_norm": float(dW.norm() / W.norm()), **stabiliser_details(opt)}))
+                "relative_norm": float(dW.norm() / W.norm()), **opt.details()}))
     if progress:
         progress(1.0, "ROME done")
     return EditResult("rome", list(requests), total, hp, reports, norms=norm_report(lm.model, total),

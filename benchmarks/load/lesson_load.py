@@ -4,8 +4,8 @@ the step (timed from the click until its question is drawn) and reveals the resu
 until the result is drawn and the script run is over); no error box may appear. The steps render from the pack, so
 the server never loads the model: its memory stays that of Streamlit plus the parsed pack.
 
-    python tests/lesson_load.py --students 30        # the full form (a benchmark): prints a JSON report
-    python tests/lesson_load.py --students 30 --client ws   # the same walk by websocket clients, no browsers
+    python benchmarks/load/lesson_load.py --students 30        # the full form (a benchmark): prints a JSON report
+    python benchmarks/load/lesson_load.py --students 30 --client ws   # the same walk by websocket clients, no browsers
     python -m pytest -q tests/test_lesson_load.py     # the small form (5 students), part of the test suite
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))  # the load helpers the tests share
 from browser_util import ROOT, chromium_path, free_port, wait_http  # noqa: E402
 from load_util import PeakMemory, memory_mb, page_idle, start_server, stop_server  # noqa: E402
 

@@ -19,7 +19,7 @@ Memory: the server's resident set after the model loaded (the weights, torch and
 during the class, against that base plus the jobs' memory budget the Server box reports (set it with
 EDITKIT_MEMORY_BUDGET, --budget).
 
-    python tests/class_load.py --students 30 --own 8 --think 5 --budget "4 GB"   # the full form (a JSON report)
+    python benchmarks/load/class_load.py --students 30 --own 8 --think 5 --budget "4 GB"   # the full form
     python -m pytest -q tests/test_class_load.py --full            # the small form (CI)
 """
 from __future__ import annotations
@@ -34,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))  # the load helpers the tests share
 from browser_util import free_port, wait_http  # noqa: E402
 from load_util import PeakMemory, memory_mb, run_async, start_server, stop_server, weights_mb  # noqa: E402
 from ws_util import WsSession  # noqa: E402
