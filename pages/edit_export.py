@@ -7,7 +7,10 @@ from editkit.editing.methods import all_methods
 from pages import edit_sections as sections
 from pages import ui
 
-LABELS = {m.name: m.label for m in all_methods()}
+
+def label(name: str) -> str:
+    """A method's label, read from the registry when drawn (a method registered after this module loaded has one)."""
+    return next((m.label for m in all_methods() if m.name == name), name)
 
 
 class K:
@@ -73,7 +76,7 @@ def model_download(lm, out) -> None:
     no_gguf = refusal(lm, has_source_gguf(lm))  # a family GGUF cannot take: the folder alone is offered
     kinds = {k: v for k, v in GGUF_KINDS.items() if no_gguf is None or v[0] == "hf"}
     c1, c2, c3 = st.columns(3)
-    method = c1.selectbox("Edited model of", deltas, format_func=LABELS.get, key=K.EXPORT_METHOD)
+    method = c1.selectbox("Edited model of", deltas, format_func=label, key=K.EXPORT_METHOD)
     fmt, gguf_type = kinds[c2.selectbox("Format", list(kinds), key=K.EXPORT_KIND)]
     kept = [e["delta"] for e in ui.my_edits(lm)]  # edits act in this thread only: handed to the build
     name = f"{lm.name.replace('/', '--')}-{method}" + (f"-{gguf_type}.gguf" if fmt == "gguf" else "")
@@ -88,7 +91,7 @@ def model_download(lm, out) -> None:
 
     c3.download_button("Download the edited model", build, name + (".zip" if fmt == "hf" else ""),
                        "application/octet-stream", key=K.EXPORT_GO, on_click="ignore")
-    st.caption(f"The base model with {LABELS.get(method, method)}'s edit"
+    st.caption(f"The base model with {label(method)}'s edit"
                + (" and your kept edits" if kept else "") + ": GGUF loads in llama.cpp, Ollama and editkit, "
                "the folder with transformers. f32 is the compared model exactly; f16 and q8_0 are smaller "
                "and round its weights (the manual's \"Take an edit out of editkit\")."

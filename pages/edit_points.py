@@ -9,7 +9,10 @@ from editkit.editing.defaults import load_hparams
 from editkit.editing.methods import all_methods
 from pages import ui
 
-LABELS = {m.name: m.label for m in all_methods()}
+
+def label(name: str) -> str:
+    """A method's label, read from the registry when drawn (a method registered after this module loaded has one)."""
+    return next((m.label for m in all_methods() if m.name == name), name)
 
 
 class K:
@@ -74,7 +77,7 @@ def one_point_view(lm, method: str, points) -> None:
     costs."""
     labels = [p.label + (" (today's default)" if p.default else "") for p in points.points]
     default = next((i for i, p in enumerate(points.points) if p.default), 0)
-    i = st.selectbox(f"{LABELS[method]}: a point of its trade-off", range(len(labels)), index=default,
+    i = st.selectbox(f"{label(method)}: a point of its trade-off", range(len(labels)), index=default,
                      format_func=labels.__getitem__, key=K.pick(method, lm.name))
     st.plotly_chart(points.figure(i), width="stretch", key=K.figure(method))
     st.markdown(points.sentence() if i == default else points.picked(i))

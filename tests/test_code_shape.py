@@ -2,8 +2,8 @@
 bugbear) and `mypy` (strict on the files it lists) pass. Lines over 120 characters are refused by ruff; the
 older lines of 111-120 are wrapped in one pass once the branches in flight have landed (a count kept in this
 file conflicted on every merge), after which ruff's limit becomes 110. And the size rule: no function in
-editkit/ over 60 lines, no module over 450, but for today's offenders listed below at their current size (a
-ratchet: one may shrink, never grow, and a new one fails)."""
+editkit/, pages/ or app.py over 60 lines; no module over 450 unless its first line says why ("# Over 450 lines:
+...") and it stays within its allowance below (a ratchet: one may shrink, never grow, and a new one fails)."""
 import ast
 import subprocess
 import sys
@@ -37,13 +37,14 @@ MODULE_LINES = 450
 # The offenders when the rule came in, at their size then. Lower a number when its offender shrinks; remove
 # the entry once it is within the limit.
 LONG_MODULES = {
-    "editkit/runtime/cluster.py": 673,  # in process and on Ray: the pool, the retries, the progress of both
-    "editkit/model/loading.py": 640,  # every kind of model a name can mean, and each family's quirks
-    "editkit/data/implications.py": 495,  # the relation rules as data, and the table of aliases
-    "editkit/lesson/compute.py": 491,  # every lesson step's computation (the lesson's split is issue 59's)
-    # the ui branch (issue 60), in flight when the rule came in, grows it to this: its checks of each figure
-    "editkit/figures/readability.py": 461,
+    "editkit/runtime/cluster.py": 674,  # in process and on Ray: the pool, the retries, the progress of both
+    "editkit/model/loading.py": 641,  # every kind of model a name can mean, and each family's quirks
+    "editkit/data/implications.py": 496,  # the relation rules as data, and the table of aliases
+    "editkit/lesson/compute.py": 492,  # every lesson step's computation (the lesson's split is issue 59's)
+    "editkit/figures/readability.py": 462,  # one check per way a figure can be unreadable
+    "pages/ui.py": 564,  # the pieces every page shares
 }
+REASON = "# Over 450 lines: "
 LONG_FUNCTIONS: dict[str, int] = {}  # every function is within the limit now: keep it so
 
 
@@ -68,9 +69,10 @@ def function_sizes(source: str) -> dict[str, int]:
 
 
 def oversized(root: Path) -> tuple[dict[str, int], dict[str, int]]:
-    """The modules over MODULE_LINES and the functions over FUNCTION_LINES under root/editkit, with sizes."""
+    """The modules over MODULE_LINES and the functions over FUNCTION_LINES in the package, the pages and app.py,
+    with sizes."""
     modules, functions = {}, {}
-    for path in sorted((root / "editkit").rglob("*.py")):
+    for path in sorted([*(root / "editkit").rglob("*.py"), *(root / "pages").rglob("*.py"), root / "app.py"]):
         name, source = path.relative_to(root).as_posix(), path.read_text()
         if len(source.splitlines()) > MODULE_LINES:
             modules[name] = len(source.splitlines())
@@ -88,6 +90,8 @@ def test_functions_and_modules_keep_their_size():
     modules, functions = oversized(ROOT)
     problems = size_problems(modules, LONG_MODULES, MODULE_LINES) + \
         size_problems(functions, LONG_FUNCTIONS, FUNCTION_LINES)
+    problems += [f"{name}: {n} lines and no reason on its first line ({REASON}...)" for name, n in modules.items()
+                 if not (ROOT / name).read_text().startswith(REASON)]
     assert not problems, "split these (tests/test_code_shape.py says the rule):\n" + "\n".join(problems)
     now = {**modules, **functions}
     shrunk = [f"{name}: {n} -> {now.get(name, 'within the limit')}"

@@ -184,6 +184,14 @@ def test_cli_edit(tmp_path, capsys):
     r = out["requests"][0]
     assert set(r["pre"]) == {"rewrite", "paraphrase", "neighborhood"} and "p_true" in r["post"]["rewrite"][0]
     assert (tmp_path / "p.safetensors").exists() and (tmp_path / "p.json").exists()
+    made = (tmp_path / "p.safetensors").read_bytes()
+    again = ["edit", "--model", "tiny-gpt2", "--method", "rome", "--requests", str(req), "--hparams", str(hp),
+             "--save-patch", str(tmp_path / "p")]
+    assert main(again) == 2  # the patch made above is never replaced silently
+    assert "already exist; give another --save-patch name" in capsys.readouterr().err
+    assert (tmp_path / "p.safetensors").read_bytes() == made
+    assert main([*again, "--overwrite"]) == 0 and (tmp_path / "p.safetensors").read_bytes() != made
+    capsys.readouterr()
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps([{"prompt": "no braces", "subject": "x", "target_new": "y"}]))
     assert main(["edit", "--model", "tiny-gpt2", "--method", "rome", "--requests", str(bad)]) == 2

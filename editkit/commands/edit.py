@@ -21,7 +21,8 @@ def register(sub):
                         "export` also writes GGUF)")
     p.add_argument("--report", default=None, metavar="FILE.html",
                    help="write the edit as one self-contained HTML report (a new file, unless --overwrite)")
-    p.add_argument("--overwrite", action="store_true", help="replace the --report file if it exists")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the --report file and the --save-patch files if they exist")
     p.add_argument("--n", type=int, default=None, help="use the first N requests of the file")
     add_model_arg(p)
     p.set_defaults(func=run, show=show)
@@ -58,13 +59,22 @@ def run(args):
 
 
 def _check_outputs(args) -> None:
-    """The --save-model folder and --report file can be written (core/paths.py), said before the edit runs."""
+    """The --save-model folder, --report file and --save-patch files can be written (core/paths.py), said before
+    the edit runs: nothing a user made is replaced without --overwrite."""
+    from pathlib import Path
+
     from ..core.paths import new_file, new_folder
 
     if args.save_model:
         new_folder(args.save_model)
     if args.report:
         new_file(args.report, args.overwrite)
+    if args.save_patch:
+        patch = Path(args.save_patch).expanduser().with_suffix(".safetensors")
+        taken = [str(f) for f in (patch, patch.with_suffix(".json")) if f.exists()]
+        if taken and not args.overwrite:
+            raise EditkitError(f"{' and '.join(taken)} already exist{'s' if len(taken) == 1 else ''}; give "
+                               "another --save-patch name, or replace them with --overwrite")
 
 
 def _command(args) -> str:

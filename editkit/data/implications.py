@@ -1,3 +1,4 @@
+# Over 450 lines: the relation rules as data, and the table of aliases they read.
 """What an edit should move beside what it must not: implied facts derived from the model's own knowledge.
 
 An edit (s, r, o -> o*) has consequences beyond its own prompt (RippleEdits, Cohen et al. TACL 2024). The rules

@@ -1,3 +1,4 @@
+# Over 450 lines: one check per way a figure can be unreadable, against plotly.js's layout defaults.
 """Is a figure readable at the width a page gives it? `problems(fig, width)` lays the figure out on paper, from its
 layout alone (plotly.js's defaults where the figure sets nothing, text widths estimated from the font size), and
 names what a student could not read: a legend under the title or over another label, annotations that collide,

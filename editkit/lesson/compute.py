@@ -1,3 +1,4 @@
+# Over 450 lines: every lesson step's computation, one short function per step.
 """Every computation of the lesson, and the only module of editkit/lesson/ that calls the rest of the library.
 (Over 450 lines: it is that one door, a section per step, so that a change of the library's names ends here.)
 

@@ -1,3 +1,4 @@
+# Over 450 lines: every kind of model a name can mean (shipped, hub id, folder, GGUF, object) and each family's quirks.
 """Load a model by name: the real models shipped on PyPI, tiny random models for tests, or any HF id / folder.
 
     lm = load_model("gemma-3-270m")                      # or "smollm2-135m", "tiny-gpt2", "gpt2-xl", "/path"

@@ -1,3 +1,4 @@
+# Over 450 lines: in process and on Ray: the worker pool, its retries and the progress of both, kept together.
 """Fan independent work items out: in this process (the default), or over a Ray cluster of model-holding workers.
 
     items = [Item(evaluate_record, (method, record, hparams), label=f"record {i}") for i, record in ...]
