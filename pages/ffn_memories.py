@@ -261,7 +261,17 @@ def intervention_section(lm, view, labels: list[str]) -> None:
             st.markdown(f"**{title}**")
             st.dataframe(pd.DataFrame([{"token": repr(t["token"]), "p": round(t["prob"], 4)} for t in tops]),
                          hide_index=True, width="stretch")
-            st.markdown(f"…{ui.md_escape(res.prompt[-40:])}{ui.strong(ui.continuation(text))}")
+            st.markdown(f"…{ui.md_escape(res.prompt[-40:])}{strong(ui.continuation(text))}")
+
+
+def strong(markdown: str) -> str:
+    """`markdown` in bold, its spaces at either end outside the ** (markdown reads '** Ecuador**' literally:
+    the FFN page showed a continuation as 'of** Ecuador, and is ...**')."""
+    core = markdown.strip()
+    if not core:
+        return markdown
+    start = markdown.index(core)
+    return f"{markdown[:start]}**{core}**{markdown[start + len(core):]}"
 
 
 def analyses_section(lm, n_tokens: int) -> None:

@@ -278,16 +278,6 @@ def continuation(text: str) -> str:
                    for i, p in enumerate(parts))
 
 
-def strong(markdown: str) -> str:
-    """`markdown` in bold, its spaces at either end outside the ** (markdown reads '** Ecuador**' literally:
-    the FFN page showed a continuation as 'of** Ecuador, and is ...**')."""
-    core = markdown.strip()
-    if not core:
-        return markdown
-    start = markdown.index(core)
-    return f"{markdown[:start]}**{core}**{markdown[start + len(core):]}"
-
-
 SPECIAL = re.compile(r"(<[^<>\s]{1,40}>(?: ×\d+)?)")  # a special token as generated text shows it
 
 

@@ -56,6 +56,6 @@ def test_a_new_inspection_picks_its_own_top_memory_and_an_empty_pick_is_refused(
 
 
 def test_strong_keeps_the_spaces_outside_the_bold():
-    from pages.ui import strong
+    from pages.ffn_memories import strong
 
     assert strong(" Ecuador, and") == " **Ecuador, and**" and strong("x ") == "**x** " and strong("  ") == "  "
