@@ -202,6 +202,9 @@ def show_metrics(lm, out: Comparison):
         "one, what a user actually reads.")
     df = out.to_frame()
     st.markdown(f"**Who did best.** {conclusion(out).sentence()}")
+    unfit = unfit_neighbours(out)
+    if unfit:
+        st.warning(unfit)
     # every measure's row on screen (the default height hid the last rows)
     st.dataframe(pd.DataFrame(by_column(figures.metrics_table(out))), hide_index=True,
                  width="stretch", height="content")
@@ -210,6 +213,28 @@ def show_metrics(lm, out: Comparison):
     ui.keep_buttons(lm, out.deltas, LABELS, "; ".join(f"{r.rewrite} → {r.target_new}" for r in out.requests),
                     {"model": lm.name, "requests": [r.to_dict() for r in out.requests]})
     return df
+
+
+def unfit_neighbours(out: Comparison) -> str:
+    """Neighbour prompts on which the unedited model already prefers the new target to the true one: a
+    neighbour counts as kept only while the true answer wins, so these start at specificity 0 and can show
+    no harm the edit does (the second walk wrote 'The Gateway of India is located in the city of' beside
+    the Taj Mahal moved from Agra to Mumbai)."""
+    said = []
+    for r, pre in zip(out.requests, out.pre):
+        if not r.target_true:
+            continue
+        bad = [row["prompt"] for row in pre["probabilities"].get("neighborhood", [])
+               if row["p_new"] >= row["p_true"]]
+        if bad:
+            n = len(pre["probabilities"]["neighborhood"])
+            said.append(f"{len(bad)} of {n} neighbour prompt(s) of {r.subject!r} already prefer "
+                        f"{r.target_new.strip()!r} to {r.target_true.strip()!r} before any edit ("
+                        + "; ".join(repr(ui.clip(b, 60)) for b in bad[:2]) + ")")
+    if not said:
+        return ""
+    return ("; ".join(said) + ". Specificity counts a neighbour as kept only while the true answer wins, so "
+            "these measure no harm: give neighbours whose answer is the true target.")
 
 
 def show_probabilities(out: Comparison) -> None:

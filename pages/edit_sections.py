@@ -28,9 +28,8 @@ class K:
 
     SPEC, SPEC_FIG, SPEC_GO = "ec_spec", "ec_spec_fig", "ec_spec_go"
     SPEC_RULE, SPEC_THRESHOLD = "ec_spec_rule", "ec_spec_threshold"
-    LIFE, LIFE_GO, LIFE_METHODS = "ec_life", "ec_life_go", "ec_life_methods"
-    LIFE_N, LIFE_BATCH = "ec_life_n", "ec_life_batch"
-    LIFE_FIG, LIFE_LAYERS = "ec_life_fig", "ec_life_layers"
+    LIFE, LIFE_GO, LIFE_METHODS, LIFE_N = "ec_life", "ec_life_go", "ec_life_methods", "ec_life_n"
+    LIFE_BATCH, LIFE_FIG, LIFE_LAYERS = "ec_life_batch", "ec_life_fig", "ec_life_layers"
     LIFE_SHIPPED, LIFE_SHIPPED_LAYERS = "ec_life_shipped", "ec_life_shipped_layers"
     LIFE_STAB, LIFE_STAB_LAYERS = "ec_life_stab", "ec_life_stab_layers"
     LIFE_1000, LIFE_1000_LAYERS = "ec_life_1000", "ec_life_1000_layers"
@@ -38,6 +37,7 @@ class K:
                                                              "ec_bleed_go", "ec_bleed_method")
     RIPPLE, RIPPLE_FIG, RIPPLE_GO = "ec_ripple", "ec_ripple_fig", "ec_ripple_go"
     RIPPLE_MINE, RIPPLE_REF, RIPPLE_REL = "ec_ripple_mine", "ec_ripple_ref", "ec_ripple_rel"
+    RIPPLE_GUESS = "ec_ripple_guess"  # the relation guessed for the request the box was set from
     SWEEP, SWEEP_FIG, SWEEP_GO, SWEEP_JSON = "ec_sweep", "ec_sweep_fig", "ec_sweep_go", "ec_sweep_json"
     SWEEP_METHOD, SWEEP_N, SWEEP_PARAMS = "ec_sweep_method", "ec_sweep_n", "ec_sweep_params"
     SWEEP_SET, SWEEP_UPLOAD = "ec_sweep_set", "ec_sweep_upload"
@@ -367,9 +367,9 @@ def ripple_section(s: Setup) -> None:
     req = s.records[0].request
     guess = s.records[0].relation or req.relation or relation_of(req.prompt)
     options = [None] + list(rels)
+    follow_guess(guess if guess in options else None)
     c1, c2 = st.columns([2, 1])
-    relation = c1.selectbox("Relation of the edited fact (Wikidata)", options,
-                            index=options.index(guess) if guess in options else 0, key=K.RIPPLE_REL,
+    relation = c1.selectbox("Relation of the edited fact (Wikidata)", options, key=K.RIPPLE_REL,
                             format_func=lambda r: ("none: derive nothing" if r is None
                                                    else f"{r}: {rels[r]['label']}"))
     reference = c2.checkbox("In-context reference", True, key=K.RIPPLE_REF)
@@ -417,9 +417,16 @@ def show_ripple(out) -> None:
             st.dataframe(pd.DataFrame([d.to_dict() for d in dropped]), hide_index=True, width="stretch")
 
 
+def follow_guess(guess: str | None) -> None:
+    """The relation box set to the request's guessed relation whenever that guess changes (a keyed selectbox
+    keeps its value when its default moves: the Taj Mahal 'located in' was tested as P103, the example's)."""
+    if st.session_state.get(K.RIPPLE_GUESS) != guess or K.RIPPLE_REL not in st.session_state:
+        st.session_state[K.RIPPLE_GUESS] = guess
+        st.session_state[K.RIPPLE_REL] = guess
+
+
 def show_written(out) -> None:
-    """What a propagation method put in its batch besides the request (co-edit's implications and kept
-    facts)."""
+    """What a propagation method put in its batch besides the request (co-edit's implications, kept facts)."""
     from editkit.evaluation.ripple import WRITTEN
 
     rows = [{"method": m.label, "prompt": w["prompt"], "answer written": w["target"].strip(),

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 import pandas as pd
 import streamlit as st
 
+from editkit.core.errors import EditkitError
 from editkit.memories import geva, triggers, vocab
 from editkit.memories.inspect import memories_at
 from editkit.memories.intervene import intervene, parse_memory
@@ -19,7 +20,7 @@ class K:
     FORM, PROMPT, LAYER, POSITION, TOP, NORM, FILTER = ("mem_form", "mem_prompt", "mem_layer", "mem_position",
                                                         "mem_top", "mem_norm", "mem_token_filter")
     VIEW, INTERVENTION, GEVA, MODEL = "mem_view", "mem_intervention", "mem_geva", "mem_model"
-    BARS = "mem_bars"
+    BARS, INT_LABELS = "mem_bars", "mem_int_labels"  # INT_LABELS: the memories the pick was last set from
     TRIG_PICK, TRIG_MANUAL, TRIG_TOKENS, BUILD_INDEX = ("mem_trig_pick", "mem_trig_manual", "mem_trig_tokens",
                                                         "mem_build_index")
     INT_FORM, INT_PICK, INT_EXTRA, INT_MODE, INT_NEW = ("mem_int_form", "mem_int_pick", "mem_int_extra",
@@ -226,8 +227,11 @@ def intervention_section(lm, view, labels: list[str]) -> None:
         "to the largest coefficient of its layer at that position, max_j m_j. The change applies at the "
         "inspected position only, and the greedy continuation below is generated with it in place."
     )
+    if st.session_state.get(K.INT_LABELS) != labels or K.INT_PICK not in st.session_state:
+        # a new inspection: its top memory picked (a kept pick of the last one's memories showed as none)
+        st.session_state[K.INT_LABELS], st.session_state[K.INT_PICK] = labels, labels[:1]
     with st.form(K.INT_FORM):
-        chosen = st.multiselect("Memories", labels, default=labels[:1], key=K.INT_PICK)
+        chosen = st.multiselect("Memories", labels, key=K.INT_PICK)
         extra = st.text_input("More memories (comma-separated, e.g. L2.M5, L3.M17)", key=K.INT_EXTRA)
         c1, c2 = st.columns(2)
         mode = c1.radio("Switch", ["off", "on"], horizontal=True, key=K.INT_MODE)
@@ -239,6 +243,8 @@ def intervention_section(lm, view, labels: list[str]) -> None:
                 st.warning("Inspect a prompt first.")
             else:
                 typed = [s for s in extra.split(",") if s.strip()]
+                if not chosen and not typed:  # it ran, and "switched off" showed the unchanged model
+                    raise EditkitError("pick a memory from the list or type one (e.g. L3.M17) to switch")
                 mems = [parse_memory(s) for s in [*chosen, *typed]]
                 with ui.session(lm):
                     st.session_state[K.INTERVENTION] = intervene(lm, view.prompt, mems, mode, view.position,
@@ -255,7 +261,17 @@ def intervention_section(lm, view, labels: list[str]) -> None:
             st.markdown(f"**{title}**")
             st.dataframe(pd.DataFrame([{"token": repr(t["token"]), "p": round(t["prob"], 4)} for t in tops]),
                          hide_index=True, width="stretch")
-            st.markdown(f"…{ui.md_escape(res.prompt[-40:])}**{ui.continuation(text)}**")
+            st.markdown(f"…{ui.md_escape(res.prompt[-40:])}{strong(ui.continuation(text))}")
+
+
+def strong(markdown: str) -> str:
+    """`markdown` in bold, its spaces at either end outside the ** (markdown reads '** Ecuador**' literally:
+    the FFN page showed a continuation as 'of** Ecuador, and is ...**')."""
+    core = markdown.strip()
+    if not core:
+        return markdown
+    start = markdown.index(core)
+    return f"{markdown[:start]}**{core}**{markdown[start + len(core):]}"
 
 
 def analyses_section(lm, n_tokens: int) -> None:

@@ -159,3 +159,39 @@ def test_prompts_of_another_subject_are_pointed_out():
     said = [w.value for w in at.warning if "do not mention the subject" in w.value]
     assert said and said[0].startswith("1 paraphrase or generation prompt(s) do not mention the subject "
                                        "'Brandenburg Gate'") and "Danielle Darrieux's mother tongue is" in said[0]
+
+
+def test_neighbours_the_unedited_model_already_gets_wrong_are_pointed_out():
+    """The second walk: the Taj Mahal moved from Agra to Mumbai with 'The Gateway of India is located in the
+    city of' as a neighbour (in Mumbai): specificity was 0 before any edit, and nothing said why."""
+    from types import SimpleNamespace
+
+    from pages.edit_compare import unfit_neighbours
+
+    req = EditRequest("{} is located in the city of", "The Taj Mahal", " Mumbai", " Agra")
+    rows = [{"prompt": "The Red Fort is located in the city of", "p_new": 0.01, "p_true": 0.3},
+            {"prompt": "The Gateway of India is located in the city of", "p_new": 0.6, "p_true": 0.01}]
+    out = SimpleNamespace(requests=[req], pre=[{"probabilities": {"neighborhood": rows}}])
+    said = unfit_neighbours(out)
+    assert said.startswith("1 of 2 neighbour prompt(s) of 'The Taj Mahal' already prefer 'Mumbai' to 'Agra'")
+    assert "Gateway of India" in said and "Red Fort" not in said
+    rows[1]["p_new"] = 0.001
+    assert unfit_neighbours(out) == ""
+    no_true = SimpleNamespace(requests=[EditRequest("{} is in", "X", " Y")], pre=out.pre)
+    assert unfit_neighbours(no_true) == ""
+
+
+def test_the_ripple_relation_follows_the_request():
+    """The second walk: the Taj Mahal 'is located in the city of' was tested as P103 'native language', the
+    relation guessed for the example request the page opened with (a keyed selectbox keeps its value)."""
+    at = AppTest.from_file(APP, default_timeout=300)
+    at.session_state["model_choice"] = "tiny-gpt2"
+    at.switch_page("pages/edit_compare.py").run()
+    assert at.selectbox(key="ec_ripple_rel").value == "P103"
+    at.text_input(key="ec_prompt").set_value("{} is located in the city of").run()
+    assert not at.exception and at.selectbox(key="ec_ripple_rel").value == "P276"
+    at.selectbox(key="ec_ripple_rel").select_index(0).run()  # a choice of one's own stays ...
+    at.text_input(key="ec_new").set_value("Rome").run()
+    assert at.selectbox(key="ec_ripple_rel").value is None
+    at.text_input(key="ec_prompt").set_value("The mother tongue of {} is").run()  # ... until the guess moves
+    assert at.selectbox(key="ec_ripple_rel").value == "P103"
