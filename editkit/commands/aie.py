@@ -3,7 +3,7 @@ traced by the exact engine through the shared result cache (a second run, or fac
 `--ray` traces the facts in parallel on a Ray cluster."""
 import sys
 
-from .common import add_model_arg, add_ray_arg, load, ray_backend
+from .common import add_model_and_ray, backend_and_model
 
 
 def register(sub):
@@ -13,16 +13,13 @@ def register(sub):
     p.add_argument("--noise", default="3s")
     p.add_argument("--window", type=int, default=10)
     p.add_argument("--no-cache", action="store_true", help="recompute every fact instead of using the cache")
-    add_model_arg(p)
-    add_ray_arg(p)
-    p.set_defaults(func=run, show=show)
+    add_model_and_ray(p, run, show)
 
 
 def run(args):
     from ..tracing.aie import average_indirect_effect
 
-    backend = ray_backend(args)  # a malformed --ray fails before the model loads
-    lm = load(args)
+    backend, lm = backend_and_model(args)
     stats: dict = {}
     say = lambda f, msg: print(f"[aie] {msg}", file=sys.stderr, flush=True)  # noqa: E731
     out = average_indirect_effect(lm, args.n, args.samples, args.noise, args.window, progress=say,

@@ -43,3 +43,16 @@ def load(args):
 
     return load_model(args.model, trust_remote_code=getattr(args, "trust_remote_code", False), progress=say,
                       dtype=getattr(args, "dtype", None))
+
+
+def add_model_and_ray(parser: argparse.ArgumentParser, run, show) -> None:
+    """The tail of a command that loads a model and may fan out on Ray: --model ..., --ray, and what it runs."""
+    add_model_arg(parser)
+    add_ray_arg(parser)
+    parser.set_defaults(func=run, show=show)
+
+
+def backend_and_model(args):
+    """(the Ray backend of --ray, the model): --ray is parsed first, so a malformed one fails before the load."""
+    backend = ray_backend(args)
+    return backend, load(args)

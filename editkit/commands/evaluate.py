@@ -10,7 +10,7 @@ import sys
 from ..core.errors import EditkitError
 from ..figures.labels import header, legend
 from . import lifelong
-from .common import add_model_arg, add_ray_arg, load, ray_backend
+from .common import add_model_and_ray, load, ray_backend
 
 
 def register(sub):
@@ -46,9 +46,7 @@ def register(sub):
     p.add_argument("--sequential", action="store_true",
                    help="instead: lifelong editing, batch after batch on the weights the earlier ones left")
     lifelong.add_arguments(p)
-    add_model_arg(p)
-    add_ray_arg(p)
-    p.set_defaults(func=run, show=show)
+    add_model_and_ray(p, run, show)
 
 
 def run(args):

@@ -7,7 +7,7 @@ import json
 import sys
 
 from ..core.errors import EditkitError
-from .common import add_model_arg, add_ray_arg, load, ray_backend
+from .common import add_model_and_ray, load, ray_backend
 
 
 def register(sub):
@@ -21,9 +21,7 @@ def register(sub):
     p.add_argument("--template", default=None, help="the shipped model whose files the other values come from "
                                                     "(default: gemma-3-270m for Gemma families, else smollm2-135m)")
     p.add_argument("--dry-run", action="store_true", help="print the values, write nothing")
-    add_model_arg(p)
-    add_ray_arg(p)
-    p.set_defaults(func=run, show=show)
+    add_model_and_ray(p, run, show)
 
 
 def run(args):

@@ -4,7 +4,7 @@ a one-layer method (ROME by default) at every layer for one request, beside the 
 import sys
 
 from ..core.errors import EditkitError
-from .common import add_model_arg, add_ray_arg, load, ray_backend
+from .common import add_model_and_ray, load, ray_backend
 
 
 def register(sub):
@@ -18,9 +18,7 @@ def register(sub):
                    help="causal trace to compare with (none = skip)")
     p.add_argument("--samples", type=int, default=10, help="noise samples of the trace")
     p.add_argument("--hparams", default=None, help="JSON file of hyperparameter overrides (layers is swept)")
-    add_model_arg(p)
-    add_ray_arg(p)
-    p.set_defaults(func=run, show=show)
+    add_model_and_ray(p, run, show)
 
 
 def run(args):

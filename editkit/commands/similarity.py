@@ -5,7 +5,7 @@ band over the facts. Same library function and disk cache as the "Attention vs F
 batches of prompts in parallel on a Ray cluster."""
 import sys
 
-from .common import add_model_arg, add_ray_arg, load, ray_backend
+from .common import add_model_and_ray, backend_and_model
 
 # similarity.FACT_SETS, MODES, DEFAULT_N and TOP_K, named here so that --help imports no torch (a test compares)
 FACT_SETS, MODES, DEFAULT_N, TOP_K = ("known", "all"), ("residual", "raw"), 200, 50
@@ -24,16 +24,13 @@ def register(sub):
     p.add_argument("--k", type=int, default=TOP_K, help=f"top-k tokens for the Jaccard similarity ({TOP_K})")
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--no-cache", action="store_true", help="recompute even if a cached result exists")
-    add_model_arg(p)
-    add_ray_arg(p)
-    p.set_defaults(func=run, show=show)
+    add_model_and_ray(p, run, show)
 
 
 def run(args):
     from ..similarity import similarity
 
-    backend = ray_backend(args)  # a malformed --ray fails before the model loads
-    lm = load(args)
+    backend, lm = backend_and_model(args)
     result = similarity(lm, n=args.n, facts=args.facts, prompts=args.prompts, mode=args.mode, k=args.k,
                         batch_size=args.batch_size, cache=not args.no_cache,
                         progress=lambda f, msg: print(f"[editkit] similarity {f:.0%} {msg}", file=sys.stderr),

@@ -4,7 +4,7 @@ spreads the settings' batches of records over a Ray cluster."""
 import sys
 
 from ..core.errors import EditkitError
-from .common import add_model_arg, add_ray_arg, load, ray_backend
+from .common import add_model_and_ray, load, ray_backend
 
 
 def register(sub):
@@ -25,9 +25,7 @@ def register(sub):
                    help="greedy tokens for the generation-based efficacy (0 = off)")
     p.add_argument("--no-reuse", action="store_true", help="optimize the targets afresh for every setting")
     p.add_argument("--out", default=None, help="per-record results folder (default: the editkit cache)")
-    add_model_arg(p)
-    add_ray_arg(p)
-    p.set_defaults(func=run, show=show)
+    add_model_and_ray(p, run, show)
 
 
 def run(args):
