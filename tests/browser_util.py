@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -75,6 +76,18 @@ def start_streamlit(port: int, address: str | None = "127.0.0.1") -> subprocess.
            "--browser.gatherUsageStats", "false"]
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             start_new_session=True)
+
+
+
+def stop_streamlit(proc: subprocess.Popen) -> None:
+    """Stop a server start_streamlit started (its whole process group); a stuck one is killed outright."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=20)
+    except (ProcessLookupError, OSError):
+        pass
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
 
 
 def wait_http(url: str, proc: subprocess.Popen, timeout: float = 120) -> None:

@@ -9,7 +9,6 @@ To give a new page a main action, add one entry to ACTIONS.
 from __future__ import annotations
 
 import os
-import signal
 import tempfile
 
 import pytest
@@ -21,6 +20,7 @@ from browser_util import (
     own_address,
     pages,
     start_streamlit,
+    stop_streamlit,
     wait_http,
     wait_idle,
 )
@@ -129,13 +129,7 @@ def server():
         wait_http(url, proc)
         yield url
     finally:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=20)
-        except (ProcessLookupError, OSError):
-            pass
-        except Exception:  # noqa: BLE001 - a stuck server is killed outright
-            os.killpg(proc.pid, signal.SIGKILL)
+        stop_streamlit(proc)
 
 
 @pytest.fixture(scope="session")
@@ -189,11 +183,7 @@ def test_a_page_opened_by_its_url_on_a_fresh_server_has_the_apps_navigation(brow
         _no_errors(pg, path)
         ctx.close()
     finally:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=20)
-        except (ProcessLookupError, OSError):
-            pass
+        stop_streamlit(proc)
 
 
 def test_teacher_mode_on_the_servers_own_machine_at_127_0_0_1_and_never_from_elsewhere(browser):
@@ -220,11 +210,7 @@ def test_teacher_mode_on_the_servers_own_machine_at_127_0_0_1_and_never_from_els
                 pg.locator('[data-testid="stSidebar"]').inner_text()
         ctx.close()
     finally:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=20)
-        except (ProcessLookupError, OSError):
-            pass
+        stop_streamlit(proc)
 
 
 @pytest.mark.parametrize("name,path,title", PAGES, ids=[p[0] for p in PAGES])

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import tempfile
 
 import pytest
 
-from browser_util import ROOT, SHOTS, free_port, start_streamlit, wait_http, wait_idle
+from browser_util import ROOT, SHOTS, free_port, start_streamlit, stop_streamlit, wait_http, wait_idle
 
 pytestmark = pytest.mark.browser
 playwright_api = pytest.importorskip("playwright.sync_api")
@@ -45,11 +44,7 @@ def student(chromium):
         ctx.close()
     finally:
         os.environ.pop("EDITKIT_LESSON", None)
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=20)
-        except (ProcessLookupError, OSError):
-            pass
+        stop_streamlit(proc)
 
 
 def no_errors(page, where: str) -> None:
