@@ -85,6 +85,17 @@ def definition(adapter, mode: str = "residual") -> str:
             "output h_l = h_mid + m_l (block output); last token, h_{l-1} = input of block l." + post)
 
 
+
+def _spans(layers: list[int]) -> str:
+    """'1-5, 8, 10-11': sorted layer numbers with their runs joined."""
+    runs: list[list[int]] = []
+    for n in sorted(layers):
+        if runs and n == runs[-1][-1] + 1:
+            runs[-1].append(n)
+        else:
+            runs.append([n])
+    return ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else f"{r[0]}" for r in runs)
+
 @dataclass
 class SimilarityResult(Result):
     """PMET's Fig. 2 for one model (module docstring): per layer, the mean cosine and top-k Jaccard similarity of
@@ -114,6 +125,23 @@ class SimilarityResult(Result):
         mean = lambda band: sum(band["mean"]) / len(band["mean"])  # noqa: E731
         return (f"{self.model}, {self.n} prompts ({self.facts}), mode {self.mode}: mean cosine MHSA "
                 f"{mean(self.mhsa_cos):.3f}, FFN {mean(self.ffn_cos):.3f}")
+
+    def conclusion(self, metric: str = "cos") -> str:
+        """One sentence: at which layers the attention or the FFN changes the state more (its similarity lower, the
+        two 95% bands apart), where the two are within noise (bands overlapping), and the largest gap."""
+        a, f = getattr(self, f"mhsa_{metric}"), getattr(self, f"ffn_{metric}")
+        idx = range(len(self.layers))
+        mhsa = [i for i in idx if a["high"][i] < f["low"][i]]
+        ffn = [i for i in idx if f["high"][i] < a["low"][i]]
+        same = [i for i in idx if i not in mhsa and i not in ffn]
+        gap = max(idx, key=lambda i: abs(a["mean"][i] - f["mean"][i]))
+        name = "cosine" if metric == "cos" else f"top-{self.k} Jaccard"
+        part = lambda what, xs: f"{what} at {len(xs)} ({_spans([self.layers[i] + 1 for i in xs])})"  # noqa: E731
+        parts = [part(w, xs) for w, xs in (("the attention changes the state more", mhsa),
+                                           ("the FFN more", ffn), ("the two are within noise", same)) if xs]
+        return (f"By {name} similarity over {len(self.layers)} layers, " + "; ".join(parts)
+                + f" (95% bands apart or overlapping); the largest gap is at layer {self.layers[gap] + 1}: "
+                f"attention {a['mean'][gap]:.2f} against FFN {f['mean'][gap]:.2f}.")
 
     def to_json(self) -> JsonObject:
         return asdict(self)

@@ -69,7 +69,9 @@ def show(r) -> None:
     st.caption(f"{r.definition} Shaded: {r.interval}.")
     left, right = st.columns(2)
     left.plotly_chart(r.figure("cos"), width="stretch", key=K.COS_CHART)
+    left.markdown(r.conclusion("cos"))
     right.plotly_chart(r.figure("jaccard"), width="stretch", key=K.JACCARD_CHART)
+    right.markdown(r.conclusion("jaccard"))
     with st.expander("Numbers per layer"):
         st.dataframe(pd.DataFrame({
             "layer": [l + 1 for l in r.layers],

@@ -11,6 +11,7 @@ from streamlit.testing.v1 import AppTest
 from editkit.cli import main
 from editkit.core.errors import CacheWarning, EditkitError
 from editkit.similarity import (
+    SimilarityResult,
     _jaccard_rows,
     cache_path,
     capture_states,
@@ -146,3 +147,17 @@ def test_embedded_model_curves(gemma, capsys):
     assert main(["similarity", "--model", "gemma-3-270m", "--n", "20", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["cached"] and out["mhsa_cos"] == r.mhsa_cos and out["ffn_jaccard"] == r.ffn_jaccard
+
+
+def test_the_conclusion_says_which_sub_layer_changes_the_state_more():
+    """One sentence per metric: layers where the bands are apart, by which side, the rest within noise, the gap."""
+    band = lambda means, w: {"mean": means, "low": [m - w for m in means], "high": [m + w for m in means]}  # noqa
+    r = SimilarityResult("m", "llama", False, "residual", "known", 10, 50, "", "", [0, 1, 2, 3],
+                         band([0.50, 0.90, 0.80, 0.95], 0.02), band([0.90, 0.91, 0.45, 0.70], 0.02),
+                         band([0.5] * 4, 0.1), band([0.5] * 4, 0.1))
+    text = r.conclusion("cos")
+    assert text.startswith("By cosine similarity over 4 layers, the attention changes the state more at 1 (1); "
+                           "the FFN more at 2 (3-4); the two are within noise at 1 (2)")
+    assert text.endswith("the largest gap is at layer 1: attention 0.50 against FFN 0.90.")
+    assert "the two are within noise at 4 (1-4)" in r.conclusion("jaccard")
+    assert "top-50 Jaccard" in r.conclusion("jaccard")
