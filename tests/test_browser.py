@@ -91,7 +91,9 @@ def _edit_compare(page):
     page.get_by_text("P(new) vs P(true), prompt by prompt").first.wait_for(timeout=1_200_000)
     wait_idle(page, timeout=600)
     assert page.locator(".js-plotly-plot").count() >= 3
-    legend = page.locator(".js-plotly-plot").first.inner_text()  # the table is a canvas; the chart legend is text
+    # the table is a canvas; the charts' legends are text (the first chart on the page may be the operating
+    # points' in their closed expander, so the legends of every chart are read)
+    legend = " ".join(page.locator(".js-plotly-plot").all_inner_texts())
     for method in ("ROME", "MEMIT", "PMET"):
         assert method in legend, legend[:300]
 

@@ -45,7 +45,7 @@ def test_the_wheel_carries_the_assets_and_the_console_script(tmp_path):
         assert f"editkit/assets/{asset}" in names, asset
     assert "editkit/api.py" in names and "editkit/editing/methods/rome.py" in names
     entry = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
-    assert "editkit = editkit.cli:main" in zipfile.ZipFile(wheel).read(entry).decode()
+    assert "editkit = editkit.cli:run" in zipfile.ZipFile(wheel).read(entry).decode()
     assert not any(n.startswith(("tests/", "pages/", "benchmarks/")) for n in names)
 
 
