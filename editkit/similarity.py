@@ -136,12 +136,13 @@ class SimilarityResult(Result):
         same = [i for i in idx if i not in mhsa and i not in ffn]
         gap = max(idx, key=lambda i: abs(a["mean"][i] - f["mean"][i]))
         name = "cosine" if metric == "cos" else f"top-{self.k} Jaccard"
-        part = lambda what, xs: f"{what} at {len(xs)} ({_spans([self.layers[i] + 1 for i in xs])})"  # noqa: E731
+        part = lambda what, xs: f"{what} at {len(xs)} layer{'s' if len(xs) > 1 else ''} " \
+            f"({_spans([self.layers[i] + 1 for i in xs])})"  # noqa: E731
         parts = [part(w, xs) for w, xs in (("the attention changes the state more", mhsa),
-                                           ("the FFN more", ffn), ("the two are within noise", same)) if xs]
-        return (f"By {name} similarity over {len(self.layers)} layers, " + "; ".join(parts)
-                + f" (95% bands apart or overlapping); the largest gap is at layer {self.layers[gap] + 1}: "
-                f"attention {a['mean'][gap]:.2f} against FFN {f['mean'][gap]:.2f}.")
+                                           ("the FFN", ffn), ("the two are within noise", same)) if xs]
+        return (f"By {name} similarity (lower: the sub-layer changes the state more; within noise: 95% bands "
+                f"overlap), " + ", ".join(parts) + f" of {len(self.layers)}; the largest gap is at layer "
+                f"{self.layers[gap] + 1}: attention {a['mean'][gap]:.2f} against FFN {f['mean'][gap]:.2f}.")
 
     def to_json(self) -> JsonObject:
         return asdict(self)

@@ -156,8 +156,9 @@ def test_the_conclusion_says_which_sub_layer_changes_the_state_more():
                          band([0.50, 0.90, 0.80, 0.95], 0.02), band([0.90, 0.91, 0.45, 0.70], 0.02),
                          band([0.5] * 4, 0.1), band([0.5] * 4, 0.1))
     text = r.conclusion("cos")
-    assert text.startswith("By cosine similarity over 4 layers, the attention changes the state more at 1 (1); "
-                           "the FFN more at 2 (3-4); the two are within noise at 1 (2)")
+    assert text.startswith("By cosine similarity (lower: the sub-layer changes the state more; within noise: 95% "
+                           "bands overlap), the attention changes the state more at 1 layer (1), the FFN at 2 "
+                           "layers (3-4), the two are within noise at 1 layer (2) of 4;")
     assert text.endswith("the largest gap is at layer 1: attention 0.50 against FFN 0.90.")
-    assert "the two are within noise at 4 (1-4)" in r.conclusion("jaccard")
+    assert "the two are within noise at 4 layers (1-4) of 4" in r.conclusion("jaccard")
     assert "top-50 Jaccard" in r.conclusion("jaccard")
