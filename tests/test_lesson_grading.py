@@ -133,8 +133,9 @@ def test_grades_serialize(n):
 def test_step_11_asks_only_about_facts_the_model_answered_so_before_the_edit():
     """An implied fact that should stay but was not the model's top answer before the edit is no question a
     student can get right ("it stays" graded wrong, issue 60); nor is one that should move but already gave its
-    answer. Such facts leave the question, its conclusion and its chart; a part without the before-flag (built
-    before it was recorded) is read by its probability before the edit."""
+    answer. Such facts leave the question, its conclusion and its chart; in a part without the before-flag (built
+    before it was recorded) a fact that should stay is asked only when its probability shows it was the top answer
+    (above 0.5; the Space Needle's continent at 0.17 is not asked)."""
     def fact(prompt, move, top=None, p=0.5):
         f = {"criterion": "logical" if move else "specificity", "prompt": prompt, "answer": " X", "move": move,
              "p_before": p}
@@ -145,9 +146,10 @@ def test_step_11_asks_only_about_facts_the_model_answered_so_before_the_edit():
 
     out = {"facts": [fact("kept", False, True), fact("never top", False, False), fact("moves", True, False),
                      fact("already there", True, True), fact("old part, a guess", False, None, 0.05),
-                     fact("old part, known", False, None, 0.3)],
+                     fact("old part, 0.17", False, None, 0.17), fact("old part, known", False, None, 0.6)],
            "methods": {"rome": {"label": "ROME", "outcomes": [outcome(True), outcome(False), outcome(True),
-                                                               outcome(True), outcome(False), outcome(True)]}},
+                                                               outcome(True), outcome(False), outcome(False),
+                                                               outcome(True)]}},
            "message": ""}
     rows = grading.ripple_rows(out)
     assert [r["prompt"] for r in rows] == ["kept", "moves", "old part, known"]
