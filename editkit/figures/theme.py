@@ -19,7 +19,7 @@ DEFAULT_HEIGHT = 450
 AXIS_BAND = 50  # px below a plot taken by the x axis's tick labels and its title
 # Plotly's toolbar, shown over a chart's top-right corner on hover (Streamlit adds a fullscreen button to it):
 # 28 px per button, 30 px high. Its eight buttons covered the titles of the charts half a page wide or less
-# (issue 60.17); every editkit figure keeps the PNG download, the reset of the axes and the fullscreen button
+# on hover; every editkit figure keeps the PNG download, the reset of the axes and the fullscreen button
 # (dragging still zooms). readability.toolbar_box places it; a title or label under it is a defect.
 TOOLBAR_REMOVE = ("zoom", "pan", "select", "lasso", "zoomin", "zoomout", "autoscale", "resetscale")
 TOOLBAR_BUTTONS = 8  # plotly's toolbar on a 2-D chart in Streamlit, before any is removed

@@ -378,7 +378,8 @@ def ripple_asked(out: dict) -> dict:
     edit can keep), one that should move was not. editkit's derivation keeps only such facts
     (data/implications.py); a part records `top1_before`. In one built before it did, a fact that should stay is
     asked only when its probability before the edit shows it was the top answer for certain (above 0.5, so each
-    of its tokens was the argmax): below that the part cannot tell (the Space Needle's continent at 0.17, issue 60)."""
+    of its tokens was the argmax): below that the part cannot tell (the Space Needle's continent at
+    0.17 was graded 'failed' though the model never gave it)."""
     def fits(f: dict) -> bool:
         top = f.get("top1_before")
         if top is None:

@@ -1,6 +1,6 @@
 """How fast this machine computes for a job right now, so that a duration measured under one load can be said
 under another: Edit & compare estimated "About 3 min" from timings of an idle machine and took 571 s while other
-work shared its two cores (issue 60.6).
+work shared its two cores.
 
 `rate()` measures it: a short float32 matrix-multiply probe (about 0.1 s of work on an idle core) in a thread at a
 job's CPU priority (jobs.background_priority), re-measured at most every PROBE_AGE seconds. A recorded duration
