@@ -8,10 +8,10 @@ samples) in share units, and a peak is named by verdict.peak's rule: only where 
 band of the largest share; the layers within it are the peak's extent. Depths are compared only between two
 named peaks (they differ when their extents do not meet on the relative depth axis), shares only by the same
 rule; on "The Sagrada Familia is located in the city of" SmolLM2's flat curve (share <= 0.10 everywhere) was
-said to peak at layer 0 and to recall the fact "earlier, by 0.29", a peak the data did not show. A curve is not
-where a model recalls the fact either when another subject token restores more than its peak by more than the band: on "The
-Golden Gate Bridge is located in the city of" both models restore <= 0.04 at ' Bridge' and about 0.3-0.45 at
-' Gate', and their 0.02 and 0.04 peaks were compared as if they were the recall.
+said to peak at layer 0 and to recall the fact "earlier, by 0.29", a peak the data did not show. A curve is
+not where a model recalls the fact either when another subject token restores more than its peak by more than
+the band: on "The Golden Gate Bridge is located in the city of" both models restore <= 0.04 at ' Bridge' and
+about 0.3-0.45 at ' Gate', and their 0.02 and 0.04 peaks were compared as if they were the recall.
 """
 from __future__ import annotations
 
