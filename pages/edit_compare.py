@@ -6,7 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from editkit.editing.defaults import load_hparams
-from editkit.editing.methods import all_methods
+from editkit.editing.methods import all_methods, label, names
 from editkit.editing.ram import edit_ram
 from editkit.editing.requests import NEIGHBOURS_HELP, NEIGHBOURS_LABEL, EditRequest
 from editkit.evaluation import EvalRecord, load_eval_set
@@ -46,7 +46,6 @@ class K:
     hparams = staticmethod(hparams_key)  # one box per model: another model's layers would be out of range
 
 
-LABELS = {m.name: m.label for m in all_methods()}
 JOB = "edit and compare"
 
 
@@ -130,17 +129,17 @@ def hparams_inputs(lm, methods: list[str]) -> tuple[dict, dict]:
     overrides, errors = {}, {}
     with st.expander("Hyperparameters (per-model defaults from assets/hparams; edit the JSON to override)"):
         for col, m in zip(st.columns(max(len(methods), 1)), methods):
-            with col, ui.guard(f"{LABELS[m]} hyperparameters"):
+            with col, ui.guard(f"{label(m)} hyperparameters"):
                 default = {k: v for k, v in load_hparams(m, lm).to_dict().items() if k != "source"}
                 key = K.hparams(m, lm.name)  # one box per model: another model's layers would be out of range
-                text = st.text_area(LABELS[m], ui.kept(key, json.dumps(default, indent=1)), height=300,
+                text = st.text_area(label(m), ui.kept(key, json.dumps(default, indent=1)), height=300,
                                     key=key)
                 ui.keep(key)
                 try:
                     overrides[m] = json.loads(text) if text.strip() else {}
                     load_hparams(m, lm, overrides[m])
                 except ValueError as exc:
-                    errors[m] = f"{LABELS[m]} hyperparameters: {exc}"
+                    errors[m] = f"{label(m)} hyperparameters: {exc}"
                     st.error(f"{errors[m]}. Fix them, or empty the box for the defaults.")
     return overrides, errors
 
@@ -150,8 +149,8 @@ def setup_inputs(lm) -> Setup:
     records: list[EvalRecord] = []
     with ui.guard("request"):
         records = request_inputs()
-    methods = st.multiselect("Methods", list(LABELS), ui.kept(K.METHODS, list(LABELS)),
-                             format_func=LABELS.get, key=K.METHODS)
+    methods = st.multiselect("Methods", names(), ui.kept(K.METHODS, names()),
+                             format_func=label, key=K.METHODS)
     with ui.guard("operating points"):
         points_section(lm, methods)
     overrides, errors = hparams_inputs(lm, methods)
@@ -210,7 +209,8 @@ def show_metrics(lm, out: Comparison):
                  width="stretch", height="content")
     st.caption("One column per method, so every measure is on screen. Each measure names its "
                "family: " + legend())
-    ui.keep_buttons(lm, out.deltas, LABELS, "; ".join(f"{r.rewrite} → {r.target_new}" for r in out.requests),
+    what = "; ".join(f"{r.rewrite} → {r.target_new}" for r in out.requests)
+    ui.keep_buttons(lm, out.deltas, {m: label(m) for m in out.deltas}, what,
                     {"model": lm.name, "requests": [r.to_dict() for r in out.requests]})
     return df
 
@@ -315,7 +315,7 @@ def show_traces(lm, out: Comparison) -> None:
     traces = list((st.session_state.get(K.TRACES) or {}).items())
     for row in range(0, len(traces), 3):  # three to a row: a heatmap needs the room for its token labels
         for col, (m, r) in zip(st.columns(3), traces[row:row + 3]):
-            col.plotly_chart(figures.trace_figure(r, LABELS.get(m, m)), width="stretch",
+            col.plotly_chart(figures.trace_figure(r, label(m)), width="stretch",
                              key=K.trace(m))
 
 

@@ -3,14 +3,9 @@ ripple grid of its first request when computed), and one method's edited model a
 Hugging Face folder."""
 import streamlit as st
 
-from editkit.editing.methods import all_methods
+from editkit.editing.methods import label
 from pages import edit_sections as sections
 from pages import ui
-
-
-def label(name: str) -> str:
-    """A method's label, read from the registry when drawn (a method registered after this module loaded has one)."""
-    return next((m.label for m in all_methods() if m.name == name), name)
 
 
 class K:

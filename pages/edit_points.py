@@ -6,13 +6,8 @@ import json
 import streamlit as st
 
 from editkit.editing.defaults import load_hparams
-from editkit.editing.methods import all_methods
+from editkit.editing.methods import label
 from pages import ui
-
-
-def label(name: str) -> str:
-    """A method's label, read from the registry when drawn (a method registered after this module loaded has one)."""
-    return next((m.label for m in all_methods() if m.name == name), name)
 
 
 class K:

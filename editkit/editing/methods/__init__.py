@@ -151,6 +151,12 @@ def names() -> list[str]:
     return [m.name for m in all_methods()]
 
 
+def label(name: str) -> str:
+    """A method's label as the registry has it now (a method registered after a page loaded has one); the name
+    itself for what is not a method (the in-context reference)."""
+    return next((m.label for m in all_methods() if m.name == name), name)
+
+
 def builtin_names() -> list[str]:
     """The built-in methods' names, alphabetical, without importing them (torch): each is the file it lives in, so
     a command's --help lists them at once (tests/test_registry.py checks every file registers its own name)."""
