@@ -132,6 +132,27 @@ def test_a_fast_form_that_differs_is_never_used(converted):
     assert cache.differences(slow, again, cache.check_texts()) is None
 
 
+def test_tokenizers_alone_is_checked_before_a_light_answer_reads_it(converted):
+    """The memo also says whether `tokenizers` alone gives the class's ids and decodings (model/quick.py reads
+    it so); a fast form whose post-processor or decoder lives only in the class is not read that way."""
+    slow = cache.slow_tokenizer(converted)
+    cache.fast_tokenizer(converted)
+    cached = cache.cache_path(converted)
+    memo = json.loads((cached / cache.MEMO).read_text())
+    assert memo["raw_same"] and memo["raw_why"] == ""
+    assert cache.raw_tokenizer(converted).encode(PROMPT).ids == slow(PROMPT)["input_ids"]
+    data = json.loads((cached / "tokenizer.json").read_text())
+    shout = {"type": "Replace", "pattern": {"String": "e"}, "content": "E"}
+    for key, change, why in (("post_processor", None, "the ids of"), ("decoder", shout, "the decoding of token")):
+        edited = cached.parent / f"{key}.json"
+        edited.write_text(json.dumps(dict(data, **{key: change})))
+        assert cache.raw_differences(slow, edited, cache.check_texts()).startswith(why)
+    (cached / cache.MEMO).write_text(json.dumps(dict(memo, raw_same=False, raw_why="the ids of 'x'")))
+    (cached / MANIFEST).write_text(json.dumps({"files": {
+        p.name: p.stat().st_size for p in cached.iterdir() if p.name != MANIFEST}}))
+    assert cache.raw_tokenizer(converted) is None
+
+
 def test_a_cache_that_cannot_be_written_loads_the_slow_way(converted, monkeypatch):
     def read_only(*args, **kwargs):
         raise PermissionError(13, "Permission denied")

@@ -1,4 +1,9 @@
-"""`python -m editkit predict --model M "prompt" [--top 5] [--json]`: next-token top-k."""
+"""`python -m editkit predict --model M "prompt" [--top 5] [--json]`: next-token top-k.
+
+A converted model the light forward computes (model/quick.py) answers without loading torch or transformers;
+any other loads the model. Both give the same predictions (tests/test_quick.py)."""
+import sys
+
 from .common import add_model_arg, load
 
 
@@ -11,11 +16,22 @@ def register(sub):
 
 
 def run(args):
-    from ..model.text import top_k
+    preds = None
+    if args.dtype in (None, "float32"):
+        from ..model.folders import checked_name
+        from ..model.quick import quick_top_k
 
-    lm = load(args)
-    preds = top_k(lm, args.prompt, args.top)
-    return {"model": lm.name, "prompt": args.prompt, "predictions": [p.to_dict() for p in preds]}
+        preds = quick_top_k(args.model, args.prompt, args.top)
+    if preds is not None:
+        name = checked_name(args.model)
+        print(f"[editkit] {name}: answered from its converted weights by the light forward (model/quick.py)",
+              file=sys.stderr, flush=True)
+    else:
+        from ..model.text import top_k
+
+        lm = load(args)
+        preds, name = top_k(lm, args.prompt, args.top), lm.name
+    return {"model": name, "prompt": args.prompt, "predictions": [p.to_dict() for p in preds]}
 
 
 def show(result):

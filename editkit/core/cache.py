@@ -124,6 +124,10 @@ class Store:
             self.put(path, value, write)
         return value
 
+    def complete(self, folder: Path) -> bool:
+        """Whether a folder entry is in place with every file its manifest lists, at its size."""
+        return Path(folder).exists() and _manifest_ok(Path(folder))
+
     def build_folder(self, final: Path, build: Callable[[Path], None],
                      say: Callable[[str], None] = lambda m: None) -> Path:
         """A folder entry built once by `build(tmp_folder)` and renamed into place. A manifest records every file's

@@ -8,11 +8,12 @@ Measured in fresh processes, each the best and the median of `runs` after one wa
 - load: `python -c "import editkit; editkit.load(M)"` (a notebook's first cell);
 - app: `streamlit run app.py` until its home page has rendered in headless Chromium: the embedded model picked
   and its prediction drawn (the app's default model, whatever M is; skipped without Playwright or Chromium).
-  Each also by phase: the same command run by a probe (PROBE) that imports torch, transformers and the model's
-  class first ("imports": what the command would import on its way), builds the parser ("parser"), then runs
-  the command with editkit's phases recorded (core/timing.py: "config", "tokenizer", "weights", "check" = the
-  first forward); "answer" is the rest (the prediction's forward and printing), "python" the interpreter's
-  start and exit (the process's wall time less the probe's own). The app's phases: "server" (until Streamlit
+  Each also by phase: the same command run by a probe (PROBE) that, for load, imports torch, transformers and
+  the model's class first ("imports": what the load would import on its way), for predict builds the parser
+  ("parser"), then runs the command with editkit's phases recorded (core/timing.py: "config", "tokenizer",
+  "weights", "check" = the first forward; "forward" = the light forward of model/quick.py); "answer" is the rest
+  (predict's imports, its forward through transformers and printing), "python" the interpreter's start and exit
+  (the process's wall time less the probe's own). The app's phases: "server" (until Streamlit
   answers), "page" (until the title is drawn), "model and prediction" (until the prediction and its logit lens
   are drawn).
 
@@ -62,13 +63,14 @@ t = clock()
 import editkit
 assert Path(editkit.__file__).resolve().is_relative_to(Path(root).resolve()), editkit.__file__
 t = lap("import editkit", t)
-import torch, transformers
-from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-from editkit.model import loading
-config = loading.model_config(loading.split_name(model)[0])
-if config is not None:
-    getattr(transformers, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[config.model_type])
-t = lap("imports", t)
+if mode == "load":
+    import torch, transformers
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    from editkit.model import loading
+    config = loading.model_config(loading.split_name(model)[0])
+    if config is not None:
+        getattr(transformers, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[config.model_type])
+    t = lap("imports", t)
 try:
     from editkit.core.timing import recording
 except ImportError:

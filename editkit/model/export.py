@@ -117,7 +117,8 @@ class Exported(Result):
 def base_paths(lm: LM) -> list[Path]:
     """The base model's own files and folders, which an export must never write into: the folder it was loaded
     from, a GGUF source file, and editkit's model caches."""
-    from .loading import gguf_file, split_name
+    from .folders import gguf_file
+    from .loading import split_name
 
     name = split_name(lm.name)[0]
     paths = [cache_dir("models"), cache_dir("gguf")]
@@ -260,7 +261,8 @@ def as_bytes(write: Callable[[Path], object], name: str) -> bytes:
 def has_source_gguf(lm: LM) -> bool:
     """Whether the model came from a GGUF file (a shipped model's, fetched on first use, or the user's .gguf),
     said without fetching anything."""
-    from .loading import gguf_file, split_name
+    from .folders import gguf_file
+    from .loading import split_name
 
     name = split_name(lm.name)[0]
     return name in SHIPPED or gguf_file(name) is not None
@@ -268,7 +270,8 @@ def has_source_gguf(lm: LM) -> bool:
 
 def source_gguf(lm: LM, say: Say = lambda message: None) -> Path | None:
     """The GGUF file a model was converted from (a shipped model's, or the user's .gguf), else None."""
-    from .loading import gguf_file, split_name
+    from .folders import gguf_file
+    from .loading import split_name
 
     name = split_name(lm.name)[0]
     if name in SHIPPED:

@@ -30,8 +30,6 @@ startup`.
 """
 from __future__ import annotations
 
-import functools
-import hashlib
 import os
 import threading
 from dataclasses import dataclass
@@ -41,12 +39,12 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
-from ..core.cache import Store
 from ..core.errors import EditkitError
 from ..core.paths import ASSETS
 from ..core.progress import Progress
 from ..core.timing import phase
 from .adapters import Adapter, adapter_for
+from .folders import MODELS, checked_name, gguf_file, gguf_key
 from .hardware import slow_dtype_note
 from .ram import (
     Footprint,
@@ -151,7 +149,7 @@ def load_model(name: str = DEFAULT_MODEL, device: str | None = None, trust_remot
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
-    name, named_dtype = split_name(_checked(name))
+    name, named_dtype = split_name(checked_name(name))
     dtype = parse_dtype(dtype) if dtype is not None else (named_dtype or torch.float32)
     if named_dtype is not None and named_dtype != dtype:
         raise EditkitError(f"the name asks for {dtype_name(named_dtype)} but dtype is {dtype_name(dtype)}")
@@ -275,17 +273,6 @@ def _spread(mapping: dict) -> str:
     return ", ".join(f"GPU {d}: {n} modules" for d, n in sorted(counts.items(), key=str))
 
 
-def _checked(name: str) -> str:
-    """The stripped model name, or an EditkitError for an empty or unprintable one."""
-    name = (name or "").strip()
-    if not name:
-        raise EditkitError("no model name given")
-    if "\x00" in name or len(name) > 300 or not name.isprintable():
-        raise EditkitError("a model name is a hub id (owner/name) or a folder path of at most 300 printable "
-                           "characters")
-    return name
-
-
 def path_like(name: str) -> bool:
     """A name that can only be a folder (never a hub id)."""
     return "\\" in name or name.count("/") > 1 or name.startswith((".", "/", "~"))
@@ -355,7 +342,7 @@ def estimate(name: str, dtype=None, device: str | None = None, trust_remote_code
     """The memory estimate shown before a model loads: {"parameters", "bytes", "needed", "fits", "text"}, or None
     when the config cannot be read without loading (e.g. a hub id that is neither cached nor reachable)."""
     try:
-        name, named = split_name(_checked(name))
+        name, named = split_name(checked_name(name))
     except EditkitError:
         return None  # loading it gives the message
     dtype = parse_dtype(dtype) if dtype is not None else (named or torch.float32)
@@ -592,31 +579,6 @@ def _convert_gguf(gguf: Path, out: Path, label: str, say: Say, dtype: torch.dtyp
 
 
 # --- GGUF files (llama.cpp, Ollama, LM Studio) ------------------------------------------------------------------
-def gguf_file(name: str) -> Path | None:
-    """The GGUF file `name` names (a path ending in .gguf that exists), else None."""
-    path = Path(name).expanduser()
-    return path.absolute() if name.lower().endswith(".gguf") and path.is_file() else None
-
-
-def gguf_key(path: Path) -> str:
-    """The cache key of a GGUF file's conversion: its name and a digest of its size and first and last MiB (a file
-    replaced by another under the same name converts afresh; reading the whole file would take a minute per GB).
-    Read once per file version (the estimate and the load both ask)."""
-    stat = path.stat()
-    return _gguf_key(path, stat.st_size, stat.st_mtime_ns)
-
-
-@functools.lru_cache(maxsize=64)
-def _gguf_key(path: Path, size: int, mtime_ns: int) -> str:
-    h = hashlib.sha256(str(size).encode())
-    with open(path, "rb") as f:
-        h.update(f.read(1 << 20))
-        f.seek(max(0, size - (1 << 20)))
-        h.update(f.read(1 << 20))
-    stem = "".join(c if c.isalnum() or c in "-_." else "-" for c in path.stem)[:80]
-    return f"gguf-{stem}-{h.hexdigest()[:12]}"
-
-
 def gguf_folder(path: Path, say: Say = lambda m: None, dtype: torch.dtype = torch.float32) -> Path:
     """The safetensors folder converted (once) from a GGUF file, in `dtype` (dequantized straight to it)."""
     return cached_folder(full_name(gguf_key(path), dtype),
@@ -631,9 +593,6 @@ def gguf_parameters(path: Path) -> int:
         return int(sum(int(t.n_elements) for t in GGUFReader(path, "r").tensors))
     except (OSError, ValueError) as exc:
         raise EditkitError(f"{path} is not a readable GGUF file: {_first_line(exc)}") from None
-
-
-MODELS = Store("models", version=1)
 
 
 def cached_folder(key: str, build: Callable[[Path, Say], None], say: Say = lambda m: None) -> Path:

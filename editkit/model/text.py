@@ -3,29 +3,18 @@ runner.complete), and every block's output (the logit lens reads them: editkit/l
 tokens.py."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 
 from ..core.errors import EditkitError
 from .decoding import Decoding
+from .prediction import Prediction
 from .sites import layers
 from .tokens import check_prompt, encode
 
 if TYPE_CHECKING:
     from .loading import LM
-
-
-@dataclass
-class Prediction:
-    token: str
-    token_id: int
-    prob: float
-    logit: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @torch.no_grad()

@@ -10,25 +10,28 @@ about a second there.
 
     tok = fast_tokenizer(folder, say)   # the fast form, built once beside the converted weights and checked
 
-The fast form is a cache folder (`<cache>/models/tokenizers/<folder>-<key>.v1/`; the key digests the source
+The fast form is a cache folder (`<cache>/models/tokenizers/<folder>-<key>.v2/`; the key digests the source
 files' sizes and times and the transformers and tokenizers versions): `tokenizer.json` and
 `editkit-tokenizer.json` (the class, its arguments, and the check's verdict). It is built from the first, slow
 load and used only when it gives the same result as the slow one on `check_texts()`: ids with and without
 special tokens, offsets, tokens, decodings, left and right padding, the vocabulary, the special tokens and the
-class's settings. Otherwise the folder's tokenizer loads the slow way and `say` tells why, at every load.
+class's settings. Otherwise the folder's tokenizer loads the slow way and `say` tells why, at every load. The
+memo also says whether `tokenizers` alone, without the class, gives the same ids and decodings
+(`raw_differences`): only then does a light answer (model/quick.py) read the tokenizer that way.
 """
 from __future__ import annotations
 
 import copy
 import json
 from collections.abc import Callable
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
 from ..core.cache import Store, read_json, write_json
 from ..core.paths import DATA
 
-TOKENIZERS = Store("models/tokenizers", version=1)
+TOKENIZERS = Store("models/tokenizers", version=2)
 MEMO = "editkit-tokenizer.json"
 SOURCES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
            "chat_template.jinja")
@@ -70,14 +73,12 @@ def fast_tokenizer(folder: Path, say: Say = lambda m: None) -> Any:
 
 
 def cache_path(folder: Path) -> Path:
-    """The fast form's folder for `folder` at these versions of transformers and tokenizers."""
-    import tokenizers
-    import transformers
-
+    """The fast form's folder for `folder` at these versions of transformers and tokenizers (read from their
+    installed metadata: importing transformers would take seconds of a light caller's start, model/quick.py)."""
     files = {f: [(folder / f).stat().st_size, (folder / f).stat().st_mtime_ns] for f in SOURCES
              if (folder / f).exists()}
-    return TOKENIZERS.path(folder.name, suffix="", files=files, transformers=transformers.__version__,
-                           tokenizers=tokenizers.__version__)
+    return TOKENIZERS.path(folder.name, suffix="", files=files, transformers=version("transformers"),
+                           tokenizers=version("tokenizers"))
 
 
 def slow_tokenizer(folder: Path) -> Any:
@@ -111,7 +112,36 @@ def write_fast_form(slow: Any, folder: Path, out: Path) -> None:
     except (TypeError, ValueError, OSError, KeyError) as exc:  # arguments JSON cannot hold, a file it refuses
         memo["why"] = f"{type(exc).__name__}: {exc}"[:300]
     memo["same"] = not memo["why"]
+    memo["raw_why"] = raw_differences(slow, out / "tokenizer.json", check_texts()) if memo["same"] else "not checked"
+    memo["raw_same"] = not memo["raw_why"]
     write_json(out / MEMO, memo)
+
+
+def raw_differences(slow: Any, path: Path, texts: list[str]) -> str:
+    """The first way `tokenizers` alone on the fast form (no transformers class around it, as model/quick.py reads
+    it) differs from `slow`: the ids of each text with its special tokens, the decoding of every id; "" if none."""
+    import tokenizers
+
+    raw = tokenizers.Tokenizer.from_file(str(path))
+    for text in texts:
+        if raw.encode(text, add_special_tokens=True).ids != slow(text, add_special_tokens=True)["input_ids"]:
+            return f"the ids of {text[:60]!r}"
+    ids = [[i] for i in range(len(slow))]
+    got, want = raw.decode_batch(ids, skip_special_tokens=False), slow.batch_decode(ids)
+    first = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), None)
+    return "" if first is None else f"the decoding of token {first}: {got[first]!r} != {want[first]!r}"
+
+
+def raw_tokenizer(folder: Path) -> Any | None:
+    """`tokenizers`' own Tokenizer on a folder's fast form when that form was checked equal to transformers' load
+    without the class around it (`raw_differences`), else None (not built yet, or it differs). Builds nothing."""
+    cached = cache_path(Path(folder))
+    memo = TOKENIZERS.get(cached / MEMO) if TOKENIZERS.complete(cached) else None
+    if not memo or not memo.get("same") or not memo.get("raw_same"):
+        return None
+    import tokenizers
+
+    return tokenizers.Tokenizer.from_file(str(cached / "tokenizer.json"))
 
 
 def load_fast_form(cached: Path, folder: Path, memo: dict[str, Any]) -> Any:

@@ -17,6 +17,15 @@ if TYPE_CHECKING:
 def check_prompt(lm: LM, prompt: str, max_tokens: int | None = None) -> None:
     """Clear errors for empty prompts and prompts over the model's limit or the cap (`max_tokens`, default the
     configured limit settings.limits().prompt_tokens, 512 unless EDITKIT_LIMITS says otherwise)."""
+    check_text(prompt)
+    n = len(lm.tok(prompt, add_special_tokens=True)["input_ids"])
+    cap = min(lm.adapter.max_length, max_tokens or limits().prompt_tokens)
+    if n > cap:
+        raise EditkitError(f"the prompt has {n} tokens; the limit is {cap}")
+
+
+def check_text(prompt: str) -> None:
+    """Clear errors for what is not one non-empty prompt (check_prompt's checks before the tokenizer)."""
     if isinstance(prompt, (list, tuple)):
         raise EditkitError(f"one prompt (a string) is expected here, not a {type(prompt).__name__} of "
                            f"{len(prompt)}; activations, predict, logit_lens and trace take lists of prompts")
@@ -26,10 +35,6 @@ def check_prompt(lm: LM, prompt: str, max_tokens: int | None = None) -> None:
         raise EditkitError("the prompt is empty")
     if "\x00" in prompt:
         raise EditkitError("the prompt contains a NUL character")
-    n = len(lm.tok(prompt, add_special_tokens=True)["input_ids"])
-    cap = min(lm.adapter.max_length, max_tokens or limits().prompt_tokens)
-    if n > cap:
-        raise EditkitError(f"the prompt has {n} tokens; the limit is {cap}")
 
 
 def encode(lm: LM, prompts: list[str] | str, pad_side: str = "right") -> dict[str, Any]:

@@ -1,0 +1,256 @@
+"""A next-token answer without torch or transformers: the plain forward of a converted model, in numpy.
+
+A warm `editkit predict` spent about 5 of its 7 s importing torch and transformers' model classes for a forward
+of a tenth of a second. Here the same forward runs in numpy on the memory-mapped safetensors, with the
+tokenizer's fast form read by `tokenizers` alone:
+
+    answer = quick_top_k("gemma-3-270m", "The Eiffel Tower is located in the city of", k=3)
+    answer  # list[Prediction], or None: then load the model (model/loading.py) and ask it
+
+It answers only where it is the same computation as transformers' forward (tests/test_quick.py compares the
+logits on a tiny random model of each family here and on the embedded model): a float32 folder editkit
+converted (the shipped models, GGUF files; model/folders.py) of a family in FAMILIES, with the default rotary
+embedding and a supported activation, and a tokenizer whose fast form was checked to give transformers' ids and
+decodings on its own (model/tokenizer_cache.py). Anything else returns None and nothing is guessed.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..core.errors import EditkitError
+from ..core.settings import limits
+from ..core.timing import phase
+from .folders import converted
+from .prediction import Prediction
+from .tokens import check_text
+
+
+@dataclass(frozen=True)
+class Family:
+    """What a decoder family computes beyond Llama's block (weights named as transformers saves them)."""
+
+    norm_plus_one: bool = False  # Gemma's RMSNorm scales by (1 + w)
+    embed_scale: bool = False  # Gemma multiplies the embeddings by sqrt(d_model)
+    qk_norm: bool = False  # Gemma 3 and Qwen 3 normalise each head's q and k before the rotation
+    sandwich: bool = False  # Gemma 3 also normalises each sub-block's output before adding it
+    windows: str = "none"  # layers that attend within a sliding window: "layer_types", "all" (Mistral), "none"
+    scale_key: str | None = None  # the config key whose inverse square root scales q.k (default: head_dim)
+
+
+FAMILIES = {
+    "Gemma3ForCausalLM": Family(norm_plus_one=True, embed_scale=True, qk_norm=True, sandwich=True,
+                                windows="layer_types", scale_key="query_pre_attn_scalar"),
+    "LlamaForCausalLM": Family(),
+    "MistralForCausalLM": Family(windows="all"),
+    "Qwen2ForCausalLM": Family(windows="layer_types"),
+    "Qwen3ForCausalLM": Family(qk_norm=True, windows="layer_types"),
+}
+
+
+def _silu(x: np.ndarray) -> np.ndarray:
+    return np.asarray(x / (np.float32(1.0) + np.exp(-x)))
+
+
+def _gelu_tanh(x: np.ndarray) -> np.ndarray:
+    """GELU's tanh approximation (transformers' gelu_pytorch_tanh and gelu_new)."""
+    inner = np.float32(math.sqrt(2 / math.pi)) * (x + np.float32(0.044715) * x ** 3)
+    return np.asarray(np.float32(0.5) * x * (np.float32(1.0) + np.tanh(inner)))
+
+
+ACTIVATIONS = {"silu": _silu, "swish": _silu, "gelu_pytorch_tanh": _gelu_tanh, "gelu_new": _gelu_tanh}
+
+
+def quick_top_k(name: str, prompt: str, k: int) -> list[Prediction] | None:
+    """The `k` likeliest next tokens of `prompt` under the model `name` (as `model.text.top_k` gives them), or None
+    when this module cannot answer for that model (module docstring); bad input is refused as top_k refuses it."""
+    from .tokenizer_cache import raw_tokenizer
+
+    check_text(prompt)
+    if k < 1:
+        raise EditkitError("top-k needs k >= 1")
+    folder = converted(name)
+    if folder is None or (model := Decoder.of(folder)) is None:
+        return None
+    with phase("tokenizer"):
+        tok = raw_tokenizer(folder)
+    if tok is None:
+        return None
+    ids = tok.encode(prompt, add_special_tokens=True).ids
+    cap = min(model.max_length, limits().prompt_tokens)
+    if len(ids) > cap:
+        raise EditkitError(f"the prompt has {len(ids)} tokens; the limit is {cap}")
+    with phase("forward"):
+        logits = model.last_logits(ids)
+    probs = np.exp(logits - logits.max())
+    probs /= probs.sum()
+    top = np.argsort(-probs, kind="stable")[:min(k, probs.size)]
+    return [Prediction(tok.decode([int(t)], skip_special_tokens=False), int(t), float(probs[t]), float(logits[t]))
+            for t in top]
+
+
+class Weights:
+    """A folder's safetensors tensors, memory-mapped: each is read from the page cache as the forward uses it."""
+
+    def __init__(self, folder: Path):
+        self.index: dict[str, tuple[np.memmap, int, dict[str, Any]]] = {}
+        for file in sorted(folder.glob("*.safetensors")):
+            raw = np.memmap(file, dtype=np.uint8, mode="r")
+            size = int.from_bytes(raw[:8].tobytes(), "little")
+            header = json.loads(raw[8:8 + size].tobytes())
+            header.pop("__metadata__", None)
+            self.index.update({key: (raw, 8 + size, entry) for key, entry in header.items()})
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.index
+
+    def dtypes(self) -> set[str]:
+        return {entry["dtype"] for _, _, entry in self.index.values()}
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        """The tensor `key` (float32 files only: Decoder.of checks)."""
+        raw, base, entry = self.index[key]
+        start, end = entry["data_offsets"]
+        return raw[base + start:base + end].view(np.float32).reshape(entry["shape"])
+
+
+class Decoder:
+    """A decoder-only model's forward in float32 numpy, as transformers computes it for FAMILIES (one prompt, no
+    padding, no cache: the logits at its last token)."""
+
+    def __init__(self, config: dict[str, Any], family: Family, weights: Weights, rope: list[float]):
+        self.config, self.family, self.w = config, family, weights
+        self.heads = int(config["num_attention_heads"])
+        self.kv_heads = int(config.get("num_key_value_heads") or self.heads)
+        self.head_dim = int(config.get("head_dim") or config["hidden_size"] // self.heads)
+        self.eps = float(config["rms_norm_eps"])
+        self.act = ACTIVATIONS[config.get("hidden_activation") or config["hidden_act"]]
+        self.rope = rope  # each layer's rotary base
+        self.windows = _windows(config, family)
+        scale = config.get(family.scale_key) if family.scale_key else None
+        self.scale = float(scale or self.head_dim) ** -0.5
+        positions = config.get("max_position_embeddings") or config.get("n_positions")
+        self.max_length = int(positions) if positions else 2048
+        self.head = "lm_head.weight" if "lm_head.weight" in weights else "model.embed_tokens.weight"
+
+    @staticmethod
+    def of(folder: Path) -> Decoder | None:
+        """The folder's decoder when this module computes it exactly as transformers does, else None."""
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        family = FAMILIES.get((config.get("architectures") or [""])[0])
+        if family is None:
+            return None
+        act = config.get("hidden_activation") or config.get("hidden_act")
+        rope = _rope_bases(config)
+        if act not in ACTIVATIONS or rope is None or config.get("attn_logit_softcapping"):
+            return None
+        weights = Weights(folder)
+        if weights.dtypes() != {"F32"} or ("lm_head.weight" not in weights and not config.get("tie_word_embeddings")):
+            return None
+        return Decoder(config, family, weights, rope)
+
+    def last_logits(self, ids: list[int]) -> np.ndarray:
+        """The logits (vocab,) at the last of `ids`."""
+        x = self.w["model.embed_tokens.weight"][np.asarray(ids)].astype(np.float32)
+        if self.family.embed_scale:
+            x *= np.float32(self.config["hidden_size"] ** 0.5)
+        for layer in range(int(self.config["num_hidden_layers"])):
+            x = self.block(x, layer)
+        h = self.norm(x[-1:], "model.norm.weight")
+        logits = (h @ self.w[self.head].T)[0]
+        if cap := self.config.get("final_logit_softcapping"):
+            logits = np.tanh(logits / np.float32(cap)) * np.float32(cap)
+        return np.asarray(logits)
+
+    def block(self, x: np.ndarray, layer: int) -> np.ndarray:
+        p, sandwich = f"model.layers.{layer}.", self.family.sandwich
+        h = self.attention(self.norm(x, p + "input_layernorm.weight"), layer, p + "self_attn.")
+        x = x + (self.norm(h, p + "post_attention_layernorm.weight") if sandwich else h)
+        # Llama's post_attention_layernorm is its MLP's input norm; Gemma 3 names that one pre_feedforward
+        h = self.norm(x, p + ("pre_feedforward_layernorm.weight" if sandwich else "post_attention_layernorm.weight"))
+        h = self.mlp(h, p + "mlp.")
+        return np.asarray(x + (self.norm(h, p + "post_feedforward_layernorm.weight") if sandwich else h))
+
+    def norm(self, x: np.ndarray, key: str) -> np.ndarray:
+        """RMSNorm: x / sqrt(mean(x^2) + eps) times w (Gemma: times 1 + w)."""
+        w = self.w[key]
+        x = x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + np.float32(self.eps))
+        return np.asarray(x * ((np.float32(1.0) + w) if self.family.norm_plus_one else w))
+
+    def linear(self, x: np.ndarray, key: str) -> np.ndarray:
+        y = x @ self.w[key + ".weight"].T
+        return np.asarray(y + self.w[key + ".bias"]) if key + ".bias" in self.w else np.asarray(y)
+
+    def mlp(self, x: np.ndarray, p: str) -> np.ndarray:
+        """down(act(gate(x)) * up(x))."""
+        return self.linear(self.act(self.linear(x, p + "gate_proj")) * self.linear(x, p + "up_proj"), p + "down_proj")
+
+    def attention(self, x: np.ndarray, layer: int, p: str) -> np.ndarray:
+        """Causal multi-head attention with grouped keys and values, rotary positions and the layer's window."""
+        n, d = x.shape[0], self.head_dim
+        q = self.linear(x, p + "q_proj").reshape(n, self.heads, d)
+        k = self.linear(x, p + "k_proj").reshape(n, self.kv_heads, d)
+        v = self.linear(x, p + "v_proj").reshape(n, self.kv_heads, d)
+        if self.family.qk_norm:
+            q, k = self.norm(q, p + "q_norm.weight"), self.norm(k, p + "k_norm.weight")
+        cos, sin = _rotation(n, d, self.rope[layer])
+        q, k = q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+        group = self.heads // self.kv_heads  # query head i reads key-value head i // group
+        k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
+        scores = np.einsum("qhd,khd->hqk", q, k) * np.float32(self.scale)
+        scores = np.where(_allowed(n, self.windows[layer]), scores, np.float32(-np.inf))
+        weights = np.exp(scores - scores.max(-1, keepdims=True))
+        weights /= weights.sum(-1, keepdims=True)
+        out = np.einsum("hqk,khd->qhd", weights, v).reshape(n, self.heads * d)
+        return self.linear(out, p + "o_proj")
+
+
+def _windows(config: dict[str, Any], family: Family) -> list[int | None]:
+    """Each layer's sliding window (a query at i sees keys j with i - window < j <= i), None for full attention."""
+    n, window = int(config["num_hidden_layers"]), config.get("sliding_window")
+    if family.windows == "all":
+        return [window] * n
+    types = config.get("layer_types") if family.windows == "layer_types" else None
+    return [window if types and types[i] == "sliding_attention" else None for i in range(n)]
+
+
+def _rope_bases(config: dict[str, Any]) -> list[float] | None:
+    """Each layer's rotary base when every layer uses the default rotation over the whole head, else None."""
+    params = config.get("rope_parameters") or {"rope_theta": config.get("rope_theta", 10000.0),
+                                               **(config.get("rope_scaling") or {})}
+    per_type = all(isinstance(v, dict) for v in params.values())
+    types = config.get("layer_types") or ["full_attention"] * int(config["num_hidden_layers"])
+    chosen: list[dict[str, Any] | None] = [params.get(t) if per_type else params for t in types]
+    if any(c is None or c.get("rope_type", c.get("type", "default")) != "default" for c in chosen):
+        return None
+    if float(config.get("partial_rotary_factor") or 1.0) != 1.0:
+        return None
+    return [float(c["rope_theta"]) for c in chosen if c is not None]
+
+
+def _rotation(n: int, d: int, base: float) -> tuple[np.ndarray, np.ndarray]:
+    """cos and sin of the rotary angles (positions, 1, head_dim), as transformers' default rope: each frequency
+    base^(-2i/d) used twice (the two halves of the head)."""
+    inv = (1.0 / (np.float32(base) ** (np.arange(0, d, 2, dtype=np.float32) / np.float32(d)))).astype(np.float32)
+    angles = np.arange(n, dtype=np.float32)[:, None] * inv[None, :]
+    angles = np.concatenate([angles, angles], axis=-1)[:, None, :]
+    return np.cos(angles), np.sin(angles)
+
+
+def _rotate_half(x: np.ndarray) -> np.ndarray:
+    half = x.shape[-1] // 2
+    return np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+
+
+def _allowed(n: int, window: int | None) -> np.ndarray:
+    """(1, n, n): query i may read key j (causal, and within the window when the layer has one)."""
+    i, j = np.arange(n)[:, None], np.arange(n)[None, :]
+    ok = j <= i
+    if window is not None:
+        ok &= j > i - window
+    return ok[None]
