@@ -25,6 +25,7 @@ of results). Long calls draw a progress bar in a notebook (`set_progress(False)`
 """
 from __future__ import annotations
 
+import sys
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -59,15 +60,18 @@ from .lens import predict as _predict
 from .memories.inspect import MemoryView, memories_at
 from .model import isolation
 from .model.activations import Activations, read_activations
+from .model.folders import checked_name, converted
 from .model.interventions import Intervention
 from .model.loading import (
     DEFAULT_MODEL,
     LM,
     list_models,
     load_model,
+    parse_dtype,
     shipped_folder,
     wrap_model,
 )
+from .model.quick import quick_top_k
 from .model.shipped import SHIPPED
 from .model.weights import WeightDelta, combined
 from .model.weights import load_patch as _load_patch
@@ -88,16 +92,26 @@ def load(model=DEFAULT_MODEL, tokenizer=None, dtype=None, device: str | None = N
     (`model` an AutoModelForCausalLM, `tokenizer` its tokenizer, default the one saved beside it), on its own
     device and dtype. Either way the architecture's layout is checked on one run before use. `dtype` float32
     (default), "bfloat16" or "float16"; `device` defaults to CUDA when present. The first load of a shipped
-    model converts it once (about a minute)."""
+    model converts it once (about a minute). A model already converted (a shipped one, a GGUF file) in float32
+    is loaded at its first use (`lm.pending` until then): `load` returns in about two seconds, and `predict`
+    answers one prompt by the light forward meanwhile (model/quick.py)."""
     use_in_notebook()  # bare figures (tr.figure()) draw offline in an exported notebook (figures/notebook.py)
     if isinstance(model, (str, Path)):
         if tokenizer is not None:
             raise EditkitError("a tokenizer goes with a loaded model object; a name or folder brings its own")
+        if parse_dtype(dtype or "float32") == parse_dtype("float32") and converted(str(model)) is not None:
+            name, given = checked_name(str(model)), str(model)
+            return LM.deferred(name, given, lambda: load_model(given, device=device, dtype=dtype, progress=_said))
         return load_model(str(model), device=device, progress=progress, dtype=dtype)
     if dtype is not None or device is not None:
         raise EditkitError("a loaded model keeps its own device and dtype: move it first (model.to(...)), "
                            "then editkit.load(model, tokenizer)")
     return wrap_model(model, tokenizer, progress)
+
+
+def _said(fraction: float, message: str) -> None:
+    """A deferred load's messages (it runs inside another call, whose own bar is showing): on stderr."""
+    print(f"[editkit] {message}", file=sys.stderr, flush=True)
 
 
 @with_bar("preparing the model")
@@ -181,7 +195,11 @@ def _batch(prompt, one, what: str):
 
 def predict(lm, prompt: str | list[str], k: int = 5, edit=None) -> Predictions | Batch:
     """The top `k` next tokens after `prompt` with their probabilities (with `edit` applied, if given); a list
-    of prompts gives a Batch of Predictions, in order."""
+    of prompts gives a Batch of Predictions, in order. A model `load` deferred answers one prompt without loading
+    it where the light forward can (model/quick.py: the same predictions)."""
+    if edit is None and isinstance(prompt, str) and getattr(lm, "pending", False):
+        if (light := quick_top_k(lm.source, prompt, k)) is not None:
+            return Predictions(prompt, light, lm.name)
     with applied(lm, edit):
         return _batch(prompt, lambda p: _predict(lm, p, k), "predict")
 

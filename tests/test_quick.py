@@ -135,3 +135,45 @@ def test_predict_answers_without_torch_or_transformers(gemma_folder):
     answer = json.loads(out)
     assert json.loads(heavy) == [] and "light forward" in done.stderr
     assert answer["model"] == "gemma-3-270m" and len(answer["predictions"]) == 2
+
+
+def test_a_deferred_model_loads_once_at_its_first_use(tiny_by_name):
+    """LM.deferred: nothing is built until model, tok or adapter is asked for, then once, also when threads
+    ask together; other missing attributes stay missing."""
+    import threading
+
+    from editkit.model.loading import LM
+
+    built = []
+
+    def build():
+        built.append(1)
+        return tiny_by_name("tiny-llama")
+
+    lm = LM.deferred("tiny-llama", "tiny-llama", build)
+    assert lm.pending and not built and repr(lm) == "LM('tiny-llama', loaded at its first use)"
+    with pytest.raises(AttributeError):
+        lm.not_an_attribute
+    threads = [threading.Thread(target=lambda: lm.adapter) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert built == [1] and not lm.pending and lm.model is tiny_by_name("tiny-llama").model
+    assert lm.runner.hidden is not None and lm.device.type == "cpu"
+
+
+@pytest.mark.quick
+def test_editkit_load_defers_and_predicts_the_same(gemma, gemma_folder):
+    import editkit
+
+    lm = editkit.load("gemma-3-270m")
+    assert lm.pending and lm.name == gemma.name
+    light = editkit.predict(lm, PROMPTS[0], k=3)
+    assert lm.pending  # answered without loading the model
+    full = editkit.predict(gemma, PROMPTS[0], k=3)
+    assert [p.token_id for p in light] == [p.token_id for p in full] and light.model == full.model
+    assert editkit.logit_lens(lm, PROMPTS[0], k=3).to_frame().equals(
+        editkit.logit_lens(gemma, PROMPTS[0], k=3).to_frame())
+    assert not lm.pending
+    assert editkit.load("gemma-3-270m", dtype="bfloat16").pending is False  # half precision loads at once

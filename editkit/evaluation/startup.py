@@ -5,14 +5,16 @@ run.
 Measured in fresh processes, each the best and the median of `runs` after one warm-up:
 - help: `python -m editkit --help`;
 - predict: `python -m editkit predict --model M "<prompt>" --top 3`;
-- load: `python -c "import editkit; editkit.load(M)"` (a notebook's first cell);
+- load: `python -c "import editkit; editkit.load(M)"` (a notebook's first cell; a converted model is loaded at
+  its first use, so this is the time until the notebook's next cell can run);
+- first-use: the same and then `editkit.logit_lens(lm, "<prompt>", 3)` (the first call that needs the model
+  itself: what the deferred load costs when it comes);
 - app: `streamlit run app.py` until its home page has rendered in headless Chromium: the embedded model picked
   and its prediction drawn (the app's default model, whatever M is; skipped without Playwright or Chromium).
-  Each also by phase: the same command run by a probe (PROBE) that, for load, imports torch, transformers and
-  the model's class first ("imports": what the load would import on its way), for predict builds the parser
-  ("parser"), then runs the command with editkit's phases recorded (core/timing.py: "config", "tokenizer",
-  "weights", "check" = the first forward; "forward" = the light forward of model/quick.py); "answer" is the rest
-  (predict's imports, its forward through transformers and printing), "python" the interpreter's start and exit
+  Each also by phase: the same command run by a probe (PROBE) that, for predict, builds the parser ("parser"),
+  then runs the command with editkit's phases recorded (core/timing.py: "config", "tokenizer", "weights",
+  "check" = the first forward; "forward" = the light forward of model/quick.py); "answer" (predict) or "rest" is
+  the remainder (imports, a forward through transformers, printing), "python" the interpreter's start and exit
   (the process's wall time less the probe's own). The app's phases: "server" (until Streamlit
   answers), "page" (until the title is drawn), "model and prediction" (until the prediction and its logit lens
   are drawn).
@@ -45,7 +47,7 @@ from ..core.results import JsonObject, Result, frame
 PROMPT = "The Colosseum is located in the city of"
 # seconds, best of the runs: a warm answer a person does not wait for
 GOALS = {"help": 0.5, "predict": 3.0, "load": 3.0}
-MEASUREMENTS = ("help", "predict", "load", "app")
+MEASUREMENTS = ("help", "predict", "load", "first-use", "app")
 PROBE = r"""
 import time
 def clock():
@@ -63,14 +65,6 @@ t = clock()
 import editkit
 assert Path(editkit.__file__).resolve().is_relative_to(Path(root).resolve()), editkit.__file__
 t = lap("import editkit", t)
-if mode == "load":
-    import torch, transformers
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-    from editkit.model import loading
-    config = loading.model_config(loading.split_name(model)[0])
-    if config is not None:
-        getattr(transformers, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[config.model_type])
-    t = lap("imports", t)
 try:
     from editkit.core.timing import recording
 except ImportError:
@@ -84,7 +78,9 @@ if mode == "predict":
         args.show(args.func(args))
 else:
     with recording() as inside:
-        editkit.load(model)
+        lm = editkit.load(model)
+        if mode == "first-use":
+            editkit.logit_lens(lm, prompt, 3)
 inside = [list(p) + [None] * (3 - len(p)) for p in inside]  # (name, wall, CPU) of the load's own steps
 end = clock()
 rest = [end[i] - t[i] - sum(p[i + 1] or 0.0 for p in inside) for i in (0, 1)]
@@ -211,13 +207,16 @@ def _command(m: str, spec: StartupSpec) -> list[str]:
         return python + ["-m", "editkit", "--help"]
     if m == "predict":
         return python + ["-m", "editkit", "predict", "--model", spec.model, spec.prompt, "--top", "3"]
-    return python + ["-c", f"import editkit; editkit.load({spec.model!r})"]
+    if m == "load":
+        return python + ["-c", f"import editkit; editkit.load({spec.model!r})"]
+    return python + ["-c", f"import editkit; editkit.logit_lens(editkit.load({spec.model!r}), {spec.prompt!r}, 3)"]
 
 
 def _shown(m: str, spec: StartupSpec) -> str:
     return {"help": "python -m editkit --help",
             "predict": f'python -m editkit predict --model {spec.model} "{spec.prompt}" --top 3',
-            "load": f'python -c "import editkit; editkit.load(\'{spec.model}\')"'}[m]
+            "load": f'python -c "import editkit; editkit.load(\'{spec.model}\')"',
+            "first-use": f'python -c "import editkit; editkit.logit_lens(editkit.load(\'{spec.model}\'), ...)"'}[m]
 
 
 def _env(root: Path) -> dict:

@@ -82,6 +82,41 @@ class LM:
     tok: Any  # the transformers tokenizer (its types are not followed: pyproject.toml)
     adapter: Adapter
 
+    @staticmethod
+    def deferred(name: str, source: str, build: Callable[[], LM]) -> LM:
+        """An LM named `name` whose model, tokenizer and adapter `build()` loads at their first use: a notebook's
+        `editkit.load` of a converted model returns before torch's model classes are imported, and a plain predict
+        answers by the light forward (model/quick.py, on `source`, the name given) until something needs the
+        model itself."""
+        lm = object.__new__(LM)
+        lm.__dict__.update(name=name, _source=source, _build=build, _lock=threading.Lock())
+        return lm
+
+    @property
+    def pending(self) -> bool:
+        """Whether this is a deferred LM whose model is not loaded yet."""
+        return "_build" in self.__dict__
+
+    def __getattr__(self, attr: str) -> Any:
+        # reached only for attributes not set: a deferred LM's model, tok and adapter before their first use
+        build = self.__dict__.get("_build")
+        if build is None or attr not in ("model", "tok", "adapter"):
+            raise AttributeError(f"'LM' object has no attribute {attr!r}")
+        with self.__dict__["_lock"]:
+            if "_build" in self.__dict__:
+                full = build()
+                self.__dict__.update(model=full.model, tok=full.tok, adapter=full.adapter)
+                del self.__dict__["_build"]
+        return self.__dict__[attr]
+
+    @property
+    def source(self) -> str:
+        """The name the model was asked by (a deferred LM's; else its name)."""
+        return str(self.__dict__.get("_source", self.name))
+
+    def __repr__(self) -> str:
+        return f"LM({self.name!r}{', loaded at its first use' if self.pending else ''})"
+
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device

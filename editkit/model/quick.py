@@ -15,6 +15,7 @@ decodings on its own (model/tokenizer_cache.py). Anything else returns None and 
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 from dataclasses import dataclass
@@ -69,18 +70,13 @@ ACTIVATIONS = {"silu": _silu, "swish": _silu, "gelu_pytorch_tanh": _gelu_tanh, "
 def quick_top_k(name: str, prompt: str, k: int) -> list[Prediction] | None:
     """The `k` likeliest next tokens of `prompt` under the model `name` (as `model.text.top_k` gives them), or None
     when this module cannot answer for that model (module docstring); bad input is refused as top_k refuses it."""
-    from .tokenizer_cache import raw_tokenizer
-
     check_text(prompt)
     if k < 1:
         raise EditkitError("top-k needs k >= 1")
     folder = converted(name)
-    if folder is None or (model := Decoder.of(folder)) is None:
+    if folder is None or (ready := _ready(folder, folder.stat().st_mtime_ns)) is None:
         return None
-    with phase("tokenizer"):
-        tok = raw_tokenizer(folder)
-    if tok is None:
-        return None
+    model, tok = ready
     ids = tok.encode(prompt, add_special_tokens=True).ids
     cap = min(model.max_length, limits().prompt_tokens)
     if len(ids) > cap:
@@ -92,6 +88,19 @@ def quick_top_k(name: str, prompt: str, k: int) -> list[Prediction] | None:
     top = np.argsort(-probs, kind="stable")[:min(k, probs.size)]
     return [Prediction(tok.decode([int(t)], skip_special_tokens=False), int(t), float(probs[t]), float(logits[t]))
             for t in top]
+
+
+@functools.lru_cache(maxsize=2)
+def _ready(folder: Path, mtime_ns: int) -> tuple[Decoder, Any] | None:
+    """The folder's decoder and tokenizer, kept for the next question (a notebook asks several; a folder
+    rebuilt under the same name has another time)."""
+    from .tokenizer_cache import raw_tokenizer
+
+    if (model := Decoder.of(folder)) is None:
+        return None
+    with phase("tokenizer"):
+        tok = raw_tokenizer(folder)
+    return None if tok is None else (model, tok)
 
 
 class Weights:
