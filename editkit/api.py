@@ -60,11 +60,11 @@ from .lens import predict as _predict
 from .memories.inspect import MemoryView, memories_at
 from .model import isolation
 from .model.activations import Activations, read_activations
-from .model.folders import checked_name, converted
 from .model.interventions import Intervention
 from .model.loading import (
     DEFAULT_MODEL,
     LM,
+    deferred_load,
     list_models,
     load_model,
     parse_dtype,
@@ -99,9 +99,9 @@ def load(model=DEFAULT_MODEL, tokenizer=None, dtype=None, device: str | None = N
     if isinstance(model, (str, Path)):
         if tokenizer is not None:
             raise EditkitError("a tokenizer goes with a loaded model object; a name or folder brings its own")
-        if parse_dtype(dtype or "float32") == parse_dtype("float32") and converted(str(model)) is not None:
-            name, given = checked_name(str(model)), str(model)
-            return LM.deferred(name, given, lambda: load_model(given, device=device, dtype=dtype, progress=_said))
+        if parse_dtype(dtype or "float32") == parse_dtype("float32") and \
+                (lm := deferred_load(str(model), device, _said)) is not None:
+            return lm
         return load_model(str(model), device=device, progress=progress, dtype=dtype)
     if dtype is not None or device is not None:
         raise EditkitError("a loaded model keeps its own device and dtype: move it first (model.to(...)), "

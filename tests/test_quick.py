@@ -177,3 +177,15 @@ def test_editkit_load_defers_and_predicts_the_same(gemma, gemma_folder):
         editkit.logit_lens(gemma, PROMPTS[0], k=3).to_frame())
     assert not lm.pending
     assert editkit.load("gemma-3-270m", dtype="bfloat16").pending is False  # half precision loads at once
+
+
+def test_a_deferred_load_refuses_at_once_what_a_load_refuses(gemma_folder, monkeypatch):
+    """A bad device, or weights that do not fit, are refused by editkit.load itself, not at the first use."""
+    import editkit
+    from editkit.model import ram
+
+    with pytest.raises(EditkitError, match="device 'cuda'|CUDA"):
+        editkit.load("gemma-3-270m", device="cuda:7")
+    monkeypatch.setattr(ram, "available", lambda device: (100 << 20, "RAM"))
+    with pytest.raises(EditkitError, match="GB"):
+        editkit.load("gemma-3-270m")

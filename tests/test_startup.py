@@ -121,18 +121,20 @@ def test_bench_startup_measures_help_and_refuses_bad_input(capsys):
 
 @pytest.mark.full
 def test_bench_startup_phases_against_a_reference(tmp_path):
-    """predict and load by phase on a tiny model, beside the same code exported from HEAD: the phases of the
-    current code name the load's steps; the reference (a git archive) runs from its own folder."""
+    """predict, load and a first use by phase on a tiny model (not converted: loaded through transformers),
+    beside the same code exported from HEAD: the phases of the current code name the load's steps; the
+    reference (a git archive) runs from its own folder."""
     from editkit.evaluation.startup import StartupSpec, bench_startup
 
-    out = bench_startup(StartupSpec(model="tiny-gpt2", runs=1, measurements=("predict", "load"),
+    out = bench_startup(StartupSpec(model="tiny-gpt2", runs=1, measurements=("predict", "load", "first-use"),
                                     reference="HEAD"), say=lambda line: None)
     current, reference = out.codes["current"], out.codes["HEAD"]
     assert reference["root"] != current["root"] and not Path(reference["root"]).exists()  # removed afterwards
     for code in (current, reference):
         phases = code["predict"]["phases"]
-        assert {"python", "import editkit", "imports", "parser", "config", "tokenizer", "weights", "check",
+        assert {"python", "import editkit", "parser", "config", "tokenizer", "weights", "check",
                 "answer"} <= set(phases)
-        assert {"config", "tokenizer", "weights", "check", "rest"} <= set(code["load"]["phases"])
+        for m in ("load", "first-use"):
+            assert {"config", "tokenizer", "weights", "check", "rest"} <= set(code[m]["phases"])
         assert set(code["predict"]["cpu_phases"]) == set(phases)  # CPU seconds of the same phases
         assert code["predict"]["best"] > 0 and code["load"]["best"] > 0

@@ -44,7 +44,7 @@ from ..core.paths import ASSETS
 from ..core.progress import Progress
 from ..core.timing import phase
 from .adapters import Adapter, adapter_for
-from .folders import MODELS, checked_name, gguf_file, gguf_key
+from .folders import MODELS, checked_name, converted, gguf_file, gguf_key
 from .hardware import slow_dtype_note
 from .ram import (
     Footprint,
@@ -229,6 +229,19 @@ def load_model(name: str = DEFAULT_MODEL, device: str | None = None, trust_remot
         lm.runner.check_layout()
     report(1.0, f"{shown} loaded on {lm.device}")
     return lm
+
+
+def deferred_load(name: str, device: str | None = None, progress: Progress | None = None) -> LM | None:
+    """A converted float32 model (a shipped one, a GGUF file; model/folders.py) as an LM loaded at its first use
+    (LM.deferred), once what a load refuses at once is checked: the name, the device, and whether the weights
+    (counted from their safetensors headers) fit; None for any other model (load it now)."""
+    folder = converted(name)
+    if folder is None:
+        return None
+    name, dev = checked_name(name), checked_device(device)
+    files = safetensors_files(folder) or []
+    Footprint(safetensors_parameters(files), torch.float32).check(dev, name)  # an EditkitError if it cannot fit
+    return LM.deferred(name, name, lambda: load_model(name, device=device, progress=progress))
 
 
 def checked_device(device) -> torch.device:
