@@ -23,7 +23,7 @@ from pathlib import Path
 import streamlit as st
 
 from editkit.core.errors import Cancelled, EditkitError
-from editkit.core.progress import gives_time
+from editkit.core.progress import elapsed, gives_time
 from editkit.core.settings import limits, settings
 from editkit.core.visitor import Visitor, visitor_of
 from editkit.model import access, isolation, weights
@@ -362,16 +362,12 @@ def waited(name: str, computed: float | None = None) -> str:
     differ: Attention vs FFN said "computed in 21.3 s" after 274.6 s from the click."""
     wall = st.session_state.get(K.WAITED, {}).get(name)
     if wall is None:  # a result kept from before this session's last run of the job (or from a shipped file)
-        return f"computed in {computed:.1f} s" if computed is not None else ""
-    said = f"you waited {_seconds(wall)} from the click"
+        return f"computed in {elapsed(computed)}" if computed is not None else ""
+    said = f"you waited {elapsed(wall)} from the click"
     if computed is not None and wall - computed > max(2.0, 0.1 * wall):
-        said += (f"; the computation itself took {_seconds(computed)}, the rest was waiting for a turn and "
+        said += (f"; the computation itself took {elapsed(computed)}, the rest was waiting for a turn and "
                  "this machine's other work")
     return said
-
-
-def _seconds(seconds: float) -> str:
-    return f"{seconds:.1f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
 
 
 def run_item(name: str, lm, item: cluster.Item, cancel_label: str = "Cancel", on_cancel=None, memory: int = 0,

@@ -153,7 +153,7 @@ def test_a_deferred_model_loads_once_at_its_first_use(tiny_by_name):
     lm = LM.deferred("tiny-llama", "tiny-llama", build)
     assert lm.pending and not built and repr(lm) == "LM('tiny-llama', loaded at its first use)"
     with pytest.raises(AttributeError):
-        lm.not_an_attribute
+        _ = lm.not_an_attribute
     threads = [threading.Thread(target=lambda: lm.adapter) for _ in range(4)]
     for t in threads:
         t.start()

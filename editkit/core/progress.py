@@ -31,8 +31,14 @@ LEFT = " left"  # the end of every time estimate a message carries
 
 def duration(seconds: float) -> str:
     """'40 s' below a minute and a half, else whole minutes rounded up ('4 min': never '0 min', which reads as
-    nothing to wait for): the one way editkit says how long something takes or took."""
+    nothing to wait for): the one way editkit says how long something will take (`elapsed`: how long it took)."""
     return f"{seconds:.0f} s" if seconds < 90 else f"{math.ceil(seconds / 60)} min"
+
+
+def elapsed(seconds: float) -> str:
+    """'22.0 s' below two minutes, else '3.3 min': how long something took (rounding a measured 197 s up to
+    '4 min', as an estimate is, would overstate it)."""
+    return f"{seconds:.1f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
 
 
 def time_left(seconds: float) -> str:

@@ -9,7 +9,7 @@ import pandas as pd
 import streamlit as st
 
 from editkit.core.errors import EditkitError
-from editkit.core.progress import duration
+from editkit.core.progress import duration, elapsed
 from editkit.core.settings import settings as server_settings
 from editkit.editing.requests import NEIGHBOURS_HELP, NEIGHBOURS_LABEL
 from editkit.lesson import compute
@@ -209,10 +209,10 @@ def _add(pack, record: dict, new: compute.Settings) -> None:
     fact = packs.Pack.open(folder).fact(fid)
     opened = out.get("opened", {}).get(fid, {})
     start = (time.time() - clicked) - out["seconds"]  # the model's load and the wait for a turn
-    visible = f"; students could open its first steps {duration(start + opened['visible'])} after the click" \
+    visible = f"; students could open its first steps {elapsed(start + opened['visible'])} after the click" \
         if opened.get("visible") else ""
     st.session_state[keys.ADDED] = (f"Added “{fact_label(fact)}” ({out['computed']} part(s) computed in "
-                                    f"{duration(out['seconds'])}{visible}). Every student now sees it in the "
+                                    f"{elapsed(out['seconds'])}{visible}). Every student now sees it in the "
                                     "fact list.", out.get("profile", []))
 
 
