@@ -195,8 +195,8 @@ def _batch(prompt, one, what: str):
 
 def predict(lm, prompt: str | list[str], k: int = 5, edit=None) -> Predictions | Batch:
     """The top `k` next tokens after `prompt` with their probabilities (with `edit` applied, if given); a list
-    of prompts gives a Batch of Predictions, in order. A model `load` deferred answers one prompt without loading
-    it where the light forward can (model/quick.py: the same predictions)."""
+    of prompts gives a Batch of Predictions, in order. A model whose `load` was deferred answers one prompt
+    without loading it where the light forward can (model/quick.py: the same predictions)."""
     if edit is None and isinstance(prompt, str) and getattr(lm, "pending", False):
         if (light := quick_top_k(lm.source, prompt, k)) is not None:
             return Predictions(prompt, light, lm.name)

@@ -143,7 +143,8 @@ def test_tokenizers_alone_is_checked_before_a_light_answer_reads_it(converted):
     assert cache.raw_tokenizer(converted).encode(PROMPT).ids == slow(PROMPT)["input_ids"]
     data = json.loads((cached / "tokenizer.json").read_text())
     shout = {"type": "Replace", "pattern": {"String": "e"}, "content": "E"}
-    for key, change, why in (("post_processor", None, "the ids of"), ("decoder", shout, "the decoding of token")):
+    cases = (("post_processor", None, "the ids of"), ("decoder", shout, "the decoding of token"))
+    for key, change, why in cases:
         edited = cached.parent / f"{key}.json"
         edited.write_text(json.dumps(dict(data, **{key: change})))
         assert cache.raw_differences(slow, edited, cache.check_texts()).startswith(why)

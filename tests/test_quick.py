@@ -1,6 +1,7 @@
-"""The light forward (editkit/model/quick.py) is transformers' forward: the same logits on a tiny random model of
-each family it declares (with prompts longer than the sliding windows), the same predictions on the embedded
-model, None for what it does not compute, and `editkit predict` answering through it without importing torch."""
+"""The light forward (editkit/model/quick.py) is transformers' forward: the same logits on a tiny random
+model of each family it declares (with prompts longer than the sliding windows), the same predictions on the
+embedded model, None for what it does not compute, and `editkit predict` answering through it without
+importing torch. A deferred load (LM.deferred) builds once, at its first use."""
 import json
 import subprocess
 import sys
@@ -42,8 +43,8 @@ def test_the_light_forward_gives_transformers_logits(name, tmp_path):
 
 
 def test_a_window_is_honoured(tmp_path):
-    """Mistral with a window of 8: a key 8 or more tokens back is out of sight (transformers' logits agree, and
-    they differ from full attention's)."""
+    """Mistral with a window of 8: a key 8 or more tokens back is out of sight (transformers' logits agree,
+    and they differ from full attention's)."""
     model = saved("tiny-mistral", tmp_path, sliding_window=8)
     ids = list(range(5, 45))
     with torch.no_grad():
@@ -98,7 +99,8 @@ def gemma_folder():
 def same_either_way(lm, name):
     from editkit.model.text import top_k
 
-    for prompt in PROMPTS + ["  spaces,\tunicode: Köln — 日本語", "<start_of_turn>user\nWho wrote Hamlet?"]:
+    odd = ["  spaces,\tunicode: Köln — 日本語", "<start_of_turn>user\nWho wrote Hamlet?"]
+    for prompt in PROMPTS + odd:
         quick = quick_top_k(name, prompt, 5)
         full = top_k(lm, prompt, 5)
         assert [p.token_id for p in quick] == [p.token_id for p in full], prompt
@@ -129,8 +131,9 @@ def test_smollm2_predicts_the_same_either_way(smollm2):
 def test_predict_answers_without_torch_or_transformers(gemma_folder):
     code = ("import json, sys; from editkit.cli import main; main(['predict', '--model', 'gemma-3-270m', "
             "'Paris is the capital of', '--top', '2', '--json']); "
-            "print('imported:', json.dumps(sorted(m for m in ('torch', 'transformers') if m in sys.modules)))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
+            "print('imported:', json.dumps([m for m in ('torch', 'transformers') if m in sys.modules]))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          check=True)
     out, heavy = done.stdout.strip().rpartition("imported:")[::2]
     answer = json.loads(out)
     assert json.loads(heavy) == [] and "light forward" in done.stderr

@@ -100,7 +100,8 @@ def _add_startup(inner) -> None:
                                          "predict, editkit.load and the app's first page, per phase")
     u.add_argument("--model", default="gemma-3-270m", help="the model predict and load (converted first)")
     u.add_argument("--runs", type=int, default=3, help="runs per measurement after a warm-up (best, median)")
-    u.add_argument("--only", default=None, help="measurements, comma-separated: help, predict, load, first-use, app")
+    u.add_argument("--only", default=None,
+                   help="measurements, comma-separated: help, predict, load, first-use, app")
     u.add_argument("--reference", default=None, metavar="COMMIT",
                    help="also measure this git commit's code in the same run (e.g. the one before a change)")
     u.add_argument("--port", type=int, default=None, help="the app's port (default: a free one)")

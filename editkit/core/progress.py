@@ -31,7 +31,8 @@ LEFT = " left"  # the end of every time estimate a message carries
 
 def duration(seconds: float) -> str:
     """'40 s' below a minute and a half, else whole minutes rounded up ('4 min': never '0 min', which reads as
-    nothing to wait for): the one way editkit says how long something will take (`elapsed`: how long it took)."""
+    nothing to wait for): the one way editkit says how long something will take (`elapsed`: how long it
+    took)."""
     return f"{seconds:.0f} s" if seconds < 90 else f"{math.ceil(seconds / 60)} min"
 
 

@@ -13,9 +13,9 @@ Measured in fresh processes, each the best and the median of `runs` after one wa
   and its prediction drawn (the app's default model, whatever M is; skipped without Playwright or Chromium).
   Each also by phase: the same command run by a probe (PROBE) that, for predict, builds the parser ("parser"),
   then runs the command with editkit's phases recorded (core/timing.py: "config", "tokenizer", "weights",
-  "check" = the first forward; "forward" = the light forward of model/quick.py); "answer" (predict) or "rest" is
-  the remainder (imports, a forward through transformers, printing), "python" the interpreter's start and exit
-  (the process's wall time less the probe's own). The app's phases: "server" (until Streamlit
+  "check" = the first forward; "forward" = the light forward of model/quick.py); "answer" (predict) or "rest"
+  is the remainder (imports, a forward through transformers, printing), "python" the interpreter's start
+  and exit (the process's wall time less the probe's own). The app's phases: "server" (until Streamlit
   answers), "page" (until the title is drawn), "model and prediction" (until the prediction and its logit lens
   are drawn).
 
@@ -209,14 +209,16 @@ def _command(m: str, spec: StartupSpec) -> list[str]:
         return python + ["-m", "editkit", "predict", "--model", spec.model, spec.prompt, "--top", "3"]
     if m == "load":
         return python + ["-c", f"import editkit; editkit.load({spec.model!r})"]
-    return python + ["-c", f"import editkit; editkit.logit_lens(editkit.load({spec.model!r}), {spec.prompt!r}, 3)"]
+    first_use = f"import editkit; editkit.logit_lens(editkit.load({spec.model!r}), {spec.prompt!r}, 3)"
+    return python + ["-c", first_use]
 
 
 def _shown(m: str, spec: StartupSpec) -> str:
     return {"help": "python -m editkit --help",
             "predict": f'python -m editkit predict --model {spec.model} "{spec.prompt}" --top 3',
             "load": f'python -c "import editkit; editkit.load(\'{spec.model}\')"',
-            "first-use": f'python -c "import editkit; editkit.logit_lens(editkit.load(\'{spec.model}\'), ...)"'}[m]
+            "first-use": f'python -c "import editkit; editkit.logit_lens(editkit.load(\'{spec.model}\'), '
+                         '...)"'}[m]
 
 
 def _env(root: Path) -> dict:

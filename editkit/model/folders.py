@@ -35,9 +35,9 @@ def gguf_file(name: str) -> Path | None:
 
 
 def gguf_key(path: Path) -> str:
-    """The cache key of a GGUF file's conversion: its name and a digest of its size and first and last MiB (a file
-    replaced by another under the same name converts afresh; reading the whole file would take a minute per GB).
-    Read once per file version (the estimate and the load both ask)."""
+    """The cache key of a GGUF file's conversion: its name and a digest of its size and first and last MiB
+    (a file replaced by another under the same name converts afresh; reading the whole file would take a
+    minute per GB). Read once per file version (the estimate and the load both ask)."""
     stat = path.stat()
     return _gguf_key(path, stat.st_size, stat.st_mtime_ns)
 

@@ -84,10 +84,10 @@ class LM:
 
     @staticmethod
     def deferred(name: str, source: str, build: Callable[[], LM]) -> LM:
-        """An LM named `name` whose model, tokenizer and adapter `build()` loads at their first use: a notebook's
-        `editkit.load` of a converted model returns before torch's model classes are imported, and a plain predict
-        answers by the light forward (model/quick.py, on `source`, the name given) until something needs the
-        model itself."""
+        """An LM named `name` whose model, tokenizer and adapter `build()` loads at their first use: a
+        notebook's `editkit.load` of a converted model returns before transformers' model classes are
+        imported, and a plain predict answers by the light forward (model/quick.py, on `source`, the name
+        given) until something needs the model itself."""
         lm = object.__new__(LM)
         lm.__dict__.update(name=name, _source=source, _build=build, _lock=threading.Lock())
         return lm
@@ -232,15 +232,15 @@ def load_model(name: str = DEFAULT_MODEL, device: str | None = None, trust_remot
 
 
 def deferred_load(name: str, device: str | None = None, progress: Progress | None = None) -> LM | None:
-    """A converted float32 model (a shipped one, a GGUF file; model/folders.py) as an LM loaded at its first use
-    (LM.deferred), once what a load refuses at once is checked: the name, the device, and whether the weights
-    (counted from their safetensors headers) fit; None for any other model (load it now)."""
+    """A converted float32 model (a shipped one, a GGUF file; model/folders.py) as an LM loaded at its first
+    use (LM.deferred), once what a load refuses at once is checked: the name, the device, and whether the
+    weights (counted from their safetensors headers) fit; None for any other model (load it now)."""
     folder = converted(name)
     if folder is None:
         return None
     name, dev = checked_name(name), checked_device(device)
     files = safetensors_files(folder) or []
-    Footprint(safetensors_parameters(files), torch.float32).check(dev, name)  # an EditkitError if it cannot fit
+    Footprint(safetensors_parameters(files), torch.float32).check(dev, name)  # EditkitError: cannot fit
     return LM.deferred(name, name, lambda: load_model(name, device=device, progress=progress))
 
 

@@ -1,4 +1,5 @@
-"""One next-token prediction: the token, its id, its probability and its logit (model/text.py, model/quick.py)."""
+"""One next-token prediction: the token, its id, its probability and its logit (model/text.py,
+model/quick.py)."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass

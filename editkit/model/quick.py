@@ -1,17 +1,18 @@
 """A next-token answer without torch or transformers: the plain forward of a converted model, in numpy.
 
-A warm `editkit predict` spent about 5 of its 7 s importing torch and transformers' model classes for a forward
-of a tenth of a second. Here the same forward runs in numpy on the memory-mapped safetensors, with the
-tokenizer's fast form read by `tokenizers` alone:
+A warm `editkit predict` spent about 5 of its 7 s importing torch and transformers' model classes for a
+forward of a tenth of a second. Here the same forward runs in numpy on the memory-mapped safetensors, with
+the tokenizer's fast form read by `tokenizers` alone:
 
     answer = quick_top_k("gemma-3-270m", "The Eiffel Tower is located in the city of", k=3)
     answer  # list[Prediction], or None: then load the model (model/loading.py) and ask it
 
-It answers only where it is the same computation as transformers' forward (tests/test_quick.py compares the
-logits on a tiny random model of each family here and on the embedded model): a float32 folder editkit
-converted (the shipped models, GGUF files; model/folders.py) of a family in FAMILIES, with the default rotary
-embedding and a supported activation, and a tokenizer whose fast form was checked to give transformers' ids and
-decodings on its own (model/tokenizer_cache.py). Anything else returns None and nothing is guessed.
+It answers only where it is the same computation as transformers' forward (tests/test_quick.py compares
+the logits on a tiny random model of each family here and on the embedded model): a float32 folder editkit
+converted (the shipped models, GGUF files; model/folders.py) of a family in FAMILIES, with the default
+rotary embedding and a supported activation, and a tokenizer whose fast form was checked to give
+transformers' ids and decodings on its own (model/tokenizer_cache.py). Anything else returns None and
+nothing is guessed.
 """
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ class Family:
     embed_scale: bool = False  # Gemma multiplies the embeddings by sqrt(d_model)
     qk_norm: bool = False  # Gemma 3 and Qwen 3 normalise each head's q and k before the rotation
     sandwich: bool = False  # Gemma 3 also normalises each sub-block's output before adding it
-    windows: str = "none"  # layers that attend within a sliding window: "layer_types", "all" (Mistral), "none"
+    windows: str = "none"  # layers with a sliding window: "layer_types", "all" (Mistral) or "none"
     scale_key: str | None = None  # the config key whose inverse square root scales q.k (default: head_dim)
 
 
@@ -68,8 +69,9 @@ ACTIVATIONS = {"silu": _silu, "swish": _silu, "gelu_pytorch_tanh": _gelu_tanh, "
 
 
 def quick_top_k(name: str, prompt: str, k: int) -> list[Prediction] | None:
-    """The `k` likeliest next tokens of `prompt` under the model `name` (as `model.text.top_k` gives them), or None
-    when this module cannot answer for that model (module docstring); bad input is refused as top_k refuses it."""
+    """The `k` likeliest next tokens of `prompt` under the model `name` (as `model.text.top_k` gives them),
+    or None when this module cannot answer for that model (module docstring); bad input is refused as top_k
+    refuses it."""
     check_text(prompt)
     if k < 1:
         raise EditkitError("top-k needs k >= 1")
@@ -86,8 +88,8 @@ def quick_top_k(name: str, prompt: str, k: int) -> list[Prediction] | None:
     probs = np.exp(logits - logits.max())
     probs /= probs.sum()
     top = np.argsort(-probs, kind="stable")[:min(k, probs.size)]
-    return [Prediction(tok.decode([int(t)], skip_special_tokens=False), int(t), float(probs[t]), float(logits[t]))
-            for t in top]
+    return [Prediction(tok.decode([int(t)], skip_special_tokens=False), int(t), float(probs[t]),
+                       float(logits[t])) for t in top]
 
 
 @functools.lru_cache(maxsize=2)
@@ -104,7 +106,8 @@ def _ready(folder: Path, mtime_ns: int) -> tuple[Decoder, Any] | None:
 
 
 class Weights:
-    """A folder's safetensors tensors, memory-mapped: each is read from the page cache as the forward uses it."""
+    """A folder's safetensors tensors, memory-mapped: each is read from the page cache as the forward uses
+    it."""
 
     def __init__(self, folder: Path):
         self.index: dict[str, tuple[np.memmap, int, dict[str, Any]]] = {}
@@ -129,8 +132,8 @@ class Weights:
 
 
 class Decoder:
-    """A decoder-only model's forward in float32 numpy, as transformers computes it for FAMILIES (one prompt, no
-    padding, no cache: the logits at its last token)."""
+    """A decoder-only model's forward in float32 numpy, as transformers computes it for FAMILIES (one prompt,
+    no padding, no cache: the logits at its last token)."""
 
     def __init__(self, config: dict[str, Any], family: Family, weights: Weights, rope: list[float]):
         self.config, self.family, self.w = config, family, weights
@@ -159,7 +162,8 @@ class Decoder:
         if act not in ACTIVATIONS or rope is None or config.get("attn_logit_softcapping"):
             return None
         weights = Weights(folder)
-        if weights.dtypes() != {"F32"} or ("lm_head.weight" not in weights and not config.get("tie_word_embeddings")):
+        untied = "lm_head.weight" not in weights and not config.get("tie_word_embeddings")
+        if weights.dtypes() != {"F32"} or untied:  # no head to read
             return None
         return Decoder(config, family, weights, rope)
 
@@ -181,7 +185,7 @@ class Decoder:
         h = self.attention(self.norm(x, p + "input_layernorm.weight"), layer, p + "self_attn.")
         x = x + (self.norm(h, p + "post_attention_layernorm.weight") if sandwich else h)
         # Llama's post_attention_layernorm is its MLP's input norm; Gemma 3 names that one pre_feedforward
-        h = self.norm(x, p + ("pre_feedforward_layernorm.weight" if sandwich else "post_attention_layernorm.weight"))
+        h = self.norm(x, p + ("pre_feedforward" if sandwich else "post_attention") + "_layernorm.weight")
         h = self.mlp(h, p + "mlp.")
         return np.asarray(x + (self.norm(h, p + "post_feedforward_layernorm.weight") if sandwich else h))
 
@@ -197,10 +201,12 @@ class Decoder:
 
     def mlp(self, x: np.ndarray, p: str) -> np.ndarray:
         """down(act(gate(x)) * up(x))."""
-        return self.linear(self.act(self.linear(x, p + "gate_proj")) * self.linear(x, p + "up_proj"), p + "down_proj")
+        gated = self.act(self.linear(x, p + "gate_proj")) * self.linear(x, p + "up_proj")
+        return self.linear(gated, p + "down_proj")
 
     def attention(self, x: np.ndarray, layer: int, p: str) -> np.ndarray:
-        """Causal multi-head attention with grouped keys and values, rotary positions and the layer's window."""
+        """Causal multi-head attention with grouped keys and values, rotary positions and the layer's
+        window."""
         n, d = x.shape[0], self.head_dim
         q = self.linear(x, p + "q_proj").reshape(n, self.heads, d)
         k = self.linear(x, p + "k_proj").reshape(n, self.kv_heads, d)
@@ -220,7 +226,8 @@ class Decoder:
 
 
 def _windows(config: dict[str, Any], family: Family) -> list[int | None]:
-    """Each layer's sliding window (a query at i sees keys j with i - window < j <= i), None for full attention."""
+    """Each layer's sliding window (a query at i sees keys j with i - window < j <= i), None for full
+    attention."""
     n, window = int(config["num_hidden_layers"]), config.get("sliding_window")
     if family.windows == "all":
         return [window] * n
@@ -243,9 +250,10 @@ def _rope_bases(config: dict[str, Any]) -> list[float] | None:
 
 
 def _rotation(n: int, d: int, base: float) -> tuple[np.ndarray, np.ndarray]:
-    """cos and sin of the rotary angles (positions, 1, head_dim), as transformers' default rope: each frequency
-    base^(-2i/d) used twice (the two halves of the head)."""
-    inv = (1.0 / (np.float32(base) ** (np.arange(0, d, 2, dtype=np.float32) / np.float32(d)))).astype(np.float32)
+    """cos and sin of the rotary angles (positions, 1, head_dim), as transformers' default rope: each
+    frequency base^(-2i/d) used twice (the two halves of the head)."""
+    exponents = np.arange(0, d, 2, dtype=np.float32) / np.float32(d)
+    inv = (1.0 / (np.float32(base) ** exponents)).astype(np.float32)
     angles = np.arange(n, dtype=np.float32)[:, None] * inv[None, :]
     angles = np.concatenate([angles, angles], axis=-1)[:, None, :]
     return np.cos(angles), np.sin(angles)

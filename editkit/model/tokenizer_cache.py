@@ -74,7 +74,8 @@ def fast_tokenizer(folder: Path, say: Say = lambda m: None) -> Any:
 
 def cache_path(folder: Path) -> Path:
     """The fast form's folder for `folder` at these versions of transformers and tokenizers (read from their
-    installed metadata: importing transformers would take seconds of a light caller's start, model/quick.py)."""
+    installed metadata: importing transformers would take seconds of a light caller's start,
+    model/quick.py)."""
     files = {f: [(folder / f).stat().st_size, (folder / f).stat().st_mtime_ns] for f in SOURCES
              if (folder / f).exists()}
     return TOKENIZERS.path(folder.name, suffix="", files=files, transformers=version("transformers"),
@@ -112,14 +113,17 @@ def write_fast_form(slow: Any, folder: Path, out: Path) -> None:
     except (TypeError, ValueError, OSError, KeyError) as exc:  # arguments JSON cannot hold, a file it refuses
         memo["why"] = f"{type(exc).__name__}: {exc}"[:300]
     memo["same"] = not memo["why"]
-    memo["raw_why"] = raw_differences(slow, out / "tokenizer.json", check_texts()) if memo["same"] else "not checked"
+    memo["raw_why"] = "not checked"
+    if memo["same"]:
+        memo["raw_why"] = raw_differences(slow, out / "tokenizer.json", check_texts())
     memo["raw_same"] = not memo["raw_why"]
     write_json(out / MEMO, memo)
 
 
 def raw_differences(slow: Any, path: Path, texts: list[str]) -> str:
-    """The first way `tokenizers` alone on the fast form (no transformers class around it, as model/quick.py reads
-    it) differs from `slow`: the ids of each text with its special tokens, the decoding of every id; "" if none."""
+    """The first way `tokenizers` alone on the fast form (no transformers class around it, as model/quick.py
+    reads it) differs from `slow`: the ids of each text with its special tokens, the decoding of every id;
+    "" if none."""
     import tokenizers
 
     raw = tokenizers.Tokenizer.from_file(str(path))
@@ -133,8 +137,9 @@ def raw_differences(slow: Any, path: Path, texts: list[str]) -> str:
 
 
 def raw_tokenizer(folder: Path) -> Any | None:
-    """`tokenizers`' own Tokenizer on a folder's fast form when that form was checked equal to transformers' load
-    without the class around it (`raw_differences`), else None (not built yet, or it differs). Builds nothing."""
+    """`tokenizers`' own Tokenizer on a folder's fast form when that form was checked equal to transformers'
+    load without the class around it (`raw_differences`), else None (not built yet, or it differs). Builds
+    nothing."""
     cached = cache_path(Path(folder))
     memo = TOKENIZERS.get(cached / MEMO) if TOKENIZERS.complete(cached) else None
     if not memo or not memo.get("same") or not memo.get("raw_same"):
