@@ -25,13 +25,12 @@ of results). Long calls draw a progress bar in a notebook (`set_progress(False)`
 """
 from __future__ import annotations
 
-import sys
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
 from .core.errors import EditkitError
-from .core.progress import part, set_bars, with_bar
+from .core.progress import part, set_bars, to_stderr, with_bar
 from .core.results import Batch, frame
 from .data.implications import check_relation
 from .editing.methods import Method, all_methods
@@ -71,7 +70,6 @@ from .model.loading import (
     shipped_folder,
     wrap_model,
 )
-from .model.quick import quick_top_k
 from .model.shipped import SHIPPED
 from .model.weights import WeightDelta, combined
 from .model.weights import load_patch as _load_patch
@@ -100,18 +98,13 @@ def load(model=DEFAULT_MODEL, tokenizer=None, dtype=None, device: str | None = N
         if tokenizer is not None:
             raise EditkitError("a tokenizer goes with a loaded model object; a name or folder brings its own")
         if parse_dtype(dtype or "float32") == parse_dtype("float32") and \
-                (lm := deferred_load(str(model), device, _said)) is not None:
+                (lm := deferred_load(str(model), device, to_stderr)) is not None:
             return lm
         return load_model(str(model), device=device, progress=progress, dtype=dtype)
     if dtype is not None or device is not None:
         raise EditkitError("a loaded model keeps its own device and dtype: move it first (model.to(...)), "
                            "then editkit.load(model, tokenizer)")
     return wrap_model(model, tokenizer, progress)
-
-
-def _said(fraction: float, message: str) -> None:
-    """A deferred load's messages (it runs inside another call, whose own bar is showing): on stderr."""
-    print(f"[editkit] {message}", file=sys.stderr, flush=True)
 
 
 @with_bar("preparing the model")
@@ -195,11 +188,7 @@ def _batch(prompt, one, what: str):
 
 def predict(lm, prompt: str | list[str], k: int = 5, edit=None) -> Predictions | Batch:
     """The top `k` next tokens after `prompt` with their probabilities (with `edit` applied, if given); a list
-    of prompts gives a Batch of Predictions, in order. A model whose `load` was deferred answers one prompt
-    without loading it where the light forward can (model/quick.py: the same predictions)."""
-    if edit is None and isinstance(prompt, str) and getattr(lm, "pending", False):
-        if (light := quick_top_k(lm.source, prompt, k)) is not None:
-            return Predictions(prompt, light, lm.name)
+    of prompts gives a Batch of Predictions, in order."""
     with applied(lm, edit):
         return _batch(prompt, lambda p: _predict(lm, p, k), "predict")
 

@@ -16,6 +16,7 @@ import torch
 from .core.errors import EditkitError
 from .core.results import JsonObject, Result, frame
 from .figures.lens import logit_lens_figure, predictions_figure
+from .model.quick import quick_top_k
 from .model.text import Prediction, block_states, top_k
 from .model.tokens import check_prompt, token_strings
 
@@ -64,7 +65,11 @@ class Predictions(Result):
 
 
 def predict(lm, prompt: str, k: int = 5) -> Predictions:
-    """The top `k` next tokens after `prompt` with their probabilities and logits."""
+    """The top `k` next tokens after `prompt` with their probabilities and logits. A model whose load was
+    deferred (LM.deferred) answers without loading it where the light forward can (model/quick.py: the same
+    predictions)."""
+    if getattr(lm, "pending", False) and (light := quick_top_k(lm.source, prompt, k)) is not None:
+        return Predictions(prompt, light, lm.name)
     return Predictions(prompt, top_k(lm, prompt, k), lm.name)
 
 

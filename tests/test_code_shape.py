@@ -38,11 +38,11 @@ MODULE_LINES = 450
 # the entry once it is within the limit.
 LONG_MODULES = {
     "editkit/runtime/cluster.py": 674,  # in process and on Ray: the pool, the retries, the progress of both
-    "editkit/model/loading.py": 641,  # every kind of model a name can mean, and each family's quirks
+    "editkit/model/loading.py": 580,  # every kind of model a name can mean, and each family's quirks
     "editkit/data/implications.py": 496,  # the relation rules as data, and the table of aliases
     "editkit/lesson/compute.py": 492,  # every lesson step's computation (the lesson's split is issue 59's)
     "editkit/figures/readability.py": 462,  # one check per way a figure can be unreadable
-    "pages/ui.py": 564,  # the pieces every page shares
+    "pages/ui.py": 560,  # the pieces every page shares
 }
 REASON = "# Over 450 lines: "
 LONG_FUNCTIONS: dict[str, int] = {}  # every function is within the limit now: keep it so

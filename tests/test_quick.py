@@ -145,7 +145,7 @@ def test_a_deferred_model_loads_once_at_its_first_use(tiny_by_name):
     ask together; other missing attributes stay missing."""
     import threading
 
-    from editkit.model.loading import LM
+    from editkit.model.lm import LM
 
     built = []
 

@@ -7,7 +7,8 @@ import torch
 
 from editkit.model.adapters import adapter_for
 from editkit.model.hooks import Hooks
-from editkit.model.loading import LM, _tiny
+from editkit.model.lm import LM
+from editkit.model.loading import _tiny
 from editkit.model.sites import site
 from editkit.tracing import Tracer, TraceSetup, TraceSpec, fast_trace, parse_noise
 from editkit.tracing.attribution import attribution, spearman

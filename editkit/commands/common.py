@@ -3,7 +3,6 @@ loading the model a command names with its progress on stderr."""
 from __future__ import annotations
 
 import argparse
-import sys
 
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -36,13 +35,11 @@ def ray_backend(args):
 
 def load(args):
     """The model of a command's --model / --dtype / --trust-remote-code, its loading reported on stderr."""
+    from ..core.progress import to_stderr
     from ..model.loading import load_model
 
-    def say(fraction: float, message: str) -> None:
-        print(f"[editkit] {message}", file=sys.stderr, flush=True)
-
-    return load_model(args.model, trust_remote_code=getattr(args, "trust_remote_code", False), progress=say,
-                      dtype=getattr(args, "dtype", None))
+    return load_model(args.model, trust_remote_code=getattr(args, "trust_remote_code", False),
+                      progress=to_stderr, dtype=getattr(args, "dtype", None))
 
 
 def add_model_and_ray(parser: argparse.ArgumentParser, run, show) -> None:

@@ -9,6 +9,7 @@ already gave one (`gives_time`).
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any, Callable
 
 Progress = Callable[[float, str], None]
@@ -27,6 +28,12 @@ def part(progress: Progress | None, start: float, end: float, prefix: str = "") 
 
 
 LEFT = " left"  # the end of every time estimate a message carries
+
+
+def to_stderr(fraction: float, message: str) -> None:
+    """A progress callback that prints each message on stderr ("[editkit] message"): the command line's loads,
+    and a deferred load, which runs inside another call whose own bar is showing."""
+    print(f"[editkit] {message}", file=sys.stderr, flush=True)
 
 
 def duration(seconds: float) -> str:

@@ -36,7 +36,7 @@ from ..core.cache import Store
 from ..model.weights import fingerprint
 
 if TYPE_CHECKING:
-    from ..model.loading import LM
+    from ..model.lm import LM
 
 STORE = Store("targets", version=2)
 # An optimisation's result as the memo keeps it: tensors by name and the JSON rest (targets.encode / decode)

@@ -31,7 +31,7 @@ from .requests import EditRequest, parse_record
 if TYPE_CHECKING:
     import pandas as pd
 
-    from ..model.loading import LM
+    from ..model.lm import LM
     from .hparams import BaseHparams
     from .sequence import SequenceState
 

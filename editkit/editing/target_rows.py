@@ -31,7 +31,7 @@ from .keys import contexts, subject_last
 from .requests import EditRequest
 
 if TYPE_CHECKING:
-    from ..model.loading import LM
+    from ..model.lm import LM
 
 # A block's matmul costs about as much for one token as for ~30 (reading the weights dominates on a CPU), then
 # grows with the tokens: cost(group) ~ _FIXED_TOKENS + rows * longest suffix.

@@ -36,7 +36,7 @@ from .target_rows import Deltas, TargetRows
 from .target_stops import Tracker, adaptive_rule, stabiliser_stops
 
 if TYPE_CHECKING:
-    from ..model.loading import LM
+    from ..model.lm import LM
 
 Progress = Callable[[float, str], None]
 

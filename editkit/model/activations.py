@@ -29,7 +29,7 @@ from .tokens import check_prompt, encode
 if TYPE_CHECKING:
     import pandas as pd
 
-    from .loading import LM
+    from .lm import LM
 
 
 @dataclass

@@ -37,7 +37,7 @@ from .shipped import SHIPPED
 if TYPE_CHECKING:
     import torch
 
-    from .loading import LM
+    from .lm import LM
 
 Say = Callable[[str], None]
 MARGIN_BYTES = 64 * 2 ** 20  # disk kept free beyond the estimate (filesystem blocks, the tokenizer files)

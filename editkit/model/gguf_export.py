@@ -47,7 +47,7 @@ from .ram import gigabytes
 if TYPE_CHECKING:
     from gguf import GGMLQuantizationType, GGUFValueType, GGUFWriter
 
-    from .loading import LM
+    from .lm import LM
 
 Array: TypeAlias = npt.NDArray[Any]
 Meta: TypeAlias = "tuple[Any, GGUFValueType, GGUFValueType | None]"  # a key's value, type, array element type

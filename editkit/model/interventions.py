@@ -41,7 +41,7 @@ from .hooks import Hooks
 from .sites import parse
 
 if TYPE_CHECKING:
-    from .loading import LM
+    from .lm import LM
 
 Index = tuple[Any, ...]  # an index into a (prompts, tokens, width) tensor
 Change = Callable[[torch.Tensor, Index], torch.Tensor]

@@ -22,7 +22,7 @@ from . import weights
 from .weights import WeightDelta
 
 if TYPE_CHECKING:
-    from .loading import LM
+    from .lm import LM
 
 
 @contextmanager
@@ -30,6 +30,8 @@ def session(lm: LM, deltas: WeightDelta | Sequence[WeightDelta] = ()) -> Iterato
     """Run a block with `deltas` (one delta dict or a list of them, summed) added to the weights this context sees."""
     if isinstance(deltas, dict):
         deltas = [deltas]
-    delta = weights.combined(list(deltas)) if deltas else {}
-    with weights.applied(lm, delta):
+    if not deltas:  # nothing to apply: the model is not even asked for (a deferred load stays pending)
+        yield lm
+        return
+    with weights.applied(lm, weights.combined(list(deltas))):
         yield lm

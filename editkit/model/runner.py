@@ -50,7 +50,7 @@ from .tokens import encode
 from .vocab import HEAD_BY_ROWS, VOCAB_BLOCK, at_least_f32, head_product, vocab_pass, vocab_pass_bf16
 
 if TYPE_CHECKING:
-    from .loading import LM
+    from .lm import LM
 
 # how the model called each block: per layer (the positional args after the hidden state, the kwargs), None
 # where a block was not seen

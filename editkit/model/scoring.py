@@ -16,7 +16,7 @@ from ..core.settings import limits
 from .tokens import pad_right
 
 if TYPE_CHECKING:
-    from .loading import LM
+    from .lm import LM
 
 
 @dataclass

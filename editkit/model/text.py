@@ -14,7 +14,7 @@ from .sites import layers
 from .tokens import check_prompt, encode
 
 if TYPE_CHECKING:
-    from .loading import LM
+    from .lm import LM
 
 
 @torch.no_grad()

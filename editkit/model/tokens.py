@@ -11,7 +11,7 @@ from ..core.settings import limits
 if TYPE_CHECKING:
     import torch
 
-    from .loading import LM
+    from .lm import LM
 
 
 def check_prompt(lm: LM, prompt: str, max_tokens: int | None = None) -> None:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 if TYPE_CHECKING:
-    from .loading import LM
+    from .lm import LM
 
 # vocabulary tokens per block of the online logsumexp (vocab_pass): the block's logits stay in cache
 VOCAB_BLOCK = 4096

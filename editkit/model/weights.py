@@ -43,7 +43,7 @@ from ..core.settings import limits
 from .hooks import Hooks
 
 if TYPE_CHECKING:
-    from .loading import LM
+    from .lm import LM
 
 WeightDelta = dict[str, torch.Tensor]  # parameter name -> change, in the parameter's own layout
 Model: TypeAlias = "torch.nn.Module | LM"  # a torch model, or an LM (its .model)

@@ -47,7 +47,7 @@ from ...core.paths import HPARAMS
 from ...core.progress import Progress
 
 if TYPE_CHECKING:
-    from ...model.loading import LM
+    from ...model.lm import LM
     from ..requests import EditRequest
     from ..result import EditResult
     from ..share import SharePrediction
