@@ -179,7 +179,20 @@ def test_editkit_load_defers_and_predicts_the_same(gemma, gemma_folder):
     assert editkit.logit_lens(lm, PROMPTS[0], k=3).to_frame().equals(
         editkit.logit_lens(gemma, PROMPTS[0], k=3).to_frame())
     assert not lm.pending
-    assert editkit.load("gemma-3-270m", dtype="bfloat16").pending is False  # half precision loads at once
+
+
+
+def test_half_precision_and_other_models_load_at_once(gemma_folder, monkeypatch):
+    """Only a converted float32 model is deferred: half precision (and anything not converted) loads now."""
+    import editkit
+    import editkit.api as api
+
+    calls = []
+    monkeypatch.setattr(api, "load_model", lambda name, **kw: calls.append((name, kw["dtype"])) or "loaded")
+    assert editkit.load("gemma-3-270m", dtype="bfloat16") == "loaded"
+    assert editkit.load("tiny-llama") == "loaded"
+    assert editkit.load("gemma-3-270m", dtype="float32").pending and len(calls) == 2
+    assert calls == [("gemma-3-270m", "bfloat16"), ("tiny-llama", None)]
 
 
 def test_a_deferred_load_refuses_at_once_what_a_load_refuses(gemma_folder, monkeypatch):
