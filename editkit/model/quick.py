@@ -9,7 +9,7 @@ the tokenizer's fast form read by `tokenizers` alone:
 
 It answers only where it is the same computation as transformers' forward (tests/test_quick.py compares
 the logits on a tiny random model of each family here and on the embedded model): a float32 folder editkit
-converted (the shipped models, GGUF files; model/folders.py) of a family in FAMILIES, with the default
+converted (the shipped models, GGUF files; model/folders.py) of a model type in FORWARDS, with the default
 rotary embedding and a supported activation, and a tokenizer whose fast form was checked to give
 transformers' ids and decodings on its own (model/tokenizer_cache.py). Anything else returns None and
 nothing is guessed.
@@ -28,30 +28,31 @@ import numpy as np
 from ..core.errors import EditkitError
 from ..core.settings import limits
 from ..core.timing import phase
+from .families import FAMILIES, MODEL_TYPES, Family
 from .folders import converted
 from .prediction import Prediction
 from .tokens import check_text
 
 
 @dataclass(frozen=True)
-class Family:
-    """What a decoder family computes beyond Llama's block (weights named as transformers saves them)."""
+class Forward:
+    """What a forward computes beyond the layout its Family declares (model/families.py: module names,
+    sandwich norms, the RMSNorm offset)."""
 
-    norm_plus_one: bool = False  # Gemma's RMSNorm scales by (1 + w)
     embed_scale: bool = False  # Gemma multiplies the embeddings by sqrt(d_model)
     qk_norm: bool = False  # Gemma 3 and Qwen 3 normalise each head's q and k before the rotation
-    sandwich: bool = False  # Gemma 3 also normalises each sub-block's output before adding it
     windows: str = "none"  # layers with a sliding window: "layer_types", "all" (Mistral) or "none"
     scale_key: str | None = None  # the config key whose inverse square root scales q.k (default: head_dim)
 
 
-FAMILIES = {
-    "Gemma3ForCausalLM": Family(norm_plus_one=True, embed_scale=True, qk_norm=True, sandwich=True,
-                                windows="layer_types", scale_key="query_pre_attn_scalar"),
-    "LlamaForCausalLM": Family(),
-    "MistralForCausalLM": Family(windows="all"),
-    "Qwen2ForCausalLM": Family(windows="layer_types"),
-    "Qwen3ForCausalLM": Family(qk_norm=True, windows="layer_types"),
+# config.model_type -> its forward; the layout comes from families.MODEL_TYPES
+FORWARDS = {
+    "gemma3_text": Forward(embed_scale=True, qk_norm=True, windows="layer_types",
+                           scale_key="query_pre_attn_scalar"),
+    "llama": Forward(),
+    "mistral": Forward(windows="all"),
+    "qwen2": Forward(windows="layer_types"),
+    "qwen3": Forward(qk_norm=True, windows="layer_types"),
 }
 
 
@@ -132,68 +133,72 @@ class Weights:
 
 
 class Decoder:
-    """A decoder-only model's forward in float32 numpy, as transformers computes it for FAMILIES (one prompt,
-    no padding, no cache: the logits at its last token)."""
+    """A decoder-only model's forward in float32 numpy, as transformers computes it for FORWARDS (one prompt,
+    no padding, no cache: the logits at its last token), reading the weights by its Family's module names."""
 
-    def __init__(self, config: dict[str, Any], family: Family, weights: Weights, rope: list[float]):
-        self.config, self.family, self.w = config, family, weights
+    def __init__(self, config: dict[str, Any], forward: Forward, layout: Family, weights: Weights,
+                 rope: list[float]):
+        self.config, self.forward, self.layout, self.w = config, forward, layout, weights
         self.heads = int(config["num_attention_heads"])
         self.kv_heads = int(config.get("num_key_value_heads") or self.heads)
         self.head_dim = int(config.get("head_dim") or config["hidden_size"] // self.heads)
         self.eps = float(config["rms_norm_eps"])
         self.act = ACTIVATIONS[config.get("hidden_activation") or config["hidden_act"]]
         self.rope = rope  # each layer's rotary base
-        self.windows = _windows(config, family)
-        scale = config.get(family.scale_key) if family.scale_key else None
+        self.windows = _windows(config, forward)
+        scale = config.get(forward.scale_key) if forward.scale_key else None
         self.scale = float(scale or self.head_dim) ** -0.5
         positions = config.get("max_position_embeddings") or config.get("n_positions")
         self.max_length = int(positions) if positions else 2048
-        self.head = "lm_head.weight" if "lm_head.weight" in weights else "model.embed_tokens.weight"
+        self.embed = layout.embed + ".weight"
+        head = layout.unembed + ".weight"
+        self.head = head if head in weights else self.embed  # a tied head is saved once, as the embedding
 
     @staticmethod
     def of(folder: Path) -> Decoder | None:
         """The folder's decoder when this module computes it exactly as transformers does, else None."""
         config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-        family = FAMILIES.get((config.get("architectures") or [""])[0])
-        if family is None:
+        forward = FORWARDS.get(str(config.get("model_type")))
+        if forward is None:
             return None
+        layout = FAMILIES[MODEL_TYPES[str(config["model_type"])]]
         act = config.get("hidden_activation") or config.get("hidden_act")
         rope = _rope_bases(config)
         if act not in ACTIVATIONS or rope is None or config.get("attn_logit_softcapping"):
             return None
         weights = Weights(folder)
-        untied = "lm_head.weight" not in weights and not config.get("tie_word_embeddings")
+        untied = layout.unembed + ".weight" not in weights and not config.get("tie_word_embeddings")
         if weights.dtypes() != {"F32"} or untied:  # no head to read
             return None
-        return Decoder(config, family, weights, rope)
+        return Decoder(config, forward, layout, weights, rope)
 
     def last_logits(self, ids: list[int]) -> np.ndarray:
         """The logits (vocab,) at the last of `ids`."""
-        x = self.w["model.embed_tokens.weight"][np.asarray(ids)].astype(np.float32)
-        if self.family.embed_scale:
+        x = self.w[self.embed][np.asarray(ids)].astype(np.float32)
+        if self.forward.embed_scale:
             x *= np.float32(self.config["hidden_size"] ** 0.5)
         for layer in range(int(self.config["num_hidden_layers"])):
             x = self.block(x, layer)
-        h = self.norm(x[-1:], "model.norm.weight")
+        h = self.norm(x[-1:], self.layout.final_norm)
         logits = (h @ self.w[self.head].T)[0]
         if cap := self.config.get("final_logit_softcapping"):
             logits = np.tanh(logits / np.float32(cap)) * np.float32(cap)
         return np.asarray(logits)
 
     def block(self, x: np.ndarray, layer: int) -> np.ndarray:
-        p, sandwich = f"model.layers.{layer}.", self.family.sandwich
-        h = self.attention(self.norm(x, p + "input_layernorm.weight"), layer, p + "self_attn.")
-        x = x + (self.norm(h, p + "post_attention_layernorm.weight") if sandwich else h)
-        # Llama's post_attention_layernorm is its MLP's input norm; Gemma 3 names that one pre_feedforward
-        h = self.norm(x, p + ("pre_feedforward" if sandwich else "post_attention") + "_layernorm.weight")
-        h = self.mlp(h, p + "mlp.")
-        return np.asarray(x + (self.norm(h, p + "post_feedforward_layernorm.weight") if sandwich else h))
+        """One block: pre-norm attention and MLP, each output normalised first where the layout says so."""
+        f = self.layout
+        assert f.ln_attn is not None and f.ln_mlp is not None  # FORWARDS' layouts have both pre-norms
+        h = self.attention(self.norm(x, f.ln_attn.format(layer)), layer, f.attn.format(layer) + ".")
+        x = x + (self.norm(h, f.post_attn_norm.format(layer)) if f.post_attn_norm else h)
+        h = self.mlp(self.norm(x, f.ln_mlp.format(layer)), f.mlp.format(layer) + ".")
+        return np.asarray(x + (self.norm(h, f.post_mlp_norm.format(layer)) if f.post_mlp_norm else h))
 
-    def norm(self, x: np.ndarray, key: str) -> np.ndarray:
-        """RMSNorm: x / sqrt(mean(x^2) + eps) times w (Gemma: times 1 + w)."""
-        w = self.w[key]
+    def norm(self, x: np.ndarray, module: str) -> np.ndarray:
+        """RMSNorm: x / sqrt(mean(x^2) + eps) times (offset + w) (the layout's offset: Gemma 1, Llama 0)."""
+        w = self.w[module + ".weight"]
         x = x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + np.float32(self.eps))
-        return np.asarray(x * ((np.float32(1.0) + w) if self.family.norm_plus_one else w))
+        return np.asarray(x * (np.float32(self.layout.norm_offset) + w))
 
     def linear(self, x: np.ndarray, key: str) -> np.ndarray:
         y = x @ self.w[key + ".weight"].T
@@ -211,8 +216,8 @@ class Decoder:
         q = self.linear(x, p + "q_proj").reshape(n, self.heads, d)
         k = self.linear(x, p + "k_proj").reshape(n, self.kv_heads, d)
         v = self.linear(x, p + "v_proj").reshape(n, self.kv_heads, d)
-        if self.family.qk_norm:
-            q, k = self.norm(q, p + "q_norm.weight"), self.norm(k, p + "k_norm.weight")
+        if self.forward.qk_norm:
+            q, k = self.norm(q, p + "q_norm"), self.norm(k, p + "k_norm")
         cos, sin = _rotation(n, d, self.rope[layer])
         q, k = q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
         group = self.heads // self.kv_heads  # query head i reads key-value head i // group
@@ -225,13 +230,13 @@ class Decoder:
         return self.linear(out, p + "o_proj")
 
 
-def _windows(config: dict[str, Any], family: Family) -> list[int | None]:
+def _windows(config: dict[str, Any], forward: Forward) -> list[int | None]:
     """Each layer's sliding window (a query at i sees keys j with i - window < j <= i), None for full
     attention."""
     n, window = int(config["num_hidden_layers"]), config.get("sliding_window")
-    if family.windows == "all":
+    if forward.windows == "all":
         return [window] * n
-    types = config.get("layer_types") if family.windows == "layer_types" else None
+    types = config.get("layer_types") if forward.windows == "layer_types" else None
     return [window if types and types[i] == "sliding_attention" else None for i in range(n)]
 
 

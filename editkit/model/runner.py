@@ -384,7 +384,7 @@ def _within(expected: torch.Tensor, got: torch.Tensor, tolerance: float, what: s
     error = float((got - expected).abs().max()) / max(float(expected.abs().max()), 1e-12)
     if not error <= tolerance:
         raise EditkitError(f"editkit's adapter does not fit this model: {what} (relative error {error:.2g}); "
-                           "its architecture needs a Family of its own in editkit/model/adapters.py")
+                           "its architecture needs a Family of its own in editkit/model/families.py")
 
 
 def _raise_stop(h: torch.Tensor) -> torch.Tensor:
