@@ -66,7 +66,6 @@ from .model.loading import (
     deferred_load,
     list_models,
     load_model,
-    parse_dtype,
     shipped_folder,
     wrap_model,
 )
@@ -97,8 +96,7 @@ def load(model=DEFAULT_MODEL, tokenizer=None, dtype=None, device: str | None = N
     if isinstance(model, (str, Path)):
         if tokenizer is not None:
             raise EditkitError("a tokenizer goes with a loaded model object; a name or folder brings its own")
-        if parse_dtype(dtype or "float32") == parse_dtype("float32") and \
-                (lm := deferred_load(str(model), device, to_stderr)) is not None:
+        if (lm := deferred_load(str(model), device, dtype, to_stderr)) is not None:
             return lm
         return load_model(str(model), device=device, progress=progress, dtype=dtype)
     if dtype is not None or device is not None:

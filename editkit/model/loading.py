@@ -163,16 +163,16 @@ def load_model(name: str = DEFAULT_MODEL, device: str | None = None, trust_remot
     return lm
 
 
-def deferred_load(name: str, device: str | None = None, progress: Progress | None = None) -> LM | None:
-    """A converted float32 model (a shipped one, a GGUF file; model/folders.py) as an LM loaded at its first
+def deferred_load(name: str, device: str | None = None, dtype=None,
+                  progress: Progress | None = None) -> LM | None:
+    """A converted model (a shipped one, a GGUF file; model/folders.py) in float32 as an LM loaded at its first
     use (LM.deferred), once what a load refuses at once is checked: the name, the device, and whether the
-    weights (counted from their safetensors headers) fit; None for any other model (load it now)."""
+    weights (counted from their safetensors headers) fit; None for any other model or dtype (load it now)."""
     folder = converted(name)
-    if folder is None:
+    if folder is None or parse_dtype(dtype or "float32") != torch.float32:
         return None
     name, dev = checked_name(name), checked_device(device)
-    files = safetensors_files(folder) or []
-    Footprint(safetensors_parameters(files), torch.float32).check(dev, name)  # EditkitError: cannot fit
+    Footprint(safetensors_parameters(safetensors_files(folder) or []), torch.float32).check(dev, name)
     return LM.deferred(name, name, lambda: load_model(name, device=device, progress=progress))
 
 

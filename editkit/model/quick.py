@@ -26,12 +26,11 @@ from typing import Any
 import numpy as np
 
 from ..core.errors import EditkitError
-from ..core.settings import limits
 from ..core.timing import phase
 from .families import FAMILIES, MODEL_TYPES, Family
 from .folders import converted
 from .prediction import Prediction
-from .tokens import check_text
+from .tokens import check_length, check_text
 
 
 @dataclass(frozen=True)
@@ -81,9 +80,7 @@ def quick_top_k(name: str, prompt: str, k: int) -> list[Prediction] | None:
         return None
     model, tok = ready
     ids = tok.encode(prompt, add_special_tokens=True).ids
-    cap = min(model.max_length, limits().prompt_tokens)
-    if len(ids) > cap:
-        raise EditkitError(f"the prompt has {len(ids)} tokens; the limit is {cap}")
+    check_length(len(ids), model.max_length)
     with phase("forward"):
         logits = model.last_logits(ids)
     probs = np.exp(logits - logits.max())

@@ -18,8 +18,12 @@ def check_prompt(lm: LM, prompt: str, max_tokens: int | None = None) -> None:
     """Clear errors for empty prompts and prompts over the model's limit or the cap (`max_tokens`, default the
     configured limit settings.limits().prompt_tokens, 512 unless EDITKIT_LIMITS says otherwise)."""
     check_text(prompt)
-    n = len(lm.tok(prompt, add_special_tokens=True)["input_ids"])
-    cap = min(lm.adapter.max_length, max_tokens or limits().prompt_tokens)
+    check_length(len(lm.tok(prompt, add_special_tokens=True)["input_ids"]), lm.adapter.max_length, max_tokens)
+
+
+def check_length(n: int, max_length: int, max_tokens: int | None = None) -> None:
+    """A clear error for a prompt of `n` tokens over the model's `max_length` or the cap (check_prompt)."""
+    cap = min(max_length, max_tokens or limits().prompt_tokens)
     if n > cap:
         raise EditkitError(f"the prompt has {n} tokens; the limit is {cap}")
 
